@@ -1,0 +1,36 @@
+# One venv in .venv/ with the versions in constraints.txt.
+# A user who already has a CUDA torch: `make install VENV_ARGS=--system-site-packages`
+# (the venv then sees that torch and does not install one).
+PYTHON ?= python3
+VENV ?= .venv
+VENV_ARGS ?=
+BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip --disable-pip-version-check
+STAMP := $(VENV)/.installed
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: install demo test benchmark clean
+
+install: $(STAMP)
+	$(BIN)/python -m elmo_plugin.commands.register_plugin
+
+$(STAMP): constraints.txt setup.py
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV_ARGS) $(VENV)
+	$(BIN)/python -c "import torch, torchvision" 2>/dev/null || \
+		$(PIP) install -q -c constraints.txt torch torchvision
+	grep -vE '^(torch|torchvision)==' constraints.txt > $(VENV)/lock-without-torch.txt
+	$(PIP) install -q --no-deps -r $(VENV)/lock-without-torch.txt
+	$(PIP) install -q --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+demo: install
+	bash scripts/demo.sh
+
+test: install
+	$(BIN)/python -m pytest tests -q -rs
+
+benchmark: install
+	$(BIN)/python benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info demo_output

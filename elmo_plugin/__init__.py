@@ -1,0 +1,2 @@
+"""ELMo for AllenNLP: importing this package registers every component."""
+from elmo_plugin import data, modules, models  # noqa: F401

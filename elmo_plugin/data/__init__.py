@@ -1,0 +1,3 @@
+from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
+from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
+from elmo_plugin.data.elmo_tokens_vocabulary import read_elmo_tokens_file

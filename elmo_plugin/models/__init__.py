@@ -1,0 +1,1 @@
+from elmo_plugin.models.elmo_bilm import ElmoBiLm

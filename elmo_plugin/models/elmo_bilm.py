@@ -1,0 +1,63 @@
+"""Model `elmo_bilm`: ELMo's joint forward + backward language model."""
+from typing import Dict, Optional
+
+import torch
+from allennlp.data import TextFieldTensors, Vocabulary
+from allennlp.models.model import Model
+from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
+from allennlp.modules.text_field_embedders import TextFieldEmbedder
+from allennlp.nn import InitializerApplicator
+from allennlp_models.lm.models.language_model import LanguageModel
+
+from elmo_plugin.training.token_weighted_perplexity import TokenWeightedPerplexity
+
+
+@Model.register("elmo_bilm")
+class ElmoBiLm(LanguageModel):
+    """
+    allennlp-models' bidirectional `LanguageModel` with ELMo's metrics: `forward_perplexity`,
+    `backward_perplexity` and `perplexity`, token-weighted over everything seen since the last
+    reset. One softmax (full, or sampled with `num_samples` during training) serves both
+    directions; evaluation always uses the full softmax.
+
+    `source` must hold the character ids for the text field embedder and a `tokens` single-id
+    entry (embedded by an `empty` embedder) for the targets.
+    """
+
+    def __init__(
+        self,
+        vocab: Vocabulary,
+        text_field_embedder: TextFieldEmbedder,
+        contextualizer: Seq2SeqEncoder,
+        dropout: Optional[float] = None,
+        num_samples: Optional[int] = None,
+        sparse_embeddings: bool = False,
+        initializer: Optional[InitializerApplicator] = None,
+        **kwargs,
+    ) -> None:
+        super().__init__(
+            vocab=vocab,
+            text_field_embedder=text_field_embedder,
+            contextualizer=contextualizer,
+            dropout=dropout,
+            num_samples=num_samples,
+            sparse_embeddings=sparse_embeddings,
+            bidirectional=True,
+            initializer=initializer,
+            **kwargs,
+        )
+        self._token_weighted_perplexity = TokenWeightedPerplexity()
+
+    def forward(self, source: TextFieldTensors) -> Dict[str, torch.Tensor]:  # type: ignore[override]
+        output = super().forward(source)
+        if "loss" in output:
+            targets = output.get("batch_weight", torch.zeros(()))
+            self._token_weighted_perplexity(
+                output["forward_loss"].detach() * targets,
+                output["backward_loss"].detach() * targets,
+                targets,
+            )
+        return output
+
+    def get_metrics(self, reset: bool = False) -> Dict[str, float]:
+        return self._token_weighted_perplexity.get_metric(reset)

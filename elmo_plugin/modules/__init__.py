@@ -1,0 +1,2 @@
+from elmo_plugin.modules.elmo_char_cnn import ElmoCharCnn
+from elmo_plugin.modules.elmo_lstm import ElmoLstm
