@@ -2,6 +2,7 @@
 from typing import Dict, Optional
 
 import torch
+from allennlp.common.checks import ConfigurationError
 from allennlp.data import TextFieldTensors, Vocabulary
 from allennlp.models.model import Model
 from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
@@ -9,6 +10,8 @@ from allennlp.modules.text_field_embedders import TextFieldEmbedder
 from allennlp.nn import InitializerApplicator
 from allennlp_models.lm.models.language_model import LanguageModel
 
+from elmo_plugin.modules.bilm_encoder import BiLmEncoder
+from elmo_plugin.modules.elmo_char_cnn import ElmoCharCnn
 from elmo_plugin.training.token_weighted_perplexity import TokenWeightedPerplexity
 
 
@@ -47,6 +50,17 @@ class ElmoBiLm(LanguageModel):
             **kwargs,
         )
         self._token_weighted_perplexity = TokenWeightedPerplexity()
+
+    def bilm_encoder(self) -> BiLmEncoder:
+        """The character CNN and contextualizer of this model (shared, not copied)."""
+        return BiLmEncoder(self.char_cnn(), self._contextualizer)
+
+    def char_cnn(self) -> ElmoCharCnn:
+        embedders = self._text_field_embedder._token_embedders  # type: ignore[attr-defined]
+        for embedder in embedders.values():
+            if isinstance(embedder, ElmoCharCnn):
+                return embedder
+        raise ConfigurationError("elmo_bilm: the text_field_embedder has no elmo_char_cnn")
 
     def forward(self, source: TextFieldTensors) -> Dict[str, torch.Tensor]:  # type: ignore[override]
         output = super().forward(source)
