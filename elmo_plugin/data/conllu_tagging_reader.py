@@ -1,0 +1,71 @@
+"""DatasetReader `conllu_tagging`: CoNLL-U sentences -> tokens + UPOS tags, for downstream taggers."""
+import logging
+import os
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Union
+
+from allennlp.common.checks import ConfigurationError
+from allennlp.common.file_utils import cached_path
+from allennlp.data import Instance, Token
+from allennlp.data.dataset_readers import DatasetReader
+from allennlp.data.fields import Field, MetadataField, SequenceLabelField, TextField
+from allennlp.data.token_indexers import SingleIdTokenIndexer, TokenIndexer
+from conllu import parse_incr
+
+logger = logging.getLogger(__name__)
+
+
+def is_url(path: str) -> bool:
+    return "://" in path
+
+
+@DatasetReader.register("conllu_tagging")
+class ConlluTaggingReader(DatasetReader):
+    """
+    Reads a CoNLL-U file lazily, one instance per sentence. Keeps only the syntactic words
+    (integer ids): multiword-token lines (`3-4`) and empty nodes (`3.1`) are skipped, and so are
+    comment lines. The tag is the UPOS column (4th).
+
+    Instance fields: `tokens` TextField (default indexer: single id under `tokens`),
+    `tags` SequenceLabelField in the `labels` namespace (when tags are known), and `metadata`
+    (`{"words": [...]}`, so allennlp-models' `crf_tagger` returns the words with its tags).
+    """
+
+    def __init__(self, token_indexers: Optional[Dict[str, TokenIndexer]] = None, **kwargs) -> None:
+        super().__init__(manual_distributed_sharding=True, manual_multiprocess_sharding=True, **kwargs)
+        self._token_indexers = token_indexers or {"tokens": SingleIdTokenIndexer()}
+
+    def sentences(self, file_path: str) -> Iterator[List[Dict]]:
+        """The syntactic-word rows of each sentence (conllu `Token` dicts), in file order."""
+        if not is_url(file_path) and not os.path.isfile(file_path):
+            raise ConfigurationError(f"conllu_tagging: CoNLL-U file not found: {file_path}")
+        with open(cached_path(file_path), encoding="utf-8") as conllu_file:
+            for sentence in parse_incr(conllu_file):
+                words = [row for row in sentence if isinstance(row["id"], int)]
+                if words:
+                    yield words
+
+    def _read(self, file_path: str) -> Iterable[Instance]:
+        logger.info("conllu_tagging: reading %s", file_path)
+        for words in self.shard_iterable(self.sentences(file_path)):
+            yield self.text_to_instance([row["form"] for row in words], [row["upos"] for row in words])
+
+    def text_to_instance(  # type: ignore[override]
+        self, tokens: Sequence[Union[str, Token]], tags: Optional[List[str]] = None
+    ) -> Instance:
+        """tokens (strings or Tokens), optional UPOS tags of the same length -> Instance."""
+        token_list = [token if isinstance(token, Token) else Token(token) for token in tokens]
+        text_field = TextField(token_list)
+        fields: Dict[str, Field] = {
+            "tokens": text_field,
+            "metadata": MetadataField({"words": [token.ensure_text() for token in token_list]}),
+        }
+        if tags is not None:
+            if len(tags) != len(token_list):
+                raise ConfigurationError(
+                    f"conllu_tagging: {len(tags)} tags for {len(token_list)} tokens: {tags}"
+                )
+            fields["tags"] = SequenceLabelField(tags, text_field)
+        return Instance(fields)
+
+    def apply_token_indexers(self, instance: Instance) -> None:
+        instance["tokens"].token_indexers = self._token_indexers  # type: ignore[attr-defined]
