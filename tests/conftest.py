@@ -8,6 +8,8 @@ from typing import Dict, List, Optional
 
 import pytest
 
+import elmo_plugin  # noqa: F401  (registers every component)
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO_ROOT / "training_config"
 ALLENNLP = str(Path(sys.executable).parent / "allennlp")

@@ -1,0 +1,103 @@
+"""`allennlp train` / `evaluate` end to end for the LSTM biLM, on tiny sizes."""
+import json
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+from tests.conftest import ALLENNLP, CONFIG_DIR, TINY_LSTM_OVERRIDES, overrides, require_shared_file, run_allennlp
+
+METRIC_LINE = re.compile(r'"(forward_perplexity|backward_perplexity|perplexity)": ([0-9.]+)')
+
+
+def evaluate(archive, data_file, cwd=None):
+    result = run_allennlp(["evaluate", str(archive), str(data_file)], cwd=cwd)
+    return {name: float(value) for name, value in METRIC_LINE.findall(result.stdout + result.stderr)}
+
+
+def test_train_archive_load_evaluate_gives_identical_perplexities(tiny_bilm_archive, tiny_corpus):
+    """Validation perplexity recorded during training == `allennlp evaluate` of the archive."""
+    metrics = json.loads((tiny_bilm_archive.parent / "metrics.json").read_text())
+    evaluated = evaluate(tiny_bilm_archive, tiny_corpus / "valid.txt")
+    assert set(evaluated) == {"forward_perplexity", "backward_perplexity", "perplexity"}
+    for name, value in evaluated.items():
+        assert value == pytest.approx(metrics[f"best_validation_{name}"], rel=1e-4)
+
+
+def test_wikitext_validation_perplexity_falls_epoch_over_epoch(tmp_path):
+    lines = require_shared_file("wikitext-2/valid.txt").read_text(encoding="utf-8").splitlines()
+    (tmp_path / "train.txt").write_text("\n".join(lines[:400]) + "\n", encoding="utf-8")
+    (tmp_path / "valid.txt").write_text("\n".join(lines[-80:]) + "\n", encoding="utf-8")
+    values = dict(
+        TINY_LSTM_OVERRIDES,
+        train_data_path=str(tmp_path / "train.txt"),
+        validation_data_path=str(tmp_path / "valid.txt"),
+        **{"trainer.num_epochs": 3, "data_loader.batch_sampler.batch_size": 32},
+    )
+    run_allennlp(["train", str(CONFIG_DIR / "elmo_lstm.jsonnet"), "-s", str(tmp_path / "out"), "-o", overrides(values)])
+    perplexities = [
+        json.loads((tmp_path / "out" / f"metrics_epoch_{epoch}.json").read_text())["validation_perplexity"]
+        for epoch in range(3)
+    ]
+    assert perplexities[0] > perplexities[1] > perplexities[2]
+    evaluated = evaluate(tmp_path / "out" / "model.tar.gz", tmp_path / "valid.txt")
+    assert evaluated["perplexity"] == pytest.approx(perplexities[2], rel=1e-4)
+
+
+def test_distributed_cpu_training_over_shards(tiny_corpus, tmp_path):
+    values = dict(
+        TINY_LSTM_OVERRIDES,
+        train_data_path=str(tiny_corpus / "train" / "*.txt"),
+        validation_data_path=str(tiny_corpus / "valid.txt"),
+        distributed={"cuda_devices": [-1, -1]},
+        **{"trainer.num_epochs": 1},
+    )
+    run_allennlp(["train", str(CONFIG_DIR / "elmo_lstm.jsonnet"), "-s", str(tmp_path / "out"), "-o", overrides(values)])
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert 1.0 < metrics["validation_perplexity"] < metrics["training_perplexity"] * 10
+    assert (tmp_path / "out" / "model.tar.gz").is_file()
+
+
+def test_original_size_config_builds_and_trains_with_sizes_overridden_down(tiny_corpus, tmp_path):
+    values = {
+        "model.text_field_embedder.token_embedders.elmo.filters": [[1, 4], [2, 4], [3, 8]],
+        "model.text_field_embedder.token_embedders.elmo.projection_dim": 8,
+        "model.contextualizer.input_dim": 8,
+        "model.contextualizer.hidden_dim": 16,
+        "model.num_samples": 20,
+        "vocabulary.min_count.tokens": 1,
+        "data_loader.batch_size": 16,
+        "trainer.num_epochs": 1,
+        "trainer.cuda_device": -1,
+        "train_data_path": str(tiny_corpus / "train" / "shard_0.txt"),
+        "validation_data_path": str(tiny_corpus / "valid.txt"),
+    }
+    run_allennlp(["train", str(CONFIG_DIR / "elmo_lstm_original.jsonnet"), "-s", str(tmp_path / "out"), "-o", overrides(values)])
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["model"]["num_samples"] == 20 and config["model"]["contextualizer"]["cell_clip"] == 3
+    assert json.loads((tmp_path / "out" / "metrics.json").read_text())["validation_perplexity"] > 1.0
+
+
+def test_killed_run_resumes_with_recover(tiny_corpus, tmp_path):
+    out = tmp_path / "out"
+    values = dict(
+        TINY_LSTM_OVERRIDES,
+        train_data_path=str(tiny_corpus / "train" / "*.txt"),
+        validation_data_path=str(tiny_corpus / "valid.txt"),
+        **{"trainer.num_epochs": 30},
+    )
+    args = ["train", str(CONFIG_DIR / "elmo_lstm.jsonnet"), "-s", str(out), "-o", overrides(values), "--include-package", "elmo_plugin"]
+    process = subprocess.Popen([ALLENNLP, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while not (out / "metrics_epoch_1.json").exists() and time.time() < deadline and process.poll() is None:
+        time.sleep(0.5)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    finished = sorted(int(p.stem.rsplit("_", 1)[1]) for p in out.glob("metrics_epoch_*.json"))
+    assert finished and finished[-1] < 29, "the run should have been killed mid-training"
+    values["trainer.num_epochs"] = 30
+    result = run_allennlp(["train", str(CONFIG_DIR / "elmo_lstm.jsonnet"), "-s", str(out), "-r", "-o", overrides(values)], timeout=900)
+    assert "Epoch 0/29" not in result.stderr  # did not start over
+    assert json.loads((out / "metrics.json").read_text())["epoch"] == 29

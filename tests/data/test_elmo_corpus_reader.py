@@ -1,0 +1,77 @@
+import logging
+
+import pytest
+from allennlp.common.checks import ConfigurationError
+
+from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
+
+
+def read_texts(reader, path):
+    return [[token.text for token in instance["source"].tokens] for instance in reader.read(str(path))]
+
+
+def test_lines_become_bos_tokens_eos(tmp_path):
+    (tmp_path / "a.txt").write_text("the cat sat\n\nthe dog\n")
+    assert read_texts(ElmoCorpusReader(), tmp_path / "a.txt") == [
+        ["<S>", "the", "cat", "sat", "</S>"],
+        ["<S>", "the", "dog", "</S>"],
+    ]
+
+
+def test_long_line_split_into_consecutive_windows_not_dropped(tmp_path):
+    words = [f"w{i}" for i in range(23)]
+    (tmp_path / "a.txt").write_text(" ".join(words) + "\n")
+    windows = read_texts(ElmoCorpusReader(max_sequence_length=10), tmp_path / "a.txt")
+    assert [len(window) - 2 for window in windows] == [10, 10, 3]
+    assert [token for window in windows for token in window[1:-1]] == words
+
+
+def test_glob_of_shards_read_in_order_with_empty_shard_counted(tmp_path, caplog):
+    (tmp_path / "s0.txt").write_text("a b\n")
+    (tmp_path / "s1.txt").write_text("")
+    (tmp_path / "s2.txt").write_text("c d\n= Heading =\n\n = = Sub heading = = \n")
+    with caplog.at_level(logging.INFO):
+        texts = read_texts(ElmoCorpusReader(skip_headings=True), tmp_path / "s*.txt")
+    assert texts == [["<S>", "a", "b", "</S>"], ["<S>", "c", "d", "</S>"]]
+    summary = [r.getMessage() for r in caplog.records if "text lines from 3 files" in r.getMessage()]
+    assert len(summary) == 1
+    assert "1 empty files, 1 blank lines, 2 heading lines" in summary[0]
+
+
+def test_headings_kept_unless_asked(tmp_path):
+    (tmp_path / "a.txt").write_text("= Title =\n")
+    assert read_texts(ElmoCorpusReader(), tmp_path / "a.txt") == [["<S>", "=", "Title", "=", "</S>"]]
+
+
+def test_pattern_matching_nothing_names_the_pattern(tmp_path):
+    pattern = str(tmp_path / "missing_*.txt")
+    with pytest.raises(ConfigurationError, match="missing_"):
+        read_texts(ElmoCorpusReader(), pattern)
+
+
+def test_corpus_without_tokens_names_the_path(tmp_path):
+    (tmp_path / "blank.txt").write_text("\n   \n\n")
+    with pytest.raises(ConfigurationError, match="no tokens at all in .*blank.txt"):
+        read_texts(ElmoCorpusReader(), tmp_path / "blank.txt")
+
+
+def test_invalid_utf8_replaced_with_warning_naming_file_and_line(tmp_path, caplog):
+    (tmp_path / "bad.txt").write_bytes(b"good line\nbad \xff\xfe byte\n")
+    with caplog.at_level(logging.WARNING):
+        texts = read_texts(ElmoCorpusReader(), tmp_path / "bad.txt")
+    assert texts[1] == ["<S>", "bad", "\ufffd\ufffd", "byte", "</S>"]
+    assert any("bad.txt:2" in record.getMessage() for record in caplog.records)
+
+
+def test_text_to_instance_with_indexers_gives_targets_and_char_ids(tmp_path):
+    from allennlp.data import Batch, Vocabulary
+
+    reader = ElmoCorpusReader()
+    instance = reader.text_to_instance("hello world")
+    reader.apply_token_indexers(instance)
+    vocab = Vocabulary.from_instances([instance])
+    batch = Batch([instance])
+    batch.index_instances(vocab)
+    tensors = batch.as_tensor_dict()["source"]
+    assert tensors["tokens"]["tokens"].shape == (1, 4)
+    assert tensors["elmo"]["elmo_tokens"].shape == (1, 4, 50)

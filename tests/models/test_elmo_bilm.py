@@ -1,0 +1,73 @@
+import json
+import math
+
+import pytest
+import torch
+from allennlp.common import Params
+from allennlp.data import Batch, DatasetReader, Vocabulary
+from allennlp.models import Model
+
+from tests.conftest import CONFIG_DIR, TINY_LSTM_OVERRIDES
+
+
+@pytest.fixture(scope="module")
+def model_and_batches(tiny_corpus):
+    params = Params.from_file(str(CONFIG_DIR / "elmo_lstm.jsonnet"), json.dumps(TINY_LSTM_OVERRIDES))
+    reader = DatasetReader.from_params(params.pop("dataset_reader"))
+    instances = list(reader.read(str(tiny_corpus / "valid.txt")))
+    vocab = Vocabulary.from_instances(instances)
+    torch.manual_seed(0)
+    model = Model.from_params(vocab=vocab, params=params.pop("model"))
+    batches = []
+    for start, size in [(0, 7), (7, 30)]:  # two batches of very different sizes
+        batch = Batch(instances[start : start + size])
+        batch.index_instances(vocab)
+        batches.append(batch.as_tensor_dict())
+    return model, batches
+
+
+def test_perplexities_are_token_weighted_over_the_whole_set(model_and_batches):
+    model, batches = model_and_batches
+    model.eval()
+    model.get_metrics(reset=True)
+    forward_nll = backward_nll = targets = 0.0
+    batch_perplexities = []
+    with torch.no_grad():
+        for batch in batches:
+            output = model(**batch)
+            count = float(output["batch_weight"])
+            forward_nll += float(output["forward_loss"]) * count
+            backward_nll += float(output["backward_loss"]) * count
+            targets += count
+            batch_perplexities.append(math.exp(float(output["loss"])))
+    metrics = model.get_metrics(reset=True)
+    assert metrics["forward_perplexity"] == pytest.approx(math.exp(forward_nll / targets), rel=1e-6)
+    assert metrics["backward_perplexity"] == pytest.approx(math.exp(backward_nll / targets), rel=1e-6)
+    assert metrics["perplexity"] == pytest.approx(math.exp((forward_nll + backward_nll) / (2 * targets)), rel=1e-6)
+    assert metrics["perplexity"] != pytest.approx(sum(batch_perplexities) / 2, rel=1e-3)
+
+
+def test_loss_goes_down_when_training(model_and_batches):
+    model, batches = model_and_batches
+    model.train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    losses = []
+    for _ in range(20):
+        optimizer.zero_grad()
+        loss = model(**batches[0])["loss"]
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss))
+    assert losses[-1] < 0.8 * losses[0]
+
+
+def test_bilm_encoder_top_layer_is_the_language_model_input_to_the_softmax(model_and_batches):
+    model, batches = model_and_batches
+    model.eval()
+    with torch.no_grad():
+        output = model(**batches[1])
+        layers, mask = model.bilm_encoder()(batches[1]["source"]["elmo"]["elmo_tokens"])
+    assert len(layers) == 3
+    assert torch.equal(mask, output["mask"])
+    assert torch.allclose(layers[-1], output["lm_embeddings"], atol=1e-6)
+    assert torch.allclose(layers[0][..., :16], output["noncontextual_token_embeddings"], atol=1e-6)

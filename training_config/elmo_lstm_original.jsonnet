@@ -1,0 +1,56 @@
+// The published original ELMo (Peters et al., 2018) for GPU runs: 2 x 4096/512 LSTM with
+// clips 3, 2048-filter character CNN with 2 highway layers, sampled softmax with 8192
+// negatives, dropout 0.1, Adagrad 0.2, gradient norm 10, windows of 20 tokens.
+// The original used batch 128 per GPU on 3 GPUs; for several GPUs add
+//   -o '{"distributed": {"cuda_devices": [0, 1, 2]}}'
+// Data: your own shards, e.g. -o '{"train_data_path": "corpus/train/*.txt", ...}'. The
+// vocabulary is counted from the training data (sorted by frequency, as the sampled softmax
+// expects); for a big corpus count it once with `allennlp elmo-vocab` and use
+//   -o '{"vocabulary": {"type": "elmo_tokens_file", "tokens_file": "tokens.txt"}}'
+{
+  dataset_reader: { type: "elmo_corpus", max_sequence_length: 20, skip_headings: true },
+  train_data_path: "fixtures/demo_corpus/train/*.txt",
+  validation_data_path: "fixtures/demo_corpus/valid/*.txt",
+  vocabulary: { type: "from_instances", min_count: { tokens: 3 } },
+  model: {
+    type: "elmo_bilm",
+    text_field_embedder: {
+      token_embedders: {
+        elmo: {
+          type: "elmo_char_cnn",
+          embedding_dim: 16,
+          filters: [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]],
+          num_highway: 2,
+          projection_dim: 512,
+        },
+        tokens: { type: "empty" },
+      },
+    },
+    contextualizer: {
+      type: "elmo_lstm",
+      input_dim: 512,
+      hidden_dim: 4096,
+      num_layers: 2,
+      cell_clip: 3,
+      proj_clip: 3,
+      dropout: 0.1,
+    },
+    dropout: 0.1,
+    num_samples: 8192,
+    sparse_embeddings: false,
+  },
+  data_loader: {
+    batch_size: 128,
+    shuffle: true,
+    max_instances_in_memory: 128 * 100,
+    num_workers: 1,
+  },
+  trainer: {
+    num_epochs: 10,
+    optimizer: { type: "adagrad", lr: 0.2, initial_accumulator_value: 1.0 },
+    grad_norm: 10.0,
+    validation_metric: "-perplexity",
+    cuda_device: 0,
+    use_amp: false,
+  },
+}
