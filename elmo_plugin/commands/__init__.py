@@ -1,0 +1,1 @@
+from elmo_plugin.commands import elmo_embed, elmo_vocab  # noqa: F401

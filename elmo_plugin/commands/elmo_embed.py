@@ -1,0 +1,164 @@
+"""Subcommand `allennlp elmo-embed`: ELMo vectors of every line of a text file, into HDF5."""
+import argparse
+import json
+import logging
+import os
+from typing import Dict, Iterator, List, Tuple
+
+import h5py
+import numpy
+import torch
+from allennlp.commands.subcommand import Subcommand
+from allennlp.common import Tqdm
+from allennlp.common.checks import ConfigurationError
+
+from elmo_plugin.data.elmo_char_ids_indexer import MAX_CHARS, ElmoCharIdsIndexer
+from elmo_plugin.data.elmo_corpus_reader import BOS, EOS, CorpusStats, decode_line
+from elmo_plugin.interop.load_bilm import load_bilm_encoder
+from elmo_plugin.modules.bilm_encoder import BiLmEncoder
+from elmo_plugin.modules.bilm_sentence_layers import sentence_layers
+
+logger = logging.getLogger(__name__)
+
+LAYER_CHOICES = ("all", "average", "top")
+BATCHES_PER_CHUNK = 16  # sentences sorted by length within chunks of this many batches
+
+
+@Subcommand.register("elmo-embed")
+class ElmoEmbed(Subcommand):
+    def add_subparser(self, parser: argparse._SubParsersAction) -> argparse.ArgumentParser:
+        description = (
+            "ELMo vectors for every line of INPUT (whitespace tokens) into the HDF5 file OUTPUT: "
+            'dataset "i" = line i (0-based), shape (layers, tokens, dim) with --layers all, '
+            "(tokens, dim) otherwise; layer 0 is the character CNN output repeated to full width; "
+            "<S>/</S> removed. Dataset `sentence_to_index`: a JSON string mapping each line's text "
+            "to all its line numbers."
+        )
+        subparser = parser.add_parser(self.name, description=description, help="Embed a text file with ELMo.")
+        subparser.add_argument("model", help="our biLM archive (model.tar.gz / serialization dir) or a folder "
+                               "with options.json + weights.hdf5")
+        subparser.add_argument("input_file", help="text, one whitespace-tokenized sentence per line")
+        subparser.add_argument("output_file", help="HDF5 file to write")
+        subparser.add_argument("--layers", choices=LAYER_CHOICES, default="all",
+                               help="every layer, their average, or the top layer")
+        subparser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
+        subparser.add_argument("--cuda-device", type=int, default=-1, help="GPU id, -1 for CPU")
+        subparser.set_defaults(func=embed_from_args)
+        return subparser
+
+
+def embed_from_args(args: argparse.Namespace) -> None:
+    if not os.path.exists(args.model):
+        raise ConfigurationError(f"elmo-embed: model not found: {args.model}")
+    encoder = load_bilm_encoder(args.model, args.cuda_device)
+    embed_file(encoder, args.input_file, args.output_file, args.layers, args.batch_size)
+
+
+def count_lines(path: str) -> int:
+    """Lines in the file (a last line without a newline counts), read in 1 MiB blocks."""
+    count, last = 0, b"\n"
+    with open(path, "rb") as text:
+        for block in iter(lambda: text.read(1 << 20), b""):
+            count += block.count(b"\n")
+            last = block[-1:]
+    return count + (last != b"\n")
+
+
+def numbered_lines(path: str, stats: CorpusStats) -> Iterator[Tuple[int, str]]:
+    """(0-based line number, stripped text) of every line, blank ones included."""
+    with open(path, "rb") as text:
+        for index, raw in enumerate(text):
+            yield index, decode_line(raw, path, index + 1, stats).strip()
+
+
+def select_layers(vectors: torch.Tensor, layers: str) -> torch.Tensor:
+    """(num_layers, tokens, dim) -> itself (`all`), the mean or the top layer (tokens, dim)."""
+    if layers == "average":
+        return vectors.mean(dim=0)
+    if layers == "top":
+        return vectors[-1]
+    return vectors
+
+
+class _Writer:
+    """Writes one dataset per line and remembers every sentence's line numbers."""
+
+    def __init__(self, output: h5py.File, empty_shape: Tuple[int, ...]) -> None:
+        self.output, self.empty_shape = output, empty_shape
+        self.sentence_to_index: Dict[str, List[int]] = {}
+
+    def note(self, index: int, text: str) -> None:
+        self.sentence_to_index.setdefault(text, []).append(index)
+
+    def write(self, index: int, vectors: numpy.ndarray) -> None:
+        self.output.create_dataset(str(index), data=vectors.astype(numpy.float32))
+
+    def write_empty(self, index: int) -> None:
+        self.write(index, numpy.zeros(self.empty_shape, dtype=numpy.float32))
+
+    def close(self) -> None:
+        dataset = self.output.create_dataset("sentence_to_index", (1,), dtype=h5py.special_dtype(vlen=str))
+        dataset[0] = json.dumps(self.sentence_to_index)
+
+
+def embed_chunk(
+    encoder: BiLmEncoder,
+    indexer: ElmoCharIdsIndexer,
+    chunk: List[Tuple[int, List[str]]],
+    batch_size: int,
+    layers: str,
+    writer: _Writer,
+) -> None:
+    """(line number, tokens) pairs -> batches of similar length -> one dataset per line."""
+    device = next(encoder.parameters()).device
+    chunk.sort(key=lambda item: len(item[1]))
+    for start in range(0, len(chunk), batch_size):
+        batch = chunk[start : start + batch_size]
+        width = max(len(tokens) for _, tokens in batch) + 2
+        char_ids = torch.zeros(len(batch), width, MAX_CHARS, dtype=torch.long)
+        for row, (_, tokens) in enumerate(batch):
+            ids = [indexer.char_ids(token) for token in [BOS, *tokens, EOS]]
+            char_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        with torch.no_grad():
+            vectors, lengths = sentence_layers(encoder, char_ids.to(device))
+        for (index, _), sentence, length in zip(batch, vectors.cpu(), lengths.tolist()):
+            writer.write(index, select_layers(sentence[:, :length], layers).numpy())
+
+
+def embed_file(encoder: BiLmEncoder, input_file: str, output_file: str, layers: str = "all", batch_size: int = 64) -> None:
+    """Streams INPUT in chunks of `BATCHES_PER_CHUNK` batches, sorts each chunk by length, embeds
+    each sentence as `<S> w1 .. wn </S>` from zero state and writes its vectors, boundaries removed."""
+    if layers not in LAYER_CHOICES:
+        raise ConfigurationError(f"elmo-embed: --layers must be one of {LAYER_CHOICES}, got {layers!r}")
+    if batch_size < 1:
+        raise ConfigurationError("elmo-embed: --batch-size must be at least 1")
+    if not os.path.isfile(input_file):
+        raise ConfigurationError(f"elmo-embed: input file not found: {input_file}")
+    encoder.eval()
+    indexer = ElmoCharIdsIndexer()
+    empty_shape = (encoder.num_layers, 0, encoder.get_output_dim()) if layers == "all" else (0, encoder.get_output_dim())
+    stats = CorpusStats(files=1)
+    os.makedirs(os.path.dirname(os.path.abspath(output_file)), exist_ok=True)
+    with h5py.File(output_file, "w") as output:
+        writer = _Writer(output, empty_shape)
+        chunk: List[Tuple[int, List[str]]] = []
+        progress = Tqdm.tqdm(total=count_lines(input_file), desc="elmo-embed", unit=" lines")
+        for index, text in numbered_lines(input_file, stats):
+            writer.note(index, text)
+            tokens = text.split()
+            if tokens:
+                stats.lines += 1
+                chunk.append((index, tokens))
+            else:
+                stats.blank_lines += 1
+                writer.write_empty(index)
+            if len(chunk) >= batch_size * BATCHES_PER_CHUNK:
+                embed_chunk(encoder, indexer, chunk, batch_size, layers, writer)
+                chunk = []
+            progress.update(1)
+        if chunk:
+            embed_chunk(encoder, indexer, chunk, batch_size, layers, writer)
+        progress.close()
+        writer.close()
+    logger.info("elmo-embed: %s", stats.summary(input_file))
+    print(f"elmo-embed: {stats.lines} sentences, {stats.blank_lines} blank lines -> {output_file}")

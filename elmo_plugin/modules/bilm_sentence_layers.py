@@ -1,0 +1,23 @@
+"""Every biLM layer for whole sentences, `<S>` / `</S>` removed: shared by the `elmo_embeddings`
+predictor and `allennlp elmo-embed`, so both give the same vectors."""
+from typing import List, Tuple
+
+import torch
+from allennlp.nn.util import remove_sentence_boundaries
+
+from elmo_plugin.modules.bilm_encoder import BiLmEncoder
+
+
+def sentence_layers(encoder: BiLmEncoder, char_ids: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """
+    char_ids (batch, tokens + 2, 50) for `<S> w1 .. wn </S>`, right-padded ->
+    (layers (batch, num_layers, tokens, dim), lengths (batch,) = n of each sentence).
+    Layer 0 is the character CNN output repeated to full width; padding positions are zero.
+    """
+    layers, mask = encoder(char_ids)
+    trimmed: List[torch.Tensor] = []
+    new_mask = mask
+    for layer in layers:
+        without_boundaries, new_mask = remove_sentence_boundaries(layer, mask)
+        trimmed.append(without_boundaries)
+    return torch.stack(trimmed, dim=1), new_mask.sum(dim=1)

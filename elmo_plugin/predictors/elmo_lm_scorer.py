@@ -1,0 +1,127 @@
+"""Predictor `elmo_lm_scorer`: per-sentence perplexities and top-k next / previous words."""
+import math
+from typing import List, Optional, Tuple
+
+import torch
+from allennlp.common.checks import ConfigurationError
+from allennlp.common.util import JsonDict
+from allennlp.data import DatasetReader, Instance, Token
+from allennlp.data.batch import Batch
+from allennlp.models import Model
+from allennlp.modules.softmax_loss import SoftmaxLoss
+from allennlp.nn import util as nn_util
+from allennlp.predictors.predictor import Predictor
+
+from elmo_plugin.predictors.elmo_embeddings import char_ids_of, require_bilm
+from elmo_plugin.predictors.json_input import input_tokens
+
+DEFAULT_TOP_K = 5
+
+
+def softmax_parameters(softmax_loss: torch.nn.Module) -> Tuple[torch.Tensor, torch.Tensor]:
+    """allennlp's SoftmaxLoss (w: (dim, V)) or SampledSoftmaxLoss (w: (V, dim), maybe an
+    Embedding) -> (weight (V, dim), bias (V,)). Row r scores vocabulary index r + 1."""
+    weight, bias = softmax_loss.softmax_w, softmax_loss.softmax_b
+    if isinstance(weight, torch.nn.Embedding):
+        return weight.weight, bias.weight.squeeze(-1)
+    if isinstance(softmax_loss, SoftmaxLoss):
+        return weight.t(), bias
+    return weight, bias
+
+
+def top_k_of(k: int) -> int:
+    if not isinstance(k, int) or isinstance(k, bool) or k < 0:
+        raise ConfigurationError(f'"top_k" must be a non-negative integer, got {k!r}')
+    return k
+
+
+@Predictor.register("elmo_lm_scorer")
+class ElmoLmScorerPredictor(Predictor):
+    """
+    Input: `{"sentence": "..."}` or `{"tokens": [...]}`, optional `"top_k"` (default 5).
+    The sentence is scored as in pretraining, `<S> w1 .. wn </S>`, with the full softmax.
+    Output (n tokens):
+
+    - `tokens`: the n tokens;
+    - `forward_log_probs`: n + 1 values, log p(w1 | <S>), ..., log p(wn | ..), log p(</S> | ..);
+    - `backward_log_probs`: n + 1 values, log p(<S> | w1 ..), log p(w1 | w2 ..), ..., log p(wn | </S>);
+    - `forward_perplexity`, `backward_perplexity`: exp of the mean negative log probability of
+      each direction; `perplexity`: exp of the mean over both directions (the model's metric);
+    - `top_next`, `top_previous`: for each of the n tokens, the k most likely next (forward LM)
+      and previous (backward LM) words: lists of `{"word": str, "log_prob": float}`, best first.
+
+    A word outside the biLM vocabulary is scored as the unknown token `@@UNKNOWN@@`, as in training.
+    """
+
+    def __init__(self, model: Model, dataset_reader: DatasetReader, frozen: bool = True) -> None:
+        super().__init__(model, dataset_reader, frozen)
+        bilm = require_bilm(model, "elmo_lm_scorer")
+        if bilm._softmax_loss is None:
+            raise ConfigurationError("elmo_lm_scorer: this biLM archive has no softmax")
+        self._encoder = bilm.bilm_encoder()
+        self._softmax_loss = bilm._softmax_loss
+
+    def _json_to_instance(self, json_dict: JsonDict) -> Instance:
+        return self._dataset_reader.text_to_instance(tokens=[Token(t) for t in input_tokens(json_dict)])
+
+    def predict_json(self, inputs: JsonDict) -> JsonDict:
+        return self.predict_batch_json([inputs])[0]
+
+    def predict_batch_json(self, inputs: List[JsonDict]) -> List[JsonDict]:
+        top_ks = [top_k_of(json_dict.get("top_k", DEFAULT_TOP_K)) for json_dict in inputs]
+        return self._score(self._batch_json_to_instances(inputs), top_ks)
+
+    def predict_instance(self, instance: Instance) -> JsonDict:
+        return self._score([instance], [DEFAULT_TOP_K])[0]
+
+    def predict_batch_instance(self, instances: List[Instance]) -> List[JsonDict]:
+        return self._score(instances, [DEFAULT_TOP_K] * len(instances))
+
+    def _words(self, rows: torch.Tensor) -> List[str]:
+        return [self._model.vocab.get_token_from_index(row + 1) for row in rows.tolist()]
+
+    def _top(self, log_probs: torch.Tensor, k: int) -> List[List[JsonDict]]:
+        """(positions, V) log probs -> top k words per position; the last row (index V, no word)
+        is left out."""
+        k = min(k, log_probs.size(-1) - 1)
+        values, rows = log_probs[:, :-1].topk(k, dim=-1)
+        return [
+            [{"word": word, "log_prob": value} for word, value in zip(self._words(r), v.tolist())]
+            for r, v in zip(rows, values)
+        ]
+
+    def _score(self, instances: List[Instance], top_ks: List[int]) -> List[JsonDict]:
+        for instance in instances:
+            self._dataset_reader.apply_token_indexers(instance)
+        batch = Batch(instances)
+        batch.index_instances(self._model.vocab)
+        tensors = nn_util.move_to_device(batch.as_tensor_dict(), self.cuda_device)
+        word_ids: Optional[torch.Tensor] = tensors["source"].get("tokens", {}).get("tokens")
+        if word_ids is None:
+            raise ConfigurationError("elmo_lm_scorer: the dataset reader has no `tokens` single-id indexer")
+        weight, bias = softmax_parameters(self._softmax_loss)
+        outputs = []
+        with torch.no_grad():
+            layers, mask = self._encoder(char_ids_of(tensors["source"]))
+            forward_states, backward_states = layers[-1].chunk(2, dim=-1)
+            for index, (instance, k) in enumerate(zip(instances, top_ks)):
+                length = int(mask[index].sum())  # n + 2
+                ids = word_ids[index, :length] - 1  # softmax rows
+                forward = torch.log_softmax(forward_states[index, : length - 1] @ weight.t() + bias, dim=-1)
+                backward = torch.log_softmax(backward_states[index, 1:length] @ weight.t() + bias, dim=-1)
+                forward_lp = forward.gather(1, ids[1:].unsqueeze(1)).squeeze(1)
+                backward_lp = backward.gather(1, ids[: length - 1].unsqueeze(1)).squeeze(1)
+                targets = length - 1
+                outputs.append(
+                    {
+                        "tokens": [t.ensure_text() for t in instance["source"].tokens[1:-1]],  # type: ignore
+                        "forward_log_probs": forward_lp.tolist(),
+                        "backward_log_probs": backward_lp.tolist(),
+                        "forward_perplexity": math.exp(-forward_lp.sum().item() / targets),
+                        "backward_perplexity": math.exp(-backward_lp.sum().item() / targets),
+                        "perplexity": math.exp(-(forward_lp.sum() + backward_lp.sum()).item() / (2 * targets)),
+                        "top_next": self._top(forward[1:], k),
+                        "top_previous": self._top(backward[:-1], k),
+                    }
+                )
+        return outputs
