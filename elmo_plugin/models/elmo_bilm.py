@@ -25,6 +25,10 @@ class ElmoBiLm(LanguageModel):
 
     `source` must hold the character ids for the text field embedder and a `tokens` single-id
     entry (embedded by an `empty` embedder) for the targets.
+
+    `pretrained_file`: a folder with the standard ELMo files to start from; the configured
+    architecture must equal its options.json, and its softmax.hdf5 (if any) is mapped onto the
+    vocabulary by token through its vocab.txt.
     """
 
     def __init__(
@@ -36,6 +40,7 @@ class ElmoBiLm(LanguageModel):
         num_samples: Optional[int] = None,
         sparse_embeddings: bool = False,
         initializer: Optional[InitializerApplicator] = None,
+        pretrained_file: Optional[str] = None,
         **kwargs,
     ) -> None:
         super().__init__(
@@ -50,6 +55,12 @@ class ElmoBiLm(LanguageModel):
             **kwargs,
         )
         self._token_weighted_perplexity = TokenWeightedPerplexity()
+        if pretrained_file is not None:
+            # A folder of ELMo files (options.json + weights.hdf5 [+ softmax.hdf5, vocab.txt])
+            # to continue pretraining from; allennlp drops this key when loading an archive.
+            from elmo_plugin.interop.elmo_files import import_elmo_files
+
+            import_elmo_files(self, pretrained_file)
 
     def bilm_encoder(self) -> BiLmEncoder:
         """The character CNN and contextualizer of this model (shared, not copied)."""

@@ -1,0 +1,121 @@
+"""Helpers for comparing our modules with allennlp's own ELMo reader (`allennlp.modules.elmo`)."""
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import h5py
+import numpy
+import torch
+from allennlp.data.token_indexers.elmo_indexer import ELMoCharacterMapper
+from allennlp.modules.elmo import Elmo, batch_to_ids
+from allennlp.nn.util import add_sentence_boundary_token_ids
+
+from elmo_plugin.interop.elmo_files import build_bilm_encoder, write_bilm_encoder
+from elmo_plugin.modules.bilm_encoder import BiLmEncoder
+
+TOLERANCE = 1e-5
+
+SENTENCES = [
+    "The cat sat on the mat .".split(),
+    ["Hello"],
+    "Résumé naïve café — ünïcödé tokens , and a very long one".split()
+    + ["pneumonoultramicroscopicsilicovolcanoconiosis" * 2],
+    "a b c d e f g h i j k l m n o p".split(),
+    "the the the the .".split(),
+    "Short one".split(),
+    "Another sentence with some words that repeat some words".split(),
+]
+
+
+def tiny_options(clip: Optional[float], activation: str = "relu") -> Dict:
+    return {
+        "lstm": {"use_skip_connections": True, "projection_dim": 16, "dim": 24, "n_layers": 2,
+                 "cell_clip": clip, "proj_clip": clip},
+        "char_cnn": {"activation": activation, "filters": [[1, 4], [2, 8], [3, 8], [5, 16]], "n_highway": 2,
+                     "embedding": {"dim": 8}, "n_characters": 262, "max_characters_per_token": 50},
+    }
+
+
+def random_encoder(clip: Optional[float], seed: int = 0, activation: str = "relu") -> BiLmEncoder:
+    """A tiny encoder with random weights large enough that clipping matters."""
+    generator = torch.Generator().manual_seed(seed)
+    encoder = build_bilm_encoder(tiny_options(clip, activation))
+    with torch.no_grad():
+        for name, parameter in encoder.named_parameters():
+            scale = 0.5 if "contextualizer" in name else 0.3
+            parameter.copy_(torch.randn(parameter.shape, generator=generator) * scale)
+        encoder.char_cnn.char_embedding.weight[0] = 0.0
+    return encoder.eval()
+
+
+def write_pair(encoder: BiLmEncoder, folder: Path) -> Tuple[str, str]:
+    folder.mkdir(parents=True, exist_ok=True)
+    options, weights = str(folder / "options.json"), str(folder / "weights.hdf5")
+    write_bilm_encoder(encoder, options, weights)
+    return options, weights
+
+
+def allennlp_elmo(options_file: str, weights_file: str, **kwargs) -> Elmo:
+    return Elmo(options_file, weights_file, num_output_representations=1, dropout=0.0, **kwargs).eval()
+
+
+def allennlp_layers(elmo: Elmo, char_ids: torch.Tensor) -> Tuple[List[torch.Tensor], torch.Tensor]:
+    """allennlp's biLM layers (with <S>/</S>) from zero state (its ElmoLstm keeps state)."""
+    elmo._elmo_lstm._elmo_lstm.reset_states()
+    with torch.no_grad():
+        output = elmo._elmo_lstm(char_ids)
+    return output["activations"], output["mask"]
+
+
+def with_boundaries(char_ids: torch.Tensor) -> torch.Tensor:
+    mask = (char_ids > 0).any(dim=-1)
+    bos = torch.from_numpy(numpy.array(ELMoCharacterMapper.beginning_of_sentence_characters) + 1)
+    eos = torch.from_numpy(numpy.array(ELMoCharacterMapper.end_of_sentence_characters) + 1)
+    return add_sentence_boundary_token_ids(char_ids, mask, bos, eos)[0]
+
+
+def batches(sizes=(1, 3, 7)) -> List[torch.Tensor]:
+    """Char-id batches of several sizes, with padding (sentences of different lengths)."""
+    out, start = [], 0
+    for size in sizes:
+        chosen = [SENTENCES[(start + offset) % len(SENTENCES)] for offset in range(size)]
+        start += size
+        out.append(batch_to_ids(chosen))
+    return out
+
+
+def max_diff(ours: List[torch.Tensor], theirs: List[torch.Tensor]) -> float:
+    assert len(ours) == len(theirs)
+    return max(float((a - b).abs().max()) for a, b in zip(ours, theirs))
+
+
+def write_random_tf_pair(folder: Path, options: Dict, seed: int = 0) -> Tuple[str, str]:
+    """options.json + weights.hdf5 written directly with h5py in the published layout (shapes as
+    allennlp's reader expects), random values: independent of our writer."""
+    import json
+
+    rng = numpy.random.default_rng(seed)
+    cnn, lstm = options["char_cnn"], options["lstm"]
+    dim, proj, cells = cnn["embedding"]["dim"], lstm["projection_dim"], lstm["dim"]
+    filters = sum(count for _, count in cnn["filters"])
+    arrays = {"char_embed": rng.normal(0, 0.3, (261, dim))}
+    for i, (width, count) in enumerate(cnn["filters"]):
+        arrays[f"CNN/W_cnn_{i}"] = rng.normal(0, 0.3, (1, width, dim, count))
+        arrays[f"CNN/b_cnn_{i}"] = rng.normal(0, 0.3, (count,))
+    for k in range(cnn["n_highway"]):
+        for name, shape in [("W_transform", (filters, filters)), ("W_carry", (filters, filters)),
+                            ("b_transform", (filters,)), ("b_carry", (filters,))]:
+            arrays[f"CNN_high_{k}/{name}"] = rng.normal(0, 0.3, shape)
+    arrays["CNN_proj/W_proj"] = rng.normal(0, 0.3, (filters, proj))
+    arrays["CNN_proj/b_proj"] = rng.normal(0, 0.3, (proj,))
+    for d in range(2):
+        for layer in range(lstm["n_layers"]):
+            prefix = f"RNN_{d}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
+            arrays[f"{prefix}/W_0"] = rng.normal(0, 0.5, (2 * proj, 4 * cells))
+            arrays[f"{prefix}/B"] = rng.normal(0, 0.5, (4 * cells,))
+            arrays[f"{prefix}/W_P_0"] = rng.normal(0, 0.5, (cells, proj))
+    folder.mkdir(parents=True, exist_ok=True)
+    with h5py.File(folder / "weights.hdf5", "w") as out:
+        for name, array in arrays.items():
+            out.create_dataset(name, data=array.astype(numpy.float32))
+    (folder / "options.json").write_text(json.dumps(options))
+    return str(folder / "options.json"), str(folder / "weights.hdf5")
