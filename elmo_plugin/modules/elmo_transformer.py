@@ -1,0 +1,238 @@
+"""Seq2SeqEncoder `elmo_transformer`: two causal transformer stacks (forward and backward).
+
+Both directions are computed together: the backward stack reads each sentence reversed within
+its length, so both stacks are causal and padding sits at the end for both; their parameters
+are stacked along a leading direction axis (0 = forward, 1 = backward), so every projection is
+one batched matmul for both directions and attention is one fused
+`scaled_dot_product_attention(..., is_causal=True)` call.
+"""
+import math
+from typing import List, Optional, Union
+
+import torch
+import torch.nn.functional as F
+from allennlp.common.checks import ConfigurationError
+from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
+
+from elmo_plugin.modules.elmo_lstm import gather_timesteps, reverse_within_length
+
+NUM_DIRECTIONS = 2
+
+
+def sinusoidal_positions(timesteps: int, dim: int) -> torch.Tensor:
+    """(timesteps, dim) sinusoidal position encodings (Vaswani et al. 2017); sin on even
+    features, cos on odd ones, as allennlp-models' `PositionalEncoding`."""
+    position = torch.arange(timesteps, dtype=torch.float32).unsqueeze(1)
+    frequency = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * -(math.log(10000.0) / dim))
+    encoding = torch.zeros(timesteps, dim)
+    encoding[:, 0::2] = torch.sin(position * frequency)
+    encoding[:, 1::2] = torch.cos(position * frequency[: dim // 2])
+    return encoding
+
+
+def directional_linear(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """One matmul for both directions: inputs (2, n, in), weight (2, in, out), bias (2, 1, out)
+    -> (2, n, out)."""
+    return torch.baddbmm(bias, inputs, weight)
+
+
+def directional_layer_norm(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """Layer norm over the last dim with per-direction gain and bias:
+    inputs (2, n, dim), weight and bias (2, 1, dim) -> (2, n, dim)."""
+    normalized = F.layer_norm(inputs, inputs.shape[-1:], eps=1e-6)
+    return torch.addcmul(bias, normalized, weight)
+
+
+def directional_parameter(*shape: int, value: Optional[float] = None) -> torch.nn.Parameter:
+    """A (2, *shape) parameter, filled with `value` (or left for `reset_parameters`)."""
+    tensor = torch.empty(NUM_DIRECTIONS, *shape)
+    if value is not None:
+        tensor.fill_(value)
+    return torch.nn.Parameter(tensor)
+
+
+class DirectionalBlock(torch.nn.Module):
+    """
+    One pre-LN transformer block for both directions at once:
+    x + drop(attn(LN(x))), then x + drop(FF(LN(x))) with FF = W2 drop(relu(W1 x)).
+    inputs (2, batch, timesteps, dim) -> same shape; attention is causal within each sequence.
+    """
+
+    def __init__(
+        self, input_dim: int, hidden_dim: int, num_heads: int, dropout: float, attention_dropout: float
+    ) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.attention_dropout = attention_dropout
+        self.attention_norm_weight = directional_parameter(1, input_dim, value=1.0)
+        self.attention_norm_bias = directional_parameter(1, input_dim, value=0.0)
+        self.qkv_weight = directional_parameter(input_dim, 3 * input_dim)
+        self.qkv_bias = directional_parameter(1, 3 * input_dim, value=0.0)
+        self.output_weight = directional_parameter(input_dim, input_dim)
+        self.output_bias = directional_parameter(1, input_dim, value=0.0)
+        self.feedforward_norm_weight = directional_parameter(1, input_dim, value=1.0)
+        self.feedforward_norm_bias = directional_parameter(1, input_dim, value=0.0)
+        self.feedforward_in_weight = directional_parameter(input_dim, hidden_dim)
+        self.feedforward_in_bias = directional_parameter(1, hidden_dim, value=0.0)
+        self.feedforward_out_weight = directional_parameter(hidden_dim, input_dim)
+        self.feedforward_out_bias = directional_parameter(1, input_dim, value=0.0)
+        self.dropout = torch.nn.Dropout(dropout)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Glorot-uniform matrices (query, key and value each as its own square matrix, as
+        allennlp-models' transformer initializes them), per direction; zero biases."""
+        for direction in range(NUM_DIRECTIONS):
+            for matrix in self.qkv_weight.data[direction].chunk(3, dim=-1):
+                torch.nn.init.xavier_uniform_(matrix)
+            torch.nn.init.xavier_uniform_(self.output_weight.data[direction])
+            torch.nn.init.xavier_uniform_(self.feedforward_in_weight.data[direction])
+            torch.nn.init.xavier_uniform_(self.feedforward_out_weight.data[direction])
+
+    def attention(self, inputs: torch.Tensor) -> torch.Tensor:
+        """(2, batch, timesteps, dim) normalized inputs -> causal multi-head attention output,
+        same shape, before the residual."""
+        directions, batch_size, timesteps, dim = inputs.shape
+        qkv = directional_linear(inputs.view(directions, -1, dim), self.qkv_weight, self.qkv_bias)
+        # (2, batch, timesteps, 3, heads, head_dim) -> 3 x (2 * batch, heads, timesteps, head_dim)
+        qkv = qkv.view(directions * batch_size, timesteps, 3, self.num_heads, dim // self.num_heads)
+        query, key, value = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        attended = F.scaled_dot_product_attention(
+            query,
+            key,
+            value,
+            dropout_p=self.attention_dropout if self.training else 0.0,
+            is_causal=True,
+        )
+        attended = attended.transpose(1, 2).reshape(directions, batch_size * timesteps, dim)
+        output = directional_linear(attended, self.output_weight, self.output_bias)
+        return output.view(directions, batch_size, timesteps, dim)
+
+    def feedforward(self, inputs: torch.Tensor) -> torch.Tensor:
+        """(2, batch, timesteps, dim) normalized inputs -> position-wise FF output, same shape."""
+        flat = inputs.view(inputs.size(0), -1, inputs.size(-1))
+        hidden = F.relu(directional_linear(flat, self.feedforward_in_weight, self.feedforward_in_bias))
+        output = directional_linear(self.dropout(hidden), self.feedforward_out_weight, self.feedforward_out_bias)
+        return output.view_as(inputs)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        normalized = self._norm(inputs, self.attention_norm_weight, self.attention_norm_bias)
+        inputs = inputs + self.dropout(self.attention(normalized))
+        normalized = self._norm(inputs, self.feedforward_norm_weight, self.feedforward_norm_bias)
+        return inputs + self.dropout(self.feedforward(normalized))
+
+    @staticmethod
+    def _norm(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        flat = inputs.view(inputs.size(0), -1, inputs.size(-1))
+        return directional_layer_norm(flat, weight, bias).view_as(inputs)
+
+
+@Seq2SeqEncoder.register("elmo_transformer")
+class ElmoTransformer(Seq2SeqEncoder):
+    """
+    inputs (batch, timesteps, input_dim), mask (batch, timesteps) ->
+    top layer (batch, timesteps, 2 * input_dim) = [forward; backward], or with
+    `return_all_layers` a list of `num_layers` such tensors. Padding positions are zero.
+
+    A forward stack in which each position attends only to itself and the past, and a separate
+    backward stack in which it attends only to itself and the future, so neither direction can
+    see the token it predicts. Sinusoidal positions are added once to the input (the backward
+    stack counts positions from the end of each sentence), then `input_dropout`; each layer is a
+    pre-LN block (multi-head self-attention, then a ReLU feed-forward of width `hidden_dim`,
+    each in a residual branch with `dropout`); the top layer gets a final layer norm, as in
+    allennlp-models' `bidirectional_language_model_transformer`.
+
+    The mask must be True on a prefix of each row (allennlp pads at the end), as for
+    `elmo_lstm`; padding never changes a real position's output.
+    """
+
+    def __init__(
+        self,
+        input_dim: int,
+        hidden_dim: int,
+        num_layers: int,
+        num_attention_heads: int = 8,
+        dropout: float = 0.1,
+        input_dropout: Optional[float] = None,
+        attention_dropout: float = 0.0,
+        return_all_layers: bool = False,
+    ) -> None:
+        super().__init__()
+        if num_layers < 1:
+            raise ConfigurationError("elmo_transformer: num_layers must be at least 1")
+        if input_dim % num_attention_heads != 0:
+            raise ConfigurationError(
+                f"elmo_transformer: input_dim {input_dim} is not a multiple of "
+                f"num_attention_heads {num_attention_heads}"
+            )
+        self.input_dim = input_dim
+        self.hidden_dim = hidden_dim
+        self.num_layers = num_layers
+        self.num_attention_heads = num_attention_heads
+        self._return_all_layers = return_all_layers
+        self._input_dropout = torch.nn.Dropout(input_dropout or 0.0)
+        self.layers = torch.nn.ModuleList(
+            DirectionalBlock(input_dim, hidden_dim, num_attention_heads, dropout, attention_dropout)
+            for _ in range(num_layers)
+        )
+        self.final_norm_weight = directional_parameter(1, input_dim, value=1.0)
+        self.final_norm_bias = directional_parameter(1, input_dim, value=0.0)
+        self.register_buffer("_positions", sinusoidal_positions(512, input_dim), persistent=False)
+
+    def get_input_dim(self) -> int:
+        return self.input_dim
+
+    def get_output_dim(self) -> int:
+        return 2 * self.input_dim
+
+    def is_bidirectional(self) -> bool:
+        return True
+
+    def positions(self, timesteps: int) -> torch.Tensor:
+        """(timesteps, input_dim) position encodings, extending the cached table if needed."""
+        if timesteps > self._positions.size(0):
+            table = sinusoidal_positions(2 * timesteps, self.input_dim)
+            self._positions = table.to(device=self._positions.device, dtype=self._positions.dtype)
+        return self._positions[:timesteps]
+
+    def directional_inputs(self, inputs: torch.Tensor, reverse_index: torch.Tensor) -> torch.Tensor:
+        """(batch, timesteps, dim) -> (2, batch, timesteps, dim): the inputs as read forward
+        and as read backward (reversed within length), each with positions and input dropout."""
+        stacked = torch.stack([inputs, gather_timesteps(inputs, reverse_index)])
+        return self._input_dropout(stacked + self.positions(inputs.size(1)).to(inputs.dtype))
+
+    def layer_output(
+        self, states: torch.Tensor, reverse_index: torch.Tensor, keep: torch.Tensor
+    ) -> torch.Tensor:
+        """(2, batch, timesteps, dim) states -> (batch, timesteps, 2 * dim) [forward; backward]
+        in original order, zero at padding."""
+        forward, backward = states.unbind(0)
+        return torch.cat([forward, gather_timesteps(backward, reverse_index)], dim=-1) * keep
+
+    def run_layers(self, inputs: torch.Tensor, mask: torch.BoolTensor, every_layer: bool) -> List[torch.Tensor]:
+        """(batch, timesteps, input_dim) -> each layer's (batch, timesteps, 2 * input_dim)
+        output, bottom first (only the top one unless `every_layer`); the top one after the
+        final layer norm."""
+        reverse_index = reverse_within_length(mask.sum(dim=1), mask.size(1))
+        keep = mask.unsqueeze(-1).to(inputs.dtype)
+        states = self.directional_inputs(inputs, reverse_index)
+        layers = []
+        for index, layer in enumerate(self.layers):
+            states = layer(states)
+            is_top = index == self.num_layers - 1
+            if is_top:
+                states = DirectionalBlock._norm(states, self.final_norm_weight, self.final_norm_bias)
+            if every_layer or is_top:
+                layers.append(self.layer_output(states, reverse_index, keep))
+        return layers
+
+    def all_layers(self, inputs: torch.Tensor, mask: torch.BoolTensor) -> List[torch.Tensor]:
+        """Every layer's (batch, timesteps, 2 * input_dim) output, bottom first."""
+        return self.run_layers(inputs, mask, every_layer=True)
+
+    def forward(
+        self, inputs: torch.Tensor, mask: torch.BoolTensor
+    ) -> Union[torch.Tensor, List[torch.Tensor]]:
+        if self._return_all_layers:
+            return self.all_layers(inputs, mask)
+        return self.run_layers(inputs, mask, every_layer=False)[0]
