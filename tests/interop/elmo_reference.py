@@ -41,7 +41,7 @@ def random_encoder(clip: Optional[float], seed: int = 0, activation: str = "relu
     encoder = build_bilm_encoder(tiny_options(clip, activation))
     with torch.no_grad():
         for name, parameter in encoder.named_parameters():
-            scale = 0.5 if "contextualizer" in name else 0.3
+            scale = 0.3
             parameter.copy_(torch.randn(parameter.shape, generator=generator) * scale)
         encoder.char_cnn.char_embedding.weight[0] = 0.0
     return encoder.eval()
@@ -85,7 +85,7 @@ def batches(sizes=(1, 3, 7)) -> List[torch.Tensor]:
 
 def max_diff(ours: List[torch.Tensor], theirs: List[torch.Tensor]) -> float:
     assert len(ours) == len(theirs)
-    return max(float((a - b).abs().max()) for a, b in zip(ours, theirs))
+    return max(float((a - b).detach().abs().max()) for a, b in zip(ours, theirs))
 
 
 def write_random_tf_pair(folder: Path, options: Dict, seed: int = 0) -> Tuple[str, str]:
@@ -110,9 +110,9 @@ def write_random_tf_pair(folder: Path, options: Dict, seed: int = 0) -> Tuple[st
     for d in range(2):
         for layer in range(lstm["n_layers"]):
             prefix = f"RNN_{d}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
-            arrays[f"{prefix}/W_0"] = rng.normal(0, 0.5, (2 * proj, 4 * cells))
-            arrays[f"{prefix}/B"] = rng.normal(0, 0.5, (4 * cells,))
-            arrays[f"{prefix}/W_P_0"] = rng.normal(0, 0.5, (cells, proj))
+            arrays[f"{prefix}/W_0"] = rng.normal(0, 0.3, (2 * proj, 4 * cells))
+            arrays[f"{prefix}/B"] = rng.normal(0, 0.3, (4 * cells,))
+            arrays[f"{prefix}/W_P_0"] = rng.normal(0, 0.3, (cells, proj))
     folder.mkdir(parents=True, exist_ok=True)
     with h5py.File(folder / "weights.hdf5", "w") as out:
         for name, array in arrays.items():

@@ -1,0 +1,145 @@
+"""TokenEmbedder `elmo_bilm_embedder`: ELMo for any AllenNLP config, from our biLM archive or from
+the standard ELMo files, in archives that stay self-contained."""
+import json
+import logging
+from typing import List, Optional
+
+import numpy
+import torch
+from allennlp.common.checks import ConfigurationError
+from allennlp.data import Vocabulary
+from allennlp.data.token_indexers.elmo_indexer import ELMoCharacterMapper
+from allennlp.modules.scalar_mix import ScalarMix
+from allennlp.modules.token_embedders import TokenEmbedder
+from allennlp.nn.util import add_sentence_boundary_token_ids, remove_sentence_boundaries
+
+from elmo_plugin.modules.fast_bilm import encoder_layers
+
+logger = logging.getLogger(__name__)
+
+ARCHITECTURE_NAMESPACE = "elmo_bilm_embedder_architecture"
+
+
+def _boundary_ids(characters: List[int]) -> torch.Tensor:
+    return torch.from_numpy(numpy.array(characters) + 1)
+
+
+def recorded_architecture(vocab: Vocabulary, namespace: str) -> Optional[dict]:
+    """The architecture JSON stored as a token of `namespace`, if any."""
+    tokens = [token for token in vocab.get_token_to_index_vocabulary(namespace) if token.startswith("{")]
+    if len(tokens) > 1:
+        raise ConfigurationError(f"elmo_bilm_embedder: vocabulary namespace {namespace!r} holds {len(tokens)} architectures")
+    return json.loads(tokens[0]) if tokens else None
+
+
+@TokenEmbedder.register("elmo_bilm_embedder")
+class ElmoBiLmEmbedder(TokenEmbedder):
+    """
+    ELMo representations for downstream models: character ids (batch, tokens, 50) under the key
+    `elmo_tokens` (our `elmo_char_ids` indexer or allennlp's `elmo_characters`) ->
+    (batch, tokens, dim) = dropout(gamma * sum_j softmax(s)_j h_j) [-> linear projection].
+    `<S>` / `</S>` are added before the biLM and removed after it, as allennlp's `Elmo` does;
+    h_0 is the character CNN output repeated to full width, h_1.. the contextualizer layers.
+    The mix is allennlp's `ScalarMix` (its parameters `scalar_parameters.*` and `gamma`; put an
+    L2 penalty on s through the model's `regularizer`). Nothing is kept between batches.
+
+    # Parameters
+
+    vocab : `Vocabulary`
+        The architecture of the biLM is recorded here (namespace `architecture_namespace`, one
+        JSON token) so that the model's archive rebuilds the embedder without `pretrained_file`.
+    pretrained_file : `str`, optional
+        Our biLM `model.tar.gz` (or serialization folder), LSTM or transformer, or a folder with
+        ELMo's `options.json` + `weights.hdf5`. allennlp drops this key when it loads an
+        archive; the weights then come from the archive.
+    requires_grad : `bool`, optional (default = `False`)
+        False keeps the biLM frozen; True fine-tunes it.
+    do_layer_norm : `bool`, optional (default = `False`)
+        Layer-normalize each layer inside the mix (allennlp's `ScalarMix`).
+    dropout : `float`, optional (default = `0.5`)
+        Dropout on the mixed representation (allennlp's default for ELMo).
+    projection_dim : `int`, optional
+        If given, a linear projection of the representation to this size.
+    scalar_mix_parameters : `List[float]`, optional
+        Fixed (untrained) pre-softmax mix weights, one per layer, as in allennlp's `Elmo`.
+    architecture_namespace : `str`, optional
+        Vocabulary namespace for the recorded architecture (one per ELMo embedder in a model).
+    """
+
+    def __init__(
+        self,
+        vocab: Vocabulary,
+        pretrained_file: Optional[str] = None,
+        requires_grad: bool = False,
+        do_layer_norm: bool = False,
+        dropout: float = 0.5,
+        projection_dim: Optional[int] = None,
+        scalar_mix_parameters: Optional[List[float]] = None,
+        architecture_namespace: str = ARCHITECTURE_NAMESPACE,
+    ) -> None:
+        super().__init__()
+        from elmo_plugin.interop.bilm_architecture import build_encoder, load_encoder_and_architecture
+
+        recorded = recorded_architecture(vocab, architecture_namespace)
+        if pretrained_file is not None:
+            self.bilm, architecture = load_encoder_and_architecture(pretrained_file)
+            if recorded is None:
+                vocab.add_token_to_namespace(
+                    json.dumps(architecture, sort_keys=True, separators=(",", ":")), architecture_namespace
+                )
+            elif recorded != json.loads(json.dumps(architecture)):
+                raise ConfigurationError(
+                    f"elmo_bilm_embedder: {pretrained_file} has architecture {architecture}, but the "
+                    f"vocabulary (namespace {architecture_namespace!r}) records {recorded}"
+                )
+        elif recorded is not None:
+            self.bilm = build_encoder(recorded)  # the weights come from the model's archive
+        else:
+            raise ConfigurationError(
+                "elmo_bilm_embedder: give pretrained_file (a biLM model.tar.gz, or a folder with "
+                "options.json + weights.hdf5); without it the architecture must be recorded in the "
+                f"vocabulary namespace {architecture_namespace!r}, as in an archive made with one"
+            )
+        self.bilm.eval()
+        self._requires_grad = requires_grad
+        for parameter in self.bilm.parameters():
+            parameter.requires_grad_(requires_grad)
+        self.scalar_mix = ScalarMix(
+            self.bilm.num_layers,
+            do_layer_norm=do_layer_norm,
+            initial_scalar_parameters=scalar_mix_parameters,
+            trainable=scalar_mix_parameters is None,
+        )
+        self._dropout = torch.nn.Dropout(dropout)
+        self._projection = torch.nn.Linear(self.bilm.get_output_dim(), projection_dim) if projection_dim else None
+        self._output_dim = projection_dim or self.bilm.get_output_dim()
+        self.register_buffer("_bos", _boundary_ids(ELMoCharacterMapper.beginning_of_sentence_characters), persistent=False)
+        self.register_buffer("_eos", _boundary_ids(ELMoCharacterMapper.end_of_sentence_characters), persistent=False)
+
+    def get_output_dim(self) -> int:
+        return self._output_dim
+
+    def train(self, mode: bool = True) -> "ElmoBiLmEmbedder":
+        super().train(mode)
+        if not self._requires_grad:
+            self.bilm.eval()  # a frozen biLM is a fixed feature extractor
+        return self
+
+    def layers(self, elmo_tokens: torch.Tensor):
+        """(batch, tokens, 50) -> (every biLM layer with `<S>`/`</S>`, their mask)."""
+        mask = (elmo_tokens > 0).any(dim=-1)
+        with_boundaries, mask_with_boundaries = add_sentence_boundary_token_ids(elmo_tokens, mask, self._bos, self._eos)
+        layers, _ = encoder_layers(self.bilm, with_boundaries)
+        return layers, mask_with_boundaries
+
+    def forward(self, elmo_tokens: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        leading_shape = elmo_tokens.shape[:-2]
+        flat = elmo_tokens.reshape(-1, *elmo_tokens.shape[-2:])
+        with torch.set_grad_enabled(torch.is_grad_enabled() and self._requires_grad):
+            layers, mask = self.layers(flat)
+        mixed = self.scalar_mix(layers, mask)
+        mixed, _ = remove_sentence_boundaries(mixed, mask)
+        output = self._dropout(mixed)
+        if self._projection is not None:
+            output = self._projection(output)
+        return output.view(*leading_shape, output.size(-2), -1)

@@ -1,0 +1,183 @@
+"""elmo_bilm_embedder: allennlp Elmo's numbers from the same files, a fast path equal to the
+plain modules, archives that rebuild without pretrained_file, frozen / fine-tuned biLM."""
+import json
+
+import pytest
+import torch
+from allennlp.common import Params
+from allennlp.common.checks import ConfigurationError
+from allennlp.data import Token, Vocabulary
+from allennlp.data.token_indexers import ELMoTokenCharactersIndexer
+from allennlp.models import Model
+from allennlp.modules.elmo import batch_to_ids
+
+from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
+from elmo_plugin.modules.elmo_bilm_embedder import ARCHITECTURE_NAMESPACE, ElmoBiLmEmbedder
+from elmo_plugin.modules.fast_bilm import char_cnn_vectors, encoder_layers
+from tests.interop.elmo_reference import (
+    SENTENCES,
+    TOLERANCE,
+    allennlp_elmo,
+    batches,
+    max_diff,
+    random_encoder,
+    with_boundaries,
+    write_pair,
+)
+
+torch.set_num_threads(1)  # tiny tensors: threads only add overhead on a shared 2-core machine
+
+MIX, GAMMA = [0.3, -0.5, 1.0], 1.7
+
+
+def set_mix(scalar_mix) -> None:
+    with torch.no_grad():
+        for parameter, value in zip(scalar_mix.scalar_parameters, MIX):
+            parameter.fill_(value)
+        scalar_mix.gamma.fill_(GAMMA)
+
+
+@pytest.mark.parametrize("clip", [1.0, None])
+@pytest.mark.parametrize("do_layer_norm", [False, True])
+def test_embedder_matches_allennlp_elmo_on_the_same_files(tmp_path, clip, do_layer_norm):
+    options_file, weights_file = write_pair(random_encoder(clip), tmp_path)
+    ours = ElmoBiLmEmbedder(Vocabulary(), pretrained_file=str(tmp_path), dropout=0.0, do_layer_norm=do_layer_norm).eval()
+    theirs = allennlp_elmo(options_file, weights_file, do_layer_norm=do_layer_norm)
+    set_mix(ours.scalar_mix)
+    set_mix(theirs.scalar_mix_0)
+    assert ours.get_output_dim() == theirs.get_output_dim() == 32
+    for char_ids in batches((1, 3, 7)):
+        theirs._elmo_lstm._elmo_lstm.reset_states()  # allennlp's Elmo carries LSTM state across batches
+        with torch.no_grad():
+            expected = theirs(char_ids)["elmo_representations"][0]
+            actual = ours(char_ids)
+        assert actual.shape == expected.shape == (*char_ids.shape[:2], 32)
+        assert max_diff([actual], [expected]) <= TOLERANCE
+        padding = ~(char_ids > 0).any(-1)
+        if padding.any():
+            assert float(actual[padding].abs().max()) == 0.0
+
+
+@pytest.mark.parametrize("clip", [1.0, None])
+def test_fast_path_equals_the_plain_modules_values_and_gradients(clip):
+    encoder = random_encoder(clip, activation="tanh" if clip else "relu")
+    words = ["".join(chr(97 + (i * 7 + k) % 26) for k in range(length)) for i, length in enumerate(range(1, 60, 3))]
+    char_ids = with_boundaries(batch_to_ids([words, SENTENCES[2], ["é" * 30, "x"], SENTENCES[0]]))
+    plain_layers, plain_mask = encoder(char_ids)
+    fast_layers, fast_mask = encoder_layers(encoder, char_ids)
+    assert torch.equal(plain_mask, fast_mask)
+    assert max_diff(fast_layers, plain_layers) <= TOLERANCE
+    assert max_diff([char_cnn_vectors(encoder.char_cnn, char_ids)], [encoder.char_cnn(char_ids)]) <= TOLERANCE
+    weights = [torch.randn_like(layer) for layer in plain_layers]
+    plain_grads = torch.autograd.grad(sum((l * w).sum() for l, w in zip(plain_layers, weights)), list(encoder.parameters()))
+    fast_grads = torch.autograd.grad(sum((l * w).sum() for l, w in zip(fast_layers, weights)), list(encoder.parameters()))
+    for plain, fast in zip(plain_grads, fast_grads):
+        assert torch.allclose(plain, fast, atol=1e-4, rtol=1e-4)
+
+
+def test_architecture_is_recorded_and_rebuilds_without_pretrained_file(tmp_path):
+    write_pair(random_encoder(1.0), tmp_path / "elmo")
+    vocab = Vocabulary()
+    vocab.add_tokens_to_namespace(["word"], "tokens")
+    original = ElmoBiLmEmbedder(vocab, pretrained_file=str(tmp_path / "elmo"), dropout=0.0).eval()
+    set_mix(original.scalar_mix)
+    recorded = [t for t in vocab.get_token_to_index_vocabulary(ARCHITECTURE_NAMESPACE) if t.startswith("{")]
+    architecture = json.loads(recorded[0])
+    assert architecture["contextualizer"] == {
+        "type": "elmo_lstm", "input_dim": 16, "hidden_dim": 24, "num_layers": 2, "cell_clip": 1.0, "proj_clip": 1.0,
+    }
+    assert architecture["char_cnn"]["filters"] == [[1, 4], [2, 8], [3, 8], [5, 16]]
+    # what an archive holds: the saved vocabulary and the state dict, but no pretrained_file
+    vocab.save_to_files(str(tmp_path / "vocabulary"))
+    (tmp_path / "elmo" / "weights.hdf5").unlink()
+    rebuilt = ElmoBiLmEmbedder(Vocabulary.from_files(str(tmp_path / "vocabulary")), dropout=0.0).eval()
+    rebuilt.load_state_dict(original.state_dict())
+    char_ids = batches((7,))[0]
+    with torch.no_grad():
+        assert torch.equal(rebuilt(char_ids), original(char_ids))
+    with pytest.raises(ConfigurationError, match="give pretrained_file"):
+        ElmoBiLmEmbedder(Vocabulary())
+
+
+def test_a_different_recorded_architecture_is_an_error(tmp_path):
+    write_pair(random_encoder(1.0), tmp_path / "a")
+    write_pair(random_encoder(None), tmp_path / "b")
+    vocab = Vocabulary()
+    ElmoBiLmEmbedder(vocab, pretrained_file=str(tmp_path / "a"))
+    with pytest.raises(ConfigurationError, match="records"):
+        ElmoBiLmEmbedder(vocab, pretrained_file=str(tmp_path / "b"))
+    with pytest.raises(ConfigurationError, match="not found"):
+        ElmoBiLmEmbedder(Vocabulary(), pretrained_file=str(tmp_path / "missing.tar.gz"))
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_frozen_or_fine_tuned_biLM(tmp_path, requires_grad):
+    write_pair(random_encoder(1.0), tmp_path)
+    embedder = ElmoBiLmEmbedder(Vocabulary(), pretrained_file=str(tmp_path), requires_grad=requires_grad, dropout=0.0)
+    embedder.train()
+    embedder(batches((3,))[0]).pow(2).sum().backward()
+    assert all(p.grad is not None and float(p.grad.abs().sum()) > 0 for p in embedder.scalar_mix.parameters())
+    bilm_grads = [p.grad for p in embedder.bilm.parameters()]
+    if requires_grad:
+        assert sum(float(g.abs().sum()) for g in bilm_grads if g is not None) > 0
+    else:
+        assert all(g is None for g in bilm_grads) and not any(p.requires_grad for p in embedder.bilm.parameters())
+
+
+def test_no_state_is_carried_between_batches(tmp_path):
+    write_pair(random_encoder(1.0), tmp_path)
+    embedder = ElmoBiLmEmbedder(Vocabulary(), pretrained_file=str(tmp_path), dropout=0.0).eval()
+    alone = batch_to_ids([SENTENCES[0]])
+    crowded = batch_to_ids([SENTENCES[2], SENTENCES[0], SENTENCES[3]])
+    with torch.no_grad():
+        first = embedder(alone)
+        embedder(crowded)
+        again = embedder(alone)
+        in_batch = embedder(crowded)[1, : alone.size(1)]
+    assert torch.equal(first, again)
+    assert max_diff([in_batch], [first[0]]) <= 1e-6
+
+
+def test_allennlp_elmo_characters_indexer_gives_the_same_input():
+    tokens = [Token(t) for t in SENTENCES[2]]
+    vocab = Vocabulary()
+    ours = ElmoCharIdsIndexer().tokens_to_indices(tokens, vocab)
+    theirs = ELMoTokenCharactersIndexer().tokens_to_indices(tokens, vocab)
+    assert ours == theirs and list(ours) == ["elmo_tokens"]
+
+
+def test_transformer_archive_rebuilds_from_the_recorded_architecture(tmp_path):
+    """A transformer biLM (no standard files for it) works from its archive, and the downstream
+    archive rebuilds it from the recorded architecture."""
+    pytest.importorskip("elmo_plugin.modules.elmo_transformer", reason="no elmo_transformer module yet")
+    config = {
+        "type": "elmo_bilm",
+        "text_field_embedder": {"token_embedders": {
+            "elmo": {"type": "elmo_char_cnn", "filters": [[1, 4], [2, 8]], "num_highway": 1, "projection_dim": 16},
+            "tokens": {"type": "empty"},
+        }},
+        "contextualizer": {"type": "elmo_transformer", "input_dim": 16, "hidden_dim": 32, "num_layers": 2,
+                           "num_attention_heads": 2, "dropout": 0.1},
+    }
+    bilm_vocab = Vocabulary()
+    bilm_vocab.add_tokens_to_namespace(["<S>", "</S>", "the"], "tokens")
+    bilm = Model.from_params(Params(json.loads(json.dumps(config))), vocab=bilm_vocab).eval()
+    folder = tmp_path / "bilm"  # a serialization folder: config.json, weights.th, vocabulary/
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"dataset_reader": {"type": "elmo_corpus"}, "model": config}))
+    torch.save(bilm.state_dict(), folder / "weights.th")
+    bilm_vocab.save_to_files(str(folder / "vocabulary"))
+
+    vocab = Vocabulary()
+    embedder = ElmoBiLmEmbedder(vocab, pretrained_file=str(folder), dropout=0.0).eval()
+    char_ids = batches((3,))[0]
+    with torch.no_grad():
+        expected_layers, _ = bilm.bilm_encoder()(with_boundaries(char_ids))
+        actual_layers, _ = embedder.layers(char_ids)
+    assert max_diff(actual_layers, expected_layers) <= TOLERANCE
+    recorded = json.loads([t for t in vocab.get_token_to_index_vocabulary(ARCHITECTURE_NAMESPACE) if t.startswith("{")][0])
+    assert recorded["contextualizer"]["type"] == "elmo_transformer" and recorded["contextualizer"]["dropout"] == 0.0
+    rebuilt = ElmoBiLmEmbedder(vocab, dropout=0.0).eval()
+    rebuilt.load_state_dict(embedder.state_dict())
+    with torch.no_grad():
+        assert torch.equal(rebuilt(char_ids), embedder(char_ids))
