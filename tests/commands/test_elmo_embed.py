@@ -1,0 +1,131 @@
+"""`allennlp elmo-embed` through the real CLI, from a working directory outside the repo."""
+import json
+
+import h5py
+import numpy
+import pytest
+from allennlp.common.checks import ConfigurationError
+
+from elmo_plugin.commands import elmo_embed
+from elmo_plugin.interop.load_bilm import load_bilm_encoder
+from tests.conftest import run_allennlp
+
+LONG_TOKEN = "x" * 70  # longer than ELMo's 50 characters: truncated, not fatal
+LINES = [
+    b"The file is open .",
+    b"",
+    b"Return the value of the key .",
+    b"The file is open .",
+    b"   ",
+    "caf\u00e9 ".encode() + b"caf\xc3 " + LONG_TOKEN.encode(),  # one invalid UTF-8 byte
+    b"a",
+]
+TEXTS = ["The file is open .", "", "Return the value of the key .", "The file is open .", "",
+         "caf\u00e9 caf\ufffd " + LONG_TOKEN, "a"]
+
+
+def embed(archive, input_file, output, cwd, *options):
+    run_allennlp(["elmo-embed", str(archive), str(input_file), str(output), *options], cwd=cwd)
+    return read_hdf5(output)
+
+
+def read_hdf5(path):
+    with h5py.File(path, "r") as vectors:
+        index = json.loads(vectors["sentence_to_index"][0])
+        return {name: vectors[name][()] for name in vectors if name != "sentence_to_index"}, index
+
+
+@pytest.fixture(scope="module")
+def embedded(tiny_bilm_archive, tmp_path_factory):
+    """(cwd, input file, every layer of every line, sentence_to_index) from one CLI run."""
+    cwd = tmp_path_factory.mktemp("embed")
+    (cwd / ".allennlp_plugins").write_text("elmo_plugin\n")
+    input_file = cwd / "input.txt"
+    input_file.write_bytes(b"\n".join(LINES))  # no newline after the last line
+    vectors, index = embed(tiny_bilm_archive, input_file, cwd / "out" / "all.hdf5", cwd, "--batch-size", "2")
+    return cwd, input_file, vectors, index
+
+
+def test_layers_shapes_and_sentence_to_index_with_blank_and_duplicate_lines(embedded):
+    _, _, vectors, index = embedded
+    assert sorted(vectors, key=int) == [str(i) for i in range(len(LINES))]
+    assert index == {TEXTS[0]: [0, 3], "": [1, 4], TEXTS[2]: [2], TEXTS[5]: [5], "a": [6]}
+    for line, text in enumerate(TEXTS):
+        assert vectors[str(line)].shape == (3, len(text.split()), 32)  # char CNN + 2 LSTM layers, 2 x 16
+        assert vectors[str(line)].dtype == numpy.float32
+    # Layer 0 is the character CNN output repeated to full width; the others differ per half.
+    numpy.testing.assert_array_equal(vectors["2"][0, :, :16], vectors["2"][0, :, 16:])
+    assert not numpy.allclose(vectors["2"][1, :, :16], vectors["2"][1, :, 16:])
+    # Every sentence from zero state: duplicate lines get identical vectors; context matters.
+    numpy.testing.assert_allclose(vectors["0"], vectors["3"], atol=1e-6)
+    assert not numpy.allclose(vectors["0"][2, 1], vectors["2"][2, 4])  # "file" vs "the" in context
+    assert numpy.abs(vectors["2"]).sum(axis=-1).min() > 0  # no padding left inside a sentence
+
+
+def test_average_and_top_layers(embedded, tiny_bilm_archive, tmp_path):
+    cwd, input_file, every, _ = embedded
+    average, _ = embed(tiny_bilm_archive, input_file, tmp_path / "avg.hdf5", cwd, "--layers", "average")
+    elmo_embed.embed_file(load_bilm_encoder(str(tiny_bilm_archive)), str(input_file), str(tmp_path / "top.hdf5"), "top")
+    top, _ = read_hdf5(tmp_path / "top.hdf5")
+    for line, text in enumerate(TEXTS):
+        name = str(line)
+        assert average[name].shape == top[name].shape == (len(text.split()), 32)
+        numpy.testing.assert_allclose(average[name], every[name].mean(axis=0), atol=1e-6)
+        numpy.testing.assert_allclose(top[name], every[name][-1], atol=1e-6)
+
+
+def test_equals_elmo_embeddings_predictor_and_its_scalar_mix(embedded, tiny_bilm_archive, tmp_path):
+    cwd, _, vectors, _ = embedded
+    sentences = [(line, text) for line, text in enumerate(TEXTS) if text]
+    jsonl = tmp_path / "sentences.jsonl"
+    jsonl.write_text(
+        "".join(json.dumps({"sentence": text} if line % 2 else {"tokens": text.split()}) + "\n" for line, text in sentences),
+        encoding="utf-8",
+    )
+    mix = {"scalar_mix_parameters": [1.0, 2.0, -1.0], "gamma": 0.5}
+    run_allennlp(["predict", str(tiny_bilm_archive), str(jsonl), "--predictor", "elmo_embeddings",
+                  "--predictor-args", json.dumps(mix), "--output-file", str(tmp_path / "predicted.jsonl"),
+                  "--batch-size", "2", "--silent"], cwd=cwd)
+    predicted = [json.loads(line) for line in (tmp_path / "predicted.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(predicted) == len(sentences)
+    weights = numpy.exp([1.0, 2.0, -1.0]) / numpy.exp([1.0, 2.0, -1.0]).sum()
+    for (line, text), output in zip(sentences, predicted):
+        assert output["tokens"] == text.split()
+        layers = vectors[str(line)]
+        numpy.testing.assert_allclose(numpy.array(output["layers"]), layers, atol=1e-5)
+        numpy.testing.assert_allclose(numpy.array(output["average"]), layers.mean(axis=0), atol=1e-5)
+        numpy.testing.assert_allclose(numpy.array(output["mix"]), 0.5 * numpy.einsum("l,ltd->td", weights, layers), atol=1e-5)
+
+
+def test_chunked_streaming_gives_the_same_vectors(tiny_bilm_archive, tmp_path, monkeypatch):
+    """Many chunks of small batches (in-process) == one chunk: batching by length, padding and
+    chunk boundaries change nothing."""
+    lines = tmp_path / "input.txt"
+    corpus = [" ".join(["the", "file", "is", "open"][: 1 + i % 4] + ["."] * (i % 3)) for i in range(23)]
+    corpus[7] = ""
+    lines.write_text("\n".join(corpus) + "\n", encoding="utf-8")
+    encoder = load_bilm_encoder(str(tiny_bilm_archive))
+    elmo_embed.embed_file(encoder, str(lines), str(tmp_path / "one_chunk.hdf5"), "all", batch_size=64)
+    monkeypatch.setattr(elmo_embed, "BATCHES_PER_CHUNK", 1)
+    elmo_embed.embed_file(encoder, str(lines), str(tmp_path / "chunks.hdf5"), "all", batch_size=2)
+    one, one_index = read_hdf5(tmp_path / "one_chunk.hdf5")
+    many, many_index = read_hdf5(tmp_path / "chunks.hdf5")
+    assert set(one) == set(many) and len(one) == 23 and one_index == many_index
+    assert many_index[""] == [7] and many_index["the"] == [0, 12]
+    for name, value in one.items():
+        numpy.testing.assert_allclose(value, many[name], atol=1e-5)
+
+
+def test_elmo_files_folder_gives_the_archive_vectors(embedded, tiny_bilm_archive, tmp_path):
+    pytest.importorskip("elmo_plugin.interop.elmo_files", reason="elmo-export / ELMo file reading not available yet")
+    cwd, input_file, from_archive, _ = embedded
+    run_allennlp(["elmo-export", str(tiny_bilm_archive), str(tmp_path / "elmo_files")], cwd=cwd)
+    from_files, index = embed(tmp_path / "elmo_files", input_file, tmp_path / "f.hdf5", cwd)
+    assert index[TEXTS[0]] == [0, 3]
+    for name, value in from_archive.items():
+        numpy.testing.assert_allclose(from_files[name], value, atol=1e-5)
+
+
+def test_missing_input_is_an_error_naming_it(tiny_bilm_archive, tmp_path):
+    with pytest.raises(ConfigurationError, match="nope.txt"):
+        elmo_embed.embed_file(load_bilm_encoder(str(tiny_bilm_archive)), str(tmp_path / "nope.txt"), str(tmp_path / "o.hdf5"))

@@ -1,0 +1,108 @@
+"""`conllu_tagging`: syntactic words and UPOS only; multiword tokens, empty nodes, comments skipped."""
+import types
+
+import pytest
+from allennlp.common import Params
+from allennlp.common.checks import ConfigurationError
+from allennlp.data import DatasetReader, Vocabulary
+from allennlp.data.batch import Batch
+
+import elmo_plugin  # noqa: F401
+from tests.conftest import REPO_ROOT
+
+CONLLU = """\
+# sent_id = 1
+# text = Don't stop.
+1-2\tDon't\t_\t_\t_\t_\t_\t_\t_\t_
+1\tDo\tdo\tAUX\tVBP\t_\t3\taux\t_\t_
+2\tn't\tnot\tPART\tRB\t_\t3\tadvmod\t_\t_
+3\tstop\tstop\tVERB\tVB\t_\t0\troot\t_\tSpaceAfter=No
+4\t.\t.\tPUNCT\t.\t_\t3\tpunct\t_\t_
+
+# sent_id = 2
+# a second comment line
+1\tSue\tSue\tPROPN\tNNP\t_\t2\tnsubj\t_\t_
+2\tlikes\tlike\tVERB\tVBZ\t_\t0\troot\t_\t_
+2.1\tlikes\tlike\tVERB\tVBZ\t_\t_\t_\t3:conj\tCopyOf=2
+3\tcoffee\tcoffee\tNOUN\tNN\t_\t2\tobj\t_\t_
+4-5\tdel\t_\t_\t_\t_\t_\t_\t_\t_
+4\tde\tde\tADP\tIN\t_\t5\tcase\t_\t_
+5\tel\tel\tDET\tDT\t_\t3\tnmod\t_\t_
+"""
+
+
+@pytest.fixture
+def conllu_file(tmp_path):
+    path = tmp_path / "tiny.conllu"
+    path.write_text(CONLLU, encoding="utf-8")
+    return path
+
+
+def read(params, path):
+    reader = DatasetReader.from_params(Params(params))
+    return reader, list(reader.read(str(path)))
+
+
+def test_words_and_upos_without_multiword_tokens_empty_nodes_or_comments(conllu_file):
+    _, instances = read({"type": "conllu_tagging"}, conllu_file)
+    assert [[t.text for t in i["tokens"].tokens] for i in instances] == [
+        ["Do", "n't", "stop", "."],
+        ["Sue", "likes", "coffee", "de", "el"],
+    ]
+    assert [i["tags"].labels for i in instances] == [
+        ["AUX", "PART", "VERB", "PUNCT"],
+        ["PROPN", "VERB", "NOUN", "ADP", "DET"],
+    ]
+    assert instances[1]["metadata"]["words"] == ["Sue", "likes", "coffee", "de", "el"]
+
+
+def test_read_is_lazy(conllu_file):
+    reader = DatasetReader.from_params(Params({"type": "conllu_tagging"}))
+    instances = reader.read(str(conllu_file))
+    assert isinstance(instances, types.GeneratorType)
+    assert next(iter(instances))["tags"].labels == ["AUX", "PART", "VERB", "PUNCT"]
+
+
+def test_configured_indexers_give_word_ids_and_elmo_character_ids(conllu_file):
+    reader, instances = read(
+        {"type": "conllu_tagging", "token_indexers": {"tokens": {"type": "single_id"}, "elmo": {"type": "elmo_char_ids"}}},
+        conllu_file,
+    )
+    vocab = Vocabulary.from_instances(instances)
+    for instance in instances:
+        reader.apply_token_indexers(instance)
+    batch = Batch(instances)
+    batch.index_instances(vocab)
+    tensors = batch.as_tensor_dict()
+    assert tensors["tokens"]["elmo"]["elmo_tokens"].shape == (2, 5, 50)
+    assert tensors["tokens"]["tokens"]["tokens"][0].tolist()[:4] == [
+        vocab.get_token_index(word) for word in ["Do", "n't", "stop", "."]
+    ]
+    assert tensors["tags"][1].tolist() == [vocab.get_token_index(t, "labels") for t in ["PROPN", "VERB", "NOUN", "ADP", "DET"]]
+    # "Do" is 'D','o' between begin/end-of-word marks, ids shifted by one as allennlp's ELMo mapper does.
+    assert tensors["tokens"]["elmo"]["elmo_tokens"][0, 0, :4].tolist() == [259, ord("D") + 1, ord("o") + 1, 260]
+
+
+def test_text_to_instance_with_and_without_tags():
+    reader = DatasetReader.from_params(Params({"type": "conllu_tagging"}))
+    untagged = reader.text_to_instance(["a", "file"])
+    assert "tags" not in untagged.fields and [t.text for t in untagged["tokens"].tokens] == ["a", "file"]
+    assert reader.text_to_instance(["a", "file"], ["DET", "NOUN"])["tags"].labels == ["DET", "NOUN"]
+    with pytest.raises(ConfigurationError, match="1 tags for 2 tokens"):
+        reader.text_to_instance(["a", "file"], ["DET"])
+
+
+def test_missing_file_error_names_it(tmp_path):
+    reader = DatasetReader.from_params(Params({"type": "conllu_tagging"}))
+    missing = tmp_path / "nope.conllu"
+    with pytest.raises(ConfigurationError, match="nope.conllu"):
+        list(reader.read(str(missing)))
+
+
+def test_bundled_fixture_counts():
+    reader = DatasetReader.from_params(Params({"type": "conllu_tagging"}))
+    train = list(reader.read(str(REPO_ROOT / "fixtures/tagged/train.conllu")))
+    valid = list(reader.read(str(REPO_ROOT / "fixtures/tagged/valid.conllu")))
+    assert (len(train), len(valid)) == (400, 100)
+    tags = {tag for instance in train for tag in instance["tags"].labels}
+    assert {"DET", "NOUN", "VERB", "AUX", "ADJ", "ADP", "PRON", "PUNCT"} <= tags
