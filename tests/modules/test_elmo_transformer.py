@@ -1,0 +1,260 @@
+"""elmo_transformer: no peeking in either direction, padding invariance, shapes, configs, CLI."""
+import json
+import math
+from pathlib import Path
+from typing import Tuple
+
+import pytest
+import torch
+from allennlp.common import Params
+from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
+
+from elmo_plugin.modules.bilm_encoder import BiLmEncoder
+from elmo_plugin.modules.elmo_char_cnn import ElmoCharCnn
+from elmo_plugin.modules.elmo_transformer import ElmoTransformer, sinusoidal_positions
+from tests.conftest import CONFIG_DIR, REPO_ROOT, overrides, run_allennlp
+
+DIM = 16
+LENGTHS = [9, 6, 3]
+TOLERANCE = 1e-5
+
+
+def make_transformer(**kwargs) -> ElmoTransformer:
+    torch.manual_seed(1)
+    defaults = dict(input_dim=DIM, hidden_dim=32, num_layers=3, num_attention_heads=4, dropout=0.1, input_dropout=0.1)
+    return ElmoTransformer(**{**defaults, **kwargs}).eval()
+
+
+def padded_batch(lengths=LENGTHS) -> Tuple[torch.Tensor, torch.BoolTensor]:
+    """Random inputs (batch, max length, DIM) and the prefix mask of `lengths`."""
+    torch.manual_seed(2)
+    timesteps = max(lengths)
+    mask = torch.arange(timesteps).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)
+    return torch.randn(len(lengths), timesteps, DIM), mask
+
+
+def perturbed(inputs: torch.Tensor, position: int) -> torch.Tensor:
+    """A copy of inputs with every sentence's vector at `position` replaced by noise."""
+    changed = inputs.clone()
+    changed[:, position] = torch.randn(inputs.size(0), inputs.size(-1)) * 3
+    return changed
+
+
+def test_registered_and_built_from_params():
+    encoder = Seq2SeqEncoder.from_params(
+        Params({"type": "elmo_transformer", "input_dim": 8, "hidden_dim": 16, "num_layers": 2, "num_attention_heads": 2})
+    )
+    assert isinstance(encoder, ElmoTransformer)
+    assert encoder.num_layers == 2 and encoder.is_bidirectional()
+    assert (encoder.get_input_dim(), encoder.get_output_dim()) == (8, 16)
+
+
+def test_top_and_all_layer_shapes_and_zero_padding():
+    transformer = make_transformer()
+    inputs, mask = padded_batch()
+    top = transformer(inputs, mask)
+    layers = transformer.all_layers(inputs, mask)
+    assert top.shape == (3, 9, 2 * DIM)
+    assert len(layers) == 3 and all(layer.shape == (3, 9, 2 * DIM) for layer in layers)
+    torch.testing.assert_close(layers[-1], top)
+    for layer in layers:
+        assert layer[~mask].abs().max() == 0
+        assert layer[mask].abs().min(dim=-1).values.gt(0).all()  # real positions are not zeroed
+
+
+def test_return_all_layers():
+    inputs, mask = padded_batch()
+    every = make_transformer(return_all_layers=True)(inputs, mask)
+    assert isinstance(every, list) and len(every) == 3
+    expected = make_transformer().all_layers(inputs, mask)
+    for layer, reference in zip(every, expected):
+        torch.testing.assert_close(layer, reference)
+
+
+@pytest.mark.parametrize("position", range(8))
+def test_forward_direction_never_sees_the_future(position):
+    transformer = make_transformer()
+    inputs, mask = padded_batch()
+    before = transformer.all_layers(inputs, mask)
+    after = transformer.all_layers(perturbed(inputs, position + 1), mask)
+    for layer_before, layer_after in zip(before, after):
+        forward_before, forward_after = layer_before[..., :DIM], layer_after[..., :DIM]
+        torch.testing.assert_close(forward_after[:, : position + 1], forward_before[:, : position + 1], atol=TOLERANCE, rtol=0)
+    # ...while the perturbed token itself does reach the forward state of its own sentence
+    changed = (after[-1][0, position + 1, :DIM] - before[-1][0, position + 1, :DIM]).abs().max()
+    assert changed > 1e-3
+
+
+@pytest.mark.parametrize("position", range(1, 9))
+def test_backward_direction_never_sees_the_past(position):
+    transformer = make_transformer()
+    inputs, mask = padded_batch()
+    before = transformer.all_layers(inputs, mask)
+    after = transformer.all_layers(perturbed(inputs, position - 1), mask)
+    for layer_before, layer_after in zip(before, after):
+        backward_before, backward_after = layer_before[..., DIM:], layer_after[..., DIM:]
+        torch.testing.assert_close(backward_after[:, position:], backward_before[:, position:], atol=TOLERANCE, rtol=0)
+    changed = (after[-1][0, position - 1, DIM:] - before[-1][0, position - 1, DIM:]).abs().max()
+    assert changed > 1e-3
+
+
+def test_gradients_flow_only_from_allowed_positions_in_training_mode():
+    """Jacobian structure with dropout on: d forward[t] / d input[s] = 0 for s > t and
+    d backward[t] / d input[s] = 0 for s < t, in every sentence of a padded batch."""
+    transformer = make_transformer().train()
+    inputs, mask = padded_batch()
+    inputs.requires_grad_(True)
+    probe = torch.randn(DIM)  # not .sum(): a layer-normed vector sums to a constant
+    for sentence, length in enumerate(LENGTHS):
+        for position in range(length):
+            torch.manual_seed(3)
+            output = transformer(inputs, mask)
+            forward_grad, = torch.autograd.grad(output[sentence, position, :DIM] @ probe, inputs)
+            torch.manual_seed(3)
+            output = transformer(inputs, mask)
+            backward_grad, = torch.autograd.grad(output[sentence, position, DIM:] @ probe, inputs)
+            assert forward_grad[sentence, position + 1 :].abs().sum() == 0
+            assert backward_grad[sentence, :position].abs().sum() == 0
+            others = [index for index in range(len(LENGTHS)) if index != sentence]
+            assert forward_grad[others].abs().max() == 0 and backward_grad[others].abs().max() == 0
+            assert forward_grad[sentence, position].abs().max() > 0 and backward_grad[sentence, position].abs().max() > 0
+
+
+def test_padding_never_changes_real_outputs():
+    transformer = make_transformer()
+    inputs, mask = padded_batch()
+    batched = transformer.all_layers(inputs, mask)
+    for sentence, length in enumerate(LENGTHS):
+        alone = transformer.all_layers(inputs[sentence : sentence + 1, :length], mask[sentence : sentence + 1, :length])
+        for layer_alone, layer_batched in zip(alone, batched):
+            torch.testing.assert_close(layer_alone[0], layer_batched[sentence, :length], atol=TOLERANCE, rtol=0)
+    # whatever sits in the padding positions
+    garbage = inputs.clone()
+    garbage[~mask] = 1e3
+    for layer_garbage, layer_batched in zip(transformer.all_layers(garbage, mask), batched):
+        torch.testing.assert_close(layer_garbage, layer_batched, atol=TOLERANCE, rtol=0)
+
+
+def test_directions_have_separate_parameters():
+    """Zeroing the backward stack's feed-forward output leaves the forward half untouched."""
+    transformer = make_transformer()
+    inputs, mask = padded_batch()
+    before = transformer(inputs, mask)
+    with torch.no_grad():
+        for layer in transformer.layers:
+            layer.feedforward_out_weight[1].zero_()
+    after = transformer(inputs, mask)
+    torch.testing.assert_close(after[..., :DIM], before[..., :DIM])
+    assert (after[..., DIM:] - before[..., DIM:])[mask].abs().max() > 1e-3
+
+
+def test_long_sequences_extend_the_position_table():
+    transformer = make_transformer(num_layers=1)
+    inputs = torch.randn(1, 600, DIM)
+    output = transformer(inputs, torch.ones(1, 600, dtype=torch.bool))
+    assert output.shape == (1, 600, 2 * DIM) and torch.isfinite(output).all()
+    torch.testing.assert_close(transformer.positions(600), sinusoidal_positions(600, DIM))
+
+
+def test_bilm_encoder_uses_it_unchanged():
+    char_cnn = ElmoCharCnn(filters=[[1, 4], [2, 4]], num_highway=1, projection_dim=DIM)
+    encoder = BiLmEncoder(char_cnn, make_transformer(num_layers=2))
+    char_ids = torch.randint(1, 262, (2, 5, 50))
+    char_ids[1, 3:] = 0
+    layers, mask = encoder(char_ids)
+    assert encoder.num_layers == 3 and len(layers) == 3
+    assert all(layer.shape == (2, 5, 2 * DIM) for layer in layers)
+    assert mask.tolist() == [[True] * 5, [True] * 3 + [False] * 2]
+
+
+# ----- configs and the real allennlp CLI -------------------------------------------------
+
+TINY_TRANSFORMER_OVERRIDES = {
+    "model.text_field_embedder.token_embedders.elmo.filters": [[1, 8], [2, 8], [3, 16]],
+    "model.text_field_embedder.token_embedders.elmo.projection_dim": 16,
+    "model.contextualizer.input_dim": 16,
+    "model.contextualizer.hidden_dim": 32,
+    "model.contextualizer.num_attention_heads": 2,
+    "data_loader.batch_sampler.batch_size": 16,
+}
+
+
+def write_tiny_corpus(folder: Path, train_lines: int, valid_lines: int) -> Tuple[Path, Path]:
+    """train.txt and valid.txt cut from the bundled demo corpus."""
+    lines = (REPO_ROOT / "fixtures/demo_corpus/train/shard_0.txt").read_text().splitlines()
+    train, valid = folder / "train.txt", folder / "valid.txt"
+    train.write_text("\n".join(lines[:train_lines]) + "\n")
+    valid.write_text("\n".join(lines[train_lines : train_lines + valid_lines]) + "\n")
+    return train, valid
+
+
+def test_original_config_has_the_published_sizes():
+    params = Params.from_file(str(CONFIG_DIR / "elmo_transformer_original.jsonnet")).as_dict()
+    model = params["model"]
+    contextualizer = model["contextualizer"]
+    char_cnn = model["text_field_embedder"]["token_embedders"]["elmo"]
+    assert contextualizer["type"] == "elmo_transformer"
+    assert (contextualizer["num_layers"], contextualizer["input_dim"], contextualizer["hidden_dim"]) == (6, 512, 2048)
+    assert char_cnn["filters"] == [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
+    assert (char_cnn["num_highway"], char_cnn["projection_dim"]) == (2, 512)
+    assert model["num_samples"] == 8192 and params["trainer"]["cuda_device"] == 0
+
+
+def test_original_config_trains_through_the_cli_when_shrunk(tmp_path):
+    """elmo_transformer_original.jsonnet with sizes, negatives and device overridden down."""
+    train, valid = write_tiny_corpus(tmp_path, train_lines=48, valid_lines=16)
+    values = {
+        "train_data_path": str(train),
+        "validation_data_path": str(valid),
+        "vocabulary.min_count.tokens": 1,
+        "model.text_field_embedder.token_embedders.elmo.filters": [[1, 8], [2, 8], [3, 16], [4, 16]],
+        "model.text_field_embedder.token_embedders.elmo.projection_dim": 16,
+        "model.contextualizer.input_dim": 16,
+        "model.contextualizer.hidden_dim": 32,
+        "model.contextualizer.num_layers": 2,
+        "model.contextualizer.num_attention_heads": 2,
+        "model.num_samples": 20,
+        "data_loader.batch_size": 16,
+        "trainer.num_epochs": 1,
+        "trainer.cuda_device": -1,
+        "trainer.learning_rate_scheduler.warmup_steps": 2,
+        "trainer.learning_rate_scheduler.factor": 0.05,
+    }
+    out = tmp_path / "model"
+    run_allennlp(
+        ["train", str(CONFIG_DIR / "elmo_transformer_original.jsonnet"), "-s", str(out), "-o", overrides(values)],
+        timeout=300,
+    )
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert math.isfinite(metrics["training_loss"])
+    vocab_size = len((out / "vocabulary" / "tokens.txt").read_text().splitlines())
+    assert 1 < metrics["validation_perplexity"] < 2 * vocab_size
+    config = json.loads((out / "config.json").read_text())
+    assert config["model"]["contextualizer"]["type"] == "elmo_transformer"
+    assert config["model"]["contextualizer"]["num_layers"] == 2
+
+
+def test_demo_config_trains_and_evaluates_through_the_cli(tmp_path):
+    """elmo_transformer.jsonnet shrunk, 2 epochs; `allennlp evaluate` reports the perplexities
+    and validation perplexity falls from epoch to epoch."""
+    train, valid = write_tiny_corpus(tmp_path, train_lines=160, valid_lines=40)
+    out = tmp_path / "model"
+    values = dict(
+        TINY_TRANSFORMER_OVERRIDES,
+        train_data_path=str(train),
+        validation_data_path=str(valid),
+        **{"trainer.num_epochs": 2, "trainer.optimizer.lr": 0.003},
+    )
+    run_allennlp(["train", str(CONFIG_DIR / "elmo_transformer.jsonnet"), "-s", str(out), "-o", overrides(values)], timeout=300)
+    epochs = [json.loads((out / f"metrics_epoch_{epoch}.json").read_text()) for epoch in range(2)]
+    assert epochs[1]["validation_perplexity"] < epochs[0]["validation_perplexity"]
+
+    metrics_file = tmp_path / "evaluation.json"
+    result = run_allennlp(["evaluate", str(out / "model.tar.gz"), str(valid), "--output-file", str(metrics_file)], timeout=300)
+    printed = result.stdout + result.stderr
+    for name in ("forward_perplexity", "backward_perplexity", "perplexity"):
+        assert name in printed
+    metrics = json.loads(metrics_file.read_text())
+    expected = math.exp(0.5 * (math.log(metrics["forward_perplexity"]) + math.log(metrics["backward_perplexity"])))
+    assert metrics["perplexity"] == pytest.approx(expected, rel=1e-6)
+    assert metrics["perplexity"] == pytest.approx(epochs[1]["validation_perplexity"], rel=1e-4)
