@@ -1,0 +1,194 @@
+"""End to end through the real `allennlp` CLI, tiny sizes: train a biLM (conftest), export it
+with `allennlp elmo-export`, train taggers on the export with allennlp's own
+`elmo_token_embedder` and with our `elmo_bilm_embedder` (from the files and from the biLM
+archive), continue pretraining from the export, then delete every biLM file and use the
+downstream archives."""
+import json
+import os
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+from allennlp.common import Params
+from allennlp.data.data_loaders import MultiProcessDataLoader
+from allennlp.models.archival import load_archive
+from allennlp.modules.elmo import batch_to_ids
+from allennlp.training.util import evaluate
+
+from elmo_plugin.interop import elmo_files
+from elmo_plugin.modules.elmo_bilm_embedder import ElmoBiLmEmbedder
+from tests.conftest import CONFIG_DIR, REPO_ROOT, TINY_LSTM_OVERRIDES, overrides, run_allennlp
+from tests.interop.elmo_reference import TOLERANCE, allennlp_elmo, allennlp_layers, max_diff, with_boundaries
+
+TAGGED = REPO_ROOT / "fixtures" / "tagged"
+ELMO_DIM = 2 * TINY_LSTM_OVERRIDES["model.contextualizer.input_dim"]
+
+
+def tagger_config(embedder: dict, indexer: dict) -> dict:
+    """allennlp's simple_tagger on word###TAG files (allennlp's sequence_tagging reader), with
+    ELMo as the only input and ELMo's L2 penalty on the layer-mix weights s."""
+    return {
+        "dataset_reader": {"type": "sequence_tagging", "token_indexers": {"elmo": indexer}},
+        "train_data_path": str(TAGGED / "train_word_tag.txt"),
+        "validation_data_path": str(TAGGED / "valid_word_tag.txt"),
+        "model": {
+            "type": "simple_tagger",
+            "text_field_embedder": {"token_embedders": {"elmo": embedder}},
+            "encoder": {"type": "lstm", "input_size": ELMO_DIM, "hidden_size": 16, "bidirectional": True},
+            "regularizer": {"regexes": [["scalar_mix.*scalar_parameters", {"type": "l2", "alpha": 0.001}]]},
+        },
+        "data_loader": {"batch_size": 8, "shuffle": True},
+        "trainer": {"num_epochs": 6, "optimizer": {"type": "adam", "lr": 0.01}, "cuda_device": -1},
+    }
+
+
+def train(config, out: Path, extra_overrides=None) -> Path:
+    args = ["train", str(config), "-s", str(out)]
+    if extra_overrides:
+        args += ["-o", overrides(extra_overrides)]
+    run_allennlp(args)
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_bilm_archive, tiny_corpus, tmp_path_factory):
+    root = tmp_path_factory.mktemp("elmo_files_cli")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OMP_NUM_THREADS", "1")  # tiny models; threads only contend on shared cores
+        bilm = root / "bilm" / "model.tar.gz"  # a copy we may delete (the conftest one is shared)
+        bilm.parent.mkdir()
+        shutil.copy(tiny_bilm_archive, bilm)
+        files = root / "elmo_files"
+        run_allennlp(["elmo-export", str(bilm), str(files)])
+
+        configs = {
+            "allennlp_embedder": tagger_config(
+                {"type": "elmo_token_embedder", "options_file": str(files / "options.json"),
+                 "weight_file": str(files / "weights.hdf5"), "dropout": 0.0},
+                {"type": "elmo_characters"},
+            ),
+            "ours_from_files": tagger_config(
+                {"type": "elmo_bilm_embedder", "pretrained_file": str(files), "dropout": 0.0},
+                {"type": "elmo_char_ids"},
+            ),
+            "ours_from_archive": tagger_config(
+                {"type": "elmo_bilm_embedder", "pretrained_file": str(bilm), "dropout": 0.0},
+                {"type": "elmo_char_ids"},
+            ),
+        }
+        jobs = {}
+        for name, config in configs.items():
+            (root / f"{name}.json").write_text(json.dumps(config))
+            jobs[name] = (root / f"{name}.json", root / name, None)
+        jobs["continued"] = (
+            CONFIG_DIR / "elmo_lstm_continue.jsonnet",
+            root / "continued",
+            dict(
+                TINY_LSTM_OVERRIDES,
+                train_data_path=str(tiny_corpus / "train" / "shard_0.txt"),
+                validation_data_path=str(tiny_corpus / "valid.txt"),
+                **{
+                    "model.pretrained_file": str(files),
+                    "vocabulary.tokens_file": str(files / "vocab.txt"),
+                    "trainer.num_epochs": 1,
+                    "trainer.optimizer.lr": 0.0,  # nothing changes: validation = the imported model
+                    # one sentence per batch: allennlp-models' LanguageModel scores one backward
+                    # target per padded sentence at its first padding position, so the backward
+                    # perplexity depends on the batching; unpadded batches compare exactly
+                    "validation_data_loader": {"batch_size": 1},
+                },
+            ),
+        )
+        with ThreadPoolExecutor(len(jobs)) as pool:
+            futures = {name: pool.submit(train, *job) for name, job in jobs.items()}
+            outputs = {name: future.result() for name, future in futures.items()}
+    return {"root": root, "bilm": bilm, "files": files, "original_bilm": tiny_bilm_archive, **outputs}
+
+
+def test_export_writes_the_four_files_and_allennlp_elmo_reproduces_the_model(runs, tiny_corpus):
+    files = runs["files"]
+    assert sorted(os.listdir(files)) == ["options.json", "softmax.hdf5", "vocab.txt", "weights.hdf5"]
+    model = load_archive(str(runs["bilm"])).model.eval()
+    vocab_lines = (files / "vocab.txt").read_text().splitlines()
+    assert vocab_lines == [model.vocab.get_token_from_index(i) for i in range(1, model.vocab.get_vocab_size())]
+    weight, _ = elmo_files.read_softmax(str(files / "softmax.hdf5"), len(vocab_lines), 16)
+    model_weight, _ = elmo_files.softmax_matrices(model._softmax_loss)
+    assert torch.equal(torch.from_numpy(weight), model_weight[: len(vocab_lines)].detach())
+    elmo = allennlp_elmo(str(files / "options.json"), str(files / "weights.hdf5"))
+    lines = [line.split() for line in (tiny_corpus / "valid.txt").read_text().splitlines() if line.strip()]
+    for batch in (lines[:1], lines[1:5], lines[5:21]):
+        char_ids = batch_to_ids(batch)
+        theirs, _ = allennlp_layers(elmo, char_ids)
+        with torch.no_grad():
+            ours, _ = model.bilm_encoder()(with_boundaries(char_ids))
+        assert max_diff(ours, theirs) <= TOLERANCE
+
+
+def test_our_embedder_from_archive_equals_from_exported_files(runs, tiny_corpus):
+    from allennlp.data import Vocabulary
+
+    lines = [line.split() for line in (tiny_corpus / "valid.txt").read_text().splitlines()[:12]]
+    char_ids = batch_to_ids(lines)
+    outputs = []
+    for source in (runs["bilm"], runs["files"]):
+        embedder = ElmoBiLmEmbedder(Vocabulary(), pretrained_file=str(source), dropout=0.0).eval()
+        with torch.no_grad():
+            outputs.append(embedder(char_ids))
+    assert max_diff([outputs[0]], [outputs[1]]) <= TOLERANCE
+
+
+def test_taggers_train_on_the_export(runs):
+    tags = [item.rsplit("###", 1)[1] for line in (TAGGED / "valid_word_tag.txt").read_text().splitlines() for item in line.split()]
+    majority = max(tags.count(tag) for tag in set(tags)) / len(tags)
+    for name in ("allennlp_embedder", "ours_from_files", "ours_from_archive"):
+        metrics = json.loads((runs[name] / "metrics.json").read_text())
+        # well above always guessing the most frequent tag: the ELMo features carry the tags
+        assert metrics["best_validation_accuracy"] > majority + 0.25, (name, majority, metrics)
+        if name != "allennlp_embedder":  # the L2 penalty on s is active (s moved away from 0)
+            assert metrics["training_reg_loss"] > 0.0
+
+
+def _evaluate(archive_path: Path, data_path: Path):
+    archive = load_archive(str(archive_path))
+    loader = MultiProcessDataLoader(archive.validation_dataset_reader, str(data_path), batch_size=16)
+    loader.index_with(archive.model.vocab)
+    return archive.model, evaluate(archive.model, loader, cuda_device=-1)
+
+
+def test_downstream_archives_are_self_contained(runs):
+    """With the biLM archive and the exported files deleted, our taggers' archives still load,
+    evaluate to the accuracy recorded during training, and predict."""
+    shutil.rmtree(runs["files"])
+    shutil.rmtree(runs["bilm"].parent)
+    for name in ("ours_from_files", "ours_from_archive"):
+        model, metrics = _evaluate(runs[name] / "model.tar.gz", TAGGED / "valid_word_tag.txt")
+        recorded = json.loads((runs[name] / "metrics.json").read_text())
+        assert metrics["accuracy"] == pytest.approx(recorded["best_validation_accuracy"], abs=1e-9)
+        from allennlp.data import Instance, Token
+        from allennlp.data.fields import TextField
+
+        from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
+
+        tokens = [Token(t) for t in "The file is open .".split()]
+        instance = Instance({"tokens": TextField(tokens, {"elmo": ElmoCharIdsIndexer()})})
+        tags = model.forward_on_instance(instance)["tags"]
+        assert len(tags) == 5 and set(tags) <= set(model.vocab.get_token_to_index_vocabulary("labels"))
+
+
+def test_continued_pretraining_starts_from_the_imported_model(runs, tiny_corpus):
+    """With lr 0, the continued run's validation perplexity is the exported model's: the original
+    archive evaluated with its softmax restricted to the exported rows (the row allennlp's
+    LanguageModel allocates past the vocabulary, which no token uses, is not exported)."""
+    continued = json.loads((runs["continued"] / "metrics.json").read_text())
+    archive = load_archive(str(runs["original_bilm"]))
+    model = archive.model.eval()
+    with torch.no_grad():
+        elmo_files.softmax_matrices(model._softmax_loss)[1][model.vocab.get_vocab_size() - 1 :] = elmo_files.NO_TOKEN_BIAS
+    loader = MultiProcessDataLoader(archive.validation_dataset_reader, str(tiny_corpus / "valid.txt"), batch_size=1)
+    loader.index_with(model.vocab)
+    expected = evaluate(model, loader, cuda_device=-1)
+    for name in ("forward_perplexity", "backward_perplexity", "perplexity"):
+        assert continued[f"best_validation_{name}"] == pytest.approx(expected[name], rel=1e-5)
+    assert continued["best_validation_perplexity"] < model.vocab.get_vocab_size() / 2  # trained, not uniform
