@@ -11,7 +11,7 @@ from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 from elmo_plugin.modules.elmo_char_cnn import ElmoCharCnn
-from elmo_plugin.modules.elmo_transformer import ElmoTransformer, sinusoidal_positions
+from elmo_plugin.modules.elmo_transformer import ElmoTransformer, dropout, sinusoidal_positions
 from tests.conftest import CONFIG_DIR, REPO_ROOT, overrides, run_allennlp
 
 DIM = 16
@@ -154,6 +154,23 @@ def test_long_sequences_extend_the_position_table():
     output = transformer(inputs, torch.ones(1, 600, dtype=torch.bool))
     assert output.shape == (1, 600, 2 * DIM) and torch.isfinite(output).all()
     torch.testing.assert_close(transformer.positions(600), sinusoidal_positions(600, DIM))
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_cpu_dropout_is_inverted_bernoulli_dropout(p):
+    inputs = torch.ones(1000, 1001, requires_grad=True)
+    torch.manual_seed(4)
+    dropped = dropout(inputs, p, training=True)
+    kept = dropped != 0
+    assert kept.float().mean().item() == pytest.approx(1 - p, abs=0.003)
+    torch.testing.assert_close(dropped[kept], torch.full_like(dropped[kept], 1 / (1 - p)), rtol=1e-4, atol=0)
+    assert dropped.mean().item() == pytest.approx(1.0, abs=0.005)
+    dropped.sum().backward()
+    torch.testing.assert_close(inputs.grad, dropped.detach())  # gradient = mask * scale
+    assert kept[:, :-1].float().mean(dim=0).std() < 0.05  # no column pattern in the 4-per-word draw
+    torch.manual_seed(4)
+    torch.testing.assert_close(dropout(inputs, p, training=True), dropped)  # reproducible from the seed
+    assert dropout(inputs, p, training=False) is inputs and dropout(inputs, 0.0, training=True) is inputs
 
 
 def test_bilm_encoder_uses_it_unchanged():
