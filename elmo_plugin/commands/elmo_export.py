@@ -21,7 +21,6 @@ class ElmoExport(Subcommand):
         subparser = parser.add_parser(self.name, description=description, help="Export a biLM as ELMo files.")
         subparser.add_argument("archive_file", type=str, help="model.tar.gz (or serialization folder) of an elmo_bilm")
         subparser.add_argument("output_dir", type=str, help="folder to write the files to (created if missing)")
-        subparser.add_argument("--cuda-device", type=int, default=-1, help="unused for export; kept for symmetry")
         subparser.set_defaults(func=_export_from_args)
         return subparser
 

@@ -19,12 +19,7 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.models.archival import CONFIG_NAME
 from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 
-from elmo_plugin.interop.load_bilm import (
-    OPTIONS_FILE,
-    WEIGHTS_FILE,
-    is_elmo_files_folder,
-    load_bilm_encoder,
-)
+from elmo_plugin.interop.load_bilm import OPTIONS_FILE, is_elmo_files_folder, load_bilm_encoder
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 from elmo_plugin.modules.elmo_char_cnn import ElmoCharCnn
 
@@ -98,16 +93,16 @@ def build_encoder(architecture: Architecture) -> BiLmEncoder:
 def load_encoder_and_architecture(path: str) -> Tuple[BiLmEncoder, Architecture]:
     """Our biLM model.tar.gz / serialization folder, or a folder with options.json +
     weights.hdf5 -> (encoder with its weights and no dropout, its architecture)."""
-    if is_elmo_files_folder(path):
-        from elmo_plugin.interop.elmo_files import read_options, read_bilm_encoder
-
-        encoder = read_bilm_encoder(os.path.join(path, OPTIONS_FILE), os.path.join(path, WEIGHTS_FILE))
-        architecture = architecture_from_options(
-            read_options(os.path.join(path, OPTIONS_FILE)), encoder.char_cnn.char_embedding.num_embeddings
-        )
-    elif os.path.isdir(path) and not os.path.isfile(os.path.join(path, CONFIG_NAME)):
+    if os.path.isdir(path) and not is_elmo_files_folder(path) and not os.path.isfile(os.path.join(path, CONFIG_NAME)):
         raise ConfigurationError(
             f"{path}: neither a model archive folder ({CONFIG_NAME}) nor an ELMo files folder ({OPTIONS_FILE})"
+        )
+    if is_elmo_files_folder(path):
+        from elmo_plugin.interop.elmo_files import read_options
+
+        encoder = load_bilm_encoder(path)
+        architecture = architecture_from_options(
+            read_options(os.path.join(path, OPTIONS_FILE)), encoder.char_cnn.char_embedding.num_embeddings
         )
     else:
         architecture = architecture_from_archive(path)
