@@ -150,6 +150,19 @@ def test_taggers_train_on_the_export(runs):
             assert metrics["training_reg_loss"] > 0.0
 
 
+def test_an_archive_without_a_biLM_is_refused(runs, tmp_path):
+    from allennlp.common.checks import ConfigurationError
+    from allennlp.data import Vocabulary
+
+    from elmo_plugin.commands.elmo_export import export_archive
+
+    tagger = runs["ours_from_files"] / "model.tar.gz"
+    with pytest.raises(ConfigurationError, match="holds a SimpleTagger model, not an ELMo biLM"):
+        export_archive(str(tagger), str(tmp_path / "out"))
+    with pytest.raises(ConfigurationError, match="holds a 'simple_tagger' model, not an ELMo biLM"):
+        ElmoBiLmEmbedder(Vocabulary(), pretrained_file=str(tagger))
+
+
 def _evaluate(archive_path: Path, data_path: Path):
     archive = load_archive(str(archive_path))
     loader = MultiProcessDataLoader(archive.validation_dataset_reader, str(data_path), batch_size=16)

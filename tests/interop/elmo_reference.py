@@ -119,3 +119,33 @@ def write_random_tf_pair(folder: Path, options: Dict, seed: int = 0) -> Tuple[st
             out.create_dataset(name, data=array.astype(numpy.float32))
     (folder / "options.json").write_text(json.dumps(options))
     return str(folder / "options.json"), str(folder / "weights.hdf5")
+
+
+def transformer_bilm_folder(folder: Path):
+    """A tiny transformer `elmo_bilm` saved as a serialization folder (config.json, weights.th,
+    vocabulary/), which allennlp's load_archive reads like a model.tar.gz -> (folder, model)."""
+    import json
+
+    from allennlp.common import Params
+    from allennlp.data import Vocabulary
+    from allennlp.models import Model
+
+    import elmo_plugin.modules.elmo_transformer  # noqa: F401  (registers elmo_transformer)
+
+    config = {
+        "type": "elmo_bilm",
+        "text_field_embedder": {"token_embedders": {
+            "elmo": {"type": "elmo_char_cnn", "filters": [[1, 4], [2, 8]], "num_highway": 1, "projection_dim": 16},
+            "tokens": {"type": "empty"},
+        }},
+        "contextualizer": {"type": "elmo_transformer", "input_dim": 16, "hidden_dim": 32, "num_layers": 2,
+                           "num_attention_heads": 2, "dropout": 0.1},
+    }
+    vocab = Vocabulary()
+    vocab.add_tokens_to_namespace(["<S>", "</S>", "the"], "tokens")
+    model = Model.from_params(Params(json.loads(json.dumps(config))), vocab=vocab).eval()
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"dataset_reader": {"type": "elmo_corpus"}, "model": config}))
+    torch.save(model.state_dict(), folder / "weights.th")
+    vocab.save_to_files(str(folder / "vocabulary"))
+    return folder, model

@@ -319,3 +319,14 @@ def test_a_transformer_has_no_standard_layout(tmp_path):
     with pytest.raises(ConfigurationError, match="ElmoTransformer, which the standard layout has no place for"):
         write_pair(encoder, tmp_path)
     assert not (tmp_path / "weights.hdf5").exists()
+
+
+def test_elmo_export_refuses_a_transformer_archive(tmp_path):
+    pytest.importorskip("elmo_plugin.modules.elmo_transformer", reason="no elmo_transformer module yet")
+    from elmo_plugin.commands.elmo_export import export_archive
+    from tests.interop.elmo_reference import transformer_bilm_folder
+
+    folder, _ = transformer_bilm_folder(tmp_path / "bilm")
+    with pytest.raises(ConfigurationError, match="ElmoTransformer, which the standard layout has no place for"):
+        export_archive(str(folder), str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()

@@ -4,11 +4,9 @@ import json
 
 import pytest
 import torch
-from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
 from allennlp.data import Token, Vocabulary
 from allennlp.data.token_indexers import ELMoTokenCharactersIndexer
-from allennlp.models import Model
 from allennlp.modules.elmo import batch_to_ids
 
 from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
@@ -21,6 +19,7 @@ from tests.interop.elmo_reference import (
     batches,
     max_diff,
     random_encoder,
+    transformer_bilm_folder,
     with_boundaries,
     write_pair,
 )
@@ -150,24 +149,7 @@ def test_transformer_archive_rebuilds_from_the_recorded_architecture(tmp_path):
     """A transformer biLM (no standard files for it) works from its archive, and the downstream
     archive rebuilds it from the recorded architecture."""
     pytest.importorskip("elmo_plugin.modules.elmo_transformer", reason="no elmo_transformer module yet")
-    config = {
-        "type": "elmo_bilm",
-        "text_field_embedder": {"token_embedders": {
-            "elmo": {"type": "elmo_char_cnn", "filters": [[1, 4], [2, 8]], "num_highway": 1, "projection_dim": 16},
-            "tokens": {"type": "empty"},
-        }},
-        "contextualizer": {"type": "elmo_transformer", "input_dim": 16, "hidden_dim": 32, "num_layers": 2,
-                           "num_attention_heads": 2, "dropout": 0.1},
-    }
-    bilm_vocab = Vocabulary()
-    bilm_vocab.add_tokens_to_namespace(["<S>", "</S>", "the"], "tokens")
-    bilm = Model.from_params(Params(json.loads(json.dumps(config))), vocab=bilm_vocab).eval()
-    folder = tmp_path / "bilm"  # a serialization folder: config.json, weights.th, vocabulary/
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps({"dataset_reader": {"type": "elmo_corpus"}, "model": config}))
-    torch.save(bilm.state_dict(), folder / "weights.th")
-    bilm_vocab.save_to_files(str(folder / "vocabulary"))
-
+    folder, bilm = transformer_bilm_folder(tmp_path / "bilm")
     vocab = Vocabulary()
     embedder = ElmoBiLmEmbedder(vocab, pretrained_file=str(folder), dropout=0.0).eval()
     char_ids = batches((3,))[0]
