@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from allennlp.common import Params
 from allennlp.data.data_loaders import MultiProcessDataLoader
 from allennlp.models.archival import load_archive
 from allennlp.modules.elmo import batch_to_ids

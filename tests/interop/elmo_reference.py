@@ -4,6 +4,7 @@ from typing import Dict, List, Optional, Tuple
 
 import h5py
 import numpy
+import pytest
 import torch
 from allennlp.data.token_indexers.elmo_indexer import ELMoCharacterMapper
 from allennlp.modules.elmo import Elmo, batch_to_ids
@@ -13,6 +14,16 @@ from elmo_plugin.interop.elmo_files import build_bilm_encoder, write_bilm_encode
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 
 TOLERANCE = 1e-5
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Tiny tensors: threads only add overhead (and stall on a shared 2-core machine). Import this
+    fixture into a test module to run its tests on one thread; the setting is restored after."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 SENTENCES = [
     "The cat sat on the mat .".split(),

@@ -18,10 +18,11 @@ from elmo_plugin.interop import elmo_files
 from elmo_plugin.interop.elmo_files import read_bilm_encoder, weight_arrays
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 from elmo_plugin.modules.elmo_char_cnn import ElmoCharCnn
-from tests.interop.elmo_reference import (
+from tests.interop.elmo_reference import (  # noqa: F401  (one_torch_thread: autouse fixture)
     TOLERANCE,
     allennlp_elmo,
     allennlp_layers,
+    one_torch_thread,
     batches,
     max_diff,
     random_encoder,
@@ -31,7 +32,6 @@ from tests.interop.elmo_reference import (
     write_random_tf_pair,
 )
 
-torch.set_num_threads(1)  # tiny tensors: threads only add overhead on a shared 2-core machine
 
 
 @pytest.mark.parametrize("clip", [1.0, None])

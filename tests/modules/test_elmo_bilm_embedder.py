@@ -12,11 +12,12 @@ from allennlp.modules.elmo import batch_to_ids
 from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
 from elmo_plugin.modules.elmo_bilm_embedder import ARCHITECTURE_NAMESPACE, ElmoBiLmEmbedder
 from elmo_plugin.modules.fast_bilm import char_cnn_vectors, encoder_layers
-from tests.interop.elmo_reference import (
+from tests.interop.elmo_reference import (  # noqa: F401  (one_torch_thread: autouse fixture)
     SENTENCES,
     TOLERANCE,
     allennlp_elmo,
     batches,
+    one_torch_thread,
     max_diff,
     random_encoder,
     transformer_bilm_folder,
@@ -24,7 +25,6 @@ from tests.interop.elmo_reference import (
     write_pair,
 )
 
-torch.set_num_threads(1)  # tiny tensors: threads only add overhead on a shared 2-core machine
 
 MIX, GAMMA = [0.3, -0.5, 1.0], 1.7
 
