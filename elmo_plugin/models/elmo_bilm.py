@@ -1,5 +1,5 @@
 """Model `elmo_bilm`: ELMo's joint forward + backward language model."""
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import torch
 from allennlp.common.checks import ConfigurationError
@@ -72,6 +72,20 @@ class ElmoBiLm(LanguageModel):
             if isinstance(embedder, ElmoCharCnn):
                 return embedder
         raise ConfigurationError("elmo_bilm: the text_field_embedder has no elmo_char_cnn")
+
+    def _compute_loss(
+        self,
+        lm_embeddings: torch.Tensor,
+        token_embeddings: torch.Tensor,
+        forward_targets: torch.Tensor,
+        backward_targets: Optional[torch.Tensor] = None,
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(batch, timesteps) targets, 0 = none. allennlp-models' `LanguageModel` gives the first
+        padding position of every padded sentence a backward target; drop it: a backward target
+        at t exists exactly when the forward target at t - 1 does."""
+        backward_targets = backward_targets.clone()
+        backward_targets[:, 1:] *= forward_targets[:, :-1] > 0
+        return super()._compute_loss(lm_embeddings, token_embeddings, forward_targets, backward_targets)
 
     def forward(self, source: TextFieldTensors) -> Dict[str, torch.Tensor]:  # type: ignore[override]
         output = super().forward(source)
