@@ -93,10 +93,6 @@ def runs(tiny_bilm_archive, tiny_corpus, tmp_path_factory):
                     "vocabulary.tokens_file": str(files / "vocab.txt"),
                     "trainer.num_epochs": 1,
                     "trainer.optimizer.lr": 0.0,  # nothing changes: validation = the imported model
-                    # one sentence per batch: allennlp-models' LanguageModel scores one backward
-                    # target per padded sentence at its first padding position, so the backward
-                    # perplexity depends on the batching; unpadded batches compare exactly
-                    "validation_data_loader": {"batch_size": 1},
                 },
             ),
         )
@@ -198,7 +194,7 @@ def test_continued_pretraining_starts_from_the_imported_model(runs, tiny_corpus)
     model = archive.model.eval()
     with torch.no_grad():
         elmo_files.softmax_matrices(model._softmax_loss)[1][model.vocab.get_vocab_size() - 1 :] = elmo_files.NO_TOKEN_BIAS
-    loader = MultiProcessDataLoader(archive.validation_dataset_reader, str(tiny_corpus / "valid.txt"), batch_size=1)
+    loader = MultiProcessDataLoader(archive.validation_dataset_reader, str(tiny_corpus / "valid.txt"), batch_size=16)
     loader.index_with(model.vocab)
     expected = evaluate(model, loader, cuda_device=-1)
     for name in ("forward_perplexity", "backward_perplexity", "perplexity"):
