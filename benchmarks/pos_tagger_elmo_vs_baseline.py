@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Dict, List, Set, Tuple
 
@@ -87,6 +88,7 @@ def oov_accuracy(archive: Path, test: Path, seen: Set[str], out: Path, name: str
 
 
 def layer_mix(archive: Path) -> Dict[str, object]:
+    warnings.simplefilter("ignore")  # deprecation noise from allennlp's dependencies
     import torch
     from allennlp.models.archival import load_archive
 

@@ -6,7 +6,7 @@ from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
 
-from elmo_plugin.commands.elmo_vocab import vocab_tokens, count_tokens
+from elmo_plugin.commands.elmo_vocab import count_tokens, vocab_tokens, write_elmo_vocab
 from tests.conftest import ALLENNLP, run_allennlp
 
 
@@ -28,7 +28,7 @@ def corpus(plugin_cwd):
 
 def test_specials_first_then_by_count_ties_by_first_appearance(corpus):
     out = corpus / "vocab" / "tokens.txt"
-    run_allennlp(["elmo-vocab", "first.txt", "shards/*.txt", str(out)], cwd=corpus)
+    write_elmo_vocab([str(corpus / "first.txt"), str(corpus / "shards" / "*.txt")], str(out))
     # counts: b 3, a 2, c 2, d 2, = 2, Heading 1, e 1; ties in order of first appearance.
     assert out.read_text(encoding="utf-8").splitlines() == [
         "<S>", "</S>", "@@UNKNOWN@@", "b", "a", "c", "d", "=", "Heading", "e"
@@ -39,7 +39,8 @@ def test_specials_first_then_by_count_ties_by_first_appearance(corpus):
     assert vocab.get_vocab_size() == 11
 
 
-def test_min_count_max_size_and_heading_skipping(corpus):
+def test_cli_min_count_max_size_and_heading_skipping(corpus):
+    """Through `allennlp elmo-vocab` (the ordering test above runs the same function in-process)."""
     out = corpus / "tokens.txt"
     run_allennlp(["elmo-vocab", "first.txt", "shards/*.txt", str(out), "--min-count", "2", "--max-size", "6",
                   "--skip-headings"], cwd=corpus)

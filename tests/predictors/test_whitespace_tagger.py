@@ -1,6 +1,9 @@
 """`whitespace_tagger` through `allennlp predict` on a trained ELMo tagger archive."""
 import json
 
+import pytest
+from allennlp.common.checks import ConfigurationError
+from allennlp.predictors import Predictor
 from conllu import parse_incr
 
 from tests.conftest import run_allennlp
@@ -23,3 +26,9 @@ def test_tags_whitespace_sentences_and_token_lists(tiny_elmo_tagger_archive, tin
         total += len(tags)
     assert correct / total > 0.9  # the archive's validation accuracy is ~0.99
     assert outputs[-1]["words"] == outputs[0]["words"] and outputs[-1]["tags"] == outputs[0]["tags"]
+
+
+def test_biLM_predictors_refuse_a_tagger_archive(tiny_elmo_tagger_archive):
+    for name in ("elmo_embeddings", "elmo_lm_scorer"):
+        with pytest.raises(ConfigurationError, match="needs an ELMo biLM archive .* holds a CrfTagger"):
+            Predictor.from_path(str(tiny_elmo_tagger_archive), name)
