@@ -31,6 +31,8 @@ class ElmoBiLm(LanguageModel):
     vocabulary by token through its vocab.txt.
     """
 
+    default_predictor = "elmo_embeddings"
+
     def __init__(
         self,
         vocab: Vocabulary,
