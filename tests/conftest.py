@@ -8,7 +8,11 @@ from typing import Dict, List, Optional
 
 import pytest
 
+from allennlp.common.plugins import import_plugins
+
 import elmo_plugin  # noqa: F401  (registers every component)
+
+import_plugins()  # allennlp-models too, as every `allennlp` command does (crf_tagger, ...)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO_ROOT / "training_config"
