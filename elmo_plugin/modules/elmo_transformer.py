@@ -17,6 +17,7 @@ from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 from elmo_plugin.modules.elmo_lstm import gather_timesteps, reverse_within_length
 
 NUM_DIRECTIONS = 2
+BACKWARD_POSITIONS = ("from_end", "from_start")
 DROPOUT_RESOLUTION = 2**15  # CPU dropout rates are rounded to a multiple of 1 / this
 
 
@@ -161,11 +162,17 @@ class ElmoTransformer(Seq2SeqEncoder):
 
     A forward stack in which each position attends only to itself and the past, and a separate
     backward stack in which it attends only to itself and the future, so neither direction can
-    see the token it predicts. Sinusoidal positions are added once to the input (the backward
-    stack counts positions from the end of each sentence) after `input_dropout`; each layer is a
-    pre-LN block (multi-head self-attention, then a ReLU feed-forward of width `hidden_dim`,
-    each in a residual branch with `dropout`); the top layer gets a final layer norm, as in
-    allennlp-models' `bidirectional_language_model_transformer`.
+    see the token it predicts. Sinusoidal positions are added once to the input after
+    `input_dropout`; each layer is a pre-LN block (multi-head self-attention with
+    `attention_dropout` on its weights, then a ReLU feed-forward of width `hidden_dim`, each in a
+    residual branch with `dropout`); the top layer gets a final layer norm, as in allennlp-models'
+    `bidirectional_language_model_transformer`.
+
+    `backward_positions`: "from_end" (default) numbers the backward stack's positions from the
+    end of each sentence, so it is a true right-to-left language model that never learns how
+    many tokens precede it; "from_start" numbers them from the start, as allennlp-models does,
+    which tells the backward stack where the sentence begins (an easier `<S>` and sentence-initial
+    word to predict, and a lower backward perplexity for that reason).
 
     The mask must be True on a prefix of each row (allennlp pads at the end), as for
     `elmo_lstm`; padding never changes a real position's output.
@@ -180,9 +187,12 @@ class ElmoTransformer(Seq2SeqEncoder):
         dropout: float = 0.1,
         input_dropout: Optional[float] = None,
         attention_dropout: float = 0.0,
+        backward_positions: str = "from_end",
         return_all_layers: bool = False,
     ) -> None:
         super().__init__()
+        if backward_positions not in BACKWARD_POSITIONS:
+            raise ConfigurationError(f"elmo_transformer: backward_positions must be one of {BACKWARD_POSITIONS}")
         if num_layers < 1:
             raise ConfigurationError("elmo_transformer: num_layers must be at least 1")
         if input_dim % num_attention_heads != 0:
@@ -195,6 +205,7 @@ class ElmoTransformer(Seq2SeqEncoder):
         self.num_layers = num_layers
         self.num_attention_heads = num_attention_heads
         self._return_all_layers = return_all_layers
+        self.backward_positions = backward_positions
         self.input_dropout = input_dropout or 0.0
         self.layers = torch.nn.ModuleList(
             DirectionalBlock(input_dim, hidden_dim, num_attention_heads, dropout, attention_dropout)
@@ -225,8 +236,11 @@ class ElmoTransformer(Seq2SeqEncoder):
         (one mask for both directions), as read forward and as read backward (reversed within
         length), each plus its positions."""
         inputs = dropout(inputs, self.input_dropout, self.training)
-        stacked = torch.stack([inputs, gather_timesteps(inputs, reverse_index)])
-        return stacked + self.positions(inputs.size(1)).to(inputs.dtype)
+        positions = self.positions(inputs.size(1)).to(inputs.dtype)
+        if self.backward_positions == "from_start":
+            inputs = inputs + positions
+            return torch.stack([inputs, gather_timesteps(inputs, reverse_index)])
+        return torch.stack([inputs, gather_timesteps(inputs, reverse_index)]) + positions
 
     def layer_output(
         self, states: torch.Tensor, reverse_index: torch.Tensor, keep: torch.Tensor

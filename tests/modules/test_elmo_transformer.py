@@ -7,6 +7,7 @@ from typing import Tuple
 import pytest
 import torch
 from allennlp.common import Params
+from allennlp.common.checks import ConfigurationError
 from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
@@ -40,6 +41,13 @@ def perturbed(inputs: torch.Tensor, position: int) -> torch.Tensor:
     return changed
 
 
+def test_rejects_bad_arguments():
+    with pytest.raises(ConfigurationError, match="num_attention_heads"):
+        ElmoTransformer(input_dim=10, hidden_dim=8, num_layers=1, num_attention_heads=4)
+    with pytest.raises(ConfigurationError, match="backward_positions"):
+        ElmoTransformer(input_dim=8, hidden_dim=8, num_layers=1, num_attention_heads=4, backward_positions="middle")
+
+
 def test_registered_and_built_from_params():
     encoder = Seq2SeqEncoder.from_params(
         Params({"type": "elmo_transformer", "input_dim": 8, "hidden_dim": 16, "num_layers": 2, "num_attention_heads": 2})
@@ -71,9 +79,10 @@ def test_return_all_layers():
         torch.testing.assert_close(layer, reference)
 
 
+@pytest.mark.parametrize("backward_positions", ["from_end", "from_start"])
 @pytest.mark.parametrize("position", range(8))
-def test_forward_direction_never_sees_the_future(position):
-    transformer = make_transformer()
+def test_forward_direction_never_sees_the_future(position, backward_positions):
+    transformer = make_transformer(backward_positions=backward_positions)
     inputs, mask = padded_batch()
     before = transformer.all_layers(inputs, mask)
     after = transformer.all_layers(perturbed(inputs, position + 1), mask)
@@ -85,9 +94,10 @@ def test_forward_direction_never_sees_the_future(position):
     assert changed > 1e-3
 
 
+@pytest.mark.parametrize("backward_positions", ["from_end", "from_start"])
 @pytest.mark.parametrize("position", range(1, 9))
-def test_backward_direction_never_sees_the_past(position):
-    transformer = make_transformer()
+def test_backward_direction_never_sees_the_past(position, backward_positions):
+    transformer = make_transformer(backward_positions=backward_positions)
     inputs, mask = padded_batch()
     before = transformer.all_layers(inputs, mask)
     after = transformer.all_layers(perturbed(inputs, position - 1), mask)
@@ -120,8 +130,9 @@ def test_gradients_flow_only_from_allowed_positions_in_training_mode():
             assert forward_grad[sentence, position].abs().max() > 0 and backward_grad[sentence, position].abs().max() > 0
 
 
-def test_padding_never_changes_real_outputs():
-    transformer = make_transformer()
+@pytest.mark.parametrize("backward_positions", ["from_end", "from_start"])
+def test_padding_never_changes_real_outputs(backward_positions):
+    transformer = make_transformer(backward_positions=backward_positions)
     inputs, mask = padded_batch()
     batched = transformer.all_layers(inputs, mask)
     for sentence, length in enumerate(LENGTHS):
@@ -133,6 +144,25 @@ def test_padding_never_changes_real_outputs():
     garbage[~mask] = 1e3
     for layer_garbage, layer_batched in zip(transformer.all_layers(garbage, mask), batched):
         torch.testing.assert_close(layer_garbage, layer_batched, atol=TOLERANCE, rtol=0)
+
+
+def test_each_direction_is_a_language_model_of_its_own_context():
+    """Forward states ignore what follows (appending tokens changes nothing before them) and,
+    with the default positions counted from the sentence end, backward states ignore what
+    precedes (prepending tokens changes nothing after them): neither even learns the length of
+    the context it must not see. Counted from the start, backward states do see it."""
+    torch.manual_seed(5)
+    sentence, extra = torch.randn(1, 5, DIM), torch.randn(1, 3, DIM)
+    full = torch.ones(1, 8, dtype=torch.bool)
+    alone = make_transformer().all_layers(sentence, full[:, :5])
+    appended = make_transformer().all_layers(torch.cat([sentence, extra], dim=1), full)
+    prepended = make_transformer().all_layers(torch.cat([extra, sentence], dim=1), full)
+    for layer_alone, layer_appended, layer_prepended in zip(alone, appended, prepended):
+        torch.testing.assert_close(layer_appended[:, :5, :DIM], layer_alone[..., :DIM], atol=TOLERANCE, rtol=0)
+        torch.testing.assert_close(layer_prepended[:, 3:, DIM:], layer_alone[..., DIM:], atol=TOLERANCE, rtol=0)
+    from_start = make_transformer(backward_positions="from_start")
+    moved = from_start(torch.cat([extra, sentence], dim=1), full)[:, 3:, DIM:] - from_start(sentence, full[:, :5])[..., DIM:]
+    assert moved.abs().max() > 1e-3
 
 
 def test_directions_have_separate_parameters():
