@@ -1,0 +1,314 @@
+"""Transformer ELMo: our `elmo_bilm` + `elmo_transformer` vs allennlp-models' `language_model` +
+`bidirectional_language_model_transformer`, same sizes, same data, in one run.
+
+Both sides get the same reader, vocabulary, character CNN token embedder (`elmo_char_cnn`),
+softmax, optimizer, batches and seeds; only the model type (ours subclasses theirs) and the
+contextualizer differ. Training goes through allennlp's own `TrainModel` / `GradientDescentTrainer`
+(what `allennlp train` runs), timed by a trainer callback after every optimizer step.
+
+1. Speed (published sizes by default): training tokens/s, in alternating rounds (ours, theirs,
+   theirs, ours, ...) so that load from other processes hits both alike; median per side.
+   Also the contextualizers alone (forward + backward on one batch), as context for the ratio.
+2. Quality (demo sizes by default): validation perplexity after the same number of steps,
+   token-weighted over the whole validation split with the full softmax, computed by the
+   same function for both models.
+
+Data: $ELMO_PLUGIN_DATA/wikitext-2/valid.txt (default ../shared/data): first 90% of lines train,
+last 10% validation. Skipped with a message if missing. Usage (from the repo root):
+    python benchmarks/transformer_vs_allennlp_models.py [--speed-steps 4] [--speed-rounds 2]
+        [--quality-steps 120] [--threads N] [--cuda-device -1] [--skip-speed] [--skip-quality]
+"""
+import argparse
+import contextlib
+import copy
+import json
+import math
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Dict, Iterator, List, Tuple
+
+import torch
+from allennlp.commands.train import TrainModel
+from allennlp.common import Params
+from allennlp.common.util import prepare_environment
+from allennlp.data import DatasetReader, Vocabulary
+from allennlp.data.data_loaders import MultiProcessDataLoader
+from allennlp.models import Model
+from allennlp.nn import util as nn_util
+from allennlp.training.callbacks import TrainerCallback
+
+import elmo_plugin  # noqa: F401  (registers our components)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CONFIG_DIR = REPO_ROOT / "training_config"
+SIDES = ("ours", "theirs")
+CLOCKS: Dict[str, List[Tuple[float, int]]] = {}
+
+
+@TrainerCallback.register("transformer_benchmark_clock")
+class BatchClock(TrainerCallback):
+    """Records (time, real tokens) after every training batch, keyed by serialization dir."""
+
+    def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
+        CLOCKS[self.serialization_dir] = []
+
+    def on_batch(self, trainer, batch_inputs, batch_outputs, batch_metrics, epoch, batch_number,
+                 is_training, is_primary=True, batch_grad_norm=None, **kwargs) -> None:
+        if is_training:
+            tokens = sum(int((batch["source"]["tokens"]["tokens"] > 0).sum()) for batch in batch_inputs)
+            CLOCKS[self.serialization_dir].append((time.perf_counter(), tokens))
+
+
+def tokens_per_second(clock: List[Tuple[float, int]], warmup: int) -> float:
+    """Throughput over the batches after the first `warmup` ones."""
+    start, _ = clock[warmup - 1]
+    end, _ = clock[-1]
+    return sum(tokens for _, tokens in clock[warmup:]) / (end - start)
+
+
+def split_wikitext(out: Path) -> Tuple[Path, Path, str]:
+    """train.txt / valid.txt in `out`: first 90% / last 10% of WikiText-2 valid.txt lines."""
+    data = Path(os.environ.get("ELMO_PLUGIN_DATA", REPO_ROOT.parent / "shared" / "data"))
+    source = data / "wikitext-2" / "valid.txt"
+    if not source.is_file():
+        print(f"SKIP: WikiText-2 not found at {source} (set ELMO_PLUGIN_DATA to the shared data folder)")
+        sys.exit(0)
+    lines = source.read_text(encoding="utf-8").splitlines(keepends=True)
+    cut = len(lines) * 9 // 10
+    (out / "train.txt").write_text("".join(lines[:cut]), encoding="utf-8")
+    (out / "valid.txt").write_text("".join(lines[cut:]), encoding="utf-8")
+    split = f"{source}: lines 1-{cut} train, lines {cut + 1}-{len(lines)} validation"
+    return out / "train.txt", out / "valid.txt", split
+
+
+def build_vocabulary(reader_params: Dict, train: Path, min_count: int, out: Path) -> Tuple[Path, int]:
+    """One vocabulary (training tokens seen `min_count` times, by frequency) saved for both sides."""
+    reader = DatasetReader.from_params(Params(copy.deepcopy(reader_params)))
+    with quiet(out / "vocabulary.log"):
+        vocab = Vocabulary.from_instances(reader.read(str(train)), min_count={"tokens": min_count})
+    folder = out / f"vocabulary_min_count_{min_count}"
+    shutil.rmtree(folder, ignore_errors=True)
+    vocab.save_to_files(str(folder))
+    return folder, vocab.get_vocab_size("tokens")
+
+
+@contextlib.contextmanager
+def quiet(log: Path) -> Iterator[None]:
+    """Progress bars and warnings to `log` instead of the terminal."""
+    with open(log, "a") as stream, contextlib.redirect_stderr(stream), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # e.g. allennlp-models' experimental-feature warning
+        yield
+
+
+def our_config(config_file: str, batch_size: int, overrides: Dict) -> Dict:
+    """Our training config with `overrides`, 8 heads (theirs are fixed at 8) and `batch_size`."""
+    config = Params.from_file(str(CONFIG_DIR / config_file), params_overrides=json.dumps(overrides)).as_dict()
+    config["model"]["contextualizer"]["num_attention_heads"] = 8
+    loader = config["data_loader"]
+    (loader["batch_sampler"] if "batch_sampler" in loader else loader)["batch_size"] = batch_size
+    return config
+
+
+def their_config(ours: Dict) -> Dict:
+    """The same config with allennlp-models' bidirectional `language_model` and transformer."""
+    config = copy.deepcopy(ours)
+    mine = config["model"]["contextualizer"]
+    config["model"].update(
+        type="language_model",
+        bidirectional=True,
+        contextualizer={
+            "type": "bidirectional_language_model_transformer",
+            **{key: mine[key] for key in ("input_dim", "hidden_dim", "num_layers", "dropout", "input_dropout")},
+        },
+    )
+    return config
+
+
+def training_run(config: Dict, train: Path, vocab_dir: Path, steps: int, cuda_device: int, out: Path) -> Tuple[Model, List]:
+    """`steps` optimizer steps through allennlp's TrainModel; returns the model and its clock."""
+    config = copy.deepcopy(config)
+    config.update(train_data_path=str(train), vocabulary={"type": "from_files", "directory": str(vocab_dir)})
+    config.pop("validation_data_path", None)
+    config["data_loader"]["batches_per_epoch"] = steps
+    config["trainer"].update(
+        num_epochs=1,
+        cuda_device=cuda_device,
+        callbacks=[{"type": "transformer_benchmark_clock"}],
+        checkpointer={"save_completed_epochs": False},
+    )
+    config["trainer"].pop("learning_rate_scheduler", None)  # noam would keep lr near 0 for 6000 steps
+    params = Params(config)
+    prepare_environment(params)
+    shutil.rmtree(out, ignore_errors=True)  # a re-used --out folder
+    out.mkdir(parents=True)
+    with quiet(out / "train.log"):
+        train_loop = TrainModel.from_params(params=params, serialization_dir=str(out), local_rank=0)
+        train_loop.run()
+    return train_loop.model, CLOCKS[str(out)]
+
+
+def direction_nll(model: Model, embeddings: torch.Tensor, targets: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+    """Summed NLL of word ids `targets` from `embeddings` (batch, timesteps, dim) at `where`,
+    through the model's own softmax (full softmax in eval mode; its rows skip padding id 0)."""
+    return model._softmax_loss(embeddings[where], targets[where] - 1)
+
+
+def validation_perplexity(model: Model, reader_params: Dict, valid: Path, cuda_device: int) -> Dict[str, float]:
+    """Forward, backward and joint perplexity, token-weighted over the whole file, full softmax.
+    Targets are defined here, the same for both models: forward at t -> token t + 1, backward at
+    t -> token t - 1, for real tokens only (allennlp-models' `LanguageModel` also gives the first
+    padding position of each padded sentence a backward target, which would skew its number)."""
+    reader = DatasetReader.from_params(Params(copy.deepcopy(reader_params)))
+    loader = MultiProcessDataLoader(reader, str(valid), batch_size=64)
+    loader.index_with(model.vocab)
+    forward_nll = backward_nll = targets = 0.0
+    model.eval()
+    with torch.no_grad(), quiet(valid.parent / "validation.log"):
+        for batch in loader:
+            batch = nn_util.move_to_device(batch, cuda_device)
+            output = model(**batch)
+            forward, backward = output["lm_embeddings"].chunk(2, dim=-1)
+            ids, mask = batch["source"]["tokens"]["tokens"], output["mask"]
+            pairs = mask[:, 1:] & mask[:, :-1]  # (t, t + 1) both real
+            forward_nll += float(direction_nll(model, forward[:, :-1], ids[:, 1:], pairs))
+            backward_nll += float(direction_nll(model, backward[:, 1:], ids[:, :-1], pairs))
+            targets += float(pairs.sum())
+    forward, backward = forward_nll / targets, backward_nll / targets
+    return {"forward": math.exp(forward), "backward": math.exp(backward), "joint": math.exp((forward + backward) / 2)}
+
+
+def contextualizer_seconds(model: Model, batch_size: int, timesteps: int, repeats: int) -> float:
+    """Median seconds for one forward + backward of the contextualizer alone on random inputs."""
+    contextualizer = model._contextualizer.train()
+    device = next(contextualizer.parameters()).device
+    inputs = torch.randn(batch_size, timesteps, contextualizer.get_input_dim(), device=device)
+    mask = torch.ones(batch_size, timesteps, dtype=torch.bool, device=device)
+    mask[batch_size // 2 :, timesteps * 3 // 4 :] = False
+    times = []
+    for _ in range(repeats + 1):
+        start = time.perf_counter()
+        contextualizer(inputs, mask).pow(2).mean().backward()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    contextualizer.zero_grad(set_to_none=True)
+    return statistics.median(times[1:])
+
+
+def describe(config: Dict) -> str:
+    model, loader = config["model"], config["data_loader"]
+    cnn, ctx = model["text_field_embedder"]["token_embedders"]["elmo"], model["contextualizer"]
+    batch = loader.get("batch_sampler", loader)["batch_size"]
+    softmax = f"sampled softmax {model['num_samples']}" if model.get("num_samples") else "full softmax"
+    return (
+        f"{ctx['num_layers']} layers x {ctx['input_dim']}/{ctx['hidden_dim']} per direction, 8 heads; char CNN "
+        f"{sum(count for _, count in cnn['filters'])} filters, {cnn['num_highway']} highway -> {cnn['projection_dim']}; "
+        f"{softmax}; batch {batch}, windows of {config['dataset_reader']['max_sequence_length']} tokens"
+    )
+
+
+def parameter_count(model: Model) -> int:
+    return sum(parameter.numel() for parameter in model._contextualizer.parameters())
+
+
+def prepare_part(config_file: str, batch_size: int, min_count: int, train: Path, out: Path) -> Tuple[Dict, Path]:
+    """Both sides' configs and a vocabulary for one part; prints what they are."""
+    ours = our_config(config_file, batch_size, {})
+    vocab_dir, vocab_size = build_vocabulary(ours["dataset_reader"], train, min_count, out)
+    print(f"   {describe(ours)}; vocabulary {vocab_size:,d} entries (training tokens seen >= {min_count} times)")
+    return {"ours": ours, "theirs": their_config(ours)}, vocab_dir
+
+
+def speed_part(args, train: Path, out: Path) -> None:
+    sizes = "published sizes" if "original" in args.speed_config else "sizes of that config"
+    print(f"\n1. SPEED, {args.speed_config} ({sizes}):")
+    configs, vocab_dir = prepare_part(args.speed_config, args.speed_batch_size, 1, train, out)
+    print(f"   {args.speed_rounds} alternating rounds per side, each a fresh training run: 1 warm-up step, "
+          f"then {args.speed_steps} timed steps")
+    rates: Dict[str, List[float]] = {side: [] for side in SIDES}
+    alone: Dict[str, List[float]] = {side: [] for side in SIDES}
+    timesteps = configs["ours"]["dataset_reader"]["max_sequence_length"] + 2
+    for round_index in range(args.speed_rounds):
+        for side in SIDES if round_index % 2 == 0 else SIDES[::-1]:
+            model, clock = training_run(configs[side], train, vocab_dir, args.speed_steps + 1, args.cuda_device,
+                                        out / f"speed_{side}_{round_index}")
+            rates[side].append(tokens_per_second(clock, warmup=1))
+            alone[side].append(contextualizer_seconds(model, args.speed_batch_size, timesteps, repeats=3))
+            print(f"   round {round_index + 1} {side:6s}: training {rates[side][-1]:8.1f} tokens/s; contextualizer alone "
+                  f"{alone[side][-1] * 1000:7.1f} ms forward+backward ({parameter_count(model):,d} parameters)", flush=True)
+            del model
+    ours, theirs = (statistics.median(rates[side]) for side in SIDES)
+    ours_alone, theirs_alone = (statistics.median(alone[side]) for side in SIDES)
+    print(f"   training tokens/s, median: ours {ours:.1f}, theirs {theirs:.1f}: "
+          f"RATIO ours/theirs {ours / theirs:.2f}x (target >= 1.5x)")
+    print(f"   contextualizer alone, batch {args.speed_batch_size} x {timesteps}, median: ours {ours_alone * 1000:.1f} ms, "
+          f"theirs {theirs_alone * 1000:.1f} ms: RATIO theirs/ours {theirs_alone / ours_alone:.2f}x")
+
+
+def quality_part(args, train: Path, valid: Path, out: Path) -> None:
+    print(f"\n2. VALIDATION PERPLEXITY, {args.quality_config} (smaller sizes):")
+    configs, vocab_dir = prepare_part(args.quality_config, args.quality_batch_size, 2, train, out)
+    # allennlp-models numbers the backward stack's positions from the sentence start; ours, by
+    # default, from the end (a true right-to-left LM). Also run ours with theirs' numbering.
+    configs["ours_from_start"] = copy.deepcopy(configs["ours"])
+    configs["ours_from_start"]["model"]["contextualizer"]["backward_positions"] = "from_start"
+    names = {"ours": "ours (default)", "ours_from_start": "ours, backward_positions from_start", "theirs": "theirs"}
+    print(f"   {args.quality_steps} training steps each (same batches, same seeds), then the whole validation split")
+    results, rates = {}, {}
+    for side in ("ours", "ours_from_start", "theirs"):
+        model, clock = training_run(configs[side], train, vocab_dir, args.quality_steps, args.cuda_device, out / f"quality_{side}")
+        rates[side] = tokens_per_second(clock, warmup=min(5, args.quality_steps - 1))
+        results[side] = validation_perplexity(model, configs[side]["dataset_reader"], valid, args.cuda_device)
+        print(f"   {names[side]:36s}: validation perplexity {results[side]['joint']:8.2f} (forward {results[side]['forward']:.2f}, "
+              f"backward {results[side]['backward']:.2f}); training {rates[side]:.1f} tokens/s", flush=True)
+        del model
+    theirs = results["theirs"]
+    for side in ("ours", "ours_from_start"):
+        ratios = {key: results[side][key] / theirs[key] for key in ("joint", "forward", "backward")}
+        print(f"   RATIO {names[side]} / theirs: validation perplexity {ratios['joint']:.3f} (target <= 1.05; "
+              f"forward {ratios['forward']:.3f}, backward {ratios['backward']:.3f})")
+    print("   (forward stacks number positions the same way on both sides; the backward ratio of the default "
+          "reflects the numbering: theirs knows how far the sentence start is)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--speed-config", default="elmo_transformer_original.jsonnet")
+    parser.add_argument("--speed-batch-size", type=int, default=16)
+    parser.add_argument("--speed-steps", type=int, default=4)
+    parser.add_argument("--speed-rounds", type=int, default=2)
+    parser.add_argument("--quality-config", default="elmo_transformer.jsonnet")
+    parser.add_argument("--quality-batch-size", type=int, default=32)
+    parser.add_argument("--quality-steps", type=int, default=120)
+    parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument("--skip-quality", action="store_true")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+    parser.add_argument("--cuda-device", type=int, default=-1)
+    parser.add_argument("--out", default=None, help="working folder (default: a new temporary one)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    out = Path(args.out or tempfile.mkdtemp(prefix="transformer_benchmark_"))
+    out.mkdir(parents=True, exist_ok=True)
+    train, valid, split = split_wikitext(out)
+    device = f"cuda:{args.cuda_device}" if args.cuda_device >= 0 else f"CPU, {torch.get_num_threads()} torch threads"
+    print(f"split: {split}")
+    print(f"device: {device}; working folder {out}")
+    print("both sides: same reader, vocabulary, elmo_char_cnn token embedder, softmax, optimizer, batches, seeds, "
+          "through allennlp's TrainModel/GradientDescentTrainer; ours = elmo_bilm + elmo_transformer (attention_dropout 0), "
+          "theirs = language_model + bidirectional_language_model_transformer (also dropout 0.1 on attention weights)")
+    if not args.skip_speed:
+        speed_part(args, train, out)
+    if not args.skip_quality:
+        quality_part(args, train, valid, out)
+
+
+if __name__ == "__main__":
+    main()
