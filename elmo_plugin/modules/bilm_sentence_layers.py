@@ -6,7 +6,6 @@ import torch
 from allennlp.nn.util import remove_sentence_boundaries
 
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
-from elmo_plugin.modules.fast_bilm import encoder_layers
 
 
 def sentence_layers(encoder: BiLmEncoder, char_ids: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -14,9 +13,8 @@ def sentence_layers(encoder: BiLmEncoder, char_ids: torch.Tensor) -> Tuple[torch
     char_ids (batch, tokens + 2, 50) for `<S> w1 .. wn </S>`, right-padded ->
     (layers (batch, num_layers, tokens, dim), lengths (batch,) = n of each sentence).
     Layer 0 is the character CNN output repeated to full width; padding positions are zero.
-    Runs the encoder's exact fast inference path (as `elmo_bilm_embedder` does).
     """
-    layers, mask = encoder_layers(encoder, char_ids)
+    layers, mask = encoder(char_ids)
     trimmed: List[torch.Tensor] = []
     new_mask = mask
     for layer in layers:

@@ -13,8 +13,6 @@ from allennlp.modules.scalar_mix import ScalarMix
 from allennlp.modules.token_embedders import TokenEmbedder
 from allennlp.nn.util import add_sentence_boundary_token_ids, remove_sentence_boundaries
 
-from elmo_plugin.modules.fast_bilm import encoder_layers
-
 logger = logging.getLogger(__name__)
 
 ARCHITECTURE_NAMESPACE = "elmo_bilm_embedder_architecture"
@@ -129,7 +127,7 @@ class ElmoBiLmEmbedder(TokenEmbedder):
         """(batch, tokens, 50) -> (every biLM layer with `<S>`/`</S>`, their mask)."""
         mask = (elmo_tokens > 0).any(dim=-1)
         with_boundaries, mask_with_boundaries = add_sentence_boundary_token_ids(elmo_tokens, mask, self._bos, self._eos)
-        layers, _ = encoder_layers(self.bilm, with_boundaries)
+        layers, _ = self.bilm(with_boundaries)
         return layers, mask_with_boundaries
 
     def forward(self, elmo_tokens: torch.Tensor) -> torch.Tensor:  # type: ignore[override]

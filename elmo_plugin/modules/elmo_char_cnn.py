@@ -3,10 +3,22 @@ from typing import List, Tuple
 
 import torch
 from allennlp.common.checks import ConfigurationError
+from allennlp.data.token_indexers.elmo_indexer import ELMoCharacterMapper
 from allennlp.modules.highway import Highway
 from allennlp.modules.token_embedders import TokenEmbedder
 
 ACTIVATIONS = {"relu": torch.nn.functional.relu, "tanh": torch.tanh}
+PADDING_CHAR_ID = ELMoCharacterMapper.padding_character + 1
+# Upper bounds of token lengths (characters up to the last non-padding one) encoded together.
+LENGTH_GROUPS = (5, 7, 9, 12, 16, 24, 50)
+
+
+def token_lengths(char_ids: torch.Tensor) -> torch.Tensor:
+    """(n, chars) ids -> (n,) position after the last non-padding character, at least 1;
+    0 for padding tokens (all ids 0). Every character from there on is the padding character."""
+    positions = torch.arange(1, char_ids.size(-1) + 1, device=char_ids.device)
+    last = (positions * (char_ids != PADDING_CHAR_ID)).amax(dim=-1).clamp(min=1)
+    return last * (char_ids > 0).any(dim=-1)
 
 
 @TokenEmbedder.register("elmo_char_cnn")
@@ -16,8 +28,15 @@ class ElmoCharCnn(TokenEmbedder):
 
     char embedding -> one Conv1d per `[width, count]` filter, max over positions, activation ->
     `num_highway` highway layers (relu) -> linear projection. Parameters map one-to-one onto the
-    `char_cnn` part of ELMo's `options.json` / `weights.hdf5`. Each distinct token in a batch
-    is encoded once. Padding tokens (all ids 0) give zero vectors.
+    `char_cnn` part of ELMo's `options.json` / `weights.hdf5`. Padding tokens (all ids 0) give
+    zero vectors.
+
+    Computed exactly, with less work: each distinct token of the batch is encoded once, tokens
+    are grouped by length, and each convolution runs only over the character prefix that can
+    matter. A token of length L is followed by padding characters, so every window starting at
+    or after L sees only padding and has one value per filter, computed once per batch: the max
+    over positions is the max over the first L windows and, where the token leaves room for
+    one, that all-padding window. Gradients are those of the full computation.
     """
 
     def __init__(
@@ -42,21 +61,53 @@ class ElmoCharCnn(TokenEmbedder):
         self.highways = Highway(num_filters, num_highway, activation=torch.nn.functional.relu)
         self.projection = torch.nn.Linear(num_filters, projection_dim)
         self._activation = ACTIVATIONS[activation]
+        self._widest = max(width for width, _ in self.filters)
         self._output_dim = projection_dim
 
     def get_output_dim(self) -> int:
         return self._output_dim
 
-    def encode_distinct(self, char_ids: torch.Tensor) -> torch.Tensor:
-        """(words, 50) ids -> (words, projection_dim), no de-duplication."""
-        embedded = self.char_embedding(char_ids).transpose(1, 2)  # (words, dim, 50)
-        pooled = [self._activation(conv(embedded).max(dim=-1)[0]) for conv in self.convolutions]
-        return self.projection(self.highways(torch.cat(pooled, dim=-1)))
+    def padding_windows(self) -> List[torch.Tensor]:
+        """Per filter, the (count,) convolution of a window of padding characters only."""
+        padding = self.char_embedding.weight[PADDING_CHAR_ID].view(1, -1, 1)
+        windows = [padding.expand(-1, -1, width) for width, _ in self.filters]
+        return [conv(window)[0, :, 0] for conv, window in zip(self.convolutions, windows)]
+
+    def pooled_convolutions(
+        self, char_ids: torch.Tensor, lengths: torch.Tensor, padding_windows: List[torch.Tensor]
+    ) -> torch.Tensor:
+        """(n, chars) ids of real tokens, (n,) their lengths -> (n, total filters): every
+        filter's max over positions, activated."""
+        num_chars, longest = char_ids.size(-1), int(lengths.max())
+        embedded = self.char_embedding(char_ids[:, : longest + self._widest - 1]).transpose(1, 2)
+        pooled = []
+        for (width, _), conv, padding_window in zip(self.filters, self.convolutions, padding_windows):
+            best = conv(embedded[:, :, : longest + width - 1]).max(dim=-1).values
+            if longest <= num_chars - width:  # some tokens have an all-padding window
+                has_padding_window = (lengths <= num_chars - width).unsqueeze(1)
+                best = torch.where(has_padding_window, torch.maximum(best, padding_window), best)
+            pooled.append(self._activation(best))
+        return torch.cat(pooled, dim=-1)
+
+    def encode_distinct(self, char_ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """(n, chars) ids of real tokens sorted by length, (n,) lengths -> (n, projection_dim),
+        one group of similar lengths at a time."""
+        bounds = torch.searchsorted(lengths, torch.tensor(LENGTH_GROUPS, device=lengths.device), right=True)
+        padding_windows = self.padding_windows()
+        pooled, start = [self.projection.weight.new_zeros(0, self.projection.in_features)], 0
+        for end in bounds.tolist():
+            if end > start:
+                pooled.append(self.pooled_convolutions(char_ids[start:end], lengths[start:end], padding_windows))
+            start = end
+        return self.projection(self.highways(torch.cat(pooled)))
 
     def forward(self, elmo_tokens: torch.Tensor) -> torch.Tensor:
-        batch_shape = elmo_tokens.shape[:-1]
-        flat = elmo_tokens.reshape(-1, elmo_tokens.size(-1))
-        distinct, inverse = torch.unique(flat, dim=0, return_inverse=True)
-        vectors = self.encode_distinct(distinct)[inverse]
-        is_token = (flat > 0).any(dim=-1, keepdim=True)
-        return (vectors * is_token).view(*batch_shape, -1)
+        """(..., chars) ids -> (..., projection_dim)."""
+        distinct, inverse = torch.unique(elmo_tokens.reshape(-1, elmo_tokens.size(-1)), dim=0, return_inverse=True)
+        lengths = token_lengths(distinct)
+        order = torch.argsort(lengths)  # the padding token (length 0), if any, comes first
+        num_padding = int((lengths == 0).sum())  # 0 or 1
+        vectors = self.encode_distinct(distinct[order[num_padding:]], lengths[order[num_padding:]])
+        table = torch.cat([vectors.new_zeros(1, vectors.size(-1)), vectors])  # row 0: padding
+        rows = torch.argsort(order) + 1 - num_padding  # distinct token -> its row of table
+        return table[rows[inverse]].view(*elmo_tokens.shape[:-1], self._output_dim)

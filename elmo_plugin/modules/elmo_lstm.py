@@ -1,5 +1,5 @@
 """Seq2SeqEncoder `elmo_lstm`: ELMo's two independent stacks of projected LSTMs."""
-from typing import List, Optional, Union
+from typing import List, Optional, Sequence, Union
 
 import torch
 from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
@@ -18,28 +18,48 @@ def gather_timesteps(inputs: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return inputs.gather(1, index.unsqueeze(-1).expand_as(inputs))
 
 
+def stacked_weight(lstms: Sequence[torch.nn.LSTM], name: str) -> torch.Tensor:
+    """The named weight of each direction's LSTM, transposed for x @ W: (directions, in, out)."""
+    return torch.stack([getattr(lstm, name) for lstm in lstms]).transpose(1, 2)
+
+
 def clipped_lstm(
-    inputs: torch.Tensor, lstm: torch.nn.LSTM, cell_clip: Optional[float], proj_clip: Optional[float]
+    inputs: torch.Tensor,
+    lstms: Sequence[torch.nn.LSTM],
+    lengths: torch.Tensor,
+    cell_clip: Optional[float],
+    proj_clip: Optional[float],
 ) -> torch.Tensor:
-    """The same LSTM-with-projection as `lstm(inputs)`, from zero state, with the memory cell
-    clipped to +-cell_clip and the projected output to +-proj_clip at every step.
-    inputs (batch, timesteps, input_dim) -> (batch, timesteps, proj_size)."""
-    batch_size, timesteps, _ = inputs.shape
-    input_gates = torch.nn.functional.linear(inputs, lstm.weight_ih_l0, lstm.bias_ih_l0 + lstm.bias_hh_l0)
-    state = inputs.new_zeros(batch_size, lstm.proj_size)
-    memory = inputs.new_zeros(batch_size, lstm.hidden_size)
+    """Each direction's LSTM-with-projection as `lstm(inputs[d])`, from zero state, with the
+    memory cell clipped to +-cell_clip and the projected output to +-proj_clip at every step;
+    one time loop for all directions. inputs (directions, batch, timesteps, dim), batch sorted by
+    decreasing `lengths` (batch,) -> (directions, batch, timesteps, proj_size), zero past each
+    length: a sequence leaves the loop when it ends."""
+    directions, batch, timesteps, dim = inputs.shape
+    bias = torch.stack([lstm.bias_ih_l0 + lstm.bias_hh_l0 for lstm in lstms]).unsqueeze(1)
+    time_major = inputs.transpose(1, 2).reshape(directions, -1, dim)
+    input_gates = torch.baddbmm(bias, time_major, stacked_weight(lstms, "weight_ih_l0"))
+    # One tensor per step: the backward of unbind stacks the step gradients once, where
+    # indexing a step of the whole tensor would add a full-size gradient at every step.
+    input_gates = input_gates.view(directions, timesteps, batch, -1).unbind(dim=1)
+    recurrent, projection = stacked_weight(lstms, "weight_hh_l0"), stacked_weight(lstms, "weight_hr_l0")
+    state = inputs.new_zeros(directions, batch, lstms[0].proj_size)
+    memory = inputs.new_zeros(directions, batch, lstms[0].hidden_size)
+    active = (lengths > torch.arange(timesteps, device=lengths.device).unsqueeze(1)).sum(dim=1)
     outputs = []
-    for step in range(timesteps):
-        gates = input_gates[:, step] + torch.nn.functional.linear(state, lstm.weight_hh_l0)
-        input_gate, forget_gate, candidate, output_gate = gates.chunk(4, dim=1)
-        memory = torch.sigmoid(forget_gate) * memory + torch.sigmoid(input_gate) * torch.tanh(candidate)
+    for step, size in enumerate(active[active > 0].tolist()):  # size: sequences longer than step
+        state, memory = state[:, :size], memory[:, :size]
+        gates = torch.baddbmm(input_gates[step][:, :size], state, recurrent)
+        input_gate, forget_gate, candidate, output_gate = gates.chunk(4, dim=-1)
+        memory = torch.addcmul(torch.sigmoid(forget_gate) * memory, torch.sigmoid(input_gate), torch.tanh(candidate))
         if cell_clip is not None:
             memory = memory.clamp(-cell_clip, cell_clip)
-        state = torch.nn.functional.linear(torch.sigmoid(output_gate) * torch.tanh(memory), lstm.weight_hr_l0)
+        state = torch.bmm(torch.sigmoid(output_gate) * torch.tanh(memory), projection)
         if proj_clip is not None:
             state = state.clamp(-proj_clip, proj_clip)
-        outputs.append(state)
-    return torch.stack(outputs, dim=1)
+        outputs.append(torch.nn.functional.pad(state, (0, 0, 0, batch - size)))
+    outputs += [inputs.new_zeros(directions, batch, lstms[0].proj_size)] * (timesteps - len(outputs))
+    return torch.stack(outputs, dim=2)
 
 
 @Seq2SeqEncoder.register("elmo_lstm")
@@ -91,27 +111,33 @@ class ElmoLstm(Seq2SeqEncoder):
     def is_bidirectional(self) -> bool:
         return True
 
-    def _run_layer(self, lstm: torch.nn.LSTM, inputs: torch.Tensor) -> torch.Tensor:
+    def _run_layer(self, lstms: Sequence[torch.nn.LSTM], inputs: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """inputs (directions, batch, timesteps, input_dim), batch sorted by decreasing
+        `lengths` -> (directions, batch, timesteps, input_dim), each direction through its LSTM."""
         if self.cell_clip is None and self.proj_clip is None:
-            return lstm(inputs)[0]
-        return clipped_lstm(inputs, lstm, self.cell_clip, self.proj_clip)
+            return torch.stack([lstm(direction)[0] for lstm, direction in zip(lstms, inputs)])
+        return clipped_lstm(inputs, lstms, lengths, self.cell_clip, self.proj_clip)
 
     def all_layers(self, inputs: torch.Tensor, mask: torch.BoolTensor) -> List[torch.Tensor]:
-        """Every layer's (batch, timesteps, 2 * input_dim) output, bottom first."""
-        reverse_index = reverse_within_length(mask.sum(dim=1), mask.size(1))
-        keep = mask.unsqueeze(-1).to(inputs.dtype)
-        forward_input, backward_input = inputs, gather_timesteps(inputs, reverse_index)
+        """Every layer's (batch, timesteps, 2 * input_dim) output, bottom first. Runs on the batch
+        sorted by decreasing length, both directions stacked (the backward one reversed within
+        length); dropout draws its own mask for each direction."""
+        lengths = mask.sum(dim=1)
+        order = torch.argsort(lengths, descending=True, stable=True)
+        lengths = lengths[order]
+        reverse_index = reverse_within_length(lengths, mask.size(1))
+        keep = mask[order].unsqueeze(-1).to(inputs.dtype)
+        sorted_inputs = inputs[order]
+        layer_input = torch.stack([sorted_inputs, gather_timesteps(sorted_inputs, reverse_index)])
+        restore = torch.argsort(order)
         layers = []
-        for index, (forward_lstm, backward_lstm) in enumerate(zip(self.forward_layers, self.backward_layers)):
-            forward_output = self._run_layer(forward_lstm, self._dropout(forward_input))
-            backward_output = self._run_layer(backward_lstm, self._dropout(backward_input))
+        for index, lstms in enumerate(zip(self.forward_layers, self.backward_layers)):
+            output = self._run_layer(lstms, self._dropout(layer_input), lengths)
             if index > 0:
-                forward_output = forward_output + forward_input
-                backward_output = backward_output + backward_input
-            layers.append(
-                torch.cat([forward_output, gather_timesteps(backward_output, reverse_index)], dim=-1) * keep
-            )
-            forward_input, backward_input = forward_output, backward_output
+                output = output + layer_input
+            layer = torch.cat([output[0], gather_timesteps(output[1], reverse_index)], dim=-1) * keep
+            layers.append(layer[restore])
+            layer_input = output
         return layers
 
     def forward(

@@ -12,7 +12,6 @@ from allennlp.modules.softmax_loss import SoftmaxLoss
 from allennlp.nn import util as nn_util
 from allennlp.predictors.predictor import Predictor
 
-from elmo_plugin.modules.fast_bilm import encoder_layers
 from elmo_plugin.predictors.elmo_embeddings import char_ids_of, require_bilm
 from elmo_plugin.predictors.json_input import input_tokens
 
@@ -103,7 +102,7 @@ class ElmoLmScorerPredictor(Predictor):
         weight, bias = softmax_parameters(self._softmax_loss)
         outputs = []
         with torch.no_grad():
-            layers, mask = encoder_layers(self._encoder, char_ids_of(tensors["source"]))
+            layers, mask = self._encoder(char_ids_of(tensors["source"]))
             forward_states, backward_states = layers[-1].chunk(2, dim=-1)
             for index, (instance, k) in enumerate(zip(instances, top_ks)):
                 length = int(mask[index].sum())  # n + 2

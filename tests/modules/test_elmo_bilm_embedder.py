@@ -1,5 +1,5 @@
-"""elmo_bilm_embedder: allennlp Elmo's numbers from the same files, a fast path equal to the
-plain modules, archives that rebuild without pretrained_file, frozen / fine-tuned biLM."""
+"""elmo_bilm_embedder: allennlp Elmo's numbers from the same files, archives that rebuild
+without pretrained_file, frozen / fine-tuned biLM."""
 import json
 
 import pytest
@@ -11,7 +11,6 @@ from allennlp.modules.elmo import batch_to_ids
 
 from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
 from elmo_plugin.modules.elmo_bilm_embedder import ARCHITECTURE_NAMESPACE, ElmoBiLmEmbedder
-from elmo_plugin.modules.fast_bilm import char_cnn_vectors, encoder_layers
 from tests.interop.elmo_reference import (  # noqa: F401  (one_torch_thread: autouse fixture)
     SENTENCES,
     TOLERANCE,
@@ -55,23 +54,6 @@ def test_embedder_matches_allennlp_elmo_on_the_same_files(tmp_path, clip, do_lay
         padding = ~(char_ids > 0).any(-1)
         if padding.any():
             assert float(actual[padding].abs().max()) == 0.0
-
-
-@pytest.mark.parametrize("clip", [1.0, None])
-def test_fast_path_equals_the_plain_modules_values_and_gradients(clip):
-    encoder = random_encoder(clip, activation="tanh" if clip else "relu")
-    words = ["".join(chr(97 + (i * 7 + k) % 26) for k in range(length)) for i, length in enumerate(range(1, 60, 3))]
-    char_ids = with_boundaries(batch_to_ids([words, SENTENCES[2], ["é" * 30, "x"], SENTENCES[0]]))
-    plain_layers, plain_mask = encoder(char_ids)
-    fast_layers, fast_mask = encoder_layers(encoder, char_ids)
-    assert torch.equal(plain_mask, fast_mask)
-    assert max_diff(fast_layers, plain_layers) <= TOLERANCE
-    assert max_diff([char_cnn_vectors(encoder.char_cnn, char_ids)], [encoder.char_cnn(char_ids)]) <= TOLERANCE
-    weights = [torch.randn_like(layer) for layer in plain_layers]
-    plain_grads = torch.autograd.grad(sum((l * w).sum() for l, w in zip(plain_layers, weights)), list(encoder.parameters()))
-    fast_grads = torch.autograd.grad(sum((l * w).sum() for l, w in zip(fast_layers, weights)), list(encoder.parameters()))
-    for plain, fast in zip(plain_grads, fast_grads):
-        assert torch.allclose(plain, fast, atol=1e-4, rtol=1e-4)
 
 
 def test_architecture_is_recorded_and_rebuilds_without_pretrained_file(tmp_path):

@@ -1,7 +1,9 @@
+from typing import List, Optional
+
 import pytest
 import torch
 
-from elmo_plugin.modules.elmo_lstm import ElmoLstm, reverse_within_length
+from elmo_plugin.modules.elmo_lstm import ElmoLstm, gather_timesteps, reverse_within_length
 
 DIM = 6
 
@@ -60,6 +62,81 @@ def test_padding_changes_nothing_and_state_is_not_carried(clips):
         for layer_batched, layer_alone in zip(batched, alone):
             assert torch.allclose(layer_batched[row, :length], layer_alone[0], atol=1e-6)
             assert torch.all(layer_batched[row, length:] == 0)
+
+
+def reference_clipped_lstm(
+    lstm: torch.nn.LSTM, inputs: torch.Tensor, cell_clip: Optional[float], proj_clip: Optional[float]
+) -> torch.Tensor:
+    """One direction, step by step over every timestep, padding included."""
+    state = inputs.new_zeros(inputs.size(0), lstm.proj_size)
+    memory = inputs.new_zeros(inputs.size(0), lstm.hidden_size)
+    outputs = []
+    for step in range(inputs.size(1)):
+        gates = torch.nn.functional.linear(inputs[:, step], lstm.weight_ih_l0, lstm.bias_ih_l0)
+        gates = gates + torch.nn.functional.linear(state, lstm.weight_hh_l0, lstm.bias_hh_l0)
+        input_gate, forget_gate, candidate, output_gate = gates.chunk(4, dim=1)
+        memory = torch.sigmoid(forget_gate) * memory + torch.sigmoid(input_gate) * torch.tanh(candidate)
+        memory = memory.clamp(-cell_clip, cell_clip) if cell_clip is not None else memory
+        state = torch.nn.functional.linear(torch.sigmoid(output_gate) * torch.tanh(memory), lstm.weight_hr_l0)
+        state = state.clamp(-proj_clip, proj_clip) if proj_clip is not None else state
+        outputs.append(state)
+    return torch.stack(outputs, dim=1)
+
+
+def reference_layers(lstm: ElmoLstm, inputs: torch.Tensor, mask: torch.BoolTensor) -> List[torch.Tensor]:
+    """The straightforward computation (no dropout): each direction on its own, batch in input
+    order, every timestep; torch's LSTM itself when nothing is clipped."""
+    reverse_index = reverse_within_length(mask.sum(dim=1), mask.size(1))
+    forward_input, backward_input = inputs, gather_timesteps(inputs, reverse_index)
+    layers = []
+    for index, pair in enumerate(zip(lstm.forward_layers, lstm.backward_layers)):
+        if lstm.cell_clip is None and lstm.proj_clip is None:
+            forward_output, backward_output = pair[0](forward_input)[0], pair[1](backward_input)[0]
+        else:
+            forward_output = reference_clipped_lstm(pair[0], forward_input, lstm.cell_clip, lstm.proj_clip)
+            backward_output = reference_clipped_lstm(pair[1], backward_input, lstm.cell_clip, lstm.proj_clip)
+        if index > 0:
+            forward_output, backward_output = forward_output + forward_input, backward_output + backward_input
+        layer = torch.cat([forward_output, gather_timesteps(backward_output, reverse_index)], dim=-1)
+        layers.append(layer * mask.unsqueeze(-1))
+        forward_input, backward_input = forward_output, backward_output
+    return layers
+
+
+@pytest.mark.parametrize("clips", [{}, {"cell_clip": 0.5, "proj_clip": 0.3}, {"cell_clip": 0.5}])
+def test_equals_the_straightforward_computation_in_values_and_gradients(clips):
+    """Both directions in one loop, batch sorted by length, finished sequences leaving the loop:
+    same layers and same gradients (inputs and every parameter) as the plain computation."""
+    torch.manual_seed(0)
+    lstm = ElmoLstm(DIM, 10, 3, return_all_layers=True, **clips).train()  # dropout 0
+    for parameter in lstm.parameters():
+        torch.nn.init.normal_(parameter, std=0.5)  # large enough that clipping binds
+    inputs = torch.randn(5, 7, DIM, requires_grad=True)
+    lengths = torch.tensor([3, 7, 0, 5, 3])
+    mask = torch.arange(7) < lengths.unsqueeze(1)
+    actual, expected = lstm(inputs, mask), reference_layers(lstm, inputs, mask)
+    for got, want in zip(actual, expected):
+        assert torch.allclose(got, want, atol=1e-6)
+    weights = [torch.randn_like(layer) for layer in actual]
+    wrt = [inputs, *lstm.parameters()]
+    actual_grads = torch.autograd.grad(sum((l * w).sum() for l, w in zip(actual, weights)), wrt)
+    expected_grads = torch.autograd.grad(sum((l * w).sum() for l, w in zip(expected, weights)), wrt)
+    for got, want in zip(actual_grads, expected_grads):
+        assert torch.allclose(got, want, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("clips", [{}, {"cell_clip": 0.5, "proj_clip": 0.3}])
+def test_training_dropout_draws_a_mask_per_direction(clips):
+    """With both stacks tied and one-token sentences (read alike both ways), the directions agree
+    in eval mode; in training mode each direction's input dropout differs, in every layer."""
+    lstm = make_lstm(dropout=0.5, **clips)
+    lstm.backward_layers.load_state_dict(lstm.forward_layers.state_dict())
+    inputs, mask = torch.randn(4, 1, DIM), torch.ones(4, 1, dtype=torch.bool)
+    for layer in lstm.eval()(inputs, mask):
+        assert torch.allclose(layer[..., :DIM], layer[..., DIM:], atol=1e-6)
+    torch.manual_seed(3)
+    for layer in lstm.train()(inputs, mask):
+        assert (layer[..., :DIM] - layer[..., DIM:]).abs().amax(dim=-1).min() > 1e-4
 
 
 def test_fused_and_clipped_paths_agree_when_clips_never_bind():
