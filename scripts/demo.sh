@@ -34,7 +34,7 @@ python -c "
 import h5py, json, sys
 with h5py.File(sys.argv[1]) as f:
     for key in sorted(k for k in f if k.isdigit()): print('line', key, 'embedding shape', f[key].shape)
-    print('sentence_to_index', json.loads(f['sentence_to_index'][()]))
+    print('sentence_to_index', json.loads(f['sentence_to_index'][0]))
 " "$out/embeddings.hdf5"
 
 echo "== 5. train a UPOS tagger (crf_tagger) on bundled labelled data with this ELMo"
