@@ -15,12 +15,14 @@ contextualizer differ. Training goes through allennlp's own `TrainModel` / `Grad
 
 Data: $ELMO_PLUGIN_DATA/wikitext-2/valid.txt (default ../shared/data): first 90% of lines train,
 last 10% validation. Skipped with a message if missing. Usage (from the repo root):
-    python benchmarks/transformer_vs_allennlp_models.py [--speed-steps 4] [--speed-rounds 2]
-        [--quality-steps 120] [--threads N] [--cuda-device -1] [--skip-speed] [--skip-quality]
+    python benchmarks/transformer_vs_allennlp_models.py [--speed-steps 4] [--speed-rounds 3]
+        [--quality-steps 120] [--threads 1] [--cuda-device -1] [--skip-speed] [--skip-quality]
+About 6 minutes on one busy CPU core with the defaults.
 """
 import argparse
 import contextlib
 import copy
+import gc
 import json
 import math
 import os
@@ -33,7 +35,9 @@ import warnings
 from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
 
-import torch
+warnings.filterwarnings("ignore", category=FutureWarning)  # deprecation notices on importing allennlp
+
+import torch  # noqa: E402
 from allennlp.commands.train import TrainModel
 from allennlp.common import Params
 from allennlp.common.util import prepare_environment
@@ -100,7 +104,7 @@ def build_vocabulary(reader_params: Dict, train: Path, min_count: int, out: Path
 
 @contextlib.contextmanager
 def quiet(log: Path) -> Iterator[None]:
-    """Progress bars and warnings to `log` instead of the terminal."""
+    """Progress bars (allennlp writes them to stderr) and warnings to `log`, not the terminal."""
     with open(log, "a") as stream, contextlib.redirect_stderr(stream), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # e.g. allennlp-models' experimental-feature warning
         yield
@@ -260,13 +264,16 @@ def quality_part(args, train: Path, valid: Path, out: Path) -> None:
     configs["ours_from_start"]["model"]["contextualizer"]["backward_positions"] = "from_start"
     names = {"ours": "ours (default)", "ours_from_start": "ours, backward_positions from_start", "theirs": "theirs"}
     print(f"   {args.quality_steps} training steps each (same batches, same seeds), then the whole validation split")
-    results, rates = {}, {}
+    results, rates, alone = {}, {}, {}
+    timesteps = configs["ours"]["dataset_reader"]["max_sequence_length"] + 2
     for side in ("ours", "ours_from_start", "theirs"):
         model, clock = training_run(configs[side], train, vocab_dir, args.quality_steps, args.cuda_device, out / f"quality_{side}")
         rates[side] = tokens_per_second(clock, warmup=min(5, args.quality_steps - 1))
         results[side] = validation_perplexity(model, configs[side]["dataset_reader"], valid, args.cuda_device)
+        alone[side] = contextualizer_seconds(model, args.quality_batch_size, timesteps, repeats=5)
         print(f"   {names[side]:36s}: validation perplexity {results[side]['joint']:8.2f} (forward {results[side]['forward']:.2f}, "
-              f"backward {results[side]['backward']:.2f}); training {rates[side]:.1f} tokens/s", flush=True)
+              f"backward {results[side]['backward']:.2f}); training {rates[side]:.1f} tokens/s; contextualizer alone "
+              f"{alone[side] * 1000:.1f} ms", flush=True)
         del model
     theirs = results["theirs"]
     for side in ("ours", "ours_from_start"):
@@ -275,6 +282,9 @@ def quality_part(args, train: Path, valid: Path, out: Path) -> None:
               f"forward {ratios['forward']:.3f}, backward {ratios['backward']:.3f})")
     print("   (forward stacks number positions the same way on both sides; the backward ratio of the default "
           "reflects the numbering: theirs knows how far the sentence start is)")
+    print(f"   at these sizes: training tokens/s ours/theirs {rates['ours'] / rates['theirs']:.2f}x (one run each; the full "
+          f"softmax dominates), contextualizer alone (batch {args.quality_batch_size} x {timesteps}, forward+backward) "
+          f"theirs/ours {alone['theirs'] / alone['ours']:.2f}x")
 
 
 def main() -> None:
@@ -282,13 +292,15 @@ def main() -> None:
     parser.add_argument("--speed-config", default="elmo_transformer_original.jsonnet")
     parser.add_argument("--speed-batch-size", type=int, default=16)
     parser.add_argument("--speed-steps", type=int, default=4)
-    parser.add_argument("--speed-rounds", type=int, default=2)
+    parser.add_argument("--speed-rounds", type=int, default=3)
     parser.add_argument("--quality-config", default="elmo_transformer.jsonnet")
     parser.add_argument("--quality-batch-size", type=int, default=32)
     parser.add_argument("--quality-steps", type=int, default=120)
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--skip-quality", action="store_true")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads, the same for both sides (default 1: on cores shared with other work, "
+                             "2 OpenMP threads made both sides several times slower and the timings erratic)")
     parser.add_argument("--cuda-device", type=int, default=-1)
     parser.add_argument("--out", default=None, help="working folder (default: a new temporary one)")
     args = parser.parse_args()
@@ -297,10 +309,15 @@ def main() -> None:
 
     out = Path(args.out or tempfile.mkdtemp(prefix="transformer_benchmark_"))
     out.mkdir(parents=True, exist_ok=True)
+    with quiet(out / "progress.log"):  # also catches progress bars closed after their run
+        run(args, out)
+
+
+def run(args, out: Path) -> None:
     train, valid, split = split_wikitext(out)
     device = f"cuda:{args.cuda_device}" if args.cuda_device >= 0 else f"CPU, {torch.get_num_threads()} torch threads"
     print(f"split: {split}")
-    print(f"device: {device}; working folder {out}")
+    print(f"device: {device}; working folder {out} (progress bars and logs in its *.log files)")
     print("both sides: same reader, vocabulary, elmo_char_cnn token embedder, softmax, optimizer, batches, seeds, "
           "through allennlp's TrainModel/GradientDescentTrainer; ours = elmo_bilm + elmo_transformer (attention_dropout 0), "
           "theirs = language_model + bidirectional_language_model_transformer (also dropout 0.1 on attention weights)")
@@ -308,6 +325,7 @@ def main() -> None:
         speed_part(args, train, out)
     if not args.skip_quality:
         quality_part(args, train, valid, out)
+    gc.collect()  # closes finished loaders' progress bars while their output still goes to the log
 
 
 if __name__ == "__main__":
