@@ -34,6 +34,7 @@
       num_attention_heads: 4,
       dropout: 0.1,
       input_dropout: 0.1,
+      backward_positions: "from_start",  // as allennlp-models; "from_end": strict right-to-left
     },
     dropout: 0.1,
   },
@@ -43,7 +44,7 @@
   },
   trainer: {
     num_epochs: 4,
-    optimizer: { type: "adam", lr: 0.001 },
+    optimizer: { type: "fused_adam", lr: 0.001 },  // allennlp's "adam", one fused kernel
     grad_norm: 1.0,
     validation_metric: "-perplexity",
     cuda_device: -1,

@@ -35,6 +35,7 @@
       num_attention_heads: 8,
       dropout: 0.1,
       input_dropout: 0.1,
+      backward_positions: "from_start",  // as allennlp-models; "from_end": strict right-to-left
     },
     dropout: 0.1,
     num_samples: 8192,
@@ -48,7 +49,7 @@
   trainer: {
     num_epochs: 10,
     // The noam schedule sets the learning rate at every step (peak 5.7e-4 at step 6000).
-    optimizer: { type: "adam", lr: 0.0005, betas: [0.9, 0.98], eps: 1e-9 },
+    optimizer: { type: "fused_adam", lr: 0.0005, betas: [0.9, 0.98], eps: 1e-9 },  // allennlp's "adam", one fused kernel
     learning_rate_scheduler: { type: "noam", model_size: 512, warmup_steps: 6000 },
     grad_norm: 10.0,
     validation_metric: "-perplexity",

@@ -1,0 +1,1 @@
+from elmo_plugin.training.fused_adam import FusedAdamOptimizer

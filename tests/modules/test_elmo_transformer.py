@@ -148,19 +148,20 @@ def test_padding_never_changes_real_outputs(backward_positions):
 
 def test_each_direction_is_a_language_model_of_its_own_context():
     """Forward states ignore what follows (appending tokens changes nothing before them) and,
-    with the default positions counted from the sentence end, backward states ignore what
-    precedes (prepending tokens changes nothing after them): neither even learns the length of
-    the context it must not see. Counted from the start, backward states do see it."""
+    with positions counted from the sentence end, backward states ignore what precedes
+    (prepending tokens changes nothing after them): neither even learns the length of the
+    context it must not see. Counted from the start (the default), backward states see it."""
     torch.manual_seed(5)
     sentence, extra = torch.randn(1, 5, DIM), torch.randn(1, 3, DIM)
     full = torch.ones(1, 8, dtype=torch.bool)
-    alone = make_transformer().all_layers(sentence, full[:, :5])
-    appended = make_transformer().all_layers(torch.cat([sentence, extra], dim=1), full)
-    prepended = make_transformer().all_layers(torch.cat([extra, sentence], dim=1), full)
+    alone = make_transformer(backward_positions="from_end").all_layers(sentence, full[:, :5])
+    appended = make_transformer(backward_positions="from_end").all_layers(torch.cat([sentence, extra], dim=1), full)
+    prepended = make_transformer(backward_positions="from_end").all_layers(torch.cat([extra, sentence], dim=1), full)
     for layer_alone, layer_appended, layer_prepended in zip(alone, appended, prepended):
         torch.testing.assert_close(layer_appended[:, :5, :DIM], layer_alone[..., :DIM], atol=TOLERANCE, rtol=0)
         torch.testing.assert_close(layer_prepended[:, 3:, DIM:], layer_alone[..., DIM:], atol=TOLERANCE, rtol=0)
-    from_start = make_transformer(backward_positions="from_start")
+    from_start = make_transformer()
+    assert from_start.backward_positions == "from_start"
     moved = from_start(torch.cat([extra, sentence], dim=1), full)[:, 3:, DIM:] - from_start(sentence, full[:, :5])[..., DIM:]
     assert moved.abs().max() > 1e-3
 
