@@ -1,23 +1,29 @@
 """Transformer ELMo: our `elmo_bilm` + `elmo_transformer` vs allennlp-models' `language_model` +
 `bidirectional_language_model_transformer`, same sizes, same data, in one run.
 
-Both sides get the same reader, vocabulary, character CNN token embedder (`elmo_char_cnn`),
-softmax, optimizer, batches and seeds; only the model type (ours subclasses theirs) and the
-contextualizer differ. Training goes through allennlp's own `TrainModel` / `GradientDescentTrainer`
-(what `allennlp train` runs), timed by a trainer callback after every optimizer step.
+Sides (all with the same reader windows, vocabulary, softmax, optimizer settings, batches, seeds):
+- ours: our config as shipped (`elmo_char_cnn`, `elmo_transformer`, optimizer `fused_adam`);
+- theirs: allennlp-models' reference, as its `training_config/lm/bidirectional_language_model.jsonnet`
+  builds it at the same sizes: `elmo_characters` indexer, `character_encoding` + `cnn-highway`
+  (layer norm, projection after highway), `language_model` + `bidirectional_language_model_transformer`,
+  allennlp's `adam`;
+- theirs + our CNN/optimizer: theirs with our `elmo_char_cnn` and `fused_adam`, so that the ratio
+  against it is the contextualizer (and model class) alone.
+Training goes through allennlp's own `TrainModel` / `GradientDescentTrainer` (what `allennlp train`
+runs), timed by a trainer callback after every optimizer step.
 
-1. Speed (published sizes by default): training tokens/s, in alternating rounds (ours, theirs,
-   theirs, ours, ...) so that load from other processes hits both alike; median per side.
-   Also the contextualizers alone (forward + backward on one batch), as context for the ratio.
+1. Speed (published sizes by default): training tokens/s, in alternating rounds (the order of
+   the sides reversed every round) so that load from other processes hits all alike; median
+   per side. Also the contextualizers alone (forward + backward on one batch).
 2. Quality (demo sizes by default): validation perplexity after the same number of steps,
    token-weighted over the whole validation split with the full softmax, computed by the
-   same function for both models.
+   same function for every model.
 
 Data: $ELMO_PLUGIN_DATA/wikitext-2/valid.txt (default ../shared/data): first 90% of lines train,
 last 10% validation. Skipped with a message if missing. Usage (from the repo root):
     python benchmarks/transformer_vs_allennlp_models.py [--speed-steps 4] [--speed-rounds 3]
         [--quality-steps 120] [--threads 1] [--cuda-device -1] [--skip-speed] [--skip-quality]
-About 6 minutes on one busy CPU core with the defaults.
+About 15 minutes on one CPU core with the defaults.
 """
 import argparse
 import contextlib
@@ -51,7 +57,13 @@ import elmo_plugin  # noqa: F401  (registers our components)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO_ROOT / "training_config"
-SIDES = ("ours", "theirs")
+SIDES = ("ours", "theirs", "theirs_our_cnn")
+NAMES = {
+    "ours": "ours",
+    "theirs": "theirs (reference)",
+    "theirs_our_cnn": "theirs + our CNN/optimizer",
+    "ours_from_end": "ours, backward_positions from_end",
+}
 CLOCKS: Dict[str, List[Tuple[float, int]]] = {}
 
 
@@ -119,11 +131,25 @@ def our_config(config_file: str, batch_size: int, overrides: Dict) -> Dict:
     return config
 
 
-def their_config(ours: Dict) -> Dict:
-    """The same config with allennlp-models' bidirectional `language_model` and transformer."""
+def reference_character_encoder(char_cnn: Dict) -> Dict:
+    """allennlp-models' transformer-ELMo token embedder (`character_encoding` + `cnn-highway`, as
+    in its bidirectional_language_model.jsonnet) at the sizes of our `elmo_char_cnn` block."""
+    sizes = {key: char_cnn[key] for key in ("embedding_dim", "filters", "num_highway", "projection_dim")}
+    return {
+        "type": "character_encoding",
+        "embedding": {"num_embeddings": 262, "embedding_dim": char_cnn["embedding_dim"]},
+        "encoder": {"type": "cnn-highway", "activation": "relu", "projection_location": "after_highway",
+                    "do_layer_norm": True, **sizes},
+    }
+
+
+def their_config(ours: Dict, reference_embedder: bool) -> Dict:
+    """The same config with allennlp-models' bidirectional `language_model` and transformer; with
+    `reference_embedder` also their character encoder, indexer and allennlp's plain `adam`."""
     config = copy.deepcopy(ours)
-    mine = config["model"]["contextualizer"]
-    config["model"].update(
+    model = config["model"]
+    mine = model["contextualizer"]
+    model.update(
         type="language_model",
         bidirectional=True,
         contextualizer={
@@ -131,6 +157,17 @@ def their_config(ours: Dict) -> Dict:
             **{key: mine[key] for key in ("input_dim", "hidden_dim", "num_layers", "dropout", "input_dropout")},
         },
     )
+    if reference_embedder:
+        char_cnn = model["text_field_embedder"]["token_embedders"]["elmo"]
+        model["text_field_embedder"]["token_embedders"] = {
+            "tokens": {"type": "empty"},
+            "token_characters": reference_character_encoder(char_cnn),
+        }
+        config["dataset_reader"]["token_indexers"] = {
+            "tokens": {"type": "single_id"},
+            "token_characters": {"type": "elmo_characters"},
+        }
+        config["trainer"]["optimizer"]["type"] = "adam"
     return config
 
 
@@ -226,7 +263,8 @@ def prepare_part(config_file: str, batch_size: int, min_count: int, train: Path,
     ours = our_config(config_file, batch_size, {})
     vocab_dir, vocab_size = build_vocabulary(ours["dataset_reader"], train, min_count, out)
     print(f"   {describe(ours)}; vocabulary {vocab_size:,d} entries (training tokens seen >= {min_count} times)")
-    return {"ours": ours, "theirs": their_config(ours)}, vocab_dir
+    configs = {"ours": ours, "theirs": their_config(ours, True), "theirs_our_cnn": their_config(ours, False)}
+    return configs, vocab_dir
 
 
 def speed_part(args, train: Path, out: Path) -> None:
@@ -244,46 +282,45 @@ def speed_part(args, train: Path, out: Path) -> None:
                                         out / f"speed_{side}_{round_index}")
             rates[side].append(tokens_per_second(clock, warmup=1))
             alone[side].append(contextualizer_seconds(model, args.speed_batch_size, timesteps, repeats=3))
-            print(f"   round {round_index + 1} {side:6s}: training {rates[side][-1]:8.1f} tokens/s; contextualizer alone "
+            print(f"   round {round_index + 1} {NAMES[side]:27s}: training {rates[side][-1]:8.1f} tokens/s; contextualizer alone "
                   f"{alone[side][-1] * 1000:7.1f} ms forward+backward ({parameter_count(model):,d} parameters)", flush=True)
             del model
-    ours, theirs = (statistics.median(rates[side]) for side in SIDES)
-    ours_alone, theirs_alone = (statistics.median(alone[side]) for side in SIDES)
-    print(f"   training tokens/s, median: ours {ours:.1f}, theirs {theirs:.1f}: "
-          f"RATIO ours/theirs {ours / theirs:.2f}x (target >= 1.5x)")
+    ours, theirs, theirs_our_cnn = (statistics.median(rates[side]) for side in SIDES)
+    ours_alone, theirs_alone, _ = (statistics.median(alone[side]) for side in SIDES)
+    print(f"   training tokens/s, median: ours {ours:.1f}, theirs (reference) {theirs:.1f}, "
+          f"theirs + our CNN/optimizer {theirs_our_cnn:.1f}")
+    print(f"   RATIO ours / theirs (reference): {ours / theirs:.2f}x (target >= 1.5x)")
+    print(f"   ratio ours / theirs + our CNN/optimizer: {ours / theirs_our_cnn:.2f}x (contextualizer and model class alone)")
     print(f"   contextualizer alone, batch {args.speed_batch_size} x {timesteps}, median: ours {ours_alone * 1000:.1f} ms, "
-          f"theirs {theirs_alone * 1000:.1f} ms: RATIO theirs/ours {theirs_alone / ours_alone:.2f}x")
+          f"theirs {theirs_alone * 1000:.1f} ms: ratio theirs/ours {theirs_alone / ours_alone:.2f}x")
 
 
 def quality_part(args, train: Path, valid: Path, out: Path) -> None:
     print(f"\n2. VALIDATION PERPLEXITY, {args.quality_config} (smaller sizes):")
     configs, vocab_dir = prepare_part(args.quality_config, args.quality_batch_size, 2, train, out)
-    # allennlp-models numbers the backward stack's positions from the sentence start; ours, by
-    # default, from the end (a true right-to-left LM). Also run ours with theirs' numbering.
-    configs["ours_from_start"] = copy.deepcopy(configs["ours"])
-    configs["ours_from_start"]["model"]["contextualizer"]["backward_positions"] = "from_start"
-    names = {"ours": "ours (default)", "ours_from_start": "ours, backward_positions from_start", "theirs": "theirs"}
+    # Ours numbers the backward stack's positions from the sentence start by default, as
+    # allennlp-models does; also run the strict right-to-left option.
+    configs["ours_from_end"] = copy.deepcopy(configs["ours"])
+    configs["ours_from_end"]["model"]["contextualizer"]["backward_positions"] = "from_end"
     print(f"   {args.quality_steps} training steps each (same batches, same seeds), then the whole validation split")
     results, rates, alone = {}, {}, {}
     timesteps = configs["ours"]["dataset_reader"]["max_sequence_length"] + 2
-    for side in ("ours", "ours_from_start", "theirs"):
+    for side in ("ours", "theirs", "theirs_our_cnn", "ours_from_end"):
         model, clock = training_run(configs[side], train, vocab_dir, args.quality_steps, args.cuda_device, out / f"quality_{side}")
         rates[side] = tokens_per_second(clock, warmup=min(5, args.quality_steps - 1))
         results[side] = validation_perplexity(model, configs[side]["dataset_reader"], valid, args.cuda_device)
         alone[side] = contextualizer_seconds(model, args.quality_batch_size, timesteps, repeats=5)
-        print(f"   {names[side]:36s}: validation perplexity {results[side]['joint']:8.2f} (forward {results[side]['forward']:.2f}, "
+        print(f"   {NAMES[side]:33s}: validation perplexity {results[side]['joint']:8.2f} (forward {results[side]['forward']:.2f}, "
               f"backward {results[side]['backward']:.2f}); training {rates[side]:.1f} tokens/s; contextualizer alone "
               f"{alone[side] * 1000:.1f} ms", flush=True)
         del model
-    theirs = results["theirs"]
-    for side in ("ours", "ours_from_start"):
-        ratios = {key: results[side][key] / theirs[key] for key in ("joint", "forward", "backward")}
-        print(f"   RATIO {names[side]} / theirs: validation perplexity {ratios['joint']:.3f} (target <= 1.05; "
+    for side, other in (("ours", "theirs"), ("ours", "theirs_our_cnn"), ("ours_from_end", "theirs_our_cnn")):
+        ratios = {key: results[side][key] / results[other][key] for key in ("joint", "forward", "backward")}
+        label = "RATIO" if other == "theirs" else "ratio"
+        print(f"   {label} {NAMES[side]} / {NAMES[other]}: validation perplexity {ratios['joint']:.3f} (target <= 1.05; "
               f"forward {ratios['forward']:.3f}, backward {ratios['backward']:.3f})")
-    print("   (forward stacks number positions the same way on both sides; the backward ratio of the default "
-          "reflects the numbering: theirs knows how far the sentence start is)")
-    print(f"   at these sizes: training tokens/s ours/theirs {rates['ours'] / rates['theirs']:.2f}x (one run each; the full "
-          f"softmax dominates), contextualizer alone (batch {args.quality_batch_size} x {timesteps}, forward+backward) "
+    print(f"   at these sizes: training tokens/s ours/theirs {rates['ours'] / rates['theirs']:.2f}x (one run each), "
+          f"contextualizer alone (batch {args.quality_batch_size} x {timesteps}, forward+backward) "
           f"theirs/ours {alone['theirs'] / alone['ours']:.2f}x")
 
 
@@ -318,9 +355,12 @@ def run(args, out: Path) -> None:
     device = f"cuda:{args.cuda_device}" if args.cuda_device >= 0 else f"CPU, {torch.get_num_threads()} torch threads"
     print(f"split: {split}")
     print(f"device: {device}; working folder {out} (progress bars and logs in its *.log files)")
-    print("both sides: same reader, vocabulary, elmo_char_cnn token embedder, softmax, optimizer, batches, seeds, "
-          "through allennlp's TrainModel/GradientDescentTrainer; ours = elmo_bilm + elmo_transformer (attention_dropout 0), "
-          "theirs = language_model + bidirectional_language_model_transformer (also dropout 0.1 on attention weights)")
+    print("all sides: same windows, vocabulary, softmax, optimizer settings, batches, seeds, through allennlp's "
+          "TrainModel/GradientDescentTrainer.\n"
+          "ours = elmo_bilm + elmo_char_cnn + elmo_transformer (attention_dropout 0) + fused_adam; "
+          "theirs (reference) = language_model + character_encoding/cnn-highway + bidirectional_language_model_transformer "
+          "(also dropout 0.1 on attention weights) + adam, as allennlp-models' bidirectional_language_model.jsonnet; "
+          "theirs + our CNN/optimizer = theirs with elmo_char_cnn and fused_adam")
     if not args.skip_speed:
         speed_part(args, train, out)
     if not args.skip_quality:

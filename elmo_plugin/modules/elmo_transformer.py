@@ -189,6 +189,7 @@ class ElmoTransformer(Seq2SeqEncoder):
         input_dropout: Optional[float] = None,
         attention_dropout: float = 0.0,
         backward_positions: str = "from_start",
+        input_layer_norm: bool = True,
         return_all_layers: bool = False,
     ) -> None:
         super().__init__()
@@ -208,6 +209,7 @@ class ElmoTransformer(Seq2SeqEncoder):
         self._return_all_layers = return_all_layers
         self.backward_positions = backward_positions
         self.input_dropout = input_dropout or 0.0
+        self.input_norm = torch.nn.LayerNorm(input_dim) if input_layer_norm else None
         self.layers = torch.nn.ModuleList(
             DirectionalBlock(input_dim, hidden_dim, num_attention_heads, dropout, attention_dropout)
             for _ in range(num_layers)
@@ -236,6 +238,8 @@ class ElmoTransformer(Seq2SeqEncoder):
         """(batch, timesteps, dim) -> (2, batch, timesteps, dim): the inputs after input dropout
         (one mask for both directions), as read forward and as read backward (reversed within
         length), each plus its positions."""
+        if self.input_norm is not None:
+            inputs = self.input_norm(inputs)
         inputs = dropout(inputs, self.input_dropout, self.training)
         positions = self.positions(inputs.size(1)).to(inputs.dtype)
         if self.backward_positions == "from_start":

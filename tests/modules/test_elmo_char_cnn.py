@@ -79,3 +79,22 @@ def test_registered_and_built_from_params():
     )
     assert isinstance(cnn, ElmoCharCnn) and cnn.get_output_dim() == 3
     assert cnn.highways._layers[0].weight.shape == (16, 8)
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+def test_initialized_as_bilm_tf_with_glorot_characters(activation):
+    cnn = ElmoCharCnn(filters=[[1, 64], [7, 256]], num_highway=2, projection_dim=64, activation=activation)
+    characters = cnn.char_embedding.weight
+    glorot_bound = (6 / (262 + 16)) ** 0.5
+    assert characters[0].abs().max() == 0 and glorot_bound * 0.9 < characters.abs().max() <= glorot_bound
+    for (width, _), convolution in zip(cnn.filters, cnn.convolutions):
+        if activation == "relu":
+            assert convolution.weight.abs().max() <= 0.05 and convolution.weight.abs().max() > 0.04
+        else:
+            assert convolution.weight.std().item() == pytest.approx((1 / (width * 16)) ** 0.5, rel=0.1)
+        assert convolution.bias.abs().max() == 0
+    for layer in [*cnn.highways._layers, cnn.projection]:
+        assert layer.weight.std().item() == pytest.approx((1 / 320) ** 0.5, rel=0.05)
+    for layer in cnn.highways._layers:
+        assert layer.bias[:320].abs().max() == 0 and (layer.bias[320:] == 2.0).all()  # gates carry the input
+    assert cnn.projection.bias.abs().max() == 0

@@ -166,6 +166,18 @@ def test_each_direction_is_a_language_model_of_its_own_context():
     assert moved.abs().max() > 1e-3
 
 
+def test_inputs_are_layer_normed_unless_switched_off():
+    """With `input_layer_norm` (default) the stacks see the inputs layer-normed, as allennlp-models'
+    character encoder hands them over: scaling a token's vector changes nothing."""
+    inputs, mask = padded_batch()
+    scales = torch.rand(*inputs.shape[:2], 1) * 5 + 0.5
+    normed = make_transformer()
+    torch.testing.assert_close(normed(inputs * scales, mask), normed(inputs, mask), atol=1e-4, rtol=0)
+    raw = make_transformer(input_layer_norm=False)
+    assert raw.input_norm is None
+    assert (raw(inputs * scales, mask) - raw(inputs, mask)).abs().max() > 1e-2
+
+
 def test_directions_have_separate_parameters():
     """Zeroing the backward stack's feed-forward output leaves the forward half untouched."""
     transformer = make_transformer()
