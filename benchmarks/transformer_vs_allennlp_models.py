@@ -17,13 +17,14 @@ runs), timed by a trainer callback after every optimizer step.
    per side. Also the contextualizers alone (forward + backward on one batch).
 2. Quality (demo sizes by default): validation perplexity after the same number of steps,
    token-weighted over the whole validation split with the full softmax, computed by the
-   same function for every model.
+   same function for every model; ours and theirs with several seeds (at 120 steps one seed
+   moves a model's perplexity by a few percent), compared by their geometric means.
 
 Data: $ELMO_PLUGIN_DATA/wikitext-2/valid.txt (default ../shared/data): first 90% of lines train,
 last 10% validation. Skipped with a message if missing. Usage (from the repo root):
     python benchmarks/transformer_vs_allennlp_models.py [--speed-steps 4] [--speed-rounds 3]
-        [--quality-steps 120] [--threads 1] [--cuda-device -1] [--skip-speed] [--skip-quality]
-About 15 minutes on one CPU core with the defaults.
+        [--quality-steps 120] [--quality-seeds 3] [--threads 1] [--cuda-device -1] [--skip-speed] [--skip-quality]
+About 25 minutes on one CPU core with the defaults.
 """
 import argparse
 import contextlib
@@ -295,6 +296,15 @@ def speed_part(args, train: Path, out: Path) -> None:
           f"theirs {theirs_alone * 1000:.1f} ms: ratio theirs/ours {theirs_alone / ours_alone:.2f}x")
 
 
+def seeded(config: Dict, seed: int) -> Dict:
+    """`config` with allennlp's random, numpy and torch seeds all set to `seed`."""
+    return {**copy.deepcopy(config), "random_seed": seed, "numpy_seed": seed, "pytorch_seed": seed}
+
+
+def geometric_mean(values: List[float]) -> float:
+    return math.exp(statistics.mean(math.log(value) for value in values))
+
+
 def quality_part(args, train: Path, valid: Path, out: Path) -> None:
     print(f"\n2. VALIDATION PERPLEXITY, {args.quality_config} (smaller sizes):")
     configs, vocab_dir = prepare_part(args.quality_config, args.quality_batch_size, 2, train, out)
@@ -302,24 +312,38 @@ def quality_part(args, train: Path, valid: Path, out: Path) -> None:
     # allennlp-models does; also run the strict right-to-left option.
     configs["ours_from_end"] = copy.deepcopy(configs["ours"])
     configs["ours_from_end"]["model"]["contextualizer"]["backward_positions"] = "from_end"
-    print(f"   {args.quality_steps} training steps each (same batches, same seeds), then the whole validation split")
-    results, rates, alone = {}, {}, {}
+    seeds = list(range(1, args.quality_seeds + 1))
+    print(f"   {args.quality_steps} training steps each (same batches), then the whole validation split; "
+          f"ours and theirs with seeds {seeds} (initialization, dropout, shuffling), the others with seed 1")
+    results: Dict[str, List[Dict[str, float]]] = {}
+    rates, alone = {}, {}
     timesteps = configs["ours"]["dataset_reader"]["max_sequence_length"] + 2
-    for side in ("ours", "theirs", "theirs_our_cnn", "ours_from_end"):
-        model, clock = training_run(configs[side], train, vocab_dir, args.quality_steps, args.cuda_device, out / f"quality_{side}")
-        rates[side] = tokens_per_second(clock, warmup=min(5, args.quality_steps - 1))
-        results[side] = validation_perplexity(model, configs[side]["dataset_reader"], valid, args.cuda_device)
-        alone[side] = contextualizer_seconds(model, args.quality_batch_size, timesteps, repeats=5)
-        print(f"   {NAMES[side]:33s}: validation perplexity {results[side]['joint']:8.2f} (forward {results[side]['forward']:.2f}, "
-              f"backward {results[side]['backward']:.2f}); training {rates[side]:.1f} tokens/s; contextualizer alone "
-              f"{alone[side] * 1000:.1f} ms", flush=True)
+    runs = [(side, seed) for seed in seeds for side in ("ours", "theirs")]
+    runs += [("theirs_our_cnn", seeds[0]), ("ours_from_end", seeds[0])]
+    for side, seed in runs:
+        model, clock = training_run(seeded(configs[side], seed), train, vocab_dir, args.quality_steps, args.cuda_device,
+                                    out / f"quality_{side}_{seed}")
+        result = validation_perplexity(model, configs[side]["dataset_reader"], valid, args.cuda_device)
+        results.setdefault(side, []).append(result)
+        if seed == seeds[0]:
+            rates[side] = tokens_per_second(clock, warmup=min(5, args.quality_steps - 1))
+            alone[side] = contextualizer_seconds(model, args.quality_batch_size, timesteps, repeats=5)
+        print(f"   {NAMES[side]:33s} seed {seed}: validation perplexity {result['joint']:8.2f} (forward "
+              f"{result['forward']:.2f}, backward {result['backward']:.2f})", flush=True)
         del model
-    for side, other in (("ours", "theirs"), ("ours", "theirs_our_cnn"), ("ours_from_end", "theirs_our_cnn")):
-        ratios = {key: results[side][key] / results[other][key] for key in ("joint", "forward", "backward")}
-        label = "RATIO" if other == "theirs" else "ratio"
-        print(f"   {label} {NAMES[side]} / {NAMES[other]}: validation perplexity {ratios['joint']:.3f} (target <= 1.05; "
-              f"forward {ratios['forward']:.3f}, backward {ratios['backward']:.3f})")
-    print(f"   at these sizes: training tokens/s ours/theirs {rates['ours'] / rates['theirs']:.2f}x (one run each), "
+    means = {side: {key: geometric_mean([r[key] for r in runs_]) for key in ("joint", "forward", "backward")}
+             for side, runs_ in results.items()}
+    per_seed = [f"{ours['joint'] / theirs['joint']:.3f}" for ours, theirs in zip(results["ours"], results["theirs"])]
+    print(f"   RATIO ours / theirs (reference), geometric mean over seeds: validation perplexity "
+          f"{means['ours']['joint'] / means['theirs']['joint']:.3f} (target <= 1.05; forward "
+          f"{means['ours']['forward'] / means['theirs']['forward']:.3f}, backward "
+          f"{means['ours']['backward'] / means['theirs']['backward']:.3f}; per seed {', '.join(per_seed)})")
+    for side, other in (("ours", "theirs_our_cnn"), ("ours_from_end", "ours")):
+        mine, theirs = results[side][0], results[other][0]
+        ratios = {key: mine[key] / theirs[key] for key in ("joint", "forward", "backward")}
+        print(f"   ratio {NAMES[side]} / {NAMES[other]}, seed {seeds[0]}: validation perplexity {ratios['joint']:.3f} "
+              f"(forward {ratios['forward']:.3f}, backward {ratios['backward']:.3f})")
+    print(f"   at these sizes (seed {seeds[0]}): training tokens/s ours/theirs {rates['ours'] / rates['theirs']:.2f}x, "
           f"contextualizer alone (batch {args.quality_batch_size} x {timesteps}, forward+backward) "
           f"theirs/ours {alone['theirs'] / alone['ours']:.2f}x")
 
@@ -333,6 +357,7 @@ def main() -> None:
     parser.add_argument("--quality-config", default="elmo_transformer.jsonnet")
     parser.add_argument("--quality-batch-size", type=int, default=32)
     parser.add_argument("--quality-steps", type=int, default=120)
+    parser.add_argument("--quality-seeds", type=int, default=3, help="seeds for ours and theirs in the quality part")
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--skip-quality", action="store_true")
     parser.add_argument("--threads", type=int, default=1,

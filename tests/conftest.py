@@ -57,6 +57,11 @@ TINY_LSTM_OVERRIDES = {
     "data_loader.batch_sampler.batch_size": 16,
 }
 
+TINY_TRANSFORMER_OVERRIDES = {
+    **TINY_LSTM_OVERRIDES,
+    "model.contextualizer.num_attention_heads": 2,
+}
+
 
 @pytest.fixture(scope="session")
 def tiny_corpus(tmp_path_factory) -> Path:

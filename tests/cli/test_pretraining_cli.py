@@ -1,4 +1,4 @@
-"""`allennlp train` / `evaluate` end to end for the LSTM biLM, on tiny sizes."""
+"""`allennlp train` / `evaluate` end to end for the biLM, on tiny sizes."""
 import json
 import signal
 import subprocess
@@ -6,7 +6,15 @@ import time
 
 import pytest
 
-from tests.conftest import ALLENNLP, CONFIG_DIR, TINY_LSTM_OVERRIDES, overrides, require_shared_file, run_allennlp
+from tests.conftest import (
+    ALLENNLP,
+    CONFIG_DIR,
+    TINY_LSTM_OVERRIDES,
+    TINY_TRANSFORMER_OVERRIDES,
+    overrides,
+    require_shared_file,
+    run_allennlp,
+)
 
 
 def evaluate(archive, data_file, output_file):
@@ -25,17 +33,21 @@ def test_train_archive_load_evaluate_gives_identical_perplexities(tiny_bilm_arch
         assert value == pytest.approx(metrics[f"best_validation_{name}"], rel=1e-4)
 
 
-def test_wikitext_validation_perplexity_falls_epoch_over_epoch(tmp_path):
+@pytest.mark.parametrize(
+    "config, sizes",
+    [("elmo_lstm.jsonnet", TINY_LSTM_OVERRIDES), ("elmo_transformer.jsonnet", TINY_TRANSFORMER_OVERRIDES)],
+)
+def test_wikitext_validation_perplexity_falls_epoch_over_epoch(config, sizes, tmp_path):
     lines = require_shared_file("wikitext-2/valid.txt").read_text(encoding="utf-8").splitlines()
     (tmp_path / "train.txt").write_text("\n".join(lines[:400]) + "\n", encoding="utf-8")
     (tmp_path / "valid.txt").write_text("\n".join(lines[-80:]) + "\n", encoding="utf-8")
     values = dict(
-        TINY_LSTM_OVERRIDES,
+        sizes,
         train_data_path=str(tmp_path / "train.txt"),
         validation_data_path=str(tmp_path / "valid.txt"),
         **{"trainer.num_epochs": 3, "data_loader.batch_sampler.batch_size": 32},
     )
-    run_allennlp(["train", str(CONFIG_DIR / "elmo_lstm.jsonnet"), "-s", str(tmp_path / "out"), "-o", overrides(values)])
+    run_allennlp(["train", str(CONFIG_DIR / config), "-s", str(tmp_path / "out"), "-o", overrides(values)])
     perplexities = [
         json.loads((tmp_path / "out" / f"metrics_epoch_{epoch}.json").read_text())["validation_perplexity"]
         for epoch in range(3)
@@ -90,8 +102,10 @@ def test_killed_run_resumes_with_recover(tiny_corpus, tmp_path):
     args = ["train", str(CONFIG_DIR / "elmo_lstm.jsonnet"), "-s", str(out), "-o", overrides(values), "--include-package", "elmo_plugin"]
     process = subprocess.Popen([ALLENNLP, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 240
-    while not (out / "metrics_epoch_0.json").exists() and time.time() < deadline and process.poll() is None:
-        time.sleep(0.5)
+    # allennlp writes metrics_epoch_0.json before epoch 0's checkpoint: wait for the checkpoint
+    while not list(out.glob("training_state_e1_b0*.th")) and time.time() < deadline and process.poll() is None:
+        time.sleep(0.2)
+    time.sleep(1.0)  # let torch.save finish writing it
     process.send_signal(signal.SIGKILL)
     process.wait()
     finished = sorted(int(p.stem.rsplit("_", 1)[1]) for p in out.glob("metrics_epoch_*.json"))

@@ -13,7 +13,7 @@ from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 from elmo_plugin.modules.elmo_char_cnn import ElmoCharCnn
 from elmo_plugin.modules.elmo_transformer import ElmoTransformer, dropout, sinusoidal_positions
-from tests.conftest import CONFIG_DIR, REPO_ROOT, overrides, run_allennlp
+from tests.conftest import CONFIG_DIR, REPO_ROOT, TINY_TRANSFORMER_OVERRIDES, overrides, run_allennlp
 
 DIM = 16
 LENGTHS = [9, 6, 3]
@@ -228,16 +228,6 @@ def test_bilm_encoder_uses_it_unchanged():
 
 
 # ----- configs and the real allennlp CLI -------------------------------------------------
-
-TINY_TRANSFORMER_OVERRIDES = {
-    "model.text_field_embedder.token_embedders.elmo.filters": [[1, 8], [2, 8], [3, 16]],
-    "model.text_field_embedder.token_embedders.elmo.projection_dim": 16,
-    "model.contextualizer.input_dim": 16,
-    "model.contextualizer.hidden_dim": 32,
-    "model.contextualizer.num_attention_heads": 2,
-    "data_loader.batch_sampler.batch_size": 16,
-}
-
 
 def write_tiny_corpus(folder: Path, train_lines: int, valid_lines: int) -> Tuple[Path, Path]:
     """train.txt and valid.txt cut from the bundled demo corpus."""
