@@ -27,6 +27,7 @@ import h5py
 import numpy
 import torch
 from allennlp.common.checks import ConfigurationError
+from allennlp.modules.softmax_loss import SoftmaxLoss
 
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 from elmo_plugin.modules.elmo_char_cnn import ACTIVATIONS, ElmoCharCnn
@@ -400,7 +401,7 @@ def softmax_matrices(softmax_loss: torch.nn.Module) -> Tuple[torch.Tensor, torch
     weight, bias = softmax_loss.softmax_w, softmax_loss.softmax_b
     if isinstance(weight, torch.nn.Embedding):
         return weight.weight, bias.weight[:, 0]
-    if type(softmax_loss).__name__ == "SoftmaxLoss":
+    if isinstance(softmax_loss, SoftmaxLoss):
         return weight.t(), bias
     return weight, bias
 

@@ -18,6 +18,18 @@ def gather_timesteps(inputs: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return inputs.gather(1, index.unsqueeze(-1).expand_as(inputs))
 
 
+def both_directions(inputs: torch.Tensor, reverse_index: torch.Tensor) -> torch.Tensor:
+    """(batch, timesteps, dim) -> (2, batch, timesteps, dim): as read forward, and as read
+    backward (reversed within length by `reverse_index`)."""
+    return torch.stack([inputs, gather_timesteps(inputs, reverse_index)])
+
+
+def join_directions(states: torch.Tensor, reverse_index: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """(2, batch, timesteps, dim) states of `both_directions` inputs -> (batch, timesteps, 2 * dim)
+    [forward; backward] in the original order, times `keep` (batch, timesteps, 1): zero at padding."""
+    return torch.cat([states[0], gather_timesteps(states[1], reverse_index)], dim=-1) * keep
+
+
 def stacked_weight(lstms: Sequence[torch.nn.LSTM], name: str) -> torch.Tensor:
     """The named weight of each direction's LSTM, transposed for x @ W: (directions, in, out)."""
     return torch.stack([getattr(lstm, name) for lstm in lstms]).transpose(1, 2)
@@ -128,15 +140,14 @@ class ElmoLstm(Seq2SeqEncoder):
         reverse_index = reverse_within_length(lengths, mask.size(1))
         keep = mask[order].unsqueeze(-1).to(inputs.dtype)
         sorted_inputs = inputs[order]
-        layer_input = torch.stack([sorted_inputs, gather_timesteps(sorted_inputs, reverse_index)])
+        layer_input = both_directions(sorted_inputs, reverse_index)
         restore = torch.argsort(order)
         layers = []
         for index, lstms in enumerate(zip(self.forward_layers, self.backward_layers)):
             output = self._run_layer(lstms, self._dropout(layer_input), lengths)
             if index > 0:
                 output = output + layer_input
-            layer = torch.cat([output[0], gather_timesteps(output[1], reverse_index)], dim=-1) * keep
-            layers.append(layer[restore])
+            layers.append(join_directions(output, reverse_index, keep)[restore])
             layer_input = output
         return layers
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from allennlp.common.checks import ConfigurationError
 from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 
-from elmo_plugin.modules.elmo_lstm import gather_timesteps, reverse_within_length
+from elmo_plugin.modules.elmo_lstm import both_directions, join_directions, reverse_within_length
 
 NUM_DIRECTIONS = 2
 BACKWARD_POSITIONS = ("from_start", "from_end")
@@ -63,9 +63,10 @@ def directional_linear(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.T
 
 def directional_layer_norm(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     """Layer norm over the last dim with per-direction gain and bias:
-    inputs (2, n, dim), weight and bias (2, 1, dim) -> (2, n, dim)."""
+    inputs (2, ..., dim), weight and bias (2, 1, dim) -> same shape as inputs."""
     normalized = F.layer_norm(inputs, inputs.shape[-1:], eps=1e-6)
-    return torch.addcmul(bias, normalized, weight)
+    flat = normalized.view(normalized.size(0), -1, normalized.size(-1))
+    return torch.addcmul(bias, flat, weight).view_as(inputs)
 
 
 def directional_parameter(*shape: int, value: Optional[float] = None) -> torch.nn.Parameter:
@@ -142,15 +143,10 @@ class DirectionalBlock(torch.nn.Module):
         return output.view_as(inputs)
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        normalized = self._norm(inputs, self.attention_norm_weight, self.attention_norm_bias)
+        normalized = directional_layer_norm(inputs, self.attention_norm_weight, self.attention_norm_bias)
         inputs = inputs + dropout(self.attention(normalized), self.dropout, self.training)
-        normalized = self._norm(inputs, self.feedforward_norm_weight, self.feedforward_norm_bias)
+        normalized = directional_layer_norm(inputs, self.feedforward_norm_weight, self.feedforward_norm_bias)
         return inputs + dropout(self.feedforward(normalized), self.dropout, self.training)
-
-    @staticmethod
-    def _norm(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        flat = inputs.view(inputs.size(0), -1, inputs.size(-1))
-        return directional_layer_norm(flat, weight, bias).view_as(inputs)
 
 
 @Seq2SeqEncoder.register("elmo_transformer")
@@ -243,17 +239,8 @@ class ElmoTransformer(Seq2SeqEncoder):
         inputs = dropout(inputs, self.input_dropout, self.training)
         positions = self.positions(inputs.size(1)).to(inputs.dtype)
         if self.backward_positions == "from_start":
-            inputs = inputs + positions
-            return torch.stack([inputs, gather_timesteps(inputs, reverse_index)])
-        return torch.stack([inputs, gather_timesteps(inputs, reverse_index)]) + positions
-
-    def layer_output(
-        self, states: torch.Tensor, reverse_index: torch.Tensor, keep: torch.Tensor
-    ) -> torch.Tensor:
-        """(2, batch, timesteps, dim) states -> (batch, timesteps, 2 * dim) [forward; backward]
-        in original order, zero at padding."""
-        forward, backward = states.unbind(0)
-        return torch.cat([forward, gather_timesteps(backward, reverse_index)], dim=-1) * keep
+            return both_directions(inputs + positions, reverse_index)
+        return both_directions(inputs, reverse_index) + positions
 
     def run_layers(self, inputs: torch.Tensor, mask: torch.BoolTensor, every_layer: bool) -> List[torch.Tensor]:
         """(batch, timesteps, input_dim) -> each layer's (batch, timesteps, 2 * input_dim)
@@ -267,9 +254,9 @@ class ElmoTransformer(Seq2SeqEncoder):
             states = layer(states)
             is_top = index == self.num_layers - 1
             if is_top:
-                states = DirectionalBlock._norm(states, self.final_norm_weight, self.final_norm_bias)
+                states = directional_layer_norm(states, self.final_norm_weight, self.final_norm_bias)
             if every_layer or is_top:
-                layers.append(self.layer_output(states, reverse_index, keep))
+                layers.append(join_directions(states, reverse_index, keep))
         return layers
 
     def all_layers(self, inputs: torch.Tensor, mask: torch.BoolTensor) -> List[torch.Tensor]:

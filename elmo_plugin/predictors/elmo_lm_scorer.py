@@ -1,6 +1,6 @@
 """Predictor `elmo_lm_scorer`: per-sentence perplexities and top-k next / previous words."""
 import math
-from typing import List, Optional, Tuple
+from typing import List, Optional
 
 import torch
 from allennlp.common.checks import ConfigurationError
@@ -8,25 +8,14 @@ from allennlp.common.util import JsonDict
 from allennlp.data import DatasetReader, Instance, Token
 from allennlp.data.batch import Batch
 from allennlp.models import Model
-from allennlp.modules.softmax_loss import SoftmaxLoss
 from allennlp.nn import util as nn_util
 from allennlp.predictors.predictor import Predictor
 
+from elmo_plugin.interop.elmo_files import softmax_matrices
 from elmo_plugin.predictors.elmo_embeddings import char_ids_of, require_bilm
 from elmo_plugin.predictors.json_input import input_tokens
 
 DEFAULT_TOP_K = 5
-
-
-def softmax_parameters(softmax_loss: torch.nn.Module) -> Tuple[torch.Tensor, torch.Tensor]:
-    """allennlp's SoftmaxLoss (w: (dim, V)) or SampledSoftmaxLoss (w: (V, dim), maybe an
-    Embedding) -> (weight (V, dim), bias (V,)). Row r scores vocabulary index r + 1."""
-    weight, bias = softmax_loss.softmax_w, softmax_loss.softmax_b
-    if isinstance(weight, torch.nn.Embedding):
-        return weight.weight, bias.weight.squeeze(-1)
-    if isinstance(softmax_loss, SoftmaxLoss):
-        return weight.t(), bias
-    return weight, bias
 
 
 def top_k_of(k: int) -> int:
@@ -99,7 +88,7 @@ class ElmoLmScorerPredictor(Predictor):
         word_ids: Optional[torch.Tensor] = tensors["source"].get("tokens", {}).get("tokens")
         if word_ids is None:
             raise ConfigurationError("elmo_lm_scorer: the dataset reader has no `tokens` single-id indexer")
-        weight, bias = softmax_parameters(self._softmax_loss)
+        weight, bias = softmax_matrices(self._softmax_loss)
         outputs = []
         with torch.no_grad():
             layers, mask = self._encoder(char_ids_of(tensors["source"]))
