@@ -31,6 +31,8 @@ import elmo_plugin  # noqa: E402,F401  (registers components)
 from allennlp.data import Vocabulary  # noqa: E402
 from allennlp.modules.elmo import Elmo, batch_to_ids  # noqa: E402
 
+from benchmarks.wikitext_data import wikitext_file  # noqa: E402
+
 from elmo_plugin.interop.elmo_files import build_bilm_encoder, write_bilm_encoder  # noqa: E402
 from elmo_plugin.modules.elmo_bilm_embedder import ElmoBiLmEmbedder  # noqa: E402
 
@@ -43,12 +45,8 @@ PUBLISHED_SMALL = {
 }
 
 
-def shared_data_dir() -> Path:
-    return Path(os.environ.get("ELMO_PLUGIN_DATA", REPO_ROOT.parent / "shared" / "data"))
-
-
 def wikitext_sentences(max_tokens: int) -> List[List[str]]:
-    path = shared_data_dir() / "wikitext-2" / "valid.txt"
+    path = wikitext_file()
     if not path.is_file():
         raise SystemExit(f"SKIP: real data not found at {path} (set ELMO_PLUGIN_DATA to the shared data folder)")
     sentences, total = [], 0
@@ -98,7 +96,7 @@ def main() -> None:
             max_abs_diff = max(max_abs_diff, float((actual - expected).abs().max()))
 
     result = {
-        "data": f"{shared_data_dir() / 'wikitext-2' / 'valid.txt'}: {len(sentences)} sentences, {num_tokens} tokens, "
+        "data": f"{wikitext_file()}: {len(sentences)} sentences, {num_tokens} tokens, "
                 f"{len(batches)} batches of {args.batch_size}",
         "model": "published small (2 x 1024/128, 2048 filters, 1 highway, clips 3), random weights",
         "torch_threads": torch.get_num_threads(),

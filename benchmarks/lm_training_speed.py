@@ -4,7 +4,6 @@ Both sides of a comparison train on the same batches with the same optimizer loo
 the other in the same process, on the same machine.
 """
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,26 +15,22 @@ from allennlp.data import Batch, DatasetReader, Vocabulary
 from allennlp.models import Model
 
 import elmo_plugin  # noqa: F401  (registers components)
+from benchmarks.wikitext_data import split_train_valid, wikitext_file
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO_ROOT / "training_config"
 
 
-def shared_data_dir() -> Path:
-    return Path(os.environ.get("ELMO_PLUGIN_DATA", REPO_ROOT.parent / "shared" / "data"))
-
-
 def wikitext_split(max_lines: Optional[int] = None) -> Dict[str, List[str]]:
     """First 90% of WikiText-2 valid.txt lines for training, the last 10% for validation."""
-    path = shared_data_dir() / "wikitext-2" / "valid.txt"
+    path = wikitext_file()
     if not path.is_file():
         raise SystemExit(f"SKIP: real data not found at {path} (set ELMO_PLUGIN_DATA)")
-    lines = path.read_text(encoding="utf-8").splitlines()
-    split = len(lines) * 9 // 10
-    train, valid = lines[:split], lines[split:]
+    train, valid = split_train_valid(path.read_text(encoding="utf-8").splitlines())
+    description = f"{path}: lines 1-{len(train)} train, {len(train) + 1}-{len(train) + len(valid)} validation"
     if max_lines:
         train = train[:max_lines]
-    return {"train": train, "valid": valid, "description": f"{path}: lines 1-{split} train, {split + 1}-{len(lines)} validation"}
+    return {"train": train, "valid": valid, "description": description}
 
 
 def make_batches(lines: List[str], vocab: Optional[Vocabulary], batch_size: int, max_sequence_length: int = 20):

@@ -16,7 +16,6 @@ Set OMP_NUM_THREADS=1 on a machine whose cores are busy with other work.
 """
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -26,13 +25,13 @@ from pathlib import Path
 from typing import Dict, List, Set, Tuple
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+from benchmarks.wikitext_data import shared_data_dir, wikitext_file, write_train_valid  # noqa: E402
+
 CONFIG_DIR = REPO_ROOT / "training_config"
 ALLENNLP = str(Path(sys.executable).parent / "allennlp")
 TRAIN_SENTENCES = 1600
-
-
-def data_dir() -> Path:
-    return Path(os.environ.get("ELMO_PLUGIN_DATA", REPO_ROOT.parent / "shared" / "data"))
 
 
 def allennlp(args: List[str], log: Path) -> float:
@@ -44,14 +43,6 @@ def allennlp(args: List[str], log: Path) -> float:
     if result.returncode != 0:
         sys.exit(f"allennlp {args[0]} failed, see {log}:\n" + "".join(log.read_text().splitlines(True)[-20:]))
     return time.time() - start
-
-
-def split_lines(source: Path, out: Path) -> Tuple[Path, Path]:
-    lines = source.read_text(encoding="utf-8").splitlines()
-    cut = len(lines) * 9 // 10
-    (out / "wiki_train.txt").write_text("\n".join(lines[:cut]) + "\n", encoding="utf-8")
-    (out / "wiki_valid.txt").write_text("\n".join(lines[cut:]) + "\n", encoding="utf-8")
-    return out / "wiki_train.txt", out / "wiki_valid.txt"
 
 
 def split_conllu(source: Path, out: Path) -> Tuple[Path, Path, int]:
@@ -109,7 +100,7 @@ def main() -> None:
     parser.add_argument("--tagger-epochs", type=int, default=10)
     args = parser.parse_args()
 
-    wikitext, ewt = data_dir() / "wikitext-2" / "valid.txt", data_dir() / "ud-english-ewt" / "en_ewt-ud-dev.conllu"
+    wikitext, ewt = wikitext_file(), shared_data_dir() / "ud-english-ewt" / "en_ewt-ud-dev.conllu"
     missing = [str(p) for p in (wikitext, ewt) if not p.is_file()]
     if missing:
         print(f"skipped: real data not found: {', '.join(missing)} (set ELMO_PLUGIN_DATA to the shared data folder)")
@@ -120,7 +111,8 @@ def main() -> None:
 
     bilm = Path(args.bilm).resolve() if args.bilm else out / "bilm" / "model.tar.gz"
     if not args.bilm:
-        wiki_train, wiki_valid = split_lines(wikitext, out)
+        wiki_train, wiki_valid = out / "wiki_train.txt", out / "wiki_valid.txt"
+        write_train_valid(wikitext, wiki_train, wiki_valid)
         seconds = allennlp(["train", str(CONFIG_DIR / "elmo_lstm.jsonnet"), "-s", str(out / "bilm"), "-o",
                             json.dumps({"train_data_path": str(wiki_train), "validation_data_path": str(wiki_valid)})],
                            out / "bilm.log")

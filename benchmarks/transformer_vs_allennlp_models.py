@@ -32,7 +32,6 @@ import copy
 import gc
 import json
 import math
-import os
 import shutil
 import statistics
 import sys
@@ -57,6 +56,10 @@ from allennlp.training.callbacks import TrainerCallback
 import elmo_plugin  # noqa: F401  (registers our components)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))  # run as a file too: `benchmarks` is this folder
+
+from benchmarks.wikitext_data import wikitext_file, write_train_valid  # noqa: E402
+
 CONFIG_DIR = REPO_ROOT / "training_config"
 SIDES = ("ours", "theirs", "theirs_our_cnn")
 NAMES = {
@@ -91,16 +94,13 @@ def tokens_per_second(clock: List[Tuple[float, int]], warmup: int) -> float:
 
 def split_wikitext(out: Path) -> Tuple[Path, Path, str]:
     """train.txt / valid.txt in `out`: first 90% / last 10% of WikiText-2 valid.txt lines."""
-    data = Path(os.environ.get("ELMO_PLUGIN_DATA", REPO_ROOT.parent / "shared" / "data"))
-    source = data / "wikitext-2" / "valid.txt"
+    source = wikitext_file()
     if not source.is_file():
         print(f"SKIP: WikiText-2 not found at {source} (set ELMO_PLUGIN_DATA to the shared data folder)")
         sys.exit(0)
-    lines = source.read_text(encoding="utf-8").splitlines(keepends=True)
-    cut = len(lines) * 9 // 10
-    (out / "train.txt").write_text("".join(lines[:cut]), encoding="utf-8")
-    (out / "valid.txt").write_text("".join(lines[cut:]), encoding="utf-8")
-    split = f"{source}: lines 1-{cut} train, lines {cut + 1}-{len(lines)} validation"
+    cut = write_train_valid(source, out / "train.txt", out / "valid.txt")
+    total = len(source.read_text(encoding="utf-8").splitlines())
+    split = f"{source}: lines 1-{cut} train, lines {cut + 1}-{total} validation"
     return out / "train.txt", out / "valid.txt", split
 
 

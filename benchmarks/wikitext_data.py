@@ -1,0 +1,30 @@
+"""The benchmarks' real data: where it lives, and the one WikiText-2 train / validation split."""
+import os
+from pathlib import Path
+from typing import List, Tuple
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def shared_data_dir() -> Path:
+    """$ELMO_PLUGIN_DATA, default ../shared/data beside the repo."""
+    return Path(os.environ.get("ELMO_PLUGIN_DATA", REPO_ROOT.parent / "shared" / "data"))
+
+
+def wikitext_file() -> Path:
+    return shared_data_dir() / "wikitext-2" / "valid.txt"
+
+
+def split_train_valid(lines: List[str]) -> Tuple[List[str], List[str]]:
+    """First 90% of the lines for training, the last 10% for validation."""
+    cut = len(lines) * 9 // 10
+    return lines[:cut], lines[cut:]
+
+
+def write_train_valid(source: Path, train: Path, valid: Path) -> int:
+    """`split_train_valid` of `source`'s lines written to `train` and `valid`; returns how many
+    lines went to training."""
+    train_lines, valid_lines = split_train_valid(source.read_text(encoding="utf-8").splitlines())
+    train.write_text("\n".join(train_lines) + "\n", encoding="utf-8")
+    valid.write_text("\n".join(valid_lines) + "\n", encoding="utf-8")
+    return len(train_lines)
