@@ -98,9 +98,7 @@ def split_wikitext(out: Path) -> Tuple[Path, Path, str]:
     if not source.is_file():
         print(f"SKIP: WikiText-2 not found at {source} (set ELMO_PLUGIN_DATA to the shared data folder)")
         sys.exit(0)
-    cut = write_train_valid(source, out / "train.txt", out / "valid.txt")
-    total = len(source.read_text(encoding="utf-8").splitlines())
-    split = f"{source}: lines 1-{cut} train, lines {cut + 1}-{total} validation"
+    split = write_train_valid(source, out / "train.txt", out / "valid.txt")
     return out / "train.txt", out / "valid.txt", split
 
 

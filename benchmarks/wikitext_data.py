@@ -21,10 +21,11 @@ def split_train_valid(lines: List[str]) -> Tuple[List[str], List[str]]:
     return lines[:cut], lines[cut:]
 
 
-def write_train_valid(source: Path, train: Path, valid: Path) -> int:
-    """`split_train_valid` of `source`'s lines written to `train` and `valid`; returns how many
-    lines went to training."""
+def write_train_valid(source: Path, train: Path, valid: Path) -> str:
+    """`split_train_valid` of `source`'s lines written to `train` and `valid`; returns which
+    lines went where, in words."""
     train_lines, valid_lines = split_train_valid(source.read_text(encoding="utf-8").splitlines())
     train.write_text("\n".join(train_lines) + "\n", encoding="utf-8")
     valid.write_text("\n".join(valid_lines) + "\n", encoding="utf-8")
-    return len(train_lines)
+    cut, total = len(train_lines), len(train_lines) + len(valid_lines)
+    return f"{source}: lines 1-{cut} train, lines {cut + 1}-{total} validation"
