@@ -1,5 +1,6 @@
 """Model `elmo_bilm`: ELMo's joint forward + backward language model."""
-from typing import Dict, Optional, Tuple
+import contextlib
+from typing import ContextManager, Dict, Optional, Tuple
 
 import torch
 from allennlp.common.checks import ConfigurationError
@@ -13,6 +14,9 @@ from allennlp_models.lm.models.language_model import LanguageModel
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 from elmo_plugin.modules.elmo_char_cnn import ElmoCharCnn
 from elmo_plugin.training.token_weighted_perplexity import TokenWeightedPerplexity
+
+# `mixed_precision` values -> the autocast dtype (None: no autocast).
+MIXED_PRECISION = {None: None, "bf16": torch.bfloat16}
 
 
 @Model.register("elmo_bilm")
@@ -29,6 +33,13 @@ class ElmoBiLm(LanguageModel):
     `pretrained_file`: a folder with the standard ELMo files to start from; the configured
     architecture must equal its options.json, and its softmax.hdf5 (if any) is mapped onto the
     vocabulary by token through its vocab.txt.
+
+    `mixed_precision: "bf16"` runs the forward pass (both directions, the softmax) under
+    `torch.autocast` with bfloat16 on the model's device, CPU or GPU; parameters, optimizer state
+    and the LSTM memory cells stay float32 and no gradient scaling is needed (allennlp's
+    `use_amp` is float16 with a scaler and CUDA only). `tf32: true` / `false` lets (or stops)
+    float32 matmuls and convolutions on Ampere and later GPUs use TF32 (process-wide torch
+    settings, set when the model is built); unset leaves torch's defaults.
     """
 
     default_predictor = "elmo_embeddings"
@@ -43,6 +54,8 @@ class ElmoBiLm(LanguageModel):
         sparse_embeddings: bool = False,
         initializer: Optional[InitializerApplicator] = None,
         pretrained_file: Optional[str] = None,
+        mixed_precision: Optional[str] = None,
+        tf32: Optional[bool] = None,
         **kwargs,
     ) -> None:
         super().__init__(
@@ -57,6 +70,14 @@ class ElmoBiLm(LanguageModel):
             **kwargs,
         )
         self._token_weighted_perplexity = TokenWeightedPerplexity()
+        if mixed_precision not in MIXED_PRECISION:
+            raise ConfigurationError(
+                f"elmo_bilm: mixed_precision must be one of {list(MIXED_PRECISION)}, got {mixed_precision!r}"
+            )
+        self.mixed_precision = mixed_precision
+        if tf32 is not None:
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            torch.backends.cudnn.allow_tf32 = tf32
         if pretrained_file is not None:
             # A folder of ELMo files (options.json + weights.hdf5 [+ softmax.hdf5, vocab.txt])
             # to continue pretraining from; allennlp drops this key when loading an archive.
@@ -89,8 +110,16 @@ class ElmoBiLm(LanguageModel):
         backward_targets[:, 1:] *= forward_targets[:, :-1] > 0
         return super()._compute_loss(lm_embeddings, token_embeddings, forward_targets, backward_targets)
 
+    def _autocast(self) -> ContextManager:
+        """bf16 autocast on the model's device when `mixed_precision` asks for it."""
+        dtype = MIXED_PRECISION[self.mixed_precision]
+        if dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(next(self.parameters()).device.type, dtype=dtype)
+
     def forward(self, source: TextFieldTensors) -> Dict[str, torch.Tensor]:  # type: ignore[override]
-        output = super().forward(source)
+        with self._autocast():
+            output = super().forward(source)
         if "loss" in output:
             targets = output.get("batch_weight", torch.zeros(()))
             self._token_weighted_perplexity(

@@ -1,5 +1,5 @@
 """Seq2SeqEncoder `elmo_lstm`: ELMo's two independent stacks of projected LSTMs."""
-from typing import List, Optional, Sequence, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
@@ -35,6 +35,74 @@ def stacked_weight(lstms: Sequence[torch.nn.LSTM], name: str) -> torch.Tensor:
     return torch.stack([getattr(lstm, name) for lstm in lstms]).transpose(1, 2)
 
 
+def lstm_step(
+    input_gates: torch.Tensor,
+    state: torch.Tensor,
+    memory: torch.Tensor,
+    recurrent: torch.Tensor,
+    projection: torch.Tensor,
+    cell_clip: Optional[float],
+    proj_clip: Optional[float],
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """One clipped LSTM-with-projection step for all directions at once: input_gates
+    (directions, batch, 4 * cells) = x W_ih + b, state (directions, batch, proj), memory
+    (directions, batch, cells), recurrent (directions, proj, 4 * cells), projection
+    (directions, cells, proj) -> the new (state, memory)."""
+    gates = torch.baddbmm(input_gates, state, recurrent)
+    input_gate, forget_gate, candidate, output_gate = gates.chunk(4, dim=-1)
+    memory = torch.addcmul(torch.sigmoid(forget_gate) * memory, torch.sigmoid(input_gate), torch.tanh(candidate))
+    if cell_clip is not None:
+        memory = memory.clamp(-cell_clip, cell_clip)
+    state = torch.bmm(torch.sigmoid(output_gate) * torch.tanh(memory), projection)
+    if proj_clip is not None:
+        state = state.clamp(-proj_clip, proj_clip)
+    return state, memory
+
+
+# The step with its gate arithmetic fused by torch.compile (CUDA with Triton only), made on
+# first use; `dynamic=None` lets a second batch size switch it to a dynamic batch dimension.
+_compiled_steps: Dict[str, Callable] = {}
+
+
+def compiled_lstm_step() -> Callable:
+    if "step" not in _compiled_steps:
+        _compiled_steps["step"] = torch.compile(lstm_step, dynamic=None)
+    return _compiled_steps["step"]
+
+
+def can_compile_step(device: torch.device) -> bool:
+    """True on CUDA when Triton (torch.compile's GPU code generator) is importable."""
+    if device.type != "cuda":
+        return False
+    try:
+        import triton  # noqa: F401  (only present where torch.compile can generate GPU kernels)
+    except ImportError:
+        return False
+    return True
+
+
+def initial_state(inputs: torch.Tensor, lstms: Sequence[torch.nn.LSTM]) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Zero (state, memory) for (directions, batch, ...) inputs. The memory cell is kept at least
+    in float32, also when bf16 autocast makes the inputs and gates bf16: it accumulates over
+    every step, where bf16's 8-bit mantissa would lose the small updates."""
+    directions, batch = inputs.shape[:2]
+    state = inputs.new_zeros(directions, batch, lstms[0].proj_size)
+    memory_dtype = torch.promote_types(inputs.dtype, torch.float32)
+    return state, inputs.new_zeros(directions, batch, lstms[0].hidden_size, dtype=memory_dtype)
+
+
+def input_gates_by_step(inputs: torch.Tensor, lstms: Sequence[torch.nn.LSTM]) -> Tuple[torch.Tensor, ...]:
+    """(directions, batch, timesteps, dim) -> per timestep (directions, batch, 4 * cells): every
+    x W_ih + b_ih + b_hh in one batched matmul."""
+    directions, batch, timesteps, dim = inputs.shape
+    bias = torch.stack([lstm.bias_ih_l0 + lstm.bias_hh_l0 for lstm in lstms]).unsqueeze(1)
+    time_major = inputs.transpose(1, 2).reshape(directions, -1, dim)
+    input_gates = torch.baddbmm(bias, time_major, stacked_weight(lstms, "weight_ih_l0"))
+    # One tensor per step: the backward of unbind stacks the step gradients once, where
+    # indexing a step of the whole tensor would add a full-size gradient at every step.
+    return input_gates.view(directions, timesteps, batch, -1).unbind(dim=1)
+
+
 def clipped_lstm(
     inputs: torch.Tensor,
     lstms: Sequence[torch.nn.LSTM],
@@ -46,32 +114,44 @@ def clipped_lstm(
     memory cell clipped to +-cell_clip and the projected output to +-proj_clip at every step;
     one time loop for all directions. inputs (directions, batch, timesteps, dim), batch sorted by
     decreasing `lengths` (batch,) -> (directions, batch, timesteps, proj_size), zero past each
-    length: a sequence leaves the loop when it ends."""
-    directions, batch, timesteps, dim = inputs.shape
-    bias = torch.stack([lstm.bias_ih_l0 + lstm.bias_hh_l0 for lstm in lstms]).unsqueeze(1)
-    time_major = inputs.transpose(1, 2).reshape(directions, -1, dim)
-    input_gates = torch.baddbmm(bias, time_major, stacked_weight(lstms, "weight_ih_l0"))
-    # One tensor per step: the backward of unbind stacks the step gradients once, where
-    # indexing a step of the whole tensor would add a full-size gradient at every step.
-    input_gates = input_gates.view(directions, timesteps, batch, -1).unbind(dim=1)
+    length: a sequence leaves the loop when it ends (least work; the CPU path)."""
+    directions, batch, timesteps, _ = inputs.shape
+    input_gates = input_gates_by_step(inputs, lstms)
     recurrent, projection = stacked_weight(lstms, "weight_hh_l0"), stacked_weight(lstms, "weight_hr_l0")
-    state = inputs.new_zeros(directions, batch, lstms[0].proj_size)
-    memory = inputs.new_zeros(directions, batch, lstms[0].hidden_size)
+    state, memory = initial_state(inputs, lstms)
     active = (lengths > torch.arange(timesteps, device=lengths.device).unsqueeze(1)).sum(dim=1)
     outputs = []
     for step, size in enumerate(active[active > 0].tolist()):  # size: sequences longer than step
-        state, memory = state[:, :size], memory[:, :size]
-        gates = torch.baddbmm(input_gates[step][:, :size], state, recurrent)
-        input_gate, forget_gate, candidate, output_gate = gates.chunk(4, dim=-1)
-        memory = torch.addcmul(torch.sigmoid(forget_gate) * memory, torch.sigmoid(input_gate), torch.tanh(candidate))
-        if cell_clip is not None:
-            memory = memory.clamp(-cell_clip, cell_clip)
-        state = torch.bmm(torch.sigmoid(output_gate) * torch.tanh(memory), projection)
-        if proj_clip is not None:
-            state = state.clamp(-proj_clip, proj_clip)
+        state, memory = lstm_step(
+            input_gates[step][:, :size], state[:, :size], memory[:, :size], recurrent, projection, cell_clip, proj_clip
+        )
         outputs.append(torch.nn.functional.pad(state, (0, 0, 0, batch - size)))
-    outputs += [inputs.new_zeros(directions, batch, lstms[0].proj_size)] * (timesteps - len(outputs))
+    outputs += [state.new_zeros(directions, batch, lstms[0].proj_size)] * (timesteps - len(outputs))
     return torch.stack(outputs, dim=2)
+
+
+def clipped_lstm_fixed_shape(
+    inputs: torch.Tensor,
+    lstms: Sequence[torch.nn.LSTM],
+    lengths: torch.Tensor,
+    cell_clip: Optional[float],
+    proj_clip: Optional[float],
+    step: Callable = lstm_step,
+) -> torch.Tensor:
+    """`clipped_lstm` with every step over the whole batch (the GPU path): the same shapes at
+    every step and no host synchronization, so `step` can be a compiled kernel. A sequence's
+    steps past its length compute unused values that are zeroed in the output, so neither
+    they nor their (zero) gradients reach any real position."""
+    timesteps = inputs.size(2)
+    input_gates = input_gates_by_step(inputs, lstms)
+    recurrent, projection = stacked_weight(lstms, "weight_hh_l0"), stacked_weight(lstms, "weight_hr_l0")
+    state, memory = initial_state(inputs, lstms)
+    outputs = []
+    for gates in input_gates:
+        state, memory = step(gates, state, memory, recurrent, projection, cell_clip, proj_clip)
+        outputs.append(state)
+    keep = torch.arange(timesteps, device=lengths.device) < lengths.unsqueeze(1)  # (batch, timesteps)
+    return torch.stack(outputs, dim=2) * keep.unsqueeze(-1).to(state.dtype)
 
 
 @Seq2SeqEncoder.register("elmo_lstm")
@@ -85,6 +165,11 @@ class ElmoLstm(Seq2SeqEncoder):
     token it predicts. Each layer is an LSTM with `hidden_dim` cells projected back to
     `input_dim`, with optional cell / projection clipping, dropout on its input, and a residual
     connection from the second layer up. Stateless: every batch starts from zero state.
+
+    With clipping, CPUs run a time loop in which finished sequences leave the batch; GPUs run
+    every step over the whole batch with the step's gate arithmetic compiled into fused kernels
+    by `torch.compile` (`compile_on_gpu`, where Triton is installed). Under bf16 autocast the
+    memory cells stay float32.
     """
 
     def __init__(
@@ -96,6 +181,7 @@ class ElmoLstm(Seq2SeqEncoder):
         proj_clip: Optional[float] = None,
         dropout: float = 0.0,
         return_all_layers: bool = False,
+        compile_on_gpu: bool = True,
     ) -> None:
         super().__init__()
         self.input_dim = input_dim
@@ -104,6 +190,7 @@ class ElmoLstm(Seq2SeqEncoder):
         self.cell_clip = cell_clip
         self.proj_clip = proj_clip
         self._return_all_layers = return_all_layers
+        self.compile_on_gpu = compile_on_gpu
         self._dropout = torch.nn.Dropout(dropout)
         self.forward_layers = self._make_stack()
         self.backward_layers = self._make_stack()
@@ -128,7 +215,12 @@ class ElmoLstm(Seq2SeqEncoder):
         `lengths` -> (directions, batch, timesteps, input_dim), each direction through its LSTM."""
         if self.cell_clip is None and self.proj_clip is None:
             return torch.stack([lstm(direction)[0] for lstm, direction in zip(lstms, inputs)])
-        return clipped_lstm(inputs, lstms, lengths, self.cell_clip, self.proj_clip)
+        if inputs.device.type == "cpu":
+            return clipped_lstm(inputs, lstms, lengths, self.cell_clip, self.proj_clip)
+        # On a GPU the loop is launch-bound: fixed shapes, no host syncs, fused gate kernels.
+        compile_step = self.compile_on_gpu and can_compile_step(inputs.device)
+        step = compiled_lstm_step() if compile_step else lstm_step
+        return clipped_lstm_fixed_shape(inputs, lstms, lengths, self.cell_clip, self.proj_clip, step)
 
     def all_layers(self, inputs: torch.Tensor, mask: torch.BoolTensor) -> List[torch.Tensor]:
         """Every layer's (batch, timesteps, 2 * input_dim) output, bottom first. Runs on the batch

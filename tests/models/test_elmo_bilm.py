@@ -88,3 +88,29 @@ def test_perplexities_do_not_depend_on_batching_or_padding(model_and_batches):
         one_by_one = model.get_metrics(reset=True)
     for name in batched:
         assert batched[name] == pytest.approx(one_by_one[name], rel=1e-5)
+
+
+def test_bf16_mixed_precision_tracks_float32_losses(model_and_batches):
+    """The same weights with `mixed_precision: bf16` give the float32 losses to bf16 accuracy,
+    and gradients in float32 for every parameter."""
+    model, batches = model_and_batches
+    model.eval()
+    with torch.no_grad():
+        fp32 = model(**batches[1])
+        model.mixed_precision = "bf16"
+        try:
+            bf16 = model(**batches[1])
+        finally:
+            model.mixed_precision = None
+    for key in ("forward_loss", "backward_loss"):
+        assert float(bf16[key]) == pytest.approx(float(fp32[key]), rel=2e-2)
+        assert float(bf16[key]) != float(fp32[key])  # autocast did run in bf16
+    assert bf16["lm_embeddings"].dtype == torch.bfloat16
+
+
+def test_unknown_mixed_precision_is_a_configuration_error():
+    from allennlp.common.checks import ConfigurationError
+
+    params = Params.from_file(str(CONFIG_DIR / "elmo_lstm.jsonnet"), json.dumps({"model.mixed_precision": "fp8"}))
+    with pytest.raises(ConfigurationError, match="mixed_precision must be one of"):
+        Model.from_params(vocab=Vocabulary(), params=params.pop("model"))

@@ -3,7 +3,14 @@ from typing import List, Optional
 import pytest
 import torch
 
-from elmo_plugin.modules.elmo_lstm import ElmoLstm, gather_timesteps, reverse_within_length
+from elmo_plugin.modules.elmo_lstm import (
+    ElmoLstm,
+    clipped_lstm,
+    clipped_lstm_fixed_shape,
+    gather_timesteps,
+    initial_state,
+    reverse_within_length,
+)
 
 DIM = 6
 
@@ -167,3 +174,37 @@ def test_reverse_within_length_keeps_padding_and_is_an_involution():
     index = reverse_within_length(torch.tensor([3, 5]), 5)
     assert index.tolist() == [[2, 1, 0, 3, 4], [4, 3, 2, 1, 0]]
     assert torch.equal(index.gather(1, index), torch.arange(5).expand(2, 5))
+
+
+@pytest.mark.parametrize("lengths", [[7, 5, 3, 3, 0], [1], [4, 1]])
+@pytest.mark.parametrize("clips", [{"cell_clip": 0.5, "proj_clip": 0.3}, {"cell_clip": 0.5}])
+def test_gpu_fixed_shape_loop_equals_the_shrinking_loop_in_values_and_gradients(lengths, clips):
+    """The GPU path (every step over the whole batch, padding zeroed afterwards) gives the CPU
+    path's outputs and gradients, with padding, length-1 sentences and a batch of one."""
+    torch.manual_seed(0)
+    lstms = [torch.nn.LSTM(DIM, 10, proj_size=DIM, batch_first=True) for _ in range(2)]
+    for parameter in (p for lstm in lstms for p in lstm.parameters()):
+        torch.nn.init.normal_(parameter, std=0.5)  # large enough that clipping binds
+    lengths = torch.tensor(lengths)
+    inputs = torch.randn(2, len(lengths), int(lengths.max()), DIM, requires_grad=True)
+    cell_clip, proj_clip = clips["cell_clip"], clips.get("proj_clip")
+    shrinking = clipped_lstm(inputs, lstms, lengths, cell_clip, proj_clip)
+    fixed = clipped_lstm_fixed_shape(inputs, lstms, lengths, cell_clip, proj_clip)
+    assert torch.allclose(fixed, shrinking, atol=1e-6)
+    weights = torch.randn_like(fixed)
+    wrt = [inputs, *(p for lstm in lstms for p in lstm.parameters())]
+    for got, want in zip(
+        torch.autograd.grad((fixed * weights).sum(), wrt), torch.autograd.grad((shrinking * weights).sum(), wrt)
+    ):
+        assert torch.allclose(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_memory_cells_stay_float32_under_bf16_autocast():
+    lstm = make_lstm(cell_clip=3.0, proj_clip=3.0)
+    inputs, mask = padded_batch()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        layers = lstm(inputs, mask)
+        state, memory = initial_state(torch.zeros(2, 3, 7, DIM, dtype=torch.bfloat16), lstm.forward_layers)
+    assert (state.dtype, memory.dtype) == (torch.bfloat16, torch.float32)
+    for got, want in zip(layers, lstm(inputs, mask)):
+        assert (got.float() - want).abs().max() < 0.05
