@@ -1,0 +1,38 @@
+"""benchmarks/gpu_original_elmo.py: `--help` and the shrunk `--dry-run` work on any machine."""
+import json
+import os
+import subprocess
+import sys
+
+from tests.conftest import REPO_ROOT
+
+SCRIPT = str(REPO_ROOT / "benchmarks" / "gpu_original_elmo.py")
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", PYTHONWARNINGS="ignore")
+    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_help_names_every_measurement():
+    result = run("--help")
+    assert result.returncode == 0, result.stderr
+    for words in ("tokens/s", "peak GPU memory", "FlopCounterMode", "--dry-run", "allennlp's `Elmo`"):
+        assert words in result.stdout
+
+
+def test_dry_run_trains_both_configs_and_embeds_on_cpu(tmp_path):
+    result = run("--dry-run", "--precisions", "fp32,bf16", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((tmp_path / "results.json").read_text())
+    training = [r for r in report["results"] if "config" in r]
+    assert {(r["config"], r["precision"]) for r in training} == {
+        (config, precision)
+        for config in ("elmo_lstm_original.jsonnet", "elmo_transformer_original.jsonnet")
+        for precision in ("fp32", "bf16")
+    }
+    for r in training:
+        assert r["tokens_per_s"] > 0 and r["flops_per_step"] > 0 and r["tokens_per_step"] > 0
+    assert all("profile" in r for r in training if r["precision"] == "bf16")
+    embedding = [r for r in report["results"] if "speedup" in r]
+    assert len(embedding) == 1 and embedding[0]["ours_elmo_embed_tokens_per_s"] > 0

@@ -1,0 +1,249 @@
+"""CUDA: every component on a GPU equals its CPU result (TF32 off), and the CLI's GPU paths
+(`allennlp train` with `cuda_device: 0`, `allennlp evaluate --cuda-device 0`,
+`elmo-embed --cuda-device 0`). Runs in `make test` where CUDA is present; one skip line
+otherwise."""
+import copy
+import json
+
+import h5py
+import numpy
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    pytest.skip("CUDA tests: no CUDA device here", allow_module_level=True)
+
+from allennlp.common import Params  # noqa: E402
+from allennlp.data import Batch, DatasetReader, Vocabulary  # noqa: E402
+from allennlp.models import Model  # noqa: E402
+from allennlp.models.archival import load_archive  # noqa: E402
+from allennlp.predictors import Predictor  # noqa: E402
+
+from elmo_plugin.modules.elmo_bilm_embedder import ElmoBiLmEmbedder  # noqa: E402
+from elmo_plugin.modules.elmo_lstm import ElmoLstm  # noqa: E402
+from tests.conftest import (  # noqa: E402
+    CONFIG_DIR,
+    TINY_LSTM_OVERRIDES,
+    TINY_TRANSFORMER_OVERRIDES,
+    overrides,
+    run_allennlp,
+)
+
+GPU = torch.device("cuda", 0)
+NO_DROPOUT = {"model.dropout": 0.0, "model.contextualizer.dropout": 0.0}
+CONFIGS = {
+    "lstm": ("elmo_lstm.jsonnet", dict(TINY_LSTM_OVERRIDES, **NO_DROPOUT)),
+    "transformer": (
+        "elmo_transformer.jsonnet",
+        dict(TINY_TRANSFORMER_OVERRIDES, **NO_DROPOUT, **{"model.contextualizer.input_dropout": 0.0}),
+    ),
+}
+SOFTMAXES = {
+    "full": {},
+    "sampled": {"model.num_samples": 40},
+    "sampled_sparse": {"model.num_samples": 40, "model.sparse_embeddings": True},
+}
+
+
+@pytest.fixture(autouse=True)
+def exact_float32():
+    """TF32 off for matmuls and convolutions, so GPU float32 matches CPU float32."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def build(config: str, values: dict, tiny_corpus):
+    """(model on CPU, two tensor batches) from a shipped config at tiny size."""
+    name, base = CONFIGS[config]
+    params = Params.from_file(str(CONFIG_DIR / name), json.dumps(dict(base, **values)))
+    reader = DatasetReader.from_params(params.pop("dataset_reader"))
+    instances = list(reader.read(str(tiny_corpus / "valid.txt")))
+    vocab = Vocabulary.from_instances(instances)
+    torch.manual_seed(0)
+    model = Model.from_params(vocab=vocab, params=params.pop("model"))
+    batches = []
+    for start, size in [(0, 7), (7, 25)]:
+        batch = Batch(instances[start : start + size])
+        batch.index_instances(vocab)
+        batches.append(batch.as_tensor_dict())
+    return model, batches
+
+
+def to_device(tensors, device):
+    if isinstance(tensors, dict):
+        return {key: to_device(value, device) for key, value in tensors.items()}
+    return tensors.to(device)
+
+
+def dense(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.to_dense() if tensor.is_sparse else tensor
+
+
+def losses_and_gradients(model, batch, seed: int = 0):
+    """Loss outputs and every parameter's (dense) gradient; numpy seeded for the sampler."""
+    model.zero_grad()
+    numpy.random.seed(seed)
+    output = model(**batch)
+    output["loss"].backward()
+    grads = {name: dense(p.grad).cpu() for name, p in model.named_parameters() if p.grad is not None}
+    return {key: float(output[key]) for key in ("loss", "forward_loss", "backward_loss")}, grads
+
+
+def assert_close(got: torch.Tensor, want: torch.Tensor, what: str, tolerance: float = 1e-4) -> None:
+    scale = float(want.abs().max()) or 1.0
+    difference = float((got.cpu().float() - want.cpu().float()).abs().max())
+    assert difference <= tolerance * scale, f"{what}: max abs diff {difference} (scale {scale})"
+
+
+@pytest.mark.parametrize("softmax", SOFTMAXES)
+@pytest.mark.parametrize("config", CONFIGS)
+def test_bilm_losses_and_gradients_on_gpu_equal_cpu(config, softmax, tiny_corpus):
+    """indexer -> char CNN -> contextualizer -> softmax (full, sampled, sampled with sparse
+    softmax gradients): the same losses and gradients on the GPU as on the CPU."""
+    model, batches = build(config, SOFTMAXES[softmax], tiny_corpus)
+    gpu_model = copy.deepcopy(model).to(GPU)
+    model.train(), gpu_model.train()
+    for batch in batches:
+        cpu_losses, cpu_grads = losses_and_gradients(model, batch)
+        gpu_losses, gpu_grads = losses_and_gradients(gpu_model, to_device(batch, GPU))
+        for key in cpu_losses:
+            assert gpu_losses[key] == pytest.approx(cpu_losses[key], rel=1e-5), key
+        assert cpu_grads.keys() == gpu_grads.keys()
+        for name in cpu_grads:
+            assert_close(gpu_grads[name], cpu_grads[name], name)
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_every_layer_on_gpu_equals_cpu_in_eval_mode(config, tiny_corpus):
+    model, batches = build(config, {}, tiny_corpus)
+    cpu_encoder = model.eval().bilm_encoder()
+    gpu_encoder = copy.deepcopy(model).to(GPU).eval().bilm_encoder()
+    for batch in batches:
+        char_ids = batch["source"]["elmo"]["elmo_tokens"]
+        with torch.no_grad():
+            cpu_layers, cpu_mask = cpu_encoder(char_ids)
+            gpu_layers, gpu_mask = gpu_encoder(char_ids.to(GPU))
+        assert torch.equal(gpu_mask.cpu(), cpu_mask)
+        for index, (got, want) in enumerate(zip(gpu_layers, cpu_layers)):
+            assert_close(got, want, f"layer {index}", 1e-5)
+
+
+@pytest.mark.parametrize("compile_on_gpu", [True, False])
+def test_gpu_clipped_lstm_equals_cpu_in_values_and_gradients(compile_on_gpu):
+    """The GPU loop (fixed shapes; gate arithmetic compiled by torch.compile where Triton is
+    installed) against the CPU loop, with padding and a length-1 sentence, clips binding."""
+    torch.manual_seed(0)
+    lstm = ElmoLstm(8, 24, 2, cell_clip=0.5, proj_clip=0.3, return_all_layers=True, compile_on_gpu=compile_on_gpu)
+    for parameter in lstm.parameters():
+        torch.nn.init.normal_(parameter, std=0.5)
+    gpu_lstm = copy.deepcopy(lstm).to(GPU)
+    lengths = torch.tensor([6, 1, 4, 6, 3])
+    mask = torch.arange(6) < lengths.unsqueeze(1)
+    inputs = torch.randn(5, 6, 8)
+    weights = [torch.randn(5, 6, 16) for _ in range(2)]
+    results = []
+    for module, device in ((lstm, "cpu"), (gpu_lstm, GPU)):
+        leaf = inputs.to(device).requires_grad_()
+        layers = module(leaf, mask.to(device))
+        loss = sum((layer * weight.to(device)).sum() for layer, weight in zip(layers, weights))
+        grads = torch.autograd.grad(loss, [leaf, *module.parameters()])
+        results.append((layers, grads))
+    (cpu_layers, cpu_grads), (gpu_layers, gpu_grads) = results
+    for index, (got, want) in enumerate(zip(gpu_layers, cpu_layers)):
+        assert_close(got, want, f"layer {index}", 1e-5)
+    for index, (got, want) in enumerate(zip(gpu_grads, cpu_grads)):
+        assert_close(got, want, f"gradient {index}")
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_bf16_on_gpu_tracks_float32(config, tiny_corpus):
+    model, batches = build(config, {"model.num_samples": 40}, tiny_corpus)
+    model = model.to(GPU).train()
+    fp32, _ = losses_and_gradients(model, to_device(batches[1], GPU))
+    model.mixed_precision = "bf16"
+    bf16, grads = losses_and_gradients(model, to_device(batches[1], GPU))
+    for key in fp32:
+        assert bf16[key] == pytest.approx(fp32[key], rel=2e-2), key
+    assert all(grad.dtype == torch.float32 and torch.isfinite(grad).all() for grad in grads.values())
+
+
+def test_embedder_and_predictor_on_gpu_equal_cpu(tiny_bilm_archive):
+    torch.manual_seed(0)
+    cpu_embedder = ElmoBiLmEmbedder(Vocabulary(), pretrained_file=str(tiny_bilm_archive), dropout=0.0).eval()
+    gpu_embedder = copy.deepcopy(cpu_embedder).to(GPU)
+    from allennlp.modules.elmo import batch_to_ids
+
+    char_ids = batch_to_ids([["The", "file", "is", "open", "."], ["Return", "it"]])
+    with torch.no_grad():
+        assert_close(gpu_embedder(char_ids.to(GPU)), cpu_embedder(char_ids), "embedder", 1e-5)
+    inputs = [{"sentence": "The file is open ."}, {"sentence": "Return the value"}]
+    cpu = Predictor.from_archive(load_archive(str(tiny_bilm_archive)), "elmo_embeddings")
+    gpu = Predictor.from_archive(load_archive(str(tiny_bilm_archive), cuda_device=0), "elmo_embeddings")
+    for want, got in zip(cpu.predict_batch_json(inputs), gpu.predict_batch_json(inputs)):
+        assert want.keys() == got.keys()
+        for key in want:
+            if isinstance(want[key], list) and want[key] and not isinstance(want[key][0], str):
+                assert_close(torch.tensor(got[key]), torch.tensor(want[key]), key, 1e-5)
+            else:
+                assert got[key] == want[key]
+
+
+def test_elmo_embed_with_cuda_device_equals_cpu(tiny_bilm_archive, tiny_corpus, tmp_path):
+    lines = (tiny_corpus / "valid.txt").read_text().splitlines()[:40]
+    text = tmp_path / "input.txt"
+    text.write_text("\n".join(lines) + "\n")
+    outputs = {}
+    for device in ("-1", "0"):
+        output = tmp_path / f"vectors_{device}.hdf5"
+        run_allennlp(["elmo-embed", str(tiny_bilm_archive), str(text), str(output), "--cuda-device", device])
+        with h5py.File(output, "r") as vectors:
+            outputs[device] = {name: vectors[name][()] for name in vectors if name != "sentence_to_index"}
+    assert outputs["0"].keys() == outputs["-1"].keys() and len(outputs["0"]) == len(lines)
+    for name, want in outputs["-1"].items():
+        assert_close(torch.from_numpy(outputs["0"][name]), torch.from_numpy(want), name, 1e-5)
+
+
+@pytest.mark.parametrize(
+    "config, values",
+    [
+        ("elmo_lstm.jsonnet", TINY_LSTM_OVERRIDES),
+        ("elmo_transformer.jsonnet", dict(TINY_TRANSFORMER_OVERRIDES, **{"model.mixed_precision": "bf16"})),
+        (
+            "elmo_lstm_original.jsonnet",  # sparse softmax gradients with Adagrad, shrunk
+            {
+                "model.text_field_embedder.token_embedders.elmo.filters": [[1, 8], [2, 8], [3, 16]],
+                "model.text_field_embedder.token_embedders.elmo.projection_dim": 16,
+                "model.contextualizer.input_dim": 16,
+                "model.contextualizer.hidden_dim": 32,
+                "model.num_samples": 40,
+                "model.sparse_embeddings": True,
+                "data_loader.batch_size": 16,
+                "data_loader.num_workers": 0,
+            },
+        ),
+    ],
+)
+def test_allennlp_train_and_evaluate_on_gpu(config, values, tiny_corpus, tmp_path):
+    """`allennlp train` with `cuda_device: 0`, then `allennlp evaluate` on the GPU and on the
+    CPU give the same perplexities."""
+    out = tmp_path / "model"
+    values = dict(
+        values,
+        train_data_path=str(tiny_corpus / "train" / "*.txt"),
+        validation_data_path=str(tiny_corpus / "valid.txt"),
+        **{"trainer.num_epochs": 1, "trainer.cuda_device": 0, "model.tf32": False},
+    )
+    run_allennlp(["train", str(CONFIG_DIR / config), "-s", str(out), "-o", overrides(values)])
+    metrics = {}
+    for device in ("0", "-1"):
+        metrics_file = tmp_path / f"metrics_{device}.json"
+        run_allennlp(
+            ["evaluate", str(out / "model.tar.gz"), str(tiny_corpus / "valid.txt"),
+             "--cuda-device", device, "--output-file", str(metrics_file)]
+        )
+        metrics[device] = json.loads(metrics_file.read_text())
+    for key in ("forward_perplexity", "backward_perplexity", "perplexity"):
+        assert metrics["0"][key] == pytest.approx(metrics["-1"][key], rel=1e-3 if "bf16" in str(values) else 1e-5)
+    assert metrics["0"]["perplexity"] < len(Vocabulary.from_files(str(out / "vocabulary")).get_token_to_index_vocabulary("tokens"))
