@@ -115,3 +115,22 @@ def test_killed_run_resumes_with_recover(tiny_corpus, tmp_path):
     run_allennlp(["train", str(CONFIG_DIR / "elmo_lstm.jsonnet"), "-s", str(out), "-r", "-o", overrides(values)], timeout=900)
     assert (first_epoch.stat().st_mtime_ns, first_epoch.read_text()) == before  # epoch 0 was not trained again
     assert json.loads((out / "metrics.json").read_text())["epoch"] == 3
+
+
+def test_bf16_training_through_the_cli_tracks_float32_losses(tiny_corpus, tmp_path):
+    """`model.mixed_precision: bf16` on the CPU: the same seed's training and validation losses
+    as float32 to bf16 accuracy (and not bit-identical: autocast ran)."""
+    metrics = {}
+    for precision in (None, "bf16"):
+        out = tmp_path / str(precision)
+        values = dict(
+            TINY_LSTM_OVERRIDES,
+            train_data_path=str(tiny_corpus / "train" / "shard_0.txt"),
+            validation_data_path=str(tiny_corpus / "valid.txt"),
+            **{"trainer.num_epochs": 2, "model.mixed_precision": precision},
+        )
+        run_allennlp(["train", str(CONFIG_DIR / "elmo_lstm.jsonnet"), "-s", str(out), "-o", overrides(values)])
+        metrics[precision] = json.loads((out / "metrics.json").read_text())
+    for key in ("training_loss", "validation_loss"):
+        assert metrics["bf16"][key] == pytest.approx(metrics[None][key], rel=2e-2), key
+        assert metrics["bf16"][key] != metrics[None][key], key

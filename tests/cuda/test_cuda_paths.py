@@ -245,5 +245,5 @@ def test_allennlp_train_and_evaluate_on_gpu(config, values, tiny_corpus, tmp_pat
         )
         metrics[device] = json.loads(metrics_file.read_text())
     for key in ("forward_perplexity", "backward_perplexity", "perplexity"):
-        assert metrics["0"][key] == pytest.approx(metrics["-1"][key], rel=1e-3 if "bf16" in str(values) else 1e-5)
+        assert metrics["0"][key] == pytest.approx(metrics["-1"][key], rel=2e-2 if "bf16" in str(values) else 1e-5)
     assert metrics["0"]["perplexity"] < len(Vocabulary.from_files(str(out / "vocabulary")).get_token_to_index_vocabulary("tokens"))
