@@ -2,7 +2,8 @@
 # The main job on bundled data: pretrain the demo-size ELMo biLM, evaluate it, export it to the
 # standard ELMo files, embed a few sentences, then train and run a UPOS tagger that uses it.
 # CONTEXTUALIZER=transformer pretrains the transformer biLM instead (it has no standard-file
-# export, so the tagger reads its archive). Outputs go to $DEMO_OUTPUT (default demo_output/).
+# export, so the tagger reads its archive). Outputs go to $DEMO_OUTPUT (default demo_output/);
+# each run's TensorBoard curves are in its log/ folder and the last lines print how to view them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${DEMO_OUTPUT:-demo_output}
@@ -52,3 +53,11 @@ for line in open('$out/tags.jsonl'):
     p = json.loads(line); print(list(zip(p['words'], p['tags'])))
 "
 echo "== demo done: outputs in $out/"
+logdir=$(cd "$out" && pwd)
+echo "== watch the curves (perplexities, loss, learning rate, tokens/s, tagger accuracy and ELMo mix weights):"
+if command -v tensorboard > /dev/null; then
+  echo "   tensorboard --logdir $logdir"
+else
+  echo "   ~/.tensorboard-venv/bin/tensorboard --logdir $logdir   # then open http://localhost:6006"
+  [ -x ~/.tensorboard-venv/bin/tensorboard ] || echo "   (install it once: python3 -m venv ~/.tensorboard-venv && ~/.tensorboard-venv/bin/pip install tensorboard)"
+fi

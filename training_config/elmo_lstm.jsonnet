@@ -45,6 +45,12 @@
     optimizer: { type: "adam", lr: 0.002 },
     grad_norm: 10.0,
     validation_metric: "-perplexity",
+    // TensorBoard event files in <serialization dir>/log/{train,validation}: every metric, the loss
+    // and the learning rate, each summary_interval batches and per epoch (README: Watching training).
+    callbacks: [
+      { type: "tensorboard", summary_interval: 20, should_log_learning_rate: true },
+      { type: "tokens_per_second", summary_interval: 20 },  // train/tokens_per_second
+    ],
     cuda_device: -1,
   },
 }

@@ -53,6 +53,12 @@
     learning_rate_scheduler: { type: "noam", model_size: 512, warmup_steps: 6000 },
     grad_norm: 10.0,
     validation_metric: "-perplexity",
+    // TensorBoard event files in <serialization dir>/log/{train,validation}: every metric, the loss
+    // and the learning rate, each summary_interval batches and per epoch (README: Watching training).
+    callbacks: [
+      { type: "tensorboard", summary_interval: 100, should_log_learning_rate: true },
+      { type: "tokens_per_second", summary_interval: 100 },  // train/tokens_per_second
+    ],
     cuda_device: 0,
     use_amp: false,
   },

@@ -47,6 +47,12 @@ local word_dim = 32;
     optimizer: { type: "adam", lr: 0.003 },
     grad_norm: 5.0,
     validation_metric: "+accuracy",
+    // TensorBoard event files in <serialization dir>/log/{train,validation}: every metric, the loss
+    // and the learning rate, each summary_interval batches and per epoch (README: Watching training).
+    callbacks: [
+      { type: "tensorboard", summary_interval: 10, should_log_learning_rate: true },
+      { type: "elmo_mix_weights", summary_interval: 10 },  // elmo_mix/*: softmax(s)_j and gamma
+    ],
     cuda_device: -1,
   },
 }

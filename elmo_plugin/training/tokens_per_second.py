@@ -1,0 +1,76 @@
+"""TrainerCallback `tokens_per_second`: training throughput in target tokens per second, to TensorBoard."""
+import os
+import time
+from typing import Any, Dict, List, Optional
+
+import torch
+from allennlp.training.callbacks.callback import TrainerCallback
+
+
+@TrainerCallback.register("tokens_per_second")
+class TokensPerSecondCallback(TrainerCallback):
+    """
+    Writes `train/tokens_per_second` to `SERIALIZATION_DIR/log/train` every `summary_interval`
+    batches, at the step allennlp's `tensorboard` callback uses for its batch scalars (batches
+    completed + 1), so the curves line up. Tokens = the model output's `batch_weight` (the
+    biLM's forward targets: the words of each window + `</S>`, counted once for both
+    directions), summed over the batches since the last point, divided by the wall-clock seconds
+    between the two points (validation excluded: the window restarts with every epoch).
+    Under DDP it is the primary worker's throughput (multiply by the number of workers).
+    The counts are summed on the model's device and read once per point: no host sync per batch.
+    A model without `batch_weight` (a tagger) logs nothing.
+    """
+
+    def __init__(self, serialization_dir: str, summary_interval: int = 100) -> None:
+        super().__init__(serialization_dir)
+        self._summary_interval = summary_interval
+        self._tokens: Optional[torch.Tensor] = None  # (), targets since the window started
+        self._window_start: Optional[float] = None  # time.perf_counter() seconds
+        self._writer = None
+
+    def on_batch(
+        self,
+        trainer,
+        batch_inputs: List[Any],
+        batch_outputs: List[Dict[str, Any]],
+        batch_metrics: Dict[str, Any],
+        epoch: int,
+        batch_number: int,
+        is_training: bool,
+        is_primary: bool = True,
+        batch_grad_norm: Optional[float] = None,
+        **kwargs,
+    ) -> None:
+        if not is_training or not is_primary:
+            return
+        if self._window_start is None or batch_number <= 1:
+            # First batch of an epoch: start the window after it (data loading warm-up excluded).
+            self._window_start, self._tokens = time.perf_counter(), None
+            return
+        for output in batch_outputs:
+            weight = output.get("batch_weight")
+            if weight is not None:
+                weight = weight.detach().float()
+                self._tokens = weight if self._tokens is None else self._tokens + weight
+        if self._tokens is None or trainer._total_batches_completed % self._summary_interval != 0:
+            return
+        tokens = self._tokens.item()  # the one host sync per point; the device is done after it
+        now = time.perf_counter()
+        if self._writer is None:
+            from tensorboardX import SummaryWriter
+
+            self._writer = SummaryWriter(
+                os.path.join(self.serialization_dir, "log", "train"), filename_suffix=".tokens_per_second"
+            )
+        self._writer.add_scalar("train/tokens_per_second", tokens / max(now - self._window_start, 1e-9),
+                                trainer._total_batches_completed + 1)
+        self._window_start, self._tokens = now, None
+
+    def on_epoch(self, trainer, metrics: Dict[str, Any], epoch: int, is_primary: bool = True, **kwargs) -> None:
+        self._window_start, self._tokens = None, None  # validation time is not training time
+
+    def on_end(self, trainer, metrics: Dict[str, Any] = None, epoch: int = None, is_primary: bool = True,
+               **kwargs) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
