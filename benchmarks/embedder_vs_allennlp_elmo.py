@@ -33,8 +33,10 @@ from allennlp.modules.elmo import Elmo, batch_to_ids  # noqa: E402
 
 from benchmarks.wikitext_data import wikitext_file  # noqa: E402
 
-from elmo_plugin.interop.elmo_files import build_bilm_encoder, write_bilm_encoder  # noqa: E402
-from elmo_plugin.modules.elmo_bilm_embedder import ElmoBiLmEmbedder  # noqa: E402
+from elmo_plugin.elmo_files.options import architecture_from_options  # noqa: E402
+from elmo_plugin.elmo_files.weights import write_bilm_encoder  # noqa: E402
+from elmo_plugin.modules.bilm_encoder import BiLmEncoder  # noqa: E402
+from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder  # noqa: E402
 
 PUBLISHED_SMALL = {
     "lstm": {"use_skip_connections": True, "projection_dim": 128, "dim": 1024, "n_layers": 2,
@@ -76,7 +78,7 @@ def main() -> None:
     torch.manual_seed(args.seed)
     folder = tempfile.mkdtemp(prefix="elmo_small_random_")
     options_file, weights_file = os.path.join(folder, "options.json"), os.path.join(folder, "weights.hdf5")
-    write_bilm_encoder(build_bilm_encoder(PUBLISHED_SMALL), options_file, weights_file)
+    write_bilm_encoder(BiLmEncoder.from_architecture(architecture_from_options(PUBLISHED_SMALL)), options_file, weights_file)
     ours = ElmoBiLmEmbedder(Vocabulary(), pretrained_file=folder, dropout=0.0).eval()
     theirs = Elmo(options_file, weights_file, num_output_representations=1, dropout=0.0).eval()
 

@@ -55,11 +55,15 @@ SHRUNK = {  # --dry-run: every size down, same code paths
     "model.text_field_embedder.token_embedders.elmo.projection_dim": 16,
     "model.text_field_embedder.token_embedders.elmo.num_highway": 1,
     "model.contextualizer.input_dim": 16,
-    "model.contextualizer.hidden_dim": 32,
     "model.num_samples": 64,
     "data_loader.batch_size": 8,
 }
-SHRUNK_TRANSFORMER = {"model.contextualizer.num_layers": 2, "model.contextualizer.num_attention_heads": 2}
+SHRUNK_LSTM = {"model.contextualizer.cell_size": 32}
+SHRUNK_TRANSFORMER = {
+    "model.contextualizer.feedforward_hidden_dim": 32,
+    "model.contextualizer.num_layers": 2,
+    "model.contextualizer.num_attention_heads": 2,
+}
 
 
 def make_corpus(folder: Path, tokens: int) -> Path:
@@ -177,7 +181,7 @@ def profile_steps(run: TrainingRun, steps: int) -> Dict[str, float]:
 def measure_training(name: str, precision: str, args, corpus: Path, vocab: Vocabulary, device, peaks) -> Dict:
     values = {"data_loader.num_workers": args.num_workers, **PRECISIONS[precision]}
     if args.dry_run:
-        values.update(SHRUNK, **(SHRUNK_TRANSFORMER if name == "transformer" else {}))
+        values.update(SHRUNK, **(SHRUNK_TRANSFORMER if name == "transformer" else SHRUNK_LSTM))
     run = TrainingRun(CONFIGS[name], values, corpus, vocab, device)
     run.model.train()
     flops = run.flops_per_step()
@@ -231,7 +235,9 @@ def measure_embedding(args, corpus: Path, device: torch.device) -> Dict:
     from allennlp.modules.elmo import Elmo, batch_to_ids
 
     from elmo_plugin.commands.elmo_embed import embed_file
-    from elmo_plugin.interop.elmo_files import build_bilm_encoder, write_bilm_encoder
+    from elmo_plugin.elmo_files.options import architecture_from_options
+    from elmo_plugin.elmo_files.weights import write_bilm_encoder
+    from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 
     lstm = {"use_skip_connections": True, "projection_dim": 512, "dim": 4096, "n_layers": 2, "cell_clip": 3, "proj_clip": 3}
     filters = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
@@ -244,7 +250,7 @@ def measure_embedding(args, corpus: Path, device: torch.device) -> Dict:
     tokens = sum(len(s) for s in sentences)
     folder = Path(tempfile.mkdtemp(prefix="elmo_original_random_"))
     torch.manual_seed(0)
-    encoder = build_bilm_encoder(options)
+    encoder = BiLmEncoder.from_architecture(architecture_from_options(options))
     write_bilm_encoder(encoder, str(folder / "options.json"), str(folder / "weights.hdf5"))
     text = folder / "input.txt"
     text.write_text("\n".join(" ".join(s) for s in sentences) + "\n", encoding="utf-8")

@@ -153,7 +153,8 @@ def their_config(ours: Dict, reference_embedder: bool) -> Dict:
         bidirectional=True,
         contextualizer={
             "type": "bidirectional_language_model_transformer",
-            **{key: mine[key] for key in ("input_dim", "hidden_dim", "num_layers", "dropout", "input_dropout")},
+            "hidden_dim": mine["feedforward_hidden_dim"],  # their name for the feed-forward width
+            **{key: mine[key] for key in ("input_dim", "num_layers", "dropout", "input_dropout")},
         },
     )
     if reference_embedder:
@@ -247,7 +248,7 @@ def describe(config: Dict) -> str:
     batch = loader.get("batch_sampler", loader)["batch_size"]
     softmax = f"sampled softmax {model['num_samples']}" if model.get("num_samples") else "full softmax"
     return (
-        f"{ctx['num_layers']} layers x {ctx['input_dim']}/{ctx['hidden_dim']} per direction, 8 heads; char CNN "
+        f"{ctx['num_layers']} layers x {ctx['input_dim']}/{ctx['feedforward_hidden_dim']} per direction, 8 heads; char CNN "
         f"{sum(count for _, count in cnn['filters'])} filters, {cnn['num_highway']} highway -> {cnn['projection_dim']}; "
         f"{softmax}; batch {batch}, windows of {config['dataset_reader']['max_sequence_length']} tokens"
     )

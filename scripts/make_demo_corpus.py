@@ -6,7 +6,6 @@ Deterministic for a given Python version. Usage: python scripts/make_demo_corpus
 """
 import importlib
 import inspect
-import pkgutil
 import re
 import sys
 import warnings

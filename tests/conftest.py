@@ -1,66 +1,33 @@
-"""Shared test fixtures: repo paths, real data location, and a runner for the real `allennlp` CLI."""
-import json
-import os
-import subprocess
-import sys
+"""Shared fixtures: tiny corpora and tiny trained archives (made once per session), one torch
+thread for every test. Helpers live in tests/helpers.py."""
 from pathlib import Path
-from typing import Dict, List, Optional
 
 import pytest
-
+import torch
 from allennlp.common.plugins import import_plugins
 
 import elmo_plugin  # noqa: F401  (registers every component)
+from tests.helpers import (
+    CONFIG_DIR,
+    REPO_ROOT,
+    TINY_LSTM_OVERRIDES,
+    TINY_TAGGER_OVERRIDES,
+    conllu_head,
+    overrides,
+    run_allennlp,
+)
 
 import_plugins()  # allennlp-models too, as every `allennlp` command does (crf_tagger, ...)
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-CONFIG_DIR = REPO_ROOT / "training_config"
-ALLENNLP = str(Path(sys.executable).parent / "allennlp")
 
-
-def shared_data_dir() -> Path:
-    """Real corpora: $ELMO_PLUGIN_DATA, default ../shared/data beside the repo."""
-    return Path(os.environ.get("ELMO_PLUGIN_DATA", REPO_ROOT.parent / "shared" / "data"))
-
-
-def require_shared_file(relative: str) -> Path:
-    path = shared_data_dir() / relative
-    if not path.is_file():
-        pytest.skip(f"real data not found: {path} (set ELMO_PLUGIN_DATA to the shared data folder)")
-    return path
-
-
-def run_allennlp(args: List[str], cwd: Optional[Path] = None, timeout: int = 600) -> subprocess.CompletedProcess:
-    """Runs `allennlp ARGS --include-package elmo_plugin`; fails the test with its output on error."""
-    command = [ALLENNLP, *args, "--include-package", "elmo_plugin"]
-    env = dict(os.environ, PYTHONWARNINGS="ignore", TOKENIZERS_PARALLELISM="false")
-    # Tiny models gain nothing from threads, and spinning OpenMP threads on shared cores slow
-    # them down by 10x and more (measured: 60 s vs 0.9 s per tagger epoch under load).
-    env.setdefault("OMP_NUM_THREADS", "1")
-    result = subprocess.run(command, cwd=cwd or REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    if result.returncode != 0:
-        pytest.fail(f"{' '.join(command)} exited {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}")
-    return result
-
-
-def overrides(values: Dict) -> str:
-    return json.dumps(values)
-
-
-# Tiny sizes for CLI tests: same architecture as the demo, seconds per epoch.
-TINY_LSTM_OVERRIDES = {
-    "model.text_field_embedder.token_embedders.elmo.filters": [[1, 8], [2, 8], [3, 16]],
-    "model.text_field_embedder.token_embedders.elmo.projection_dim": 16,
-    "model.contextualizer.input_dim": 16,
-    "model.contextualizer.hidden_dim": 32,
-    "data_loader.batch_sampler.batch_size": 16,
-}
-
-TINY_TRANSFORMER_OVERRIDES = {
-    **TINY_LSTM_OVERRIDES,
-    "model.contextualizer.num_attention_heads": 2,
-}
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Tiny tensors: threads only add overhead (and stall on a shared 2-core machine); the
+    setting is restored after each test."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")
@@ -97,10 +64,6 @@ def plugin_cwd(tmp_path) -> Path:
     return tmp_path
 
 
-def conllu_head(path: Path, sentences: int) -> str:
-    return "".join(block.strip("\n") + "\n\n" for block in path.read_text(encoding="utf-8").split("\n\n")[:sentences])
-
-
 @pytest.fixture(scope="session")
 def tiny_tagged_data(tmp_path_factory) -> Path:
     """train.conllu / valid.conllu: the first 120 / 40 sentences of fixtures/tagged."""
@@ -108,10 +71,6 @@ def tiny_tagged_data(tmp_path_factory) -> Path:
     (folder / "train.conllu").write_text(conllu_head(REPO_ROOT / "fixtures/tagged/train.conllu", 120), encoding="utf-8")
     (folder / "valid.conllu").write_text(conllu_head(REPO_ROOT / "fixtures/tagged/valid.conllu", 40), encoding="utf-8")
     return folder
-
-
-# pos_tagger_elmo.jsonnet with the tiny biLM: ELMo width 2 x 16, + the 32-wide word embedding.
-TINY_TAGGER_OVERRIDES = {"model.encoder.input_size": 2 * 16 + 32, "model.encoder.hidden_size": 32}
 
 
 @pytest.fixture(scope="session")

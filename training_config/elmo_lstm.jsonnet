@@ -28,7 +28,7 @@
     contextualizer: {
       type: "elmo_lstm",
       input_dim: 128,
-      hidden_dim: 512,
+      cell_size: 512,
       num_layers: 2,
       cell_clip: 3,
       proj_clip: 3,

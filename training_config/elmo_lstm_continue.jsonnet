@@ -8,7 +8,7 @@
 //     "train_data_path": "new/text/*.txt", "validation_data_path": "new/valid.txt"}'
 // The weights end up in the new archive; allennlp ignores pretrained_file when loading it.
 local base = import 'elmo_lstm.jsonnet';
-local elmo_files = 'demo_output/elmo_files';
+local elmo_files = 'demo_output/elmo';  // where `make demo` exports its biLM
 
 base {
   vocabulary: { type: 'elmo_tokens_file', tokens_file: elmo_files + '/vocab.txt' },

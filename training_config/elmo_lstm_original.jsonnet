@@ -29,7 +29,7 @@
     contextualizer: {
       type: "elmo_lstm",
       input_dim: 512,
-      hidden_dim: 4096,
+      cell_size: 4096,
       num_layers: 2,
       cell_clip: 3,
       proj_clip: 3,

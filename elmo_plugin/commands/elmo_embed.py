@@ -13,8 +13,9 @@ from allennlp.common import Tqdm
 from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.data.elmo_char_ids_indexer import MAX_CHARS, ElmoCharIdsIndexer
-from elmo_plugin.data.elmo_corpus_reader import BOS, EOS, CorpusStats, decode_line
-from elmo_plugin.interop.load_bilm import load_bilm_encoder
+from elmo_plugin.data.elmo_corpus_reader import CorpusStats, decode_line
+from elmo_plugin.data.elmo_vocab_file import BOS, EOS
+from elmo_plugin.archives.bilm_archive import load_bilm_encoder
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 from elmo_plugin.modules.bilm_sentence_layers import sentence_layers
 

@@ -7,6 +7,11 @@ from typing import Dict
 
 from allennlp.commands.subcommand import Subcommand
 
+from elmo_plugin.archives.bilm_archive import load_bilm_model
+from elmo_plugin.elmo_files.layout import OPTIONS_FILE, SOFTMAX_FILE, VOCAB_FILE, WEIGHTS_FILE
+from elmo_plugin.elmo_files.options import encoder_options
+from elmo_plugin.elmo_files.weights import write_bilm_encoder
+
 logger = logging.getLogger(__name__)
 
 
@@ -33,23 +38,15 @@ def _export_from_args(args: argparse.Namespace) -> None:
 def export_archive(archive_file: str, output_dir: str) -> Dict[str, str]:
     """Writes the four files; returns {file name: path}. A transformer archive is an error
     raised before anything is written."""
-    from elmo_plugin.interop import elmo_files
-    from elmo_plugin.interop.load_bilm import load_bilm_model
-
     model = load_bilm_model(archive_file)
     encoder = model.bilm_encoder()
-    elmo_files.encoder_options(encoder)  # the clear error for a transformer, before any output
+    encoder_options(encoder)  # the clear error for a transformer, before any output
     os.makedirs(output_dir, exist_ok=True)
-    paths = {
-        name: os.path.join(output_dir, name)
-        for name in (elmo_files.OPTIONS_FILE, elmo_files.WEIGHTS_FILE, elmo_files.VOCAB_FILE, elmo_files.SOFTMAX_FILE)
-    }
-    rows = elmo_files.export_softmax(model, paths[elmo_files.SOFTMAX_FILE], paths[elmo_files.VOCAB_FILE])
-    elmo_files.write_bilm_encoder(
-        encoder,
-        paths[elmo_files.OPTIONS_FILE],
-        paths[elmo_files.WEIGHTS_FILE],
-        extra_options={"bidirectional": True, "n_tokens_vocab": rows},
+    paths = {name: os.path.join(output_dir, name) for name in (OPTIONS_FILE, WEIGHTS_FILE, VOCAB_FILE, SOFTMAX_FILE)}
+    rows = model.export_softmax(paths[SOFTMAX_FILE], paths[VOCAB_FILE])
+    # options.json last: a folder with it is complete (the others are written atomically first)
+    write_bilm_encoder(
+        encoder, paths[OPTIONS_FILE], paths[WEIGHTS_FILE], extra_options={"bidirectional": True, "n_tokens_vocab": rows}
     )
     logger.info("exported %s to %s (%d softmax rows)", archive_file, output_dir, rows)
     return paths

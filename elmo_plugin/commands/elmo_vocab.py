@@ -8,13 +8,11 @@ from typing import List, Optional, Sequence
 
 from allennlp.commands.subcommand import Subcommand
 from allennlp.common.checks import ConfigurationError
-from allennlp.data.vocabulary import DEFAULT_OOV_TOKEN
 
-from elmo_plugin.data.elmo_corpus_reader import BOS, EOS, CorpusStats, ElmoCorpusReader, resolve_corpus_paths
+from elmo_plugin.data.elmo_corpus_reader import CorpusStats, ElmoCorpusReader, resolve_corpus_paths
+from elmo_plugin.data.elmo_vocab_file import SPECIALS, write_elmo_vocab_file
 
 logger = logging.getLogger(__name__)
-
-SPECIALS = (BOS, EOS, DEFAULT_OOV_TOKEN)
 
 
 @Subcommand.register("elmo-vocab")
@@ -52,7 +50,7 @@ def count_tokens(patterns: Sequence[str], skip_headings: bool = False) -> Counte
     counts: Counter = Counter()
     stats = CorpusStats()
     for path in paths:
-        for _, _, text in reader._corpus_lines(glob.escape(path), stats):
+        for _, _, text in reader.corpus_lines(glob.escape(path), stats):
             counts.update(text.split())
     logger.info(stats.summary(" ".join(patterns)))
     for special in SPECIALS:
@@ -84,6 +82,5 @@ def write_elmo_vocab(
     """Counts the corpora, writes `out_file` (one token per line) and returns its tokens."""
     tokens = vocab_tokens(count_tokens(patterns, skip_headings), min_count, max_size)
     os.makedirs(os.path.dirname(os.path.abspath(out_file)), exist_ok=True)
-    with open(out_file, "w", encoding="utf-8") as out:
-        out.write("".join(token + "\n" for token in tokens))
+    write_elmo_vocab_file(out_file, tokens)
     return tokens

@@ -13,10 +13,10 @@ from allennlp.data.token_indexers import SingleIdTokenIndexer, TokenIndexer
 from allennlp.data.tokenizers import Tokenizer, WhitespaceTokenizer
 
 from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
+from elmo_plugin.data.elmo_vocab_file import BOS, EOS
 
 logger = logging.getLogger(__name__)
 
-BOS, EOS = "<S>", "</S>"
 HEADING = re.compile(r"^\s*(=+)\s.*\s\1\s*$")
 MAX_UTF8_WARNINGS = 5
 
@@ -92,7 +92,7 @@ class ElmoCorpusReader(DatasetReader):
         self._max_sequence_length = max_sequence_length
         self._skip_headings = skip_headings
 
-    def _corpus_lines(self, pattern: str, stats: CorpusStats) -> Iterator[Tuple[str, int, str]]:
+    def corpus_lines(self, pattern: str, stats: CorpusStats) -> Iterator[Tuple[str, int, str]]:
         """(path, 1-based line number, text) for every line worth reading, in every shard."""
         for path in resolve_corpus_paths(pattern):
             stats.files += 1
@@ -118,7 +118,7 @@ class ElmoCorpusReader(DatasetReader):
 
     def _read(self, file_path: str) -> Iterable[Instance]:
         stats = CorpusStats()
-        lines = self._corpus_lines(file_path, stats)
+        lines = self.corpus_lines(file_path, stats)
         for _, _, text in self.shard_iterable(lines):
             for window in self.windows(self._tokenizer.tokenize(text)):
                 yield self.text_to_instance(tokens=window)

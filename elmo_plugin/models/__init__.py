@@ -1,1 +1,1 @@
-from elmo_plugin.models.elmo_bilm import ElmoBiLm
+from elmo_plugin.models.elmo_bilm import ElmoLanguageModel

@@ -1,26 +1,36 @@
 """Model `elmo_bilm`: ELMo's joint forward + backward language model."""
 import contextlib
-from typing import ContextManager, Dict, Optional, Tuple
+import logging
+import os
+from typing import ContextManager, Dict, List, Optional, Tuple
 
 import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.data import TextFieldTensors, Vocabulary
 from allennlp.models.model import Model
 from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
+from allennlp.modules.softmax_loss import SoftmaxLoss
 from allennlp.modules.text_field_embedders import TextFieldEmbedder
 from allennlp.nn import InitializerApplicator
 from allennlp_models.lm.models.language_model import LanguageModel
 
+from elmo_plugin.elmo_files.layout import OPTIONS_FILE, SOFTMAX_FILE, VOCAB_FILE, WEIGHTS_FILE, ElmoFilesError
+from elmo_plugin.elmo_files.options import check_architecture, read_options
+from elmo_plugin.elmo_files.softmax import export_softmax, import_softmax
+from elmo_plugin.elmo_files.weights import load_weights
+from elmo_plugin.modules.bilm_contextualizer import BiLmContextualizer
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 from elmo_plugin.modules.elmo_char_cnn import ElmoCharCnn
 from elmo_plugin.training.token_weighted_perplexity import TokenWeightedPerplexity
+
+logger = logging.getLogger(__name__)
 
 # `mixed_precision` values -> the autocast dtype (None: no autocast).
 MIXED_PRECISION = {None: None, "bf16": torch.bfloat16}
 
 
 @Model.register("elmo_bilm")
-class ElmoBiLm(LanguageModel):
+class ElmoLanguageModel(LanguageModel):
     """
     allennlp-models' bidirectional `LanguageModel` with ELMo's metrics: `forward_perplexity`,
     `backward_perplexity` and `perplexity`, token-weighted over everything seen since the last
@@ -69,6 +79,10 @@ class ElmoBiLm(LanguageModel):
             initializer=initializer,
             **kwargs,
         )
+        if not isinstance(contextualizer, BiLmContextualizer):
+            raise ConfigurationError(
+                f"elmo_bilm: the contextualizer must be elmo_lstm or elmo_transformer, not {type(contextualizer).__name__}"
+            )
         self._token_weighted_perplexity = TokenWeightedPerplexity()
         if mixed_precision not in MIXED_PRECISION:
             raise ConfigurationError(
@@ -79,15 +93,54 @@ class ElmoBiLm(LanguageModel):
             torch.backends.cuda.matmul.allow_tf32 = tf32
             torch.backends.cudnn.allow_tf32 = tf32
         if pretrained_file is not None:
-            # A folder of ELMo files (options.json + weights.hdf5 [+ softmax.hdf5, vocab.txt])
-            # to continue pretraining from; allennlp drops this key when loading an archive.
-            from elmo_plugin.interop.elmo_files import import_elmo_files
-
-            import_elmo_files(self, pretrained_file)
+            # allennlp drops this key when loading an archive: the weights come from there.
+            self.load_elmo_files(pretrained_file)
 
     def bilm_encoder(self) -> BiLmEncoder:
         """The character CNN and contextualizer of this model (shared, not copied)."""
         return BiLmEncoder(self.char_cnn(), self._contextualizer)
+
+    def softmax_matrices(self) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(weight (rows, P), bias (rows,)) views of the softmax, whichever allennlp loss holds
+        it: `SoftmaxLoss` (softmax_w (P, rows)) or `SampledSoftmaxLoss` (softmax_w (rows, P), or
+        sparse embeddings). Row r scores vocabulary index r + 1 (index 0 is padding);
+        allennlp-models allocates one row more than there are tokens, which scores no token."""
+        loss = self._softmax_loss
+        weight, bias = loss.softmax_w, loss.softmax_b
+        if isinstance(weight, torch.nn.Embedding):
+            return weight.weight, bias.weight[:, 0]
+        if isinstance(loss, SoftmaxLoss):
+            return weight.t(), bias
+        return weight, bias
+
+    def softmax_tokens(self, namespace: str = "tokens") -> List[str]:
+        """The tokens of softmax rows 0, 1, ... (vocabulary indices 1, 2, ...)."""
+        return [self.vocab.get_token_from_index(i, namespace) for i in range(1, self.vocab.get_vocab_size(namespace))]
+
+    def load_elmo_files(self, folder: str, namespace: str = "tokens") -> None:
+        """Loads a folder of ELMo files into this model, whose configured architecture must equal
+        its options.json: weights.hdf5 always, softmax.hdf5 (rows mapped by token through
+        vocab.txt) when the folder has one."""
+        if not os.path.isdir(folder):
+            raise ElmoFilesError(f"pretrained ELMo folder not found: {folder}")
+        options_file = os.path.join(folder, OPTIONS_FILE)
+        encoder = self.bilm_encoder()
+        check_architecture(encoder, read_options(options_file), options_file)
+        load_weights(encoder, os.path.join(folder, WEIGHTS_FILE), options_file)
+        softmax_file = os.path.join(folder, SOFTMAX_FILE)
+        if os.path.exists(softmax_file):
+            token_to_index = self.vocab.get_token_to_index_vocabulary(namespace)
+            import_softmax(*self.softmax_matrices(), token_to_index, softmax_file, os.path.join(folder, VOCAB_FILE))
+        else:
+            logger.warning("%s has no %s: the softmax starts from its initial values", folder, SOFTMAX_FILE)
+        logger.info("loaded the biLM weights of %s", folder)
+
+    def export_softmax(self, softmax_file: str, vocab_file: str) -> int:
+        """softmax.hdf5 + vocab.txt of this model (the row that scores no token left out);
+        returns the number of rows written."""
+        tokens = self.softmax_tokens()
+        export_softmax(*self.softmax_matrices(), tokens, softmax_file, vocab_file)
+        return len(tokens)
 
     def char_cnn(self) -> ElmoCharCnn:
         embedders = self._text_field_embedder._token_embedders  # type: ignore[attr-defined]
@@ -121,6 +174,9 @@ class ElmoBiLm(LanguageModel):
         with self._autocast():
             output = super().forward(source)
         if "loss" in output:
+            # allennlp-models returns per-direction losses averaged over this batch's targets
+            # and their count as `batch_weight` (absent when a batch has none): weighting the
+            # averages by it makes the perplexities token-weighted over the whole set.
             targets = output.get("batch_weight", torch.zeros(()))
             self._token_weighted_perplexity(
                 output["forward_loss"].detach() * targets,

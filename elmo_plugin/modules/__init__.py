@@ -1,4 +1,3 @@
 from elmo_plugin.modules.elmo_char_cnn import ElmoCharCnn
-from elmo_plugin.modules.elmo_lstm import ElmoLstm
-from elmo_plugin.modules.elmo_bilm_embedder import ElmoBiLmEmbedder
-from elmo_plugin.modules.elmo_transformer import ElmoTransformer
+from elmo_plugin.modules.elmo_lstm import ElmoLstmContextualizer
+from elmo_plugin.modules.elmo_transformer import ElmoTransformerContextualizer

@@ -1,11 +1,19 @@
 """The biLM encoder: character CNN + contextualizer, every layer out. Shared by the language
 model, the downstream embedder, the predictors and the commands."""
-from typing import List, Tuple
+import copy
+from typing import Any, Dict, List, Tuple
 
 import torch
+from allennlp.common import Params
+from allennlp.common.checks import ConfigurationError
 from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 
+from elmo_plugin.modules.bilm_contextualizer import BiLmContextualizer
 from elmo_plugin.modules.elmo_char_cnn import ElmoCharCnn
+
+# An encoder's architecture as a JSON-able dict, enough to rebuild it without weights:
+# {"char_cnn": {ElmoCharCnn arguments}, "contextualizer": {"type": "elmo_lstm" | ..., arguments}}
+Architecture = Dict[str, Any]
 
 
 class BiLmEncoder(torch.nn.Module):
@@ -14,13 +22,24 @@ class BiLmEncoder(torch.nn.Module):
     (batch, tokens, output_dim), bottom first. Layer 0 is the character CNN output repeated to
     full width ([x; x]), layers 1..L the contextualizer's [forward; backward] outputs (as
     allennlp's `Elmo` lays them out). mask (batch, tokens) is False at padding tokens.
-    The contextualizer must offer `all_layers(inputs, mask)`.
     """
 
-    def __init__(self, char_cnn: ElmoCharCnn, contextualizer: Seq2SeqEncoder) -> None:
+    def __init__(self, char_cnn: ElmoCharCnn, contextualizer: BiLmContextualizer) -> None:
         super().__init__()
         self.char_cnn = char_cnn
         self.contextualizer = contextualizer
+
+    @classmethod
+    def from_architecture(cls, architecture: Architecture) -> "BiLmEncoder":
+        """A randomly initialized encoder with this architecture."""
+        try:
+            char_cnn = ElmoCharCnn(**architecture["char_cnn"])
+            contextualizer = Seq2SeqEncoder.from_params(Params(copy.deepcopy(architecture["contextualizer"])))
+        except (KeyError, TypeError) as error:
+            raise ConfigurationError(f"cannot build a biLM encoder from architecture {architecture}: {error}") from None
+        if not isinstance(contextualizer, BiLmContextualizer):
+            raise ConfigurationError(f"a biLM needs an elmo_lstm or elmo_transformer contextualizer, not {architecture['contextualizer']}")
+        return cls(char_cnn, contextualizer)
 
     @property
     def num_layers(self) -> int:

@@ -1,33 +1,12 @@
 """Seq2SeqEncoder `elmo_lstm`: ELMo's two independent stacks of projected LSTMs."""
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
+from allennlp.common.checks import ConfigurationError
 from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 
-
-def reverse_within_length(lengths: torch.Tensor, timesteps: int) -> torch.Tensor:
-    """(batch,) lengths -> (batch, timesteps) index that reverses each sequence's real tokens
-    and leaves padding in place. Applying it twice is the identity."""
-    positions = torch.arange(timesteps, device=lengths.device)
-    reversed_positions = lengths.unsqueeze(1) - 1 - positions
-    return torch.where(reversed_positions >= 0, reversed_positions, positions)
-
-
-def gather_timesteps(inputs: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """inputs (batch, timesteps, dim), index (batch, timesteps) -> reordered inputs."""
-    return inputs.gather(1, index.unsqueeze(-1).expand_as(inputs))
-
-
-def both_directions(inputs: torch.Tensor, reverse_index: torch.Tensor) -> torch.Tensor:
-    """(batch, timesteps, dim) -> (2, batch, timesteps, dim): as read forward, and as read
-    backward (reversed within length by `reverse_index`)."""
-    return torch.stack([inputs, gather_timesteps(inputs, reverse_index)])
-
-
-def join_directions(states: torch.Tensor, reverse_index: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-    """(2, batch, timesteps, dim) states of `both_directions` inputs -> (batch, timesteps, 2 * dim)
-    [forward; backward] in the original order, times `keep` (batch, timesteps, 1): zero at padding."""
-    return torch.cat([states[0], gather_timesteps(states[1], reverse_index)], dim=-1) * keep
+from elmo_plugin.modules.bilm_contextualizer import BiLmContextualizer
+from elmo_plugin.modules.directions import both_directions, join_directions, reverse_within_length
 
 
 def stacked_weight(lstms: Sequence[torch.nn.LSTM], name: str) -> torch.Tensor:
@@ -155,16 +134,18 @@ def clipped_lstm_fixed_shape(
 
 
 @Seq2SeqEncoder.register("elmo_lstm")
-class ElmoLstm(Seq2SeqEncoder):
+class ElmoLstmContextualizer(BiLmContextualizer):
     """
     inputs (batch, timesteps, input_dim), mask (batch, timesteps) ->
     top layer (batch, timesteps, 2 * input_dim) = [forward; backward], or with
     `return_all_layers` a list of `num_layers` such tensors. Padding positions are zero.
 
     Forward and backward stacks never see each other's states, so neither can peek at the
-    token it predicts. Each layer is an LSTM with `hidden_dim` cells projected back to
-    `input_dim`, with optional cell / projection clipping, dropout on its input, and a residual
-    connection from the second layer up. Stateless: every batch starts from zero state.
+    token it predicts. Each layer is an LSTM with `cell_size` memory cells (allennlp's `Elmo`
+    calls it `cell_size`, options.json `lstm.dim`) projected back to `input_dim`, with optional
+    cell / projection clipping, dropout on its input, and a residual connection from the second
+    layer up. Stateless: every batch starts from zero state. `hidden_dim` is the old name of
+    `cell_size`, still accepted (archives made before the rename use it).
 
     With clipping, CPUs run a time loop in which finished sequences leave the batch; GPUs run
     every step over the whole batch with the step's gate arithmetic compiled into fused kernels
@@ -175,21 +156,21 @@ class ElmoLstm(Seq2SeqEncoder):
     def __init__(
         self,
         input_dim: int,
-        hidden_dim: int,
-        num_layers: int,
+        cell_size: Optional[int] = None,
+        num_layers: int = 2,
         cell_clip: Optional[float] = None,
         proj_clip: Optional[float] = None,
         dropout: float = 0.0,
         return_all_layers: bool = False,
         compile_on_gpu: bool = True,
+        hidden_dim: Optional[int] = None,
     ) -> None:
-        super().__init__()
-        self.input_dim = input_dim
-        self.hidden_dim = hidden_dim
-        self.num_layers = num_layers
+        super().__init__(input_dim, num_layers, return_all_layers)
+        if (cell_size is None) == (hidden_dim is None):
+            raise ConfigurationError("elmo_lstm: give cell_size (hidden_dim is its old name), exactly once")
+        self.cell_size = cell_size if cell_size is not None else hidden_dim
         self.cell_clip = cell_clip
         self.proj_clip = proj_clip
-        self._return_all_layers = return_all_layers
         self.compile_on_gpu = compile_on_gpu
         self._dropout = torch.nn.Dropout(dropout)
         self.forward_layers = self._make_stack()
@@ -197,18 +178,9 @@ class ElmoLstm(Seq2SeqEncoder):
 
     def _make_stack(self) -> torch.nn.ModuleList:
         return torch.nn.ModuleList(
-            torch.nn.LSTM(self.input_dim, self.hidden_dim, proj_size=self.input_dim, batch_first=True)
+            torch.nn.LSTM(self.input_dim, self.cell_size, proj_size=self.input_dim, batch_first=True)
             for _ in range(self.num_layers)
         )
-
-    def get_input_dim(self) -> int:
-        return self.input_dim
-
-    def get_output_dim(self) -> int:
-        return 2 * self.input_dim
-
-    def is_bidirectional(self) -> bool:
-        return True
 
     def _run_layer(self, lstms: Sequence[torch.nn.LSTM], inputs: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """inputs (directions, batch, timesteps, input_dim), batch sorted by decreasing
@@ -242,9 +214,3 @@ class ElmoLstm(Seq2SeqEncoder):
             layers.append(join_directions(output, reverse_index, keep)[restore])
             layer_input = output
         return layers
-
-    def forward(
-        self, inputs: torch.Tensor, mask: torch.BoolTensor
-    ) -> Union[torch.Tensor, List[torch.Tensor]]:
-        layers = self.all_layers(inputs, mask)
-        return layers if self._return_all_layers else layers[-1]

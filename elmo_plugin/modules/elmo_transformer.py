@@ -7,14 +7,15 @@ one batched matmul for both directions and attention is one fused
 `scaled_dot_product_attention(..., is_causal=True)` call.
 """
 import math
-from typing import List, Optional, Union
+from typing import List, Optional
 
 import torch
 import torch.nn.functional as F
 from allennlp.common.checks import ConfigurationError
 from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 
-from elmo_plugin.modules.elmo_lstm import both_directions, join_directions, reverse_within_length
+from elmo_plugin.modules.bilm_contextualizer import BiLmContextualizer
+from elmo_plugin.modules.directions import both_directions, join_directions, reverse_within_length
 
 NUM_DIRECTIONS = 2
 BACKWARD_POSITIONS = ("from_start", "from_end")
@@ -41,7 +42,7 @@ def random_15_bit_integers(shape: torch.Size) -> torch.Tensor:
     return words.view(torch.int16)[:numel].view(shape)
 
 
-def dropout(inputs: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+def fast_dropout(inputs: torch.Tensor, p: float, training: bool) -> torch.Tensor:
     """Inverted dropout, as `F.dropout`. On CPU the keep mask comes from 15-bit random integers
     (p rounded to a multiple of 2**-15), about twice as fast as `F.dropout` forward + backward
     there; elsewhere `F.dropout` itself. Any shape in, same shape out."""
@@ -85,9 +86,10 @@ class DirectionalBlock(torch.nn.Module):
     """
 
     def __init__(
-        self, input_dim: int, hidden_dim: int, num_heads: int, dropout: float, attention_dropout: float
+        self, input_dim: int, feedforward_hidden_dim: int, num_heads: int, dropout: float, attention_dropout: float
     ) -> None:
         super().__init__()
+        self.input_dim, self.feedforward_hidden_dim = input_dim, feedforward_hidden_dim
         self.num_heads = num_heads
         self.attention_dropout = attention_dropout
         self.attention_norm_weight = directional_parameter(1, input_dim, value=1.0)
@@ -98,12 +100,18 @@ class DirectionalBlock(torch.nn.Module):
         self.output_bias = directional_parameter(1, input_dim, value=0.0)
         self.feedforward_norm_weight = directional_parameter(1, input_dim, value=1.0)
         self.feedforward_norm_bias = directional_parameter(1, input_dim, value=0.0)
-        self.feedforward_in_weight = directional_parameter(input_dim, hidden_dim)
-        self.feedforward_in_bias = directional_parameter(1, hidden_dim, value=0.0)
-        self.feedforward_out_weight = directional_parameter(hidden_dim, input_dim)
+        self.feedforward_in_weight = directional_parameter(input_dim, feedforward_hidden_dim)
+        self.feedforward_in_bias = directional_parameter(1, feedforward_hidden_dim, value=0.0)
+        self.feedforward_out_weight = directional_parameter(feedforward_hidden_dim, input_dim)
         self.feedforward_out_bias = directional_parameter(1, input_dim, value=0.0)
-        self.dropout = dropout
+        self.dropout = dropout  # a rate; `fast_dropout` applies it
         self.reset_parameters()
+
+    def extra_repr(self) -> str:
+        return (
+            f"directions=2, input_dim={self.input_dim}, feedforward_hidden_dim={self.feedforward_hidden_dim}, "
+            f"num_heads={self.num_heads}, dropout={self.dropout}, attention_dropout={self.attention_dropout}"
+        )
 
     def reset_parameters(self) -> None:
         """Glorot-uniform matrices (query, key and value each as its own square matrix, as
@@ -138,19 +146,19 @@ class DirectionalBlock(torch.nn.Module):
         """(2, batch, timesteps, dim) normalized inputs -> position-wise FF output, same shape."""
         flat = inputs.view(inputs.size(0), -1, inputs.size(-1))
         hidden = F.relu(directional_linear(flat, self.feedforward_in_weight, self.feedforward_in_bias))
-        hidden = dropout(hidden, self.dropout, self.training)
+        hidden = fast_dropout(hidden, self.dropout, self.training)
         output = directional_linear(hidden, self.feedforward_out_weight, self.feedforward_out_bias)
         return output.view_as(inputs)
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         normalized = directional_layer_norm(inputs, self.attention_norm_weight, self.attention_norm_bias)
-        inputs = inputs + dropout(self.attention(normalized), self.dropout, self.training)
+        inputs = inputs + fast_dropout(self.attention(normalized), self.dropout, self.training)
         normalized = directional_layer_norm(inputs, self.feedforward_norm_weight, self.feedforward_norm_bias)
-        return inputs + dropout(self.feedforward(normalized), self.dropout, self.training)
+        return inputs + fast_dropout(self.feedforward(normalized), self.dropout, self.training)
 
 
 @Seq2SeqEncoder.register("elmo_transformer")
-class ElmoTransformer(Seq2SeqEncoder):
+class ElmoTransformerContextualizer(BiLmContextualizer):
     """
     inputs (batch, timesteps, input_dim), mask (batch, timesteps) ->
     top layer (batch, timesteps, 2 * input_dim) = [forward; backward], or with
@@ -160,7 +168,8 @@ class ElmoTransformer(Seq2SeqEncoder):
     backward stack in which it attends only to itself and the future, so neither direction can
     see the token it predicts. Sinusoidal positions are added once to the input after
     `input_dropout`; each layer is a pre-LN block (multi-head self-attention with
-    `attention_dropout` on its weights, then a ReLU feed-forward of width `hidden_dim`, each in a
+    `attention_dropout` on its weights, then a ReLU feed-forward of width `feedforward_hidden_dim`
+    (`hidden_dim`, its old name, is still accepted), each in a
     residual branch with `dropout`); the top layer gets a final layer norm, as in allennlp-models'
     `bidirectional_language_model_transformer`.
 
@@ -178,8 +187,8 @@ class ElmoTransformer(Seq2SeqEncoder):
     def __init__(
         self,
         input_dim: int,
-        hidden_dim: int,
-        num_layers: int,
+        feedforward_hidden_dim: Optional[int] = None,
+        num_layers: int = 6,
         num_attention_heads: int = 8,
         dropout: float = 0.1,
         input_dropout: Optional[float] = None,
@@ -187,8 +196,13 @@ class ElmoTransformer(Seq2SeqEncoder):
         backward_positions: str = "from_start",
         input_layer_norm: bool = True,
         return_all_layers: bool = False,
+        hidden_dim: Optional[int] = None,
     ) -> None:
-        super().__init__()
+        super().__init__(input_dim, num_layers, return_all_layers)
+        if (feedforward_hidden_dim is None) == (hidden_dim is None):
+            raise ConfigurationError(
+                "elmo_transformer: give feedforward_hidden_dim (hidden_dim is its old name), exactly once"
+            )
         if backward_positions not in BACKWARD_POSITIONS:
             raise ConfigurationError(f"elmo_transformer: backward_positions must be one of {BACKWARD_POSITIONS}")
         if num_layers < 1:
@@ -198,30 +212,18 @@ class ElmoTransformer(Seq2SeqEncoder):
                 f"elmo_transformer: input_dim {input_dim} is not a multiple of "
                 f"num_attention_heads {num_attention_heads}"
             )
-        self.input_dim = input_dim
-        self.hidden_dim = hidden_dim
-        self.num_layers = num_layers
+        self.feedforward_hidden_dim = feedforward_hidden_dim if feedforward_hidden_dim is not None else hidden_dim
         self.num_attention_heads = num_attention_heads
-        self._return_all_layers = return_all_layers
         self.backward_positions = backward_positions
         self.input_dropout = input_dropout or 0.0
         self.input_norm = torch.nn.LayerNorm(input_dim) if input_layer_norm else None
         self.layers = torch.nn.ModuleList(
-            DirectionalBlock(input_dim, hidden_dim, num_attention_heads, dropout, attention_dropout)
+            DirectionalBlock(input_dim, self.feedforward_hidden_dim, num_attention_heads, dropout, attention_dropout)
             for _ in range(num_layers)
         )
         self.final_norm_weight = directional_parameter(1, input_dim, value=1.0)
         self.final_norm_bias = directional_parameter(1, input_dim, value=0.0)
         self.register_buffer("_positions", sinusoidal_positions(512, input_dim), persistent=False)
-
-    def get_input_dim(self) -> int:
-        return self.input_dim
-
-    def get_output_dim(self) -> int:
-        return 2 * self.input_dim
-
-    def is_bidirectional(self) -> bool:
-        return True
 
     def positions(self, timesteps: int) -> torch.Tensor:
         """(timesteps, input_dim) position encodings, extending the cached table if needed."""
@@ -236,7 +238,7 @@ class ElmoTransformer(Seq2SeqEncoder):
         length), each plus its positions."""
         if self.input_norm is not None:
             inputs = self.input_norm(inputs)
-        inputs = dropout(inputs, self.input_dropout, self.training)
+        inputs = fast_dropout(inputs, self.input_dropout, self.training)
         positions = self.positions(inputs.size(1)).to(inputs.dtype)
         if self.backward_positions == "from_start":
             return both_directions(inputs + positions, reverse_index)
@@ -263,9 +265,6 @@ class ElmoTransformer(Seq2SeqEncoder):
         """Every layer's (batch, timesteps, 2 * input_dim) output, bottom first."""
         return self.run_layers(inputs, mask, every_layer=True)
 
-    def forward(
-        self, inputs: torch.Tensor, mask: torch.BoolTensor
-    ) -> Union[torch.Tensor, List[torch.Tensor]]:
-        if self._return_all_layers:
-            return self.all_layers(inputs, mask)
+    def top_layer(self, inputs: torch.Tensor, mask: torch.BoolTensor) -> torch.Tensor:
+        """The top layer alone, without joining the directions of the layers below."""
         return self.run_layers(inputs, mask, every_layer=False)[0]

@@ -1,40 +1,20 @@
 """Predictor `elmo_embeddings`: ELMo vectors of each input sentence from our biLM archive."""
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.util import JsonDict
-from allennlp.data import DatasetReader, Instance, Token
-from allennlp.data.batch import Batch
+from allennlp.data import DatasetReader, Instance
 from allennlp.models import Model
 from allennlp.modules.scalar_mix import ScalarMix
-from allennlp.nn import util as nn_util
 from allennlp.predictors.predictor import Predictor
 
-from elmo_plugin.models.elmo_bilm import ElmoBiLm
 from elmo_plugin.modules.bilm_sentence_layers import sentence_layers
-from elmo_plugin.predictors.json_input import input_tokens
-
-
-def char_ids_of(text_field_tensors: Dict[str, Dict[str, torch.Tensor]]) -> torch.Tensor:
-    """The `elmo_tokens` tensor (batch, tokens, 50) among a text field's indexer outputs."""
-    for indexed in text_field_tensors.values():
-        if "elmo_tokens" in indexed:
-            return indexed["elmo_tokens"]
-    raise ConfigurationError("the dataset reader has no elmo_char_ids indexer (no `elmo_tokens` key)")
-
-
-def require_bilm(model: Model, predictor: str) -> ElmoBiLm:
-    if not isinstance(model, ElmoBiLm):
-        raise ConfigurationError(
-            f"{predictor} needs an ELMo biLM archive (model elmo_bilm); this archive holds a "
-            f"{type(model).__name__}"
-        )
-    return model
+from elmo_plugin.predictors.bilm_predictor import BiLmPredictor, char_ids_of
 
 
 @Predictor.register("elmo_embeddings")
-class ElmoEmbeddingsPredictor(Predictor):
+class ElmoEmbeddingsPredictor(BiLmPredictor):
     """
     Input: `{"sentence": "w1 w2 ..."}` (split on whitespace) or `{"tokens": ["w1", ...]}`.
     The sentence is encoded as in pretraining (`<S> w1 .. wn </S>`, from zero state) and the
@@ -50,6 +30,8 @@ class ElmoEmbeddingsPredictor(Predictor):
     Predictor arguments (`--predictor-args`): `scalar_mix_parameters`, `gamma` (default 1.0).
     """
 
+    registered_as = "elmo_embeddings"
+
     def __init__(
         self,
         model: Model,
@@ -59,7 +41,6 @@ class ElmoEmbeddingsPredictor(Predictor):
         gamma: float = 1.0,
     ) -> None:
         super().__init__(model, dataset_reader, frozen)
-        self._encoder = require_bilm(model, "elmo_embeddings").bilm_encoder()
         self._scalar_mix: Optional[ScalarMix] = None
         if scalar_mix_parameters is not None:
             if len(scalar_mix_parameters) != self._encoder.num_layers:
@@ -73,20 +54,12 @@ class ElmoEmbeddingsPredictor(Predictor):
             with torch.no_grad():
                 self._scalar_mix.gamma.fill_(gamma)
 
-    def _json_to_instance(self, json_dict: JsonDict) -> Instance:
-        return self._dataset_reader.text_to_instance(tokens=[Token(t) for t in input_tokens(json_dict)])
-
     def predict_instance(self, instance: Instance) -> JsonDict:
         return self.predict_batch_instance([instance])[0]
 
     def predict_batch_instance(self, instances: List[Instance]) -> List[JsonDict]:
-        for instance in instances:
-            self._dataset_reader.apply_token_indexers(instance)
-        batch = Batch(instances)
-        batch.index_instances(self._model.vocab)
-        tensors = nn_util.move_to_device(batch.as_tensor_dict(), self.cuda_device)
         with torch.no_grad():
-            layers, lengths = sentence_layers(self._encoder, char_ids_of(tensors["source"]))
+            layers, lengths = sentence_layers(self._encoder, char_ids_of(self.tensors(instances)))
         outputs = []
         for instance, sentence, length in zip(instances, layers.cpu(), lengths.tolist()):
             vectors = sentence[:, :length]  # (layers, n, dim)

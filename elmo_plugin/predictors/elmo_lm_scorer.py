@@ -5,15 +5,11 @@ from typing import List, Optional
 import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.util import JsonDict
-from allennlp.data import DatasetReader, Instance, Token
-from allennlp.data.batch import Batch
+from allennlp.data import DatasetReader, Instance
 from allennlp.models import Model
-from allennlp.nn import util as nn_util
 from allennlp.predictors.predictor import Predictor
 
-from elmo_plugin.interop.elmo_files import softmax_matrices
-from elmo_plugin.predictors.elmo_embeddings import char_ids_of, require_bilm
-from elmo_plugin.predictors.json_input import input_tokens
+from elmo_plugin.predictors.bilm_predictor import BiLmPredictor, char_ids_of
 
 DEFAULT_TOP_K = 5
 
@@ -25,7 +21,7 @@ def top_k_of(k: int) -> int:
 
 
 @Predictor.register("elmo_lm_scorer")
-class ElmoLmScorerPredictor(Predictor):
+class ElmoLmScorerPredictor(BiLmPredictor):
     """
     Input: `{"sentence": "..."}` or `{"tokens": [...]}`, optional `"top_k"` (default 5).
     The sentence is scored as in pretraining, `<S> w1 .. wn </S>`, with the full softmax.
@@ -42,16 +38,12 @@ class ElmoLmScorerPredictor(Predictor):
     A word outside the biLM vocabulary is scored as the unknown token `@@UNKNOWN@@`, as in training.
     """
 
+    registered_as = "elmo_lm_scorer"
+
     def __init__(self, model: Model, dataset_reader: DatasetReader, frozen: bool = True) -> None:
         super().__init__(model, dataset_reader, frozen)
-        bilm = require_bilm(model, "elmo_lm_scorer")
-        if bilm._softmax_loss is None:
+        if self._bilm._softmax_loss is None:
             raise ConfigurationError("elmo_lm_scorer: this biLM archive has no softmax")
-        self._encoder = bilm.bilm_encoder()
-        self._softmax_loss = bilm._softmax_loss
-
-    def _json_to_instance(self, json_dict: JsonDict) -> Instance:
-        return self._dataset_reader.text_to_instance(tokens=[Token(t) for t in input_tokens(json_dict)])
 
     def predict_json(self, inputs: JsonDict) -> JsonDict:
         return self.predict_batch_json([inputs])[0]
@@ -80,18 +72,14 @@ class ElmoLmScorerPredictor(Predictor):
         ]
 
     def _score(self, instances: List[Instance], top_ks: List[int]) -> List[JsonDict]:
-        for instance in instances:
-            self._dataset_reader.apply_token_indexers(instance)
-        batch = Batch(instances)
-        batch.index_instances(self._model.vocab)
-        tensors = nn_util.move_to_device(batch.as_tensor_dict(), self.cuda_device)
-        word_ids: Optional[torch.Tensor] = tensors["source"].get("tokens", {}).get("tokens")
+        tensors = self.tensors(instances)
+        word_ids: Optional[torch.Tensor] = tensors.get("tokens", {}).get("tokens")
         if word_ids is None:
             raise ConfigurationError("elmo_lm_scorer: the dataset reader has no `tokens` single-id indexer")
-        weight, bias = softmax_matrices(self._softmax_loss)
+        weight, bias = self._bilm.softmax_matrices()
         outputs = []
         with torch.no_grad():
-            layers, mask = self._encoder(char_ids_of(tensors["source"]))
+            layers, mask = self._encoder(char_ids_of(tensors))
             forward_states, backward_states = layers[-1].chunk(2, dim=-1)
             for index, (instance, k) in enumerate(zip(instances, top_ks)):
                 length = int(mask[index].sum())  # n + 2

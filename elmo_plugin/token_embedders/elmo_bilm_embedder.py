@@ -13,8 +13,14 @@ from allennlp.modules.scalar_mix import ScalarMix
 from allennlp.modules.token_embedders import TokenEmbedder
 from allennlp.nn.util import add_sentence_boundary_token_ids, remove_sentence_boundaries
 
+from elmo_plugin.archives.bilm_architecture import load_encoder_and_architecture, with_current_keys
+from elmo_plugin.modules.bilm_encoder import Architecture, BiLmEncoder
+
 logger = logging.getLogger(__name__)
 
+# The biLM's architecture travels inside downstream archives as one token of this vocabulary
+# namespace: allennlp drops `pretrained_file` when it loads an archive and saves the vocabulary
+# with it, so the vocabulary is the one place a constructor argument can come back from.
 ARCHITECTURE_NAMESPACE = "elmo_bilm_embedder_architecture"
 
 
@@ -22,12 +28,14 @@ def _boundary_ids(characters: List[int]) -> torch.Tensor:
     return torch.from_numpy(numpy.array(characters) + 1)
 
 
-def recorded_architecture(vocab: Vocabulary, namespace: str) -> Optional[dict]:
-    """The architecture JSON stored as a token of `namespace`, if any."""
+def recorded_architecture(vocab: Vocabulary, namespace: str) -> Optional[Architecture]:
+    """The architecture JSON stored as a token of `namespace`, if any, under current key names."""
+    # The namespace is padded, so it also holds allennlp's padding and OOV tokens: only a JSON
+    # object (starting with "{") is the architecture.
     tokens = [token for token in vocab.get_token_to_index_vocabulary(namespace) if token.startswith("{")]
     if len(tokens) > 1:
         raise ConfigurationError(f"elmo_bilm_embedder: vocabulary namespace {namespace!r} holds {len(tokens)} architectures")
-    return json.loads(tokens[0]) if tokens else None
+    return with_current_keys(json.loads(tokens[0])) if tokens else None
 
 
 @TokenEmbedder.register("elmo_bilm_embedder")
@@ -76,8 +84,6 @@ class ElmoBiLmEmbedder(TokenEmbedder):
         architecture_namespace: str = ARCHITECTURE_NAMESPACE,
     ) -> None:
         super().__init__()
-        from elmo_plugin.interop.bilm_architecture import build_encoder, load_encoder_and_architecture
-
         recorded = recorded_architecture(vocab, architecture_namespace)
         if pretrained_file is not None:
             self.bilm, architecture = load_encoder_and_architecture(pretrained_file)
@@ -91,7 +97,7 @@ class ElmoBiLmEmbedder(TokenEmbedder):
                     f"vocabulary (namespace {architecture_namespace!r}) records {recorded}"
                 )
         elif recorded is not None:
-            self.bilm = build_encoder(recorded)  # the weights come from the model's archive
+            self.bilm = BiLmEncoder.from_architecture(recorded)  # the weights come from the model's archive
         else:
             raise ConfigurationError(
                 "elmo_bilm_embedder: give pretrained_file (a biLM model.tar.gz, or a folder with "

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tests.conftest import REPO_ROOT, run_allennlp
+from tests.helpers import REPO_ROOT, run_allennlp
 
 FIXTURES = REPO_ROOT / "fixtures" / "archives_before_layering"
 CASES = [("bilm_lstm", "elmo_embeddings"), ("bilm_transformer", "elmo_embeddings"), ("tagger", "whitespace_tagger")]

@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 
-from tests.conftest import REPO_ROOT
+from tests.helpers import REPO_ROOT
 
 SCRIPT = str(REPO_ROOT / "benchmarks" / "gpu_original_elmo.py")
 

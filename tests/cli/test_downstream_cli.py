@@ -4,7 +4,7 @@ import json
 import pytest
 from allennlp.models.archival import load_archive
 
-from tests.conftest import CONFIG_DIR, overrides, run_allennlp
+from tests.helpers import CONFIG_DIR, overrides, run_allennlp
 
 FAST = {"trainer.num_epochs": 6, "data_loader.batch_sampler.batch_size": 8, "trainer.optimizer.lr": 0.01}
 

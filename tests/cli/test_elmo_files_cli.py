@@ -8,6 +8,7 @@ import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Optional
 
 import pytest
 import torch
@@ -16,10 +17,10 @@ from allennlp.models.archival import load_archive
 from allennlp.modules.elmo import batch_to_ids
 from allennlp.training.util import evaluate
 
-from elmo_plugin.interop import elmo_files
-from elmo_plugin.modules.elmo_bilm_embedder import ElmoBiLmEmbedder
-from tests.conftest import CONFIG_DIR, REPO_ROOT, TINY_LSTM_OVERRIDES, overrides, run_allennlp
-from tests.interop.elmo_reference import TOLERANCE, allennlp_elmo, allennlp_layers, max_diff, with_boundaries
+from elmo_plugin.elmo_files.softmax import NO_TOKEN_BIAS, read_softmax
+from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder
+from tests.helpers import CONFIG_DIR, REPO_ROOT, TINY_LSTM_OVERRIDES, overrides, run_allennlp
+from tests.elmo_files.elmo_reference import TOLERANCE, allennlp_elmo, allennlp_layers, max_diff, with_boundaries
 
 TAGGED = REPO_ROOT / "fixtures" / "tagged"
 ELMO_DIM = 2 * TINY_LSTM_OVERRIDES["model.contextualizer.input_dim"]
@@ -43,11 +44,11 @@ def tagger_config(embedder: dict, indexer: dict) -> dict:
     }
 
 
-def train(config, out: Path, extra_overrides=None) -> Path:
+def train(config, out: Path, extra_overrides=None, cwd: Optional[Path] = None) -> Path:
     args = ["train", str(config), "-s", str(out)]
     if extra_overrides:
         args += ["-o", overrides(extra_overrides)]
-    run_allennlp(args)
+    run_allennlp(args, cwd=cwd)
     return out
 
 
@@ -59,7 +60,7 @@ def runs(tiny_bilm_archive, tiny_corpus, tmp_path_factory):
         bilm = root / "bilm" / "model.tar.gz"  # a copy we may delete (the conftest one is shared)
         bilm.parent.mkdir()
         shutil.copy(tiny_bilm_archive, bilm)
-        files = root / "elmo_files"
+        files = root / "demo_output" / "elmo"  # where elmo_lstm_continue.jsonnet looks by default
         run_allennlp(["elmo-export", str(bilm), str(files)])
 
         configs = {
@@ -89,12 +90,11 @@ def runs(tiny_bilm_archive, tiny_corpus, tmp_path_factory):
                 train_data_path=str(tiny_corpus / "train" / "shard_0.txt"),
                 validation_data_path=str(tiny_corpus / "valid.txt"),
                 **{
-                    "model.pretrained_file": str(files),
-                    "vocabulary.tokens_file": str(files / "vocab.txt"),
                     "trainer.num_epochs": 1,
                     "trainer.optimizer.lr": 0.0,  # nothing changes: validation = the imported model
                 },
             ),
+            root,  # the config's default ELMo folder, demo_output/elmo, relative to this directory
         )
         with ThreadPoolExecutor(len(jobs)) as pool:
             futures = {name: pool.submit(train, *job) for name, job in jobs.items()}
@@ -108,8 +108,8 @@ def test_export_writes_the_four_files_and_allennlp_elmo_reproduces_the_model(run
     model = load_archive(str(runs["bilm"])).model.eval()
     vocab_lines = (files / "vocab.txt").read_text().splitlines()
     assert vocab_lines == [model.vocab.get_token_from_index(i) for i in range(1, model.vocab.get_vocab_size())]
-    weight, _ = elmo_files.read_softmax(str(files / "softmax.hdf5"), len(vocab_lines), 16)
-    model_weight, _ = elmo_files.softmax_matrices(model._softmax_loss)
+    weight, _ = read_softmax(str(files / "softmax.hdf5"), len(vocab_lines), 16)
+    model_weight, _ = model.softmax_matrices()
     assert torch.equal(torch.from_numpy(weight), model_weight[: len(vocab_lines)].detach())
     elmo = allennlp_elmo(str(files / "options.json"), str(files / "weights.hdf5"))
     lines = [line.split() for line in (tiny_corpus / "valid.txt").read_text().splitlines() if line.strip()]
@@ -193,7 +193,7 @@ def test_continued_pretraining_starts_from_the_imported_model(runs, tiny_corpus)
     archive = load_archive(str(runs["original_bilm"]))
     model = archive.model.eval()
     with torch.no_grad():
-        elmo_files.softmax_matrices(model._softmax_loss)[1][model.vocab.get_vocab_size() - 1 :] = elmo_files.NO_TOKEN_BIAS
+        model.softmax_matrices()[1][model.vocab.get_vocab_size() - 1 :] = NO_TOKEN_BIAS
     loader = MultiProcessDataLoader(archive.validation_dataset_reader, str(tiny_corpus / "valid.txt"), batch_size=16)
     loader.index_with(model.vocab)
     expected = evaluate(model, loader, cuda_device=-1)

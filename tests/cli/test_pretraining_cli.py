@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tests.conftest import (
+from tests.helpers import (
     ALLENNLP,
     CONFIG_DIR,
     TINY_LSTM_OVERRIDES,
@@ -76,7 +76,7 @@ def test_original_size_config_builds_and_trains_with_sizes_overridden_down(tiny_
         "model.text_field_embedder.token_embedders.elmo.filters": [[1, 4], [2, 4], [3, 8]],
         "model.text_field_embedder.token_embedders.elmo.projection_dim": 8,
         "model.contextualizer.input_dim": 8,
-        "model.contextualizer.hidden_dim": 16,
+        "model.contextualizer.cell_size": 16,
         "model.num_samples": 20,
         "vocabulary.min_count.tokens": 1,
         "data_loader.batch_size": 16,

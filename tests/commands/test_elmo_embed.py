@@ -7,8 +7,8 @@ import pytest
 from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.commands import elmo_embed
-from elmo_plugin.interop.load_bilm import load_bilm_encoder
-from tests.conftest import run_allennlp
+from elmo_plugin.archives.bilm_archive import load_bilm_encoder
+from tests.helpers import run_allennlp
 
 LONG_TOKEN = "x" * 70  # longer than ELMo's 50 characters: truncated, not fatal
 LINES = [
@@ -117,7 +117,6 @@ def test_chunked_streaming_gives_the_same_vectors(tiny_bilm_archive, tmp_path, m
 
 
 def test_elmo_files_folder_gives_the_archive_vectors(embedded, tiny_bilm_archive, tmp_path):
-    pytest.importorskip("elmo_plugin.interop.elmo_files", reason="elmo-export / ELMo file reading not available yet")
     cwd, input_file, from_archive, _ = embedded
     run_allennlp(["elmo-export", str(tiny_bilm_archive), str(tmp_path / "elmo_files")], cwd=cwd)
     from_files, index = embed(tmp_path / "elmo_files", input_file, tmp_path / "f.hdf5", cwd)

@@ -7,7 +7,7 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
 
 from elmo_plugin.commands.elmo_vocab import count_tokens, vocab_tokens, write_elmo_vocab
-from tests.conftest import ALLENNLP, run_allennlp
+from tests.helpers import ALLENNLP, run_allennlp
 
 
 def failing_allennlp(args, cwd) -> str:

@@ -19,9 +19,9 @@ from allennlp.models import Model  # noqa: E402
 from allennlp.models.archival import load_archive  # noqa: E402
 from allennlp.predictors import Predictor  # noqa: E402
 
-from elmo_plugin.modules.elmo_bilm_embedder import ElmoBiLmEmbedder  # noqa: E402
-from elmo_plugin.modules.elmo_lstm import ElmoLstm  # noqa: E402
-from tests.conftest import (  # noqa: E402
+from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder  # noqa: E402
+from elmo_plugin.modules.elmo_lstm import ElmoLstmContextualizer  # noqa: E402
+from tests.helpers import (  # noqa: E402
     CONFIG_DIR,
     TINY_LSTM_OVERRIDES,
     TINY_TRANSFORMER_OVERRIDES,
@@ -135,7 +135,7 @@ def test_gpu_clipped_lstm_equals_cpu_in_values_and_gradients(compile_on_gpu):
     """The GPU loop (fixed shapes; gate arithmetic compiled by torch.compile where Triton is
     installed) against the CPU loop, with padding and a length-1 sentence, clips binding."""
     torch.manual_seed(0)
-    lstm = ElmoLstm(8, 24, 2, cell_clip=0.5, proj_clip=0.3, return_all_layers=True, compile_on_gpu=compile_on_gpu)
+    lstm = ElmoLstmContextualizer(8, 24, 2, cell_clip=0.5, proj_clip=0.3, return_all_layers=True, compile_on_gpu=compile_on_gpu)
     for parameter in lstm.parameters():
         torch.nn.init.normal_(parameter, std=0.5)
     gpu_lstm = copy.deepcopy(lstm).to(GPU)
@@ -216,7 +216,7 @@ def test_elmo_embed_with_cuda_device_equals_cpu(tiny_bilm_archive, tiny_corpus, 
                 "model.text_field_embedder.token_embedders.elmo.filters": [[1, 8], [2, 8], [3, 16]],
                 "model.text_field_embedder.token_embedders.elmo.projection_dim": 16,
                 "model.contextualizer.input_dim": 16,
-                "model.contextualizer.hidden_dim": 32,
+                "model.contextualizer.cell_size": 32,
                 "model.num_samples": 40,
                 "model.sparse_embeddings": True,
                 "data_loader.batch_size": 16,

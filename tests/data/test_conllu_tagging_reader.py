@@ -8,7 +8,7 @@ from allennlp.data import DatasetReader, Vocabulary
 from allennlp.data.batch import Batch
 
 import elmo_plugin  # noqa: F401
-from tests.conftest import REPO_ROOT
+from tests.helpers import REPO_ROOT
 
 CONLLU = """\
 # sent_id = 1

@@ -4,26 +4,18 @@ from typing import Dict, List, Optional, Tuple
 
 import h5py
 import numpy
-import pytest
 import torch
 from allennlp.data.token_indexers.elmo_indexer import ELMoCharacterMapper
 from allennlp.modules.elmo import Elmo, batch_to_ids
 from allennlp.nn.util import add_sentence_boundary_token_ids
 
-from elmo_plugin.interop.elmo_files import build_bilm_encoder, write_bilm_encoder
+from elmo_plugin.elmo_files.options import architecture_from_options
+from elmo_plugin.elmo_files.weights import write_bilm_encoder
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 
 TOLERANCE = 1e-5
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Tiny tensors: threads only add overhead (and stall on a shared 2-core machine). Import this
-    fixture into a test module to run its tests on one thread; the setting is restored after."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 SENTENCES = [
     "The cat sat on the mat .".split(),
@@ -49,7 +41,7 @@ def tiny_options(clip: Optional[float], activation: str = "relu") -> Dict:
 def random_encoder(clip: Optional[float], seed: int = 0, activation: str = "relu") -> BiLmEncoder:
     """A tiny encoder with random weights large enough that clipping matters."""
     generator = torch.Generator().manual_seed(seed)
-    encoder = build_bilm_encoder(tiny_options(clip, activation))
+    encoder = BiLmEncoder.from_architecture(architecture_from_options(tiny_options(clip, activation)))
     with torch.no_grad():
         for name, parameter in encoder.named_parameters():
             scale = 0.3
@@ -141,15 +133,13 @@ def transformer_bilm_folder(folder: Path):
     from allennlp.data import Vocabulary
     from allennlp.models import Model
 
-    import elmo_plugin.modules.elmo_transformer  # noqa: F401  (registers elmo_transformer)
-
     config = {
         "type": "elmo_bilm",
         "text_field_embedder": {"token_embedders": {
             "elmo": {"type": "elmo_char_cnn", "filters": [[1, 4], [2, 8]], "num_highway": 1, "projection_dim": 16},
             "tokens": {"type": "empty"},
         }},
-        "contextualizer": {"type": "elmo_transformer", "input_dim": 16, "hidden_dim": 32, "num_layers": 2,
+        "contextualizer": {"type": "elmo_transformer", "input_dim": 16, "feedforward_hidden_dim": 32, "num_layers": 2,
                            "num_attention_heads": 2, "dropout": 0.1},
     }
     vocab = Vocabulary()

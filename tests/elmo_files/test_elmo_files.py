@@ -14,15 +14,14 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
 from allennlp.models import Model
 
-from elmo_plugin.interop import elmo_files
-from elmo_plugin.interop.elmo_files import read_bilm_encoder, weight_arrays
+from elmo_plugin.elmo_files.softmax import NO_TOKEN_BIAS, import_softmax
+from elmo_plugin.elmo_files.weights import read_bilm_encoder, weight_arrays
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 from elmo_plugin.modules.elmo_char_cnn import ElmoCharCnn
-from tests.interop.elmo_reference import (  # noqa: F401  (one_torch_thread: autouse fixture)
+from tests.elmo_files.elmo_reference import (
     TOLERANCE,
     allennlp_elmo,
     allennlp_layers,
-    one_torch_thread,
     batches,
     max_diff,
     random_encoder,
@@ -129,7 +128,7 @@ def tiny_bilm(vocab: Vocabulary, num_samples: Optional[int] = None, sparse: bool
                      "projection_dim": 16, "embedding_dim": 8},
             "tokens": {"type": "empty"},
         }},
-        "contextualizer": {"type": "elmo_lstm", "input_dim": 16, "hidden_dim": 24, "num_layers": 2,
+        "contextualizer": {"type": "elmo_lstm", "input_dim": 16, "cell_size": 24, "num_layers": 2,
                            "cell_clip": 3, "proj_clip": 3},
         "num_samples": num_samples,
         "sparse_embeddings": sparse,
@@ -162,23 +161,23 @@ def batch_for(vocab: Vocabulary, sentences):
 @pytest.mark.parametrize("num_samples,sparse", [(None, False), (3, False), (3, True)])
 def test_softmax_export_and_import_map_rows_by_token(tmp_path, num_samples, sparse):
     source = tiny_bilm(vocab_of(TOKENS), num_samples, sparse)
-    elmo_files.export_softmax(source, str(tmp_path / "softmax.hdf5"), str(tmp_path / "vocab.txt"))
+    source.export_softmax(str(tmp_path / "softmax.hdf5"), str(tmp_path / "vocab.txt"))
     lines = (tmp_path / "vocab.txt").read_text().splitlines()
     assert lines == ["@@UNKNOWN@@", *TOKENS]  # line i = vocabulary index i + 1 = softmax row i
-    weight, bias = elmo_files.softmax_matrices(source._softmax_loss)
+    weight, bias = source.softmax_matrices()
     with h5py.File(tmp_path / "softmax.hdf5", "r") as softmax:
         assert softmax["weight"].shape == (len(lines), 16) and softmax["bias"].shape == (len(lines),)
         assert numpy.array_equal(softmax["weight"][...], weight[: len(lines)].detach().numpy())
     # a model whose vocabulary orders the tokens differently and has one the file lacks
     shuffled = ["mat", "dog", ".", "the", "<S>", "sat", "</S>", "on", "cat"]
     target = tiny_bilm(vocab_of(shuffled), num_samples, sparse)
-    elmo_files.import_softmax(target, str(tmp_path / "softmax.hdf5"), str(tmp_path / "vocab.txt"))
-    new_weight, new_bias = elmo_files.softmax_matrices(target._softmax_loss)
+    import_softmax(*target.softmax_matrices(), target.vocab.get_token_to_index_vocabulary(), str(tmp_path / "softmax.hdf5"), str(tmp_path / "vocab.txt"))
+    new_weight, new_bias = target.softmax_matrices()
     for token in ["@@UNKNOWN@@", *TOKENS]:
         old_row = source.vocab.get_token_index(token) - 1
         new_row = target.vocab.get_token_index(token) - 1
         assert torch.equal(new_weight[new_row], weight[old_row]) and new_bias[new_row] == bias[old_row]
-    assert new_bias[-1] == elmo_files.NO_TOKEN_BIAS  # the row past the vocabulary scores no token
+    assert new_bias[-1] == NO_TOKEN_BIAS  # the row past the vocabulary scores no token
 
 
 def test_import_gives_the_original_models_loss(tmp_path):
@@ -187,11 +186,11 @@ def test_import_gives_the_original_models_loss(tmp_path):
     with torch.no_grad():
         for parameter in original.parameters():
             parameter.add_(torch.randn_like(parameter) * 0.1)
-        elmo_files.softmax_matrices(original._softmax_loss)[1][-1] = elmo_files.NO_TOKEN_BIAS
+        original.softmax_matrices()[1][-1] = NO_TOKEN_BIAS
     folder = tmp_path / "files"
     folder.mkdir()
     write_pair(original.bilm_encoder(), folder)
-    elmo_files.export_softmax(original, str(folder / "softmax.hdf5"), str(folder / "vocab.txt"))
+    original.export_softmax(str(folder / "softmax.hdf5"), str(folder / "vocab.txt"))
     from elmo_plugin.data.elmo_tokens_vocabulary import ElmoTokensVocabulary
 
     vocab = ElmoTokensVocabulary.from_elmo_tokens_file(str(folder / "vocab.txt"))
@@ -313,20 +312,10 @@ def test_writing_nan_weights_is_refused(tmp_path):
 def test_a_transformer_has_no_standard_layout(tmp_path):
     from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 
-    pytest.importorskip("elmo_plugin.modules.elmo_transformer", reason="no elmo_transformer module yet")
-    transformer = Seq2SeqEncoder.by_name("elmo_transformer")(input_dim=16, hidden_dim=32, num_layers=1, num_attention_heads=2)
+    transformer = Seq2SeqEncoder.by_name("elmo_transformer")(
+        input_dim=16, feedforward_hidden_dim=32, num_layers=1, num_attention_heads=2
+    )
     encoder = BiLmEncoder(ElmoCharCnn([[1, 4]], 1, 16), transformer)
-    with pytest.raises(ConfigurationError, match="ElmoTransformer, which the standard layout has no place for"):
+    with pytest.raises(ConfigurationError, match="ElmoTransformerContextualizer, which the standard layout has no place for"):
         write_pair(encoder, tmp_path)
     assert not (tmp_path / "weights.hdf5").exists()
-
-
-def test_elmo_export_refuses_a_transformer_archive(tmp_path):
-    pytest.importorskip("elmo_plugin.modules.elmo_transformer", reason="no elmo_transformer module yet")
-    from elmo_plugin.commands.elmo_export import export_archive
-    from tests.interop.elmo_reference import transformer_bilm_folder
-
-    folder, _ = transformer_bilm_folder(tmp_path / "bilm")
-    with pytest.raises(ConfigurationError, match="ElmoTransformer, which the standard layout has no place for"):
-        export_archive(str(folder), str(tmp_path / "out"))
-    assert not (tmp_path / "out").exists()

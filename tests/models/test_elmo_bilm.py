@@ -7,7 +7,7 @@ from allennlp.common import Params
 from allennlp.data import Batch, DatasetReader, Vocabulary
 from allennlp.models import Model
 
-from tests.conftest import CONFIG_DIR, TINY_LSTM_OVERRIDES
+from tests.helpers import CONFIG_DIR, TINY_LSTM_OVERRIDES
 
 
 @pytest.fixture(scope="module")

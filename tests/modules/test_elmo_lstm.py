@@ -4,20 +4,19 @@ import pytest
 import torch
 
 from elmo_plugin.modules.elmo_lstm import (
-    ElmoLstm,
+    ElmoLstmContextualizer,
     clipped_lstm,
     clipped_lstm_fixed_shape,
-    gather_timesteps,
     initial_state,
-    reverse_within_length,
 )
+from elmo_plugin.modules.directions import gather_timesteps, reverse_within_length
 
 DIM = 6
 
 
-def make_lstm(**kwargs) -> ElmoLstm:
+def make_lstm(**kwargs) -> ElmoLstmContextualizer:
     torch.manual_seed(0)
-    return ElmoLstm(input_dim=DIM, hidden_dim=10, num_layers=2, return_all_layers=True, **kwargs).eval()
+    return ElmoLstmContextualizer(input_dim=DIM, cell_size=10, num_layers=2, return_all_layers=True, **kwargs).eval()
 
 
 def padded_batch():
@@ -90,7 +89,7 @@ def reference_clipped_lstm(
     return torch.stack(outputs, dim=1)
 
 
-def reference_layers(lstm: ElmoLstm, inputs: torch.Tensor, mask: torch.BoolTensor) -> List[torch.Tensor]:
+def reference_layers(lstm: ElmoLstmContextualizer, inputs: torch.Tensor, mask: torch.BoolTensor) -> List[torch.Tensor]:
     """The straightforward computation (no dropout): each direction on its own, batch in input
     order, every timestep; torch's LSTM itself when nothing is clipped."""
     reverse_index = reverse_within_length(mask.sum(dim=1), mask.size(1))
@@ -115,7 +114,7 @@ def test_equals_the_straightforward_computation_in_values_and_gradients(clips):
     """Both directions in one loop, batch sorted by length, finished sequences leaving the loop:
     same layers and same gradients (inputs and every parameter) as the plain computation."""
     torch.manual_seed(0)
-    lstm = ElmoLstm(DIM, 10, 3, return_all_layers=True, **clips).train()  # dropout 0
+    lstm = ElmoLstmContextualizer(DIM, 10, 3, return_all_layers=True, **clips).train()  # dropout 0
     for parameter in lstm.parameters():
         torch.nn.init.normal_(parameter, std=0.5)  # large enough that clipping binds
     inputs = torch.randn(5, 7, DIM, requires_grad=True)
@@ -164,9 +163,9 @@ def test_clipping_bounds_the_outputs():
 
 def test_shapes_and_top_layer_default():
     inputs, mask = padded_batch()
-    top = ElmoLstm(DIM, 10, 3)(inputs, mask)
+    top = ElmoLstmContextualizer(DIM, 10, 3)(inputs, mask)
     assert top.shape == (3, 7, 2 * DIM)
-    layers = ElmoLstm(DIM, 10, 3, return_all_layers=True)(inputs, mask)
+    layers = ElmoLstmContextualizer(DIM, 10, 3, return_all_layers=True)(inputs, mask)
     assert [layer.shape for layer in layers] == [(3, 7, 2 * DIM)] * 3
 
 
@@ -208,3 +207,16 @@ def test_memory_cells_stay_float32_under_bf16_autocast():
     assert (state.dtype, memory.dtype) == (torch.bfloat16, torch.float32)
     for got, want in zip(layers, lstm(inputs, mask)):
         assert (got.float() - want).abs().max() < 0.05
+
+
+def test_hidden_dim_is_still_accepted_as_the_old_name_of_cell_size():
+    from allennlp.common import Params
+    from allennlp.common.checks import ConfigurationError
+    from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
+
+    old = Seq2SeqEncoder.from_params(Params({"type": "elmo_lstm", "input_dim": DIM, "hidden_dim": 10, "num_layers": 1}))
+    new = Seq2SeqEncoder.from_params(Params({"type": "elmo_lstm", "input_dim": DIM, "cell_size": 10, "num_layers": 1}))
+    assert old.cell_size == new.cell_size == 10
+    assert old.state_dict().keys() == new.state_dict().keys()
+    with pytest.raises(ConfigurationError, match="exactly once"):
+        ElmoLstmContextualizer(DIM, cell_size=10, hidden_dim=10)

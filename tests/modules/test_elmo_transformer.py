@@ -1,7 +1,4 @@
-"""elmo_transformer: no peeking in either direction, padding invariance, shapes, configs, CLI."""
-import json
-import math
-from pathlib import Path
+"""elmo_transformer: no peeking in either direction, padding invariance, shapes, dropout."""
 from typing import Tuple
 
 import pytest
@@ -12,18 +9,17 @@ from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 from elmo_plugin.modules.elmo_char_cnn import ElmoCharCnn
-from elmo_plugin.modules.elmo_transformer import ElmoTransformer, dropout, sinusoidal_positions
-from tests.conftest import CONFIG_DIR, REPO_ROOT, TINY_TRANSFORMER_OVERRIDES, overrides, run_allennlp
+from elmo_plugin.modules.elmo_transformer import ElmoTransformerContextualizer, fast_dropout, sinusoidal_positions
 
 DIM = 16
 LENGTHS = [9, 6, 3]
 TOLERANCE = 1e-5
 
 
-def make_transformer(**kwargs) -> ElmoTransformer:
+def make_transformer(**kwargs) -> ElmoTransformerContextualizer:
     torch.manual_seed(1)
-    defaults = dict(input_dim=DIM, hidden_dim=32, num_layers=3, num_attention_heads=4, dropout=0.1, input_dropout=0.1)
-    return ElmoTransformer(**{**defaults, **kwargs}).eval()
+    defaults = dict(input_dim=DIM, feedforward_hidden_dim=32, num_layers=3, num_attention_heads=4, dropout=0.1, input_dropout=0.1)
+    return ElmoTransformerContextualizer(**{**defaults, **kwargs}).eval()
 
 
 def padded_batch(lengths=LENGTHS) -> Tuple[torch.Tensor, torch.BoolTensor]:
@@ -43,16 +39,16 @@ def perturbed(inputs: torch.Tensor, position: int) -> torch.Tensor:
 
 def test_rejects_bad_arguments():
     with pytest.raises(ConfigurationError, match="num_attention_heads"):
-        ElmoTransformer(input_dim=10, hidden_dim=8, num_layers=1, num_attention_heads=4)
+        ElmoTransformerContextualizer(input_dim=10, feedforward_hidden_dim=8, num_layers=1, num_attention_heads=4)
     with pytest.raises(ConfigurationError, match="backward_positions"):
-        ElmoTransformer(input_dim=8, hidden_dim=8, num_layers=1, num_attention_heads=4, backward_positions="middle")
+        ElmoTransformerContextualizer(input_dim=8, feedforward_hidden_dim=8, num_layers=1, num_attention_heads=4, backward_positions="middle")
 
 
 def test_registered_and_built_from_params():
     encoder = Seq2SeqEncoder.from_params(
         Params({"type": "elmo_transformer", "input_dim": 8, "hidden_dim": 16, "num_layers": 2, "num_attention_heads": 2})
     )
-    assert isinstance(encoder, ElmoTransformer)
+    assert isinstance(encoder, ElmoTransformerContextualizer)
     assert encoder.num_layers == 2 and encoder.is_bidirectional()
     assert (encoder.get_input_dim(), encoder.get_output_dim()) == (8, 16)
 
@@ -203,7 +199,7 @@ def test_long_sequences_extend_the_position_table():
 def test_cpu_dropout_is_inverted_bernoulli_dropout(p):
     inputs = torch.ones(1000, 1001, requires_grad=True)
     torch.manual_seed(4)
-    dropped = dropout(inputs, p, training=True)
+    dropped = fast_dropout(inputs, p, training=True)
     kept = dropped != 0
     assert kept.float().mean().item() == pytest.approx(1 - p, abs=0.003)
     torch.testing.assert_close(dropped[kept], torch.full_like(dropped[kept], 1 / (1 - p)), rtol=1e-4, atol=0)
@@ -212,8 +208,8 @@ def test_cpu_dropout_is_inverted_bernoulli_dropout(p):
     torch.testing.assert_close(inputs.grad, dropped.detach())  # gradient = mask * scale
     assert kept[:, :-1].float().mean(dim=0).std() < 0.05  # no column pattern in the 4-per-word draw
     torch.manual_seed(4)
-    torch.testing.assert_close(dropout(inputs, p, training=True), dropped)  # reproducible from the seed
-    assert dropout(inputs, p, training=False) is inputs and dropout(inputs, 0.0, training=True) is inputs
+    torch.testing.assert_close(fast_dropout(inputs, p, training=True), dropped)  # reproducible from the seed
+    assert fast_dropout(inputs, p, training=False) is inputs and fast_dropout(inputs, 0.0, training=True) is inputs
 
 
 def test_bilm_encoder_uses_it_unchanged():
@@ -229,82 +225,10 @@ def test_bilm_encoder_uses_it_unchanged():
 
 # ----- configs and the real allennlp CLI -------------------------------------------------
 
-def write_tiny_corpus(folder: Path, train_lines: int, valid_lines: int) -> Tuple[Path, Path]:
-    """train.txt and valid.txt cut from the bundled demo corpus."""
-    lines = (REPO_ROOT / "fixtures/demo_corpus/train/shard_0.txt").read_text().splitlines()
-    train, valid = folder / "train.txt", folder / "valid.txt"
-    train.write_text("\n".join(lines[:train_lines]) + "\n")
-    valid.write_text("\n".join(lines[train_lines : train_lines + valid_lines]) + "\n")
-    return train, valid
 
-
-def test_original_config_has_the_published_sizes():
-    params = Params.from_file(str(CONFIG_DIR / "elmo_transformer_original.jsonnet")).as_dict()
-    model = params["model"]
-    contextualizer = model["contextualizer"]
-    char_cnn = model["text_field_embedder"]["token_embedders"]["elmo"]
-    assert contextualizer["type"] == "elmo_transformer"
-    assert (contextualizer["num_layers"], contextualizer["input_dim"], contextualizer["hidden_dim"]) == (6, 512, 2048)
-    assert char_cnn["filters"] == [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
-    assert (char_cnn["num_highway"], char_cnn["projection_dim"]) == (2, 512)
-    assert model["num_samples"] == 8192 and params["trainer"]["cuda_device"] == 0
-
-
-def test_original_config_trains_through_the_cli_when_shrunk(tmp_path):
-    """elmo_transformer_original.jsonnet with sizes, negatives and device overridden down."""
-    train, valid = write_tiny_corpus(tmp_path, train_lines=48, valid_lines=16)
-    values = {
-        "train_data_path": str(train),
-        "validation_data_path": str(valid),
-        "vocabulary.min_count.tokens": 1,
-        "model.text_field_embedder.token_embedders.elmo.filters": [[1, 8], [2, 8], [3, 16], [4, 16]],
-        "model.text_field_embedder.token_embedders.elmo.projection_dim": 16,
-        "model.contextualizer.input_dim": 16,
-        "model.contextualizer.hidden_dim": 32,
-        "model.contextualizer.num_layers": 2,
-        "model.contextualizer.num_attention_heads": 2,
-        "model.num_samples": 20,
-        "data_loader.batch_size": 16,
-        "trainer.num_epochs": 1,
-        "trainer.cuda_device": -1,
-        "trainer.learning_rate_scheduler.warmup_steps": 2,
-        "trainer.learning_rate_scheduler.factor": 0.05,
-    }
-    out = tmp_path / "model"
-    run_allennlp(
-        ["train", str(CONFIG_DIR / "elmo_transformer_original.jsonnet"), "-s", str(out), "-o", overrides(values)],
-        timeout=300,
-    )
-    metrics = json.loads((out / "metrics.json").read_text())
-    assert math.isfinite(metrics["training_loss"])
-    vocab_size = len((out / "vocabulary" / "tokens.txt").read_text().splitlines())
-    assert 1 < metrics["validation_perplexity"] < 2 * vocab_size
-    config = json.loads((out / "config.json").read_text())
-    assert config["model"]["contextualizer"]["type"] == "elmo_transformer"
-    assert config["model"]["contextualizer"]["num_layers"] == 2
-
-
-def test_demo_config_trains_and_evaluates_through_the_cli(tmp_path):
-    """elmo_transformer.jsonnet shrunk, 2 epochs; `allennlp evaluate` reports the perplexities
-    and validation perplexity falls from epoch to epoch."""
-    train, valid = write_tiny_corpus(tmp_path, train_lines=160, valid_lines=40)
-    out = tmp_path / "model"
-    values = dict(
-        TINY_TRANSFORMER_OVERRIDES,
-        train_data_path=str(train),
-        validation_data_path=str(valid),
-        **{"trainer.num_epochs": 2, "trainer.optimizer.lr": 0.003},
-    )
-    run_allennlp(["train", str(CONFIG_DIR / "elmo_transformer.jsonnet"), "-s", str(out), "-o", overrides(values)], timeout=300)
-    epochs = [json.loads((out / f"metrics_epoch_{epoch}.json").read_text()) for epoch in range(2)]
-    assert epochs[1]["validation_perplexity"] < epochs[0]["validation_perplexity"]
-
-    metrics_file = tmp_path / "evaluation.json"
-    result = run_allennlp(["evaluate", str(out / "model.tar.gz"), str(valid), "--output-file", str(metrics_file)], timeout=300)
-    printed = result.stdout + result.stderr
-    for name in ("forward_perplexity", "backward_perplexity", "perplexity"):
-        assert name in printed
-    metrics = json.loads(metrics_file.read_text())
-    expected = math.exp(0.5 * (math.log(metrics["forward_perplexity"]) + math.log(metrics["backward_perplexity"])))
-    assert metrics["perplexity"] == pytest.approx(expected, rel=1e-6)
-    assert metrics["perplexity"] == pytest.approx(epochs[1]["validation_perplexity"], rel=1e-4)
+def test_hidden_dim_is_still_accepted_as_the_old_name_of_feedforward_hidden_dim():
+    old = make_transformer(feedforward_hidden_dim=None, hidden_dim=24)
+    assert old.feedforward_hidden_dim == 24 and old.layers[0].feedforward_in_weight.shape == (2, DIM, 24)
+    with pytest.raises(ConfigurationError, match="exactly once"):
+        make_transformer(hidden_dim=24)
+    assert "feedforward_hidden_dim=32" in repr(make_transformer())  # DirectionalBlock prints its sizes

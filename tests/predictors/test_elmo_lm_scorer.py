@@ -10,7 +10,7 @@ from allennlp.data.batch import Batch
 from allennlp.models.archival import load_archive
 from allennlp.predictors import Predictor
 
-from tests.conftest import run_allennlp
+from tests.helpers import run_allennlp
 
 WINDOW = 40  # elmo_lstm.jsonnet's max_sequence_length: evaluation scores longer lines in windows
 

@@ -6,7 +6,7 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.predictors import Predictor
 from conllu import parse_incr
 
-from tests.conftest import run_allennlp
+from tests.helpers import run_allennlp
 
 
 def test_tags_whitespace_sentences_and_token_lists(tiny_elmo_tagger_archive, tiny_tagged_data, plugin_cwd):

@@ -10,13 +10,12 @@ from allennlp.data.token_indexers import ELMoTokenCharactersIndexer
 from allennlp.modules.elmo import batch_to_ids
 
 from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
-from elmo_plugin.modules.elmo_bilm_embedder import ARCHITECTURE_NAMESPACE, ElmoBiLmEmbedder
-from tests.interop.elmo_reference import (  # noqa: F401  (one_torch_thread: autouse fixture)
+from elmo_plugin.token_embedders.elmo_bilm_embedder import ARCHITECTURE_NAMESPACE, ElmoBiLmEmbedder
+from tests.elmo_files.elmo_reference import (
     SENTENCES,
     TOLERANCE,
     allennlp_elmo,
     batches,
-    one_torch_thread,
     max_diff,
     random_encoder,
     transformer_bilm_folder,
@@ -65,7 +64,7 @@ def test_architecture_is_recorded_and_rebuilds_without_pretrained_file(tmp_path)
     recorded = [t for t in vocab.get_token_to_index_vocabulary(ARCHITECTURE_NAMESPACE) if t.startswith("{")]
     architecture = json.loads(recorded[0])
     assert architecture["contextualizer"] == {
-        "type": "elmo_lstm", "input_dim": 16, "hidden_dim": 24, "num_layers": 2, "cell_clip": 1.0, "proj_clip": 1.0,
+        "type": "elmo_lstm", "input_dim": 16, "cell_size": 24, "num_layers": 2, "cell_clip": 1.0, "proj_clip": 1.0,
     }
     assert architecture["char_cnn"]["filters"] == [[1, 4], [2, 8], [3, 8], [5, 16]]
     # what an archive holds: the saved vocabulary and the state dict, but no pretrained_file
@@ -130,7 +129,6 @@ def test_allennlp_elmo_characters_indexer_gives_the_same_input():
 def test_transformer_archive_rebuilds_from_the_recorded_architecture(tmp_path):
     """A transformer biLM (no standard files for it) works from its archive, and the downstream
     archive rebuilds it from the recorded architecture."""
-    pytest.importorskip("elmo_plugin.modules.elmo_transformer", reason="no elmo_transformer module yet")
     folder, bilm = transformer_bilm_folder(tmp_path / "bilm")
     vocab = Vocabulary()
     embedder = ElmoBiLmEmbedder(vocab, pretrained_file=str(folder), dropout=0.0).eval()

@@ -13,7 +13,7 @@ import torch
 from tensorboardX.proto import event_pb2
 
 from elmo_plugin.training.elmo_mix_weights import ElmoMixWeightsCallback
-from tests.conftest import CONFIG_DIR, TINY_TRANSFORMER_OVERRIDES, overrides, run_allennlp
+from tests.helpers import CONFIG_DIR, TINY_TRANSFORMER_OVERRIDES, overrides, run_allennlp
 
 
 def read_scalars(folder: Path) -> Dict[str, Dict[int, float]]:

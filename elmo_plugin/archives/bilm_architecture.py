@@ -1,0 +1,107 @@
+"""A biLM's architecture (`modules.bilm_encoder.Architecture`) from our archive or an ELMo file
+folder, so an encoder can be rebuilt (without weights) wherever only the dict travels, e.g.
+inside a downstream model's archive.
+
+From an ELMo file folder the dict is derived from options.json; from our archive it is copied
+from the archive's config.json, so any registered contextualizer (transformer too) rebuilds.
+The contextualizer's dropout is set to 0 (a feature extractor, as allennlp's `Elmo`).
+"""
+import copy
+import json
+import os
+import tarfile
+from typing import Any, Dict, Tuple
+
+from allennlp.common.checks import ConfigurationError
+from allennlp.models.archival import CONFIG_NAME
+
+from elmo_plugin.archives.bilm_archive import is_elmo_files_folder, load_bilm_encoder
+from elmo_plugin.elmo_files.layout import OPTIONS_FILE
+from elmo_plugin.elmo_files.options import architecture_from_options, read_options
+from elmo_plugin.modules.bilm_encoder import Architecture, BiLmEncoder
+
+# Keys renamed since archives were first made: old name -> new name, per contextualizer type.
+RENAMED_KEYS = {"elmo_lstm": {"hidden_dim": "cell_size"}, "elmo_transformer": {"hidden_dim": "feedforward_hidden_dim"}}
+
+
+def archive_config(archive_path: str) -> Dict[str, Any]:
+    """config.json of a model.tar.gz or serialization folder (without loading the model)."""
+    if os.path.isdir(archive_path):
+        config_path = os.path.join(archive_path, CONFIG_NAME)
+        if not os.path.isfile(config_path):
+            raise ConfigurationError(f"{archive_path}: no {CONFIG_NAME} (not a model archive folder)")
+        with open(config_path, encoding="utf-8") as source:
+            return json.load(source)
+    if not os.path.isfile(archive_path):
+        raise ConfigurationError(f"biLM archive or ELMo files folder not found: {archive_path}")
+    try:
+        with tarfile.open(archive_path) as archive:
+            member = archive.extractfile(CONFIG_NAME)
+            if member is None:
+                raise KeyError(CONFIG_NAME)
+            return json.load(member)
+    except (tarfile.TarError, KeyError, OSError, ValueError) as error:
+        raise ConfigurationError(f"{archive_path}: not a readable model archive ({error})") from None
+
+
+def _char_cnn_params(model_config: Dict[str, Any], archive_path: str) -> Dict[str, Any]:
+    embedders = model_config.get("text_field_embedder", {}).get("token_embedders", {})
+    for params in embedders.values():
+        if isinstance(params, dict) and params.get("type") == "elmo_char_cnn":
+            return {key: value for key, value in params.items() if key != "type"}
+    raise ConfigurationError(f"{archive_path}: its model has no elmo_char_cnn token embedder")
+
+
+def _without_dropout(params: Dict[str, Any]) -> Dict[str, Any]:
+    params = copy.deepcopy(params)
+    for key in list(params):
+        if "dropout" in key and isinstance(params[key], (int, float)):
+            params[key] = 0.0
+    return params
+
+
+def architecture_from_archive(archive_path: str) -> Architecture:
+    model = archive_config(archive_path).get("model", {})
+    if model.get("type") != "elmo_bilm" or "contextualizer" not in model:
+        raise ConfigurationError(
+            f"{archive_path} holds a {model.get('type', 'unknown')!r} model, not an ELMo biLM (elmo_bilm)"
+        )
+    return with_current_keys(
+        {"char_cnn": _char_cnn_params(model, archive_path), "contextualizer": _without_dropout(model["contextualizer"])}
+    )
+
+
+def with_current_keys(architecture: Architecture) -> Architecture:
+    """The same architecture with renamed contextualizer keys under their current names (a
+    downstream archive records the keys of the day it was made)."""
+    contextualizer = dict(architecture["contextualizer"])
+    for old, new in RENAMED_KEYS.get(contextualizer.get("type"), {}).items():
+        if old in contextualizer:
+            contextualizer[new] = contextualizer.pop(old)
+    return {**architecture, "contextualizer": contextualizer}
+
+
+def load_encoder_and_architecture(path: str) -> Tuple[BiLmEncoder, Architecture]:
+    """Our biLM model.tar.gz / serialization folder, or a folder with options.json +
+    weights.hdf5 -> (encoder with its weights and no dropout, its architecture)."""
+    if os.path.isdir(path) and not is_elmo_files_folder(path) and not os.path.isfile(os.path.join(path, CONFIG_NAME)):
+        raise ConfigurationError(
+            f"{path}: neither a model archive folder ({CONFIG_NAME}) nor an ELMo files folder ({OPTIONS_FILE})"
+        )
+    if is_elmo_files_folder(path):
+        encoder = load_bilm_encoder(path)
+        architecture = architecture_from_options(
+            read_options(os.path.join(path, OPTIONS_FILE)), encoder.char_cnn.char_embedding.num_embeddings
+        )
+    else:
+        architecture = architecture_from_archive(path)
+        encoder = load_bilm_encoder(path)
+    # The loaded encoder carries the archive's dropouts; the one returned is rebuilt from the
+    # dropout-free architecture, so it is exactly what a downstream archive that records this
+    # architecture rebuilds (same modules, same state-dict keys), with the loaded weights.
+    rebuilt = BiLmEncoder.from_architecture(architecture)
+    try:
+        rebuilt.load_state_dict(encoder.state_dict())
+    except RuntimeError as error:
+        raise ConfigurationError(f"{path}: its recorded architecture does not rebuild its biLM: {error}") from None
+    return rebuilt.eval(), architecture

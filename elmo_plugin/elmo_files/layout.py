@@ -1,0 +1,92 @@
+"""The standard ELMo file names, and checked HDF5 reading and atomic writing for them.
+
+Every read is validated: a missing file names the path, an unreadable (truncated / corrupt)
+HDF5 file names the file, a dataset whose shape does not match options.json names the file,
+the dataset and both shapes, and NaN / inf values name the file and the dataset.
+"""
+import os
+from typing import Dict, Optional, Tuple
+
+import h5py
+import numpy
+import torch
+from allennlp.common.checks import ConfigurationError
+
+OPTIONS_FILE, WEIGHTS_FILE = "options.json", "weights.hdf5"
+SOFTMAX_FILE, VOCAB_FILE = "softmax.hdf5", "vocab.txt"
+
+
+class ElmoFilesError(ConfigurationError):
+    """A problem with a standard ELMo file: the message names the file (and dataset)."""
+
+
+def require_file(path: str, what: str) -> None:
+    if not os.path.isfile(path):
+        raise ElmoFilesError(f"ELMo {what} file not found: {path}")
+
+
+class Hdf5Reader:
+    """Reads float datasets from one HDF5 file with shape and finiteness checks."""
+
+    def __init__(self, path: str, what: str, options_file: Optional[str] = None) -> None:
+        require_file(path, what)
+        self.path = path
+        self._against = f"{options_file} implies" if options_file else "expected"
+        try:
+            self._file = h5py.File(path, "r")
+        except OSError as error:
+            raise ElmoFilesError(f"{path}: cannot open as HDF5 (truncated or corrupt file?): {error}") from None
+
+    def __enter__(self) -> "Hdf5Reader":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._file.close()
+
+    def shape(self, name: str) -> Tuple[int, ...]:
+        try:
+            if name not in self._file:
+                raise ElmoFilesError(f"{self.path}: dataset {name} is missing")
+            return tuple(self._file[name].shape)
+        except (OSError, RuntimeError, KeyError) as error:
+            raise ElmoFilesError(f"{self.path}: cannot read dataset {name} (truncated or corrupt file?): {error}") from None
+
+    def read(self, name: str, expected_shape: Tuple[int, ...]) -> numpy.ndarray:
+        shape = self.shape(name)
+        if shape != tuple(expected_shape):
+            raise ElmoFilesError(
+                f"{self.path}: dataset {name} has shape {shape} but {self._against} {tuple(expected_shape)}"
+            )
+        try:
+            array = numpy.asarray(self._file[name][...], dtype=numpy.float32)
+        except (OSError, RuntimeError, ValueError, TypeError) as error:
+            raise ElmoFilesError(f"{self.path}: cannot read dataset {name} (truncated or corrupt file?): {error}") from None
+        bad = int(array.size - numpy.isfinite(array).sum())
+        if bad:
+            raise ElmoFilesError(f"{self.path}: dataset {name} holds {bad} NaN or inf values")
+        return array
+
+
+def finite(name: str, array: numpy.ndarray, path: str) -> numpy.ndarray:
+    bad = int(array.size - numpy.isfinite(array).sum())
+    if bad:
+        raise ElmoFilesError(f"refusing to write {path}: {name} holds {bad} NaN or inf values")
+    return numpy.ascontiguousarray(array, dtype=numpy.float32)
+
+
+def to_numpy(tensor: torch.Tensor) -> numpy.ndarray:
+    return tensor.detach().cpu().float().numpy()
+
+
+def copy_into(parameter: torch.Tensor, value: numpy.ndarray) -> None:
+    with torch.no_grad():
+        parameter.copy_(torch.from_numpy(numpy.ascontiguousarray(value)).to(parameter))
+
+
+def write_hdf5(path: str, arrays: Dict[str, numpy.ndarray]) -> None:
+    checked = {name: finite(name, array, path) for name, array in arrays.items()}
+    partial = path + ".partial"  # renamed when complete: a killed export leaves no weights.hdf5
+    with h5py.File(partial, "w") as out:
+        for name, array in checked.items():
+            out.create_dataset(name, data=array)
+    os.replace(partial, path)

@@ -1,0 +1,44 @@
+"""The contextualizer interface of a biLM (what `BiLmEncoder` needs of `elmo_lstm` and
+`elmo_transformer`)."""
+from typing import List, Union
+
+import torch
+from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
+
+
+class BiLmContextualizer(Seq2SeqEncoder):
+    """
+    A Seq2SeqEncoder made of two independent directions, `num_layers` deep:
+    inputs (batch, timesteps, input_dim), mask (batch, timesteps) -> every layer's
+    (batch, timesteps, 2 * input_dim) = [forward; backward] output (`all_layers`), or from
+    `forward` the top layer only (a list of all of them with `return_all_layers`, as
+    allennlp-models' transformer contextualizer). Padding positions are zero.
+    """
+
+    def __init__(self, input_dim: int, num_layers: int, return_all_layers: bool = False) -> None:
+        super().__init__()
+        self.input_dim = input_dim
+        self.num_layers = num_layers
+        self._return_all_layers = return_all_layers
+
+    def get_input_dim(self) -> int:
+        return self.input_dim
+
+    def get_output_dim(self) -> int:
+        return 2 * self.input_dim
+
+    def is_bidirectional(self) -> bool:
+        return True
+
+    def all_layers(self, inputs: torch.Tensor, mask: torch.BoolTensor) -> List[torch.Tensor]:
+        """Every layer's (batch, timesteps, 2 * input_dim) output, bottom first."""
+        raise NotImplementedError
+
+    def top_layer(self, inputs: torch.Tensor, mask: torch.BoolTensor) -> torch.Tensor:
+        """The top layer alone; subclasses may skip work the lower layers' outputs need."""
+        return self.all_layers(inputs, mask)[-1]
+
+    def forward(self, inputs: torch.Tensor, mask: torch.BoolTensor) -> Union[torch.Tensor, List[torch.Tensor]]:
+        if self._return_all_layers:
+            return self.all_layers(inputs, mask)
+        return self.top_layer(inputs, mask)

@@ -1,0 +1,65 @@
+"""One reader, one rule for ELMo vocabulary files: the `elmo_tokens_file` vocabulary and the
+softmax import map every line to the same row."""
+import logging
+
+import pytest
+import torch
+from allennlp.common import Params
+from allennlp.common.checks import ConfigurationError
+from allennlp.data import Vocabulary
+
+from elmo_plugin.data.elmo_vocab_file import read_elmo_vocab_file, write_elmo_vocab_file
+from elmo_plugin.elmo_files.layout import write_hdf5
+from elmo_plugin.elmo_files.softmax import import_softmax
+
+
+def vocab_from(tokens_file) -> Vocabulary:
+    return Vocabulary.from_params(Params({"type": "elmo_tokens_file", "tokens_file": str(tokens_file)}))
+
+
+@pytest.mark.parametrize("blank", ["", "   ", "\t"])
+def test_a_blank_or_whitespace_line_inside_is_an_error_naming_file_and_line(tmp_path, blank):
+    path = tmp_path / "vocab.txt"
+    path.write_text(f"<S>\n</S>\n{blank}\nthe\n")
+    with pytest.raises(ConfigurationError, match=r"vocab.txt:3: blank line"):
+        read_elmo_vocab_file(str(path))
+    with pytest.raises(ConfigurationError, match=r"vocab.txt:3: blank line"):
+        vocab_from(path)
+
+
+def test_blank_lines_at_the_end_are_ignored(tmp_path):
+    path = tmp_path / "vocab.txt"
+    path.write_text("<S>\n</S>\n<UNK>\nthe\n\n  \n")
+    assert read_elmo_vocab_file(str(path)) == ["<S>", "</S>", "@@UNKNOWN@@", "the"]
+
+
+def test_vocabulary_and_softmax_import_put_each_line_on_the_same_row(tmp_path):
+    """Line i of the file is vocabulary index i + 1 and softmax row i, in both readers, also
+    when the file lacks specials (appended after the file's lines)."""
+    path = tmp_path / "vocab.txt"
+    path.write_text("the\ncat\n<UNK>\nsat\n")
+    vocab = vocab_from(path)
+    rows = 4
+    weight_in_file = torch.arange(rows, dtype=torch.float32).unsqueeze(1).repeat(1, 2)
+    write_hdf5(str(tmp_path / "softmax.hdf5"), {"weight": weight_in_file.numpy(), "bias": weight_in_file[:, 0].numpy()})
+    weight, bias = torch.full((vocab.get_vocab_size(), 2), -1.0), torch.full((vocab.get_vocab_size(),), -1.0)
+    import_softmax(weight, bias, vocab.get_token_to_index_vocabulary(), str(tmp_path / "softmax.hdf5"), str(path))
+    for line, token in enumerate(["the", "cat", "@@UNKNOWN@@", "sat"]):
+        assert vocab.get_token_index(token) == line + 1
+        assert bias[line] == line and torch.equal(weight[line], weight_in_file[line])
+
+
+def test_missing_specials_are_appended_with_a_warning(tmp_path, caplog):
+    path = tmp_path / "vocab.txt"
+    path.write_text("the\ncat\n")
+    with caplog.at_level(logging.WARNING):
+        vocab = vocab_from(path)
+    assert [vocab.get_token_index(t) for t in ["the", "cat", "<S>", "</S>", "@@UNKNOWN@@"]] == [1, 2, 3, 4, 5]
+    assert any("lacks" in record.getMessage() for record in caplog.records)
+
+
+def test_the_writer_is_atomic_and_round_trips(tmp_path):
+    path = tmp_path / "tokens.txt"
+    write_elmo_vocab_file(str(path), ["<S>", "</S>", "@@UNKNOWN@@", "é"])
+    assert read_elmo_vocab_file(str(path)) == ["<S>", "</S>", "@@UNKNOWN@@", "é"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tokens.txt"]  # no partial file left
