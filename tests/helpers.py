@@ -4,8 +4,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Callable, Dict, Iterable, List, Optional
 
 import pytest
 
@@ -66,3 +67,29 @@ def conllu_head(path: Path, sentences: int) -> str:
 
 # pos_tagger_elmo.jsonnet with the tiny biLM: ELMo width 2 x 16, + the 32-wide word embedding.
 TINY_TAGGER_OVERRIDES = {"model.encoder.input_size": 2 * 16 + 32, "model.encoder.hidden_size": 32}
+
+
+def first_item_before_end_of_file(read: Callable[[str], Iterable], path: Path, head: str, timeout: float = 20.0):
+    """`read(path)`'s first item when the file is a pipe holding only `head` and not yet closed:
+    an eager reader (one that reads to the end before yielding) never returns it, and this
+    fails; a lazy one yields from what is there. The pipe is closed afterwards either way."""
+    os.mkfifo(path)
+    release = threading.Event()
+
+    def write() -> None:
+        with open(path, "w", encoding="utf-8") as pipe:
+            pipe.write(head)
+            pipe.flush()
+            release.wait(timeout)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    result: List = []
+    reader = threading.Thread(target=lambda: result.append(next(iter(read(str(path))))), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    produced_before_end = bool(result)
+    release.set()
+    writer.join(timeout)
+    assert produced_before_end, f"no item from {path} before its end: the reader is not lazy"
+    return result[0]

@@ -1,6 +1,4 @@
 """`conllu_tagging`: syntactic words and UPOS only; multiword tokens, empty nodes, comments skipped."""
-import types
-
 import pytest
 from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
@@ -56,11 +54,23 @@ def test_words_and_upos_without_multiword_tokens_empty_nodes_or_comments(conllu_
     assert instances[1]["metadata"]["words"] == ["Sue", "likes", "coffee", "de", "el"]
 
 
-def test_read_is_lazy(conllu_file):
+def test_read_is_lazy(tmp_path, monkeypatch):
+    """The first sentence comes out after a small part of a large file has been read."""
+    import elmo_plugin.data.conllu_tagging_reader as module
+
+    path = tmp_path / "big.conllu"
+    path.write_text(CONLLU * 2000, encoding="utf-8")
+    opened = []
+
+    def recording_open(*args, **kwargs):
+        opened.append(open(*args, **kwargs))
+        return opened[-1]
+
+    monkeypatch.setattr(module, "open", recording_open, raising=False)  # shadows the builtin there
     reader = DatasetReader.from_params(Params({"type": "conllu_tagging"}))
-    instances = reader.read(str(conllu_file))
-    assert isinstance(instances, types.GeneratorType)
-    assert next(iter(instances))["tags"].labels == ["AUX", "PART", "VERB", "PUNCT"]
+    instances = iter(reader.read(str(path)))  # kept: dropping the generator closes the file
+    assert next(instances)["tags"].labels == ["AUX", "PART", "VERB", "PUNCT"]
+    assert len(opened) == 1 and opened[0].buffer.tell() < path.stat().st_size / 10
 
 
 def test_configured_indexers_give_word_ids_and_elmo_character_ids(conllu_file):

@@ -4,6 +4,7 @@ import pytest
 from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
+from tests.helpers import first_item_before_end_of_file
 
 
 def read_texts(reader, path):
@@ -75,3 +76,9 @@ def test_text_to_instance_with_indexers_gives_targets_and_char_ids(tmp_path):
     tensors = batch.as_tensor_dict()["source"]
     assert tensors["tokens"]["tokens"].shape == (1, 4)
     assert tensors["elmo"]["elmo_tokens"].shape == (1, 4, 50)
+
+
+def test_read_is_lazy(tmp_path):
+    """The first line's instance comes out while the shard is still being written."""
+    instance = first_item_before_end_of_file(ElmoCorpusReader().read, tmp_path / "pipe.txt", "the cat sat\n")
+    assert [token.text for token in instance["source"].tokens] == ["<S>", "the", "cat", "sat", "</S>"]

@@ -232,3 +232,66 @@ def test_hidden_dim_is_still_accepted_as_the_old_name_of_feedforward_hidden_dim(
     with pytest.raises(ConfigurationError, match="exactly once"):
         make_transformer(hidden_dim=24)
     assert "feedforward_hidden_dim=32" in repr(make_transformer())  # DirectionalBlock prints its sizes
+
+
+def copy_into_allennlp_models(ours: ElmoTransformerContextualizer, theirs) -> None:
+    """Our stacked per-direction parameters -> allennlp-models' two `make_model` transformers
+    (their Linear weights are (out, in), ours (in, out) for x @ W)."""
+    with torch.no_grad():
+        for direction, stack in enumerate([theirs._forward_transformer, theirs._backward_transformer]):
+            for block, layer in zip(ours.layers, stack.layers):
+                attention_norm, feedforward_norm = layer.sublayer[0].norm, layer.sublayer[1].norm
+                attention_norm.gamma.copy_(block.attention_norm_weight[direction, 0])
+                attention_norm.beta.copy_(block.attention_norm_bias[direction, 0])
+                for linear, weight, bias in zip(
+                    layer.self_attn.linears[:3],
+                    block.qkv_weight[direction].chunk(3, dim=-1),
+                    block.qkv_bias[direction, 0].chunk(3, dim=-1),
+                ):
+                    linear.weight.copy_(weight.t())
+                    linear.bias.copy_(bias)
+                layer.self_attn.linears[3].weight.copy_(block.output_weight[direction].t())
+                layer.self_attn.linears[3].bias.copy_(block.output_bias[direction, 0])
+                feedforward_norm.gamma.copy_(block.feedforward_norm_weight[direction, 0])
+                feedforward_norm.beta.copy_(block.feedforward_norm_bias[direction, 0])
+                layer.feed_forward.w_1.weight.copy_(block.feedforward_in_weight[direction].t())
+                layer.feed_forward.w_1.bias.copy_(block.feedforward_in_bias[direction, 0])
+                layer.feed_forward.w_2.weight.copy_(block.feedforward_out_weight[direction].t())
+                layer.feed_forward.w_2.bias.copy_(block.feedforward_out_bias[direction, 0])
+            stack.norm.gamma.copy_(ours.final_norm_weight[direction, 0])
+            stack.norm.beta.copy_(ours.final_norm_bias[direction, 0])
+
+
+def test_equals_allennlp_models_transformer_in_values_and_gradients():
+    """The same weights in allennlp-models' `BidirectionalLanguageModelTransformer` (8 heads, as
+    it hard-codes; positions from the start; no input layer norm; no dropout) give every layer's
+    outputs and the input gradients at real positions to 1e-5 (their LayerNorm adds its epsilon to
+    the standard deviation, ours inside the square root)."""
+    from allennlp_models.lm.modules.seq2seq_encoders.bidirectional_lm_transformer import (
+        BidirectionalLanguageModelTransformer,
+    )
+
+    ours = make_transformer(
+        num_attention_heads=8, dropout=0.0, input_dropout=0.0, input_layer_norm=False,
+        backward_positions="from_start", return_all_layers=True,
+    )
+    with torch.no_grad():  # non-trivial norms and biases, so a misplaced one shows
+        for name, parameter in ours.named_parameters():
+            if "norm" in name or "bias" in name:
+                parameter.add_(torch.randn_like(parameter) * 0.3)
+    theirs = BidirectionalLanguageModelTransformer(DIM, 32, 3, dropout=0.0, return_all_layers=True).eval()
+    copy_into_allennlp_models(ours, theirs)
+    inputs, mask = padded_batch()
+    real = mask.unsqueeze(-1)
+    results = []
+    for module in (ours, theirs):
+        leaf = inputs.clone().requires_grad_()
+        layers = module(leaf, mask)
+        weights = torch.Generator().manual_seed(3)
+        loss = sum((layer * real * torch.randn(layer.shape, generator=weights)).sum() for layer in layers)
+        results.append(([layer * real for layer in layers], torch.autograd.grad(loss, leaf)[0]))
+    (our_layers, our_grad), (their_layers, their_grad) = results
+    assert len(our_layers) == len(their_layers) == 3
+    for got, want in zip(our_layers, their_layers):
+        torch.testing.assert_close(got, want, rtol=TOLERANCE, atol=TOLERANCE)
+    torch.testing.assert_close(our_grad, their_grad, rtol=TOLERANCE, atol=TOLERANCE)
