@@ -2,6 +2,7 @@
 data location, a runner for the real `allennlp` CLI, tiny config sizes."""
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -93,3 +94,10 @@ def first_item_before_end_of_file(read: Callable[[str], Iterable], path: Path, h
     writer.join(timeout)
     assert produced_before_end, f"no item from {path} before its end: the reader is not lazy"
     return result[0]
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now (for process groups: two suites may run side by side)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]

@@ -1,16 +1,21 @@
 """`allennlp train` / `evaluate` end to end for the biLM, on tiny sizes."""
 import json
+import os
 import signal
 import subprocess
-import time
 
 import pytest
+import torch
+from allennlp.common import Params
+from allennlp.data import DatasetReader
 
 from tests.helpers import (
     ALLENNLP,
     CONFIG_DIR,
+    REPO_ROOT,
     TINY_LSTM_OVERRIDES,
     TINY_TRANSFORMER_OVERRIDES,
+    free_port,
     overrides,
     require_shared_file,
     run_allennlp,
@@ -58,16 +63,31 @@ def test_wikitext_validation_perplexity_falls_epoch_over_epoch(config, sizes, tm
 
 
 def test_distributed_cpu_training_over_shards(tiny_corpus, tmp_path):
+    """2 DDP workers x 2 loader workers over 3 shards: both workers train, and together they
+    train on every target of the corpus exactly once (counted by a probe callback)."""
+    callbacks = Params.from_file(str(CONFIG_DIR / "elmo_lstm.jsonnet")).as_dict()["trainer"]["callbacks"]
     values = dict(
         TINY_LSTM_OVERRIDES,
         train_data_path=str(tiny_corpus / "train" / "*.txt"),
         validation_data_path=str(tiny_corpus / "valid.txt"),
-        distributed={"cuda_devices": [-1, -1]},
-        **{"trainer.num_epochs": 1},
+        distributed={"cuda_devices": [-1, -1], "master_port": free_port()},
+        **{
+            "trainer.num_epochs": 1,
+            "data_loader.num_workers": 2,
+            "trainer.callbacks": [*callbacks, {"type": "target_counter"}],
+        },
     )
-    run_allennlp(["train", str(CONFIG_DIR / "elmo_lstm.jsonnet"), "-s", str(tmp_path / "out"), "-o", overrides(values)])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTHONPATH", str(REPO_ROOT))
+        patch.setenv("TARGET_COUNTER_DIR", str(tmp_path))
+        run_allennlp(["train", str(CONFIG_DIR / "elmo_lstm.jsonnet"), "-s", str(tmp_path / "out"),
+                      "-o", overrides(values), "--include-package", "tests.cli.probes"])
+    per_worker = [json.loads((tmp_path / f"rank{rank}.json").read_text())["0"] for rank in range(2)]
+    reader = DatasetReader.from_params(Params.from_file(str(CONFIG_DIR / "elmo_lstm.jsonnet")).pop("dataset_reader"))
+    corpus_targets = sum(len(i["source"].tokens) - 1 for i in reader.read(str(tiny_corpus / "train" / "*.txt")))
+    assert all(count > 0 for count in per_worker) and sum(per_worker) == corpus_targets
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
-    assert 1.0 < metrics["validation_perplexity"] < metrics["training_perplexity"] * 10
+    assert {"peak_worker_0_memory_MB", "peak_worker_1_memory_MB"} <= set(metrics)
     assert (tmp_path / "out" / "model.tar.gz").is_file()
 
 
@@ -91,30 +111,37 @@ def test_original_size_config_builds_and_trains_with_sizes_overridden_down(tiny_
     assert json.loads((tmp_path / "out" / "metrics.json").read_text())["validation_perplexity"] > 1.0
 
 
-def test_killed_run_resumes_with_recover(tiny_corpus, tmp_path):
+def test_killed_run_resumes_from_its_last_checkpoint_with_recover(tiny_corpus, tmp_path):
+    """A run killed right after epoch 0's checkpoint (by a probe callback, no timing involved)
+    resumes with `-r` from exactly that checkpoint's weights and does not train epoch 0 again."""
     out = tmp_path / "out"
+    callbacks = Params.from_file(str(CONFIG_DIR / "elmo_lstm.jsonnet")).as_dict()["trainer"]["callbacks"]
     values = dict(
         TINY_LSTM_OVERRIDES,
         train_data_path=str(tiny_corpus / "train" / "*.txt"),
         validation_data_path=str(tiny_corpus / "valid.txt"),
-        **{"trainer.num_epochs": 4},
+        **{"trainer.num_epochs": 3, "trainer.callbacks": [*callbacks, {"type": "checkpoint_probe"}]},
     )
-    args = ["train", str(CONFIG_DIR / "elmo_lstm.jsonnet"), "-s", str(out), "-o", overrides(values), "--include-package", "elmo_plugin"]
-    process = subprocess.Popen([ALLENNLP, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 240
-    # allennlp writes metrics_epoch_0.json before epoch 0's checkpoint: wait for the checkpoint
-    while not list(out.glob("training_state_e1_b0*.th")) and time.time() < deadline and process.poll() is None:
-        time.sleep(0.2)
-    time.sleep(1.0)  # let torch.save finish writing it
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    finished = sorted(int(p.stem.rsplit("_", 1)[1]) for p in out.glob("metrics_epoch_*.json"))
-    assert finished and finished[-1] < 3, "the run should have been killed mid-training"
+    args = ["train", str(CONFIG_DIR / "elmo_lstm.jsonnet"), "-s", str(out), "-o", overrides(values),
+            "--include-package", "tests.cli.probes"]
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), CHECKPOINT_PROBE_KILL="1", OMP_NUM_THREADS="1")
+    killed = subprocess.run([ALLENNLP, *args, "--include-package", "elmo_plugin"], env=env, capture_output=True, timeout=600)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert sorted(p.name for p in out.glob("metrics_epoch_*.json")) == ["metrics_epoch_0.json"]
     first_epoch = out / "metrics_epoch_0.json"
     before = (first_epoch.stat().st_mtime_ns, first_epoch.read_text())
-    run_allennlp(["train", str(CONFIG_DIR / "elmo_lstm.jsonnet"), "-s", str(out), "-r", "-o", overrides(values)], timeout=900)
-    assert (first_epoch.stat().st_mtime_ns, first_epoch.read_text()) == before  # epoch 0 was not trained again
-    assert json.loads((out / "metrics.json").read_text())["epoch"] == 3
+    checkpoint = torch.load(out / "model_state_e1_b0.th")  # read now: later epochs prune it
+
+    restored = tmp_path / "restored.th"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTHONPATH", str(REPO_ROOT))
+        patch.setenv("CHECKPOINT_PROBE_RECORD", str(restored))
+        run_allennlp([*args[:4], "-r", *args[4:]], timeout=900)
+    resumed_with = torch.load(restored)
+    assert checkpoint.keys() == resumed_with.keys()
+    assert all(torch.equal(checkpoint[name], resumed_with[name]) for name in checkpoint)
+    assert (first_epoch.stat().st_mtime_ns, first_epoch.read_text()) == before  # epoch 0 not trained again
+    assert json.loads((out / "metrics.json").read_text())["epoch"] == 2
 
 
 def test_bf16_training_through_the_cli_tracks_float32_losses(tiny_corpus, tmp_path):

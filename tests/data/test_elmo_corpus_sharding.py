@@ -8,6 +8,7 @@ import torch.multiprocessing as mp
 from allennlp.data.data_loaders import MultiProcessDataLoader
 
 from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
+from tests.helpers import free_port
 
 WORLD_SIZE, WORKERS = 2, 2
 
@@ -28,7 +29,7 @@ def test_each_line_read_once_across_ranks_and_workers(tmp_path):
         shard_lines = [line for line in lines if line.endswith(f"shard {shard}")]
         (tmp_path / f"shard_{shard}.txt").write_text("\n".join(shard_lines) + "\n\n")
     (tmp_path / "shard_9.txt").write_text("")  # an empty shard among them
-    mp.spawn(read_as_rank, args=(str(tmp_path / "shard_*.txt"), str(tmp_path), 29517), nprocs=WORLD_SIZE)
+    mp.spawn(read_as_rank, args=(str(tmp_path / "shard_*.txt"), str(tmp_path), free_port()), nprocs=WORLD_SIZE)
     per_rank = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(WORLD_SIZE)]
     assert all(per_rank), "every rank gets a share"
     assert Counter(text for texts in per_rank for text in texts) == Counter(lines)

@@ -1,0 +1,48 @@
+"""Trainer callbacks that let CLI tests see inside `allennlp train` (`--include-package
+tests.cli.probes`, repo root on PYTHONPATH).
+
+`checkpoint_probe`: with $CHECKPOINT_PROBE_KILL set, the
+training process kills itself (SIGKILL) after the first training batch that follows a complete
+checkpoint (allennlp saves a checkpoint synchronously after each epoch, before the next epoch's
+first batch). With $CHECKPOINT_PROBE_RECORD=PATH, `on_start`, which allennlp calls after restoring
+a checkpoint, saves the model's state_dict to PATH."""
+import json
+import os
+import signal
+
+import torch
+from allennlp.training.callbacks.callback import TrainerCallback
+
+
+@TrainerCallback.register("checkpoint_probe")
+class CheckpointProbe(TrainerCallback):
+    def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
+        record = os.environ.get("CHECKPOINT_PROBE_RECORD")
+        if record:
+            torch.save({name: value.clone() for name, value in trainer.model.state_dict().items()}, record)
+
+    def on_batch(self, trainer, batch_inputs, batch_outputs, batch_metrics, epoch, batch_number,
+                 is_training, is_primary=True, batch_grad_norm=None, **kwargs) -> None:
+        if os.environ.get("CHECKPOINT_PROBE_KILL") and is_training and trainer._epochs_completed >= 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+@TrainerCallback.register("target_counter")
+class TargetCounter(TrainerCallback):
+    """With $TARGET_COUNTER_DIR set, each worker writes `rank{R}.json`: the number of training
+    targets (the model's `batch_weight`) it trained on in each epoch."""
+
+    def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
+        self._counts = {}
+
+    def on_batch(self, trainer, batch_inputs, batch_outputs, batch_metrics, epoch, batch_number,
+                 is_training, is_primary=True, batch_grad_norm=None, **kwargs) -> None:
+        if is_training:
+            targets = sum(float(output.get("batch_weight", 0.0)) for output in batch_outputs)
+            self._counts[epoch] = self._counts.get(epoch, 0.0) + targets
+
+    def on_end(self, trainer, metrics=None, epoch=None, is_primary=True, **kwargs) -> None:
+        folder = os.environ.get("TARGET_COUNTER_DIR")
+        if folder:
+            with open(os.path.join(folder, f"rank{trainer._rank}.json"), "w") as out:
+                json.dump(self._counts, out)
