@@ -1,5 +1,6 @@
 """`allennlp train` / `evaluate` end to end for the biLM, on tiny sizes."""
 import json
+import math
 import os
 import signal
 import subprocess
@@ -7,7 +8,8 @@ import subprocess
 import pytest
 import torch
 from allennlp.common import Params
-from allennlp.data import DatasetReader
+from allennlp.data import Batch, DatasetReader
+from allennlp.models.archival import load_archive
 
 from tests.helpers import (
     ALLENNLP,
@@ -91,7 +93,48 @@ def test_distributed_cpu_training_over_shards(tiny_corpus, tmp_path):
     assert (tmp_path / "out" / "model.tar.gz").is_file()
 
 
-def test_original_size_config_builds_and_trains_with_sizes_overridden_down(tiny_corpus, tmp_path):
+def test_original_config_has_the_published_sizes():
+    """elmo_lstm_original.jsonnet is Peters et al. (2018)'s biLM and bilm-tf's training setup."""
+    params = Params.from_file(str(CONFIG_DIR / "elmo_lstm_original.jsonnet")).as_dict()
+    model, trainer = params["model"], params["trainer"]
+    lstm, char_cnn = model["contextualizer"], model["text_field_embedder"]["token_embedders"]["elmo"]
+    assert (lstm["type"], lstm["num_layers"], lstm["input_dim"], lstm["cell_size"]) == ("elmo_lstm", 2, 512, 4096)
+    assert (lstm["cell_clip"], lstm["proj_clip"], lstm["dropout"], model["dropout"]) == (3, 3, 0.1, 0.1)
+    assert char_cnn["filters"] == [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
+    assert (char_cnn["num_highway"], char_cnn["projection_dim"], char_cnn["embedding_dim"]) == (2, 512, 16)
+    assert model["num_samples"] == 8192 and params["data_loader"]["batch_size"] == 128
+    assert params["dataset_reader"]["max_sequence_length"] == 20
+    assert trainer["optimizer"] == {"type": "adagrad", "lr": 0.2, "initial_accumulator_value": 1.0}
+    assert trainer["grad_norm"] == 10.0 and trainer["cuda_device"] == 0
+
+
+def full_softmax_perplexity(archive, data_file) -> float:
+    """The archived biLM's joint perplexity on `data_file`, computed here with the full softmax
+    over every row: exp of the mean negative log likelihood of both directions' targets."""
+    loaded = load_archive(str(archive))
+    model, reader = loaded.model.eval(), loaded.validation_dataset_reader
+    weight, bias = model.softmax_matrices()
+    nll, targets = 0.0, 0
+    with torch.no_grad():
+        for instance in reader.read(str(data_file)):
+            reader.apply_token_indexers(instance)
+            batch = Batch([instance])
+            batch.index_instances(model.vocab)
+            source = batch.as_tensor_dict()["source"]
+            layers, _ = model.bilm_encoder()(source["elmo"]["elmo_tokens"])
+            forward, backward = layers[-1][0].chunk(2, dim=-1)
+            rows = source["tokens"]["tokens"][0] - 1  # softmax row of each token
+            log_probs = lambda states: torch.log_softmax(states @ weight.t() + bias, dim=-1)  # noqa: E731
+            nll -= float(log_probs(forward[:-1]).gather(1, rows[1:, None]).sum())
+            nll -= float(log_probs(backward[1:]).gather(1, rows[:-1, None]).sum())
+            targets += 2 * (len(rows) - 1)
+    return math.exp(nll / targets)
+
+
+def test_original_config_shrunk_trains_with_sampled_softmax_and_validates_with_the_full_one(tiny_corpus, tmp_path):
+    """elmo_lstm_original.jsonnet with sizes overridden down: trained with 20 sampled negatives,
+    its validation perplexity is the full softmax's (computed independently here) and beats a
+    uniform distribution over the vocabulary."""
     values = {
         "model.text_field_embedder.token_embedders.elmo.filters": [[1, 4], [2, 4], [3, 8]],
         "model.text_field_embedder.token_embedders.elmo.projection_dim": 8,
@@ -100,15 +143,17 @@ def test_original_size_config_builds_and_trains_with_sizes_overridden_down(tiny_
         "model.num_samples": 20,
         "vocabulary.min_count.tokens": 1,
         "data_loader.batch_size": 16,
-        "trainer.num_epochs": 1,
+        "trainer.num_epochs": 4,
         "trainer.cuda_device": -1,
-        "train_data_path": str(tiny_corpus / "train" / "shard_0.txt"),
+        "train_data_path": str(tiny_corpus / "train" / "*.txt"),
         "validation_data_path": str(tiny_corpus / "valid.txt"),
     }
-    run_allennlp(["train", str(CONFIG_DIR / "elmo_lstm_original.jsonnet"), "-s", str(tmp_path / "out"), "-o", overrides(values)])
-    config = json.loads((tmp_path / "out" / "config.json").read_text())
-    assert config["model"]["num_samples"] == 20 and config["model"]["contextualizer"]["cell_clip"] == 3
-    assert json.loads((tmp_path / "out" / "metrics.json").read_text())["validation_perplexity"] > 1.0
+    out = tmp_path / "out"
+    run_allennlp(["train", str(CONFIG_DIR / "elmo_lstm_original.jsonnet"), "-s", str(out), "-o", overrides(values)])
+    validation = json.loads((out / "metrics.json").read_text())["validation_perplexity"]
+    assert validation == pytest.approx(full_softmax_perplexity(out / "model.tar.gz", tiny_corpus / "valid.txt"), rel=1e-4)
+    vocab_size = len((out / "vocabulary" / "tokens.txt").read_text().splitlines())
+    assert validation < vocab_size
 
 
 def test_killed_run_resumes_from_its_last_checkpoint_with_recover(tiny_corpus, tmp_path):

@@ -60,10 +60,7 @@ def test_original_config_trains_through_the_cli_when_shrunk(tmp_path):
     metrics = json.loads((out / "metrics.json").read_text())
     assert math.isfinite(metrics["training_loss"])
     vocab_size = len((out / "vocabulary" / "tokens.txt").read_text().splitlines())
-    assert 1 < metrics["validation_perplexity"] < 2 * vocab_size
-    config = json.loads((out / "config.json").read_text())
-    assert config["model"]["contextualizer"]["type"] == "elmo_transformer"
-    assert config["model"]["contextualizer"]["num_layers"] == 2
+    assert 1 < metrics["validation_perplexity"] < vocab_size  # better than uniform
 
 
 def test_demo_config_trains_and_evaluates_through_the_cli(tmp_path):
