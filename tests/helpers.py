@@ -1,5 +1,6 @@
 """Test helpers (imported by test modules; conftest.py holds only fixtures): repo paths, the real
 data location, a runner for the real `allennlp` CLI, tiny config sizes."""
+import contextlib
 import json
 import os
 import socket
@@ -7,7 +8,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional
+from typing import Callable, Dict, Iterable, Iterator, List, Optional
 
 import pytest
 
@@ -101,3 +102,17 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+@contextlib.contextmanager
+def hidden(*paths: Path) -> Iterator[None]:
+    """The paths (files or folders) moved out of the way for the block and put back after it,
+    so a test can prove it does not need them without breaking fixtures other tests share."""
+    moved = [(path, path.with_name(path.name + ".hidden")) for path in paths]
+    for path, away in moved:
+        path.rename(away)
+    try:
+        yield
+    finally:
+        for path, away in moved:
+            away.rename(path)

@@ -12,14 +12,17 @@ from typing import Optional
 
 import pytest
 import torch
+from allennlp.data import Instance, Token
 from allennlp.data.data_loaders import MultiProcessDataLoader
+from allennlp.data.fields import TextField
 from allennlp.models.archival import load_archive
 from allennlp.modules.elmo import batch_to_ids
 from allennlp.training.util import evaluate
 
+from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
 from elmo_plugin.elmo_files.softmax import NO_TOKEN_BIAS, read_softmax
 from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder
-from tests.helpers import CONFIG_DIR, REPO_ROOT, TINY_LSTM_OVERRIDES, overrides, run_allennlp
+from tests.helpers import CONFIG_DIR, REPO_ROOT, TINY_LSTM_OVERRIDES, hidden, overrides, run_allennlp
 from tests.elmo_files.elmo_reference import TOLERANCE, allennlp_elmo, allennlp_layers, max_diff, with_boundaries
 
 TAGGED = REPO_ROOT / "fixtures" / "tagged"
@@ -166,23 +169,22 @@ def _evaluate(archive_path: Path, data_path: Path):
 
 
 def test_downstream_archives_are_self_contained(runs):
-    """With the biLM archive and the exported files deleted, our taggers' archives still load,
+    """With the biLM archive and the exported files gone, our taggers' archives still load,
     evaluate to the accuracy recorded during training, and predict."""
-    shutil.rmtree(runs["files"])
-    shutil.rmtree(runs["bilm"].parent)
-    for name in ("ours_from_files", "ours_from_archive"):
-        model, metrics = _evaluate(runs[name] / "model.tar.gz", TAGGED / "valid_word_tag.txt")
-        recorded = json.loads((runs[name] / "metrics.json").read_text())
-        assert metrics["accuracy"] == pytest.approx(recorded["best_validation_accuracy"], abs=1e-9)
-        from allennlp.data import Instance, Token
-        from allennlp.data.fields import TextField
+    with hidden(runs["files"], runs["bilm"].parent):
+        for name in ("ours_from_files", "ours_from_archive"):
+            check_self_contained(runs[name])
 
-        from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
 
-        tokens = [Token(t) for t in "The file is open .".split()]
-        instance = Instance({"tokens": TextField(tokens, {"elmo": ElmoCharIdsIndexer()})})
-        tags = model.forward_on_instance(instance)["tags"]
-        assert len(tags) == 5 and set(tags) <= set(model.vocab.get_token_to_index_vocabulary("labels"))
+def check_self_contained(run: Path) -> None:
+    """The run's archive evaluates to its recorded accuracy and tags a sentence."""
+    model, metrics = _evaluate(run / "model.tar.gz", TAGGED / "valid_word_tag.txt")
+    recorded = json.loads((run / "metrics.json").read_text())
+    assert metrics["accuracy"] == pytest.approx(recorded["best_validation_accuracy"], abs=1e-9)
+    tokens = [Token(t) for t in "The file is open .".split()]
+    instance = Instance({"tokens": TextField(tokens, {"elmo": ElmoCharIdsIndexer()})})
+    tags = model.forward_on_instance(instance)["tags"]
+    assert len(tags) == 5 and set(tags) <= set(model.vocab.get_token_to_index_vocabulary("labels"))
 
 
 def test_continued_pretraining_starts_from_the_imported_model(runs, tiny_corpus):

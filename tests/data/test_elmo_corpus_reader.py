@@ -2,6 +2,7 @@ import logging
 
 import pytest
 from allennlp.common.checks import ConfigurationError
+from allennlp.data.token_indexers.elmo_indexer import ELMoCharacterMapper
 
 from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
 from tests.helpers import first_item_before_end_of_file
@@ -74,8 +75,10 @@ def test_text_to_instance_with_indexers_gives_targets_and_char_ids(tmp_path):
     batch = Batch([instance])
     batch.index_instances(vocab)
     tensors = batch.as_tensor_dict()["source"]
-    assert tensors["tokens"]["tokens"].shape == (1, 4)
-    assert tensors["elmo"]["elmo_tokens"].shape == (1, 4, 50)
+    words = ["<S>", "hello", "world", "</S>"]
+    assert tensors["tokens"]["tokens"].tolist() == [[vocab.get_token_index(word) for word in words]]
+    mapper = ELMoCharacterMapper()  # allennlp's ids, shifted by one so that 0 is padding
+    assert tensors["elmo"]["elmo_tokens"].tolist() == [[mapper.convert_word_to_char_ids(word) for word in words]]
 
 
 def test_read_is_lazy(tmp_path):

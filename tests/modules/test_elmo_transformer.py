@@ -213,14 +213,20 @@ def test_cpu_dropout_is_inverted_bernoulli_dropout(p):
 
 
 def test_bilm_encoder_uses_it_unchanged():
+    """Layer 0 = the character CNN output twice, layers 1.. = the transformer's own layers on it."""
     char_cnn = ElmoCharCnn(filters=[[1, 4], [2, 4]], num_highway=1, projection_dim=DIM)
-    encoder = BiLmEncoder(char_cnn, make_transformer(num_layers=2))
+    transformer = make_transformer(num_layers=2)
+    encoder = BiLmEncoder(char_cnn, transformer).eval()
     char_ids = torch.randint(1, 262, (2, 5, 50))
     char_ids[1, 3:] = 0
-    layers, mask = encoder(char_ids)
-    assert encoder.num_layers == 3 and len(layers) == 3
-    assert all(layer.shape == (2, 5, 2 * DIM) for layer in layers)
+    with torch.no_grad():
+        layers, mask = encoder(char_ids)
+        tokens = char_cnn(char_ids)
+        expected = [torch.cat([tokens, tokens], dim=-1), *transformer.all_layers(tokens, mask)]
     assert mask.tolist() == [[True] * 5, [True] * 3 + [False] * 2]
+    assert encoder.num_layers == len(layers) == 3
+    for got, want in zip(layers, expected):
+        assert torch.equal(got, want)
 
 
 # ----- configs and the real allennlp CLI -------------------------------------------------

@@ -32,9 +32,12 @@ def unpadded_model_nll(archive, windows):
     return forward, backward
 
 
-def test_log_probs_are_the_models_own_numbers(tiny_bilm_archive, tiny_corpus, plugin_cwd):
+@pytest.mark.parametrize("archive", ["tiny_bilm_archive", "tiny_transformer_archive"])
+def test_log_probs_are_the_models_own_numbers(archive, tiny_corpus, plugin_cwd, request):
     """Summed over the validation file (split into the reader's windows), the per-sentence log
-    probabilities give the model's own losses and the forward perplexity `allennlp train` recorded."""
+    probabilities give the model's own losses and the forward perplexity `allennlp train` recorded,
+    for an LSTM and a transformer biLM."""
+    tiny_bilm_archive = request.getfixturevalue(archive)
     windows = []
     for line in (tiny_corpus / "valid.txt").read_text(encoding="utf-8").splitlines():
         tokens = line.split()
