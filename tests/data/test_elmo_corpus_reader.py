@@ -85,3 +85,17 @@ def test_read_is_lazy(tmp_path):
     """The first line's instance comes out while the shard is still being written."""
     instance = first_item_before_end_of_file(ElmoCorpusReader().read, tmp_path / "pipe.txt", "the cat sat\n")
     assert [token.text for token in instance["source"].tokens] == ["<S>", "the", "cat", "sat", "</S>"]
+
+
+def test_invalid_utf8_lines_are_counted_and_the_first_few_named(tmp_path, caplog):
+    """Every bad line is counted in the summary line; only the first MAX_UTF8_WARNINGS get a
+    warning of their own (a corpus full of them must not flood the log)."""
+    from elmo_plugin.data.elmo_corpus_reader import MAX_UTF8_WARNINGS
+
+    bad_lines = MAX_UTF8_WARNINGS + 3
+    (tmp_path / "bad.txt").write_bytes(b"".join(b"word \xff %d\n" % i for i in range(bad_lines)) + b"fine\n")
+    with caplog.at_level(logging.INFO):
+        assert len(read_texts(ElmoCorpusReader(), tmp_path / "bad.txt")) == bad_lines + 1
+    named = [r for r in caplog.records if r.levelno == logging.WARNING and "invalid UTF-8 at" in r.getMessage()]
+    assert len(named) == MAX_UTF8_WARNINGS
+    assert any(f"{bad_lines} lines had invalid UTF-8" in r.getMessage() for r in caplog.records)

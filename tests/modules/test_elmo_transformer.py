@@ -301,3 +301,17 @@ def test_equals_allennlp_models_transformer_in_values_and_gradients():
     for got, want in zip(our_layers, their_layers):
         torch.testing.assert_close(got, want, rtol=TOLERANCE, atol=TOLERANCE)
     torch.testing.assert_close(our_grad, their_grad, rtol=TOLERANCE, atol=TOLERANCE)
+
+
+def test_attention_dropout_drops_attention_weights_in_training_only():
+    """With all other dropouts 0, `attention_dropout` changes training outputs (differently per
+    draw) and leaves eval outputs alone."""
+    inputs, mask = padded_batch()
+    plain = make_transformer(dropout=0.0, input_dropout=0.0)
+    with_attention_dropout = make_transformer(dropout=0.0, input_dropout=0.0, attention_dropout=0.5)
+    with torch.no_grad():
+        assert torch.equal(with_attention_dropout(inputs, mask), plain(inputs, mask))
+        with_attention_dropout.train()
+        first, second = with_attention_dropout(inputs, mask), with_attention_dropout(inputs, mask)
+        assert torch.equal(plain.train()(inputs, mask), plain(inputs, mask))  # nothing else random
+    assert not torch.allclose(first, second) and not torch.allclose(first, plain(inputs, mask))

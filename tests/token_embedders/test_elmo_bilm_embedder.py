@@ -143,3 +143,47 @@ def test_transformer_archive_rebuilds_from_the_recorded_architecture(tmp_path):
     rebuilt.load_state_dict(embedder.state_dict())
     with torch.no_grad():
         assert torch.equal(rebuilt(char_ids), embedder(char_ids))
+
+
+def test_projection_dim_projects_the_mix_linearly(tmp_path):
+    write_pair(random_encoder(1.0), tmp_path)
+    plain = ElmoBiLmEmbedder(Vocabulary(), pretrained_file=str(tmp_path), dropout=0.0).eval()
+    projected = ElmoBiLmEmbedder(Vocabulary(), pretrained_file=str(tmp_path), dropout=0.0, projection_dim=5).eval()
+    projected.scalar_mix.load_state_dict(plain.scalar_mix.state_dict())
+    char_ids = batches((3,))[0]
+    with torch.no_grad():
+        expected = projected._projection(plain(char_ids))
+        actual = projected(char_ids)
+    assert projected.get_output_dim() == 5 and actual.shape == (*char_ids.shape[:2], 5)
+    torch.testing.assert_close(actual, expected, rtol=0, atol=1e-6)
+
+
+def test_scalar_mix_parameters_fix_the_mix(tmp_path):
+    """Fixed pre-softmax weights: the output is gamma * sum_j softmax(s)_j h_j with those s,
+    and they are not trained."""
+    write_pair(random_encoder(1.0), tmp_path)
+    fixed = [1.0, -2.0, 0.5]
+    embedder = ElmoBiLmEmbedder(Vocabulary(), pretrained_file=str(tmp_path), dropout=0.0, scalar_mix_parameters=fixed)
+    embedder.eval()
+    char_ids = batches((3,))[0]
+    with torch.no_grad():
+        layers, mask = embedder.layers(char_ids)
+        weights = torch.softmax(torch.tensor(fixed), dim=0)
+        mixed = sum(w * layer for w, layer in zip(weights, layers))[:, 1:-1]  # <S>, </S> removed
+        actual = embedder(char_ids)
+    real = (char_ids > 0).any(-1).unsqueeze(-1)
+    torch.testing.assert_close(actual * real, mixed[:, : actual.size(1)] * real, rtol=0, atol=1e-6)
+    assert not any(p.requires_grad for p in embedder.scalar_mix.scalar_parameters)
+
+
+def test_dropout_applies_in_training_only(tmp_path):
+    write_pair(random_encoder(1.0), tmp_path)
+    embedder = ElmoBiLmEmbedder(Vocabulary(), pretrained_file=str(tmp_path), dropout=0.5)
+    char_ids = batches((3,))[0]
+    with torch.no_grad():
+        clean = embedder.eval()(char_ids)
+        torch.manual_seed(0)
+        dropped = embedder.train()(char_ids)
+    zeroed = (dropped == 0) & (clean != 0)
+    assert 0.3 < zeroed.float().sum() / (clean != 0).float().sum() < 0.7
+    torch.testing.assert_close(dropped[~zeroed & (clean != 0)], 2 * clean[~zeroed & (clean != 0)])
