@@ -12,6 +12,7 @@ from tests.helpers import (
     REPO_ROOT,
     TINY_LSTM_OVERRIDES,
     TINY_TAGGER_OVERRIDES,
+    TINY_TRANSFORMER_OVERRIDES,
     conllu_head,
     overrides,
     run_allennlp,
@@ -53,6 +54,20 @@ def tiny_bilm_archive(tiny_corpus, tmp_path_factory) -> Path:
         **{"trainer.num_epochs": 2},
     )
     run_allennlp(["train", str(CONFIG_DIR / "elmo_lstm.jsonnet"), "-s", str(out), "-o", overrides(values)])
+    return out / "model.tar.gz"
+
+
+@pytest.fixture(scope="session")
+def tiny_transformer_archive(tiny_corpus, tmp_path_factory) -> Path:
+    """A tiny transformer biLM trained for 1 epoch through `allennlp train`."""
+    out = tmp_path_factory.mktemp("tiny_transformer") / "model"
+    values = dict(
+        TINY_TRANSFORMER_OVERRIDES,
+        train_data_path=str(tiny_corpus / "train" / "*.txt"),
+        validation_data_path=str(tiny_corpus / "valid.txt"),
+        **{"trainer.num_epochs": 1},
+    )
+    run_allennlp(["train", str(CONFIG_DIR / "elmo_transformer.jsonnet"), "-s", str(out), "-o", overrides(values)])
     return out / "model.tar.gz"
 
 
