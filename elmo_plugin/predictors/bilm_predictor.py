@@ -38,7 +38,7 @@ class BiLmPredictor(Predictor):
 
     def __init__(self, model: Model, dataset_reader: DatasetReader, frozen: bool = True) -> None:
         super().__init__(model, dataset_reader, frozen)
-        self._bilm = check_bidirectional_language_model(model, f"{self.registered_as} needs an ELMo biLM archive; this archive")
+        self._bilm = check_bidirectional_language_model(model, f"{self.registered_as} needs an ELMo biLM archive but this archive")
         self._encoder = language_model_encoder(self._bilm)
         self._token_indexers = reader_token_indexers(dataset_reader)
 

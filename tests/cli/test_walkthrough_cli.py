@@ -192,9 +192,9 @@ def test_elmo_bilm_embedder_over_their_archive_makes_a_tagger_archive_that_stand
 
 def test_a_unidirectional_language_model_is_a_clear_error(tiny_corpus, walkthrough_vocabulary, tmp_path):
     archive = train_walkthrough(tiny_corpus, walkthrough_vocabulary, tmp_path, sharded=False, bidirectional=False)
-    with pytest.raises(ConfigurationError, match="unidirectional language_model .* bidirectional: true"):
+    with pytest.raises(ConfigurationError, match=r"unidirectional language_model .*\(bidirectional: true\)"):
         load_bilm_encoder(str(archive))
-    with pytest.raises(ConfigurationError, match="unidirectional language_model .* bidirectional: true"):
+    with pytest.raises(ConfigurationError, match=r"unidirectional language_model .*\(bidirectional: true\)"):
         ElmoBiLmEmbedder(Vocabulary(), pretrained_file=str(archive))
 
 
