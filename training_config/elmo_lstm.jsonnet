@@ -7,6 +7,9 @@
     type: "elmo_corpus",
     max_sequence_length: 40,  // longer lines become consecutive windows
     skip_headings: true,  // drop "= Heading =" lines (WikiText)
+    // The reader's defaults, written out: allennlp-models' language-model token embedders read
+    // them from the archived config (`tokens`: softmax targets; `elmo`: character ids).
+    token_indexers: { tokens: { type: "single_id" }, elmo: { type: "elmo_char_ids" } },
   },
   train_data_path: "fixtures/demo_corpus/train/*.txt",
   validation_data_path: "fixtures/demo_corpus/valid/*.txt",

@@ -8,7 +8,13 @@
 // expects); for a big corpus count it once with `allennlp elmo-vocab` and use
 //   -o '{"vocabulary": {"type": "elmo_tokens_file", "tokens_file": "tokens.txt"}}'
 {
-  dataset_reader: { type: "elmo_corpus", max_sequence_length: 20, skip_headings: true },
+  dataset_reader: {
+    type: "elmo_corpus",
+    max_sequence_length: 20,
+    skip_headings: true,
+    // Written out for allennlp-models' language-model token embedders (see elmo_lstm.jsonnet).
+    token_indexers: { tokens: { type: "single_id" }, elmo: { type: "elmo_char_ids" } },
+  },
   train_data_path: "fixtures/demo_corpus/train/*.txt",
   validation_data_path: "fixtures/demo_corpus/valid/*.txt",
   vocabulary: { type: "from_instances", min_count: { tokens: 3 } },

@@ -1,10 +1,11 @@
-"""A biLM's architecture (`modules.bilm_encoder.Architecture`) from our archive or an ELMo file
-folder, so an encoder can be rebuilt (without weights) wherever only the dict travels, e.g.
-inside a downstream model's archive.
+"""A biLM's architecture (`modules.bilm_encoder.Architecture`) from our archive, allennlp-models'
+bidirectional `language_model` archive or an ELMo file folder, so an encoder can be rebuilt
+(without weights) wherever only the dict travels, e.g. inside a downstream model's archive.
 
-From an ELMo file folder the dict is derived from options.json; from our archive it is copied
-from the archive's config.json, so any registered contextualizer (transformer too) rebuilds.
-The contextualizer's dropout is set to 0 (a feature extractor, as allennlp's `Elmo`).
+From an ELMo file folder the dict is derived from options.json; from an archive it is copied
+from the archive's config.json (the character encoder's and the contextualizer's params), so
+any registered component (transformer too) rebuilds through `from_params`. Dropouts are set
+to 0 (a feature extractor, as allennlp's `Elmo`).
 """
 import copy
 import json
@@ -13,7 +14,9 @@ import tarfile
 from typing import Any, Dict, Tuple
 
 from allennlp.common.checks import ConfigurationError
+from allennlp.models import Model
 from allennlp.models.archival import CONFIG_NAME
+from allennlp_models.lm.models.language_model import LanguageModel
 
 from elmo_plugin.archives.bilm_archive import is_elmo_files_folder, load_bilm_encoder
 from elmo_plugin.elmo_files.layout import OPTIONS_FILE
@@ -52,6 +55,23 @@ def _char_cnn_params(model_config: Dict[str, Any], archive_path: str) -> Dict[st
     raise ConfigurationError(f"{archive_path}: its model has no elmo_char_cnn token embedder")
 
 
+def _character_encoder_params(model_config: Dict[str, Any], archive_path: str) -> Dict[str, Any]:
+    """The one non-empty token embedder's params of a `language_model` config."""
+    embedders = model_config.get("text_field_embedder", {}).get("token_embedders", {})
+    non_empty = [params for params in embedders.values() if isinstance(params, dict) and params.get("type") != "empty"]
+    if len(non_empty) != 1:
+        raise ConfigurationError(f"{archive_path}: a biLM needs exactly one non-empty token embedder, it has {len(non_empty)}")
+    return non_empty[0]
+
+
+def _is_language_model(model_type: Any) -> bool:
+    """Whether a registered model name is allennlp-models' `LanguageModel` or a subclass."""
+    try:
+        return isinstance(model_type, str) and issubclass(Model.resolve_class_name(model_type)[0], LanguageModel)
+    except ConfigurationError:  # not a registered name
+        return False
+
+
 def _without_dropout(params: Dict[str, Any]) -> Dict[str, Any]:
     params = copy.deepcopy(params)
     for key in list(params):
@@ -62,13 +82,20 @@ def _without_dropout(params: Dict[str, Any]) -> Dict[str, Any]:
 
 def architecture_from_archive(archive_path: str) -> Architecture:
     model = archive_config(archive_path).get("model", {})
-    if model.get("type") != "elmo_bilm" or "contextualizer" not in model:
+    if "contextualizer" not in model or not _is_language_model(model.get("type")):
         raise ConfigurationError(
-            f"{archive_path} holds a {model.get('type', 'unknown')!r} model, not an ELMo biLM (elmo_bilm)"
+            f"{archive_path} holds a {model.get('type', 'unknown')!r} model, not an ELMo biLM (elmo_bilm, "
+            "or allennlp-models' language_model with bidirectional: true)"
         )
-    return with_current_keys(
-        {"char_cnn": _char_cnn_params(model, archive_path), "contextualizer": _without_dropout(model["contextualizer"])}
-    )
+    contextualizer = _without_dropout(model["contextualizer"])
+    if model["type"] == "elmo_bilm":
+        return with_current_keys({"char_cnn": _char_cnn_params(model, archive_path), "contextualizer": contextualizer})
+    if not model.get("bidirectional", False):
+        raise ConfigurationError(
+            f"{archive_path} holds a unidirectional language_model (bidirectional: false): ELMo needs "
+            "a forward and a backward language model (bidirectional: true)"
+        )
+    return {"token_embedder": _without_dropout(_character_encoder_params(model, archive_path)), "contextualizer": contextualizer}
 
 
 def with_current_keys(architecture: Architecture) -> Architecture:
@@ -82,8 +109,9 @@ def with_current_keys(architecture: Architecture) -> Architecture:
 
 
 def load_encoder_and_architecture(path: str) -> Tuple[BiLmEncoder, Architecture]:
-    """Our biLM model.tar.gz / serialization folder, or a folder with options.json +
-    weights.hdf5 -> (encoder with its weights and no dropout, its architecture)."""
+    """Our biLM model.tar.gz / serialization folder, allennlp-models' bidirectional
+    `language_model` archive, or a folder with options.json + weights.hdf5 -> (encoder with its
+    weights and no dropout, its architecture)."""
     if os.path.isdir(path) and not is_elmo_files_folder(path) and not os.path.isfile(os.path.join(path, CONFIG_NAME)):
         raise ConfigurationError(
             f"{path}: neither a model archive folder ({CONFIG_NAME}) nor an ELMo files folder ({OPTIONS_FILE})"

@@ -1,8 +1,11 @@
-"""One loader for a biLM: our `elmo_bilm` model archive, or a folder of ELMo files."""
+"""One loader for a biLM: our `elmo_bilm` model archive, allennlp-models' bidirectional
+`language_model` archive, or a folder of ELMo files."""
 import os
 
 from allennlp.common.checks import ConfigurationError
 from allennlp.models.archival import load_archive
+from allennlp.modules.token_embedders import EmptyEmbedder, TokenEmbedder
+from allennlp_models.lm.models.language_model import LanguageModel
 
 from elmo_plugin.elmo_files.layout import OPTIONS_FILE, WEIGHTS_FILE
 from elmo_plugin.elmo_files.weights import read_bilm_encoder
@@ -20,13 +23,54 @@ def load_bilm_model(archive_path: str, cuda_device: int = -1) -> ElmoLanguageMod
     return model
 
 
+def check_bidirectional_language_model(model, source: str) -> LanguageModel:
+    """`model` if it is ours or allennlp-models' bidirectional `LanguageModel`; a clear error otherwise."""
+    if not isinstance(model, LanguageModel):
+        raise ConfigurationError(
+            f"{source} holds a {type(model).__name__} model, not an ELMo biLM (elmo_bilm, or "
+            "allennlp-models' language_model with bidirectional: true)"
+        )
+    if not model._bidirectional:
+        raise ConfigurationError(
+            f"{source} holds a unidirectional language_model (bidirectional: false): ELMo needs "
+            "a forward and a backward language model (bidirectional: true)"
+        )
+    return model
+
+
+def load_language_model(archive_path: str, cuda_device: int = -1) -> LanguageModel:
+    """Our `elmo_bilm` or allennlp-models' bidirectional `language_model` from an archive."""
+    return check_bidirectional_language_model(load_archive(archive_path, cuda_device=cuda_device).model, archive_path)
+
+
+def character_encoder(model: LanguageModel) -> TokenEmbedder:
+    """The one non-empty token embedder of a language model (as allennlp-models' embedder finds it)."""
+    embedders = [
+        embedder
+        for embedder in model._text_field_embedder._token_embedders.values()  # type: ignore[attr-defined]
+        if not isinstance(embedder, EmptyEmbedder)
+    ]
+    if len(embedders) != 1:
+        raise ConfigurationError(f"a biLM needs exactly one non-empty token embedder, this one has {len(embedders)}")
+    return embedders[0]
+
+
+def language_model_encoder(model: LanguageModel) -> BiLmEncoder:
+    """The character encoder and contextualizer of a bidirectional language model (shared, not
+    copied; allennlp-models' contextualizer is switched to return every layer)."""
+    if isinstance(model, ElmoLanguageModel):
+        return model.bilm_encoder()
+    return BiLmEncoder(character_encoder(model), model._contextualizer)
+
+
 def is_elmo_files_folder(path: str) -> bool:
     return os.path.isdir(path) and os.path.isfile(os.path.join(path, OPTIONS_FILE))
 
 
 def load_bilm_encoder(path: str, cuda_device: int = -1) -> BiLmEncoder:
-    """`path`: our archive (LSTM or transformer) or a folder with options.json + weights.hdf5."""
+    """`path`: our archive (LSTM or transformer), allennlp-models' bidirectional `language_model`
+    archive, or a folder with options.json + weights.hdf5."""
     if is_elmo_files_folder(path):
         encoder = read_bilm_encoder(os.path.join(path, OPTIONS_FILE), os.path.join(path, WEIGHTS_FILE))
         return encoder.to(f"cuda:{cuda_device}") if cuda_device >= 0 else encoder
-    return load_bilm_model(path, cuda_device).bilm_encoder()
+    return language_model_encoder(load_language_model(path, cuda_device))

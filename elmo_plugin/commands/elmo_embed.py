@@ -36,8 +36,8 @@ class ElmoEmbed(Subcommand):
             "to all its line numbers."
         )
         subparser = parser.add_parser(self.name, description=description, help="Embed a text file with ELMo.")
-        subparser.add_argument("model", help="our biLM archive (model.tar.gz / serialization dir) or a folder "
-                               "with options.json + weights.hdf5")
+        subparser.add_argument("model", help="our biLM archive (model.tar.gz / serialization dir), allennlp-models' "
+                               "bidirectional language_model archive, or a folder with options.json + weights.hdf5")
         subparser.add_argument("input_file", help="text, one whitespace-tokenized sentence per line")
         subparser.add_argument("output_file", help="HDF5 file to write")
         subparser.add_argument("--layers", choices=LAYER_CHOICES, default="all",

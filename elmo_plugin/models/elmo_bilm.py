@@ -9,7 +9,6 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.data import TextFieldTensors, Vocabulary
 from allennlp.models.model import Model
 from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
-from allennlp.modules.softmax_loss import SoftmaxLoss
 from allennlp.modules.text_field_embedders import TextFieldEmbedder
 from allennlp.nn import InitializerApplicator
 from allennlp_models.lm.models.language_model import LanguageModel
@@ -18,6 +17,7 @@ from elmo_plugin.elmo_files.layout import OPTIONS_FILE, SOFTMAX_FILE, VOCAB_FILE
 from elmo_plugin.elmo_files.options import check_architecture, read_options
 from elmo_plugin.elmo_files.softmax import export_softmax, import_softmax
 from elmo_plugin.elmo_files.weights import load_weights
+from elmo_plugin.models.language_model_softmax import softmax_matrices
 from elmo_plugin.modules.bilm_contextualizer import BiLmContextualizer
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 from elmo_plugin.modules.elmo_char_cnn import ElmoCharCnn
@@ -101,17 +101,8 @@ class ElmoLanguageModel(LanguageModel):
         return BiLmEncoder(self.char_cnn(), self._contextualizer)
 
     def softmax_matrices(self) -> Tuple[torch.Tensor, torch.Tensor]:
-        """(weight (rows, P), bias (rows,)) views of the softmax, whichever allennlp loss holds
-        it: `SoftmaxLoss` (softmax_w (P, rows)) or `SampledSoftmaxLoss` (softmax_w (rows, P), or
-        sparse embeddings). Row r scores vocabulary index r + 1 (index 0 is padding);
-        allennlp-models allocates one row more than there are tokens, which scores no token."""
-        loss = self._softmax_loss
-        weight, bias = loss.softmax_w, loss.softmax_b
-        if isinstance(weight, torch.nn.Embedding):
-            return weight.weight, bias.weight[:, 0]
-        if isinstance(loss, SoftmaxLoss):
-            return weight.t(), bias
-        return weight, bias
+        """(weight (rows, P), bias (rows,)): see `language_model_softmax.softmax_matrices`."""
+        return softmax_matrices(self)
 
     def softmax_tokens(self, namespace: str = "tokens") -> List[str]:
         """The tokens of softmax rows 0, 1, ... (vocabulary indices 1, 2, ...)."""

@@ -1,4 +1,4 @@
-"""The biLM encoder: character CNN + contextualizer, every layer out. Shared by the language
+"""The biLM encoder: character encoder + contextualizer, every layer out. Shared by the language
 model, the downstream embedder, the predictors and the commands."""
 import copy
 from typing import Any, Dict, List, Tuple
@@ -7,25 +7,61 @@ import torch
 from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
 from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
+from allennlp.modules.token_embedders import TokenEmbedder
 
 from elmo_plugin.modules.bilm_contextualizer import BiLmContextualizer
 from elmo_plugin.modules.elmo_char_cnn import ElmoCharCnn
 
 # An encoder's architecture as a JSON-able dict, enough to rebuild it without weights:
 # {"char_cnn": {ElmoCharCnn arguments}, "contextualizer": {"type": "elmo_lstm" | ..., arguments}}
+# or, for allennlp-models' `language_model`, {"token_embedder": {"type": "character_encoding",
+# arguments}, "contextualizer": {"type": "bidirectional_language_model_transformer", arguments}}.
 Architecture = Dict[str, Any]
+
+# allennlp-models' convention for a contextualizer that can return every layer
+# (`LanguageModelTokenEmbedder` sets `return_all_layers` through archive overrides).
+RETURN_ALL_LAYERS_FLAGS = ("return_all_layers", "_return_all_layers")
+
+
+def return_all_layers(contextualizer: Seq2SeqEncoder) -> None:
+    """Makes a contextualizer built with allennlp-models' `return_all_layers: false` return every
+    layer: sets that flag wherever it is stored (the module and its stacks); an error if none is.
+    The flag only selects outputs, so no weight changes."""
+    flags = [
+        (module, name) for module in contextualizer.modules() for name in RETURN_ALL_LAYERS_FLAGS if name in vars(module)
+    ]
+    if not flags or not hasattr(contextualizer, "num_layers") or not contextualizer.is_bidirectional():
+        raise ConfigurationError(
+            f"a biLM needs a bidirectional contextualizer with `num_layers` and `return_all_layers` "
+            f"(elmo_lstm, elmo_transformer or bidirectional_language_model_transformer), not "
+            f"{type(contextualizer).__name__}"
+        )
+    for module, name in flags:
+        setattr(module, name, True)
 
 
 class BiLmEncoder(torch.nn.Module):
     """
     char ids (batch, tokens, 50) -> (layers, mask): `num_layers` tensors of shape
-    (batch, tokens, output_dim), bottom first. Layer 0 is the character CNN output repeated to
-    full width ([x; x]), layers 1..L the contextualizer's [forward; backward] outputs (as
-    allennlp's `Elmo` lays them out). mask (batch, tokens) is False at padding tokens.
+    (batch, tokens, output_dim), bottom first. Layer 0 is the character encoder's output repeated
+    to full width ([x; x]), layers 1..L the contextualizer's [forward; backward] outputs (as
+    allennlp's `Elmo` and allennlp-models' `bidirectional_lm_token_embedder` lay them out).
+    mask (batch, tokens) is False at padding tokens.
+
+    `char_cnn`: our `ElmoCharCnn`, or any character-id token embedder (allennlp-models'
+    walkthrough uses `character_encoding`); `contextualizer`: ours, or a bidirectional one that
+    returns every layer with `return_all_layers` (set here).
     """
 
-    def __init__(self, char_cnn: ElmoCharCnn, contextualizer: BiLmContextualizer) -> None:
+    def __init__(self, char_cnn: TokenEmbedder, contextualizer: Seq2SeqEncoder) -> None:
         super().__init__()
+        if not isinstance(contextualizer, BiLmContextualizer):
+            return_all_layers(contextualizer)
+        if contextualizer.get_output_dim() % char_cnn.get_output_dim() != 0:
+            raise ConfigurationError(
+                f"the biLM's character encoder width {char_cnn.get_output_dim()} does not divide its "
+                f"contextualizer's {contextualizer.get_output_dim()}"
+            )
         self.char_cnn = char_cnn
         self.contextualizer = contextualizer
 
@@ -33,12 +69,13 @@ class BiLmEncoder(torch.nn.Module):
     def from_architecture(cls, architecture: Architecture) -> "BiLmEncoder":
         """A randomly initialized encoder with this architecture."""
         try:
-            char_cnn = ElmoCharCnn(**architecture["char_cnn"])
+            if "token_embedder" in architecture:
+                char_cnn = TokenEmbedder.from_params(Params(copy.deepcopy(architecture["token_embedder"])))
+            else:
+                char_cnn = ElmoCharCnn(**architecture["char_cnn"])
             contextualizer = Seq2SeqEncoder.from_params(Params(copy.deepcopy(architecture["contextualizer"])))
         except (KeyError, TypeError) as error:
             raise ConfigurationError(f"cannot build a biLM encoder from architecture {architecture}: {error}") from None
-        if not isinstance(contextualizer, BiLmContextualizer):
-            raise ConfigurationError(f"a biLM needs an elmo_lstm or elmo_transformer contextualizer, not {architecture['contextualizer']}")
         return cls(char_cnn, contextualizer)
 
     @property
@@ -48,7 +85,13 @@ class BiLmEncoder(torch.nn.Module):
     def get_output_dim(self) -> int:
         return self.contextualizer.get_output_dim()
 
+    def contextual_layers(self, tokens: torch.Tensor, mask: torch.BoolTensor) -> List[torch.Tensor]:
+        if isinstance(self.contextualizer, BiLmContextualizer):
+            return self.contextualizer.all_layers(tokens, mask)
+        return list(self.contextualizer(tokens, mask))  # built to return every layer
+
     def forward(self, char_ids: torch.Tensor) -> Tuple[List[torch.Tensor], torch.BoolTensor]:
         mask = (char_ids > 0).any(dim=-1)
         tokens = self.char_cnn(char_ids)
-        return [torch.cat([tokens, tokens], dim=-1), *self.contextualizer.all_layers(tokens, mask)], mask
+        repeats = self.get_output_dim() // tokens.size(-1)
+        return [torch.cat([tokens] * repeats, dim=-1), *self.contextual_layers(tokens, mask)], mask

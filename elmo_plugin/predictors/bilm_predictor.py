@@ -1,43 +1,55 @@
-"""What the biLM predictors share: the archive must hold our biLM, and JSON inputs become one
-indexed tensor batch on the predictor's device."""
+"""What the biLM predictors share: the archive must hold a bidirectional language model (our
+`elmo_bilm` or allennlp-models' `language_model`), and JSON inputs become one indexed tensor
+batch on the predictor's device."""
 from typing import Dict, List
 
 import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.util import JsonDict
-from allennlp.data import DatasetReader, Instance, Token
+from allennlp.data import DatasetReader, Instance, Token, TokenIndexer
 from allennlp.data.batch import Batch
+from allennlp.data.dataset_readers import ShardedDatasetReader
+from allennlp.data.fields import TextField
 from allennlp.models import Model
 from allennlp.nn import util as nn_util
 from allennlp.predictors.predictor import Predictor
 
-from elmo_plugin.models.elmo_bilm import ElmoLanguageModel
+from elmo_plugin.archives.bilm_archive import check_bidirectional_language_model, language_model_encoder
+from elmo_plugin.data.elmo_vocab_file import BOS, EOS
 from elmo_plugin.predictors.json_input import input_tokens
+
+
+def reader_token_indexers(reader: DatasetReader) -> Dict[str, TokenIndexer]:
+    """The token indexers of a language-model reader (`elmo_corpus`, allennlp-models'
+    `simple_language_modeling`, or a `sharded` reader around one). Neither allennlp nor
+    allennlp-models exposes them publicly: both readers keep them in `_token_indexers`."""
+    base = reader.reader if isinstance(reader, ShardedDatasetReader) else reader
+    indexers = getattr(base, "_token_indexers", None)
+    if not indexers:
+        raise ConfigurationError(f"the archive's dataset reader ({type(base).__name__}) has no token indexers")
+    return indexers
 
 
 class BiLmPredictor(Predictor):
     """Input `{"sentence": "w1 w2 ..."}` (split on whitespace) or `{"tokens": ["w1", ...]}`,
-    read as the biLM's dataset reader reads a line (`<S> w1 .. wn </S>`)."""
+    indexed as the biLM's dataset reader indexes a line, `<S> w1 .. wn </S>`."""
 
     registered_as = "a biLM predictor"  # the subclass's registered name, for error messages
 
     def __init__(self, model: Model, dataset_reader: DatasetReader, frozen: bool = True) -> None:
         super().__init__(model, dataset_reader, frozen)
-        if not isinstance(model, ElmoLanguageModel):
-            raise ConfigurationError(
-                f"{self.registered_as} needs an ELMo biLM archive (model elmo_bilm); this archive holds a "
-                f"{type(model).__name__}"
-            )
-        self._bilm = model
-        self._encoder = model.bilm_encoder()
+        self._bilm = check_bidirectional_language_model(model, f"{self.registered_as} needs an ELMo biLM archive but this archive")
+        self._encoder = language_model_encoder(self._bilm)
+        self._token_indexers = reader_token_indexers(dataset_reader)
 
     def _json_to_instance(self, json_dict: JsonDict) -> Instance:
-        return self._dataset_reader.text_to_instance(tokens=[Token(t) for t in input_tokens(json_dict)])
+        tokens = [Token(BOS), *(Token(t) for t in input_tokens(json_dict)), Token(EOS)]
+        return Instance({"source": TextField(tokens, self._token_indexers)})
 
     def tensors(self, instances: List[Instance]) -> Dict[str, Dict[str, torch.Tensor]]:
         """The instances' `source` field as one padded batch: indexer name -> tensors."""
         for instance in instances:
-            self._dataset_reader.apply_token_indexers(instance)
+            self._dataset_reader.apply_token_indexers(instance)  # instances the reader made
         batch = Batch(instances)
         batch.index_instances(self._model.vocab)
         return nn_util.move_to_device(batch.as_tensor_dict(), self.cuda_device)["source"]
@@ -48,4 +60,6 @@ def char_ids_of(text_field_tensors: Dict[str, Dict[str, torch.Tensor]]) -> torch
     for indexed in text_field_tensors.values():
         if "elmo_tokens" in indexed:
             return indexed["elmo_tokens"]
-    raise ConfigurationError("the dataset reader has no elmo_char_ids indexer (no `elmo_tokens` key)")
+    raise ConfigurationError(
+        "the dataset reader has no ELMo character indexer (elmo_char_ids or elmo_characters: no `elmo_tokens` key)"
+    )

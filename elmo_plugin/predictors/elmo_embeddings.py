@@ -1,4 +1,5 @@
-"""Predictor `elmo_embeddings`: ELMo vectors of each input sentence from our biLM archive."""
+"""Predictor `elmo_embeddings`: ELMo vectors of each input sentence from our biLM archive or
+allennlp-models' bidirectional `language_model` archive."""
 from typing import List, Optional
 
 import torch

@@ -1,4 +1,5 @@
-"""Predictor `elmo_lm_scorer`: per-sentence perplexities and top-k next / previous words."""
+"""Predictor `elmo_lm_scorer`: per-sentence perplexities and top-k next / previous words, from our
+biLM or allennlp-models' bidirectional `language_model`."""
 import math
 from typing import List, Optional
 
@@ -9,6 +10,7 @@ from allennlp.data import DatasetReader, Instance
 from allennlp.models import Model
 from allennlp.predictors.predictor import Predictor
 
+from elmo_plugin.models.language_model_softmax import softmax_matrices
 from elmo_plugin.predictors.bilm_predictor import BiLmPredictor, char_ids_of
 
 DEFAULT_TOP_K = 5
@@ -76,7 +78,7 @@ class ElmoLmScorerPredictor(BiLmPredictor):
         word_ids: Optional[torch.Tensor] = tensors.get("tokens", {}).get("tokens")
         if word_ids is None:
             raise ConfigurationError("elmo_lm_scorer: the dataset reader has no `tokens` single-id indexer")
-        weight, bias = self._bilm.softmax_matrices()
+        weight, bias = softmax_matrices(self._bilm)
         outputs = []
         with torch.no_grad():
             layers, mask = self._encoder(char_ids_of(tensors))

@@ -1,5 +1,6 @@
-"""TokenEmbedder `elmo_bilm_embedder`: ELMo for any AllenNLP config, from our biLM archive or from
-the standard ELMo files, in archives that stay self-contained."""
+"""TokenEmbedder `elmo_bilm_embedder`: ELMo for any AllenNLP config, from our biLM archive,
+allennlp-models' bidirectional `language_model` archive or the standard ELMo files, in archives
+that stay self-contained."""
 import json
 import logging
 from typing import List, Optional
@@ -55,9 +56,10 @@ class ElmoBiLmEmbedder(TokenEmbedder):
         The architecture of the biLM is recorded here (namespace `architecture_namespace`, one
         JSON token) so that the model's archive rebuilds the embedder without `pretrained_file`.
     pretrained_file : `str`, optional
-        Our biLM `model.tar.gz` (or serialization folder), LSTM or transformer, or a folder with
-        ELMo's `options.json` + `weights.hdf5`. allennlp drops this key when it loads an
-        archive; the weights then come from the archive.
+        Our biLM `model.tar.gz` (or serialization folder), LSTM or transformer, allennlp-models'
+        bidirectional `language_model` archive (its character encoder + contextualizer), or a
+        folder with ELMo's `options.json` + `weights.hdf5`. allennlp drops this key when it
+        loads an archive; the weights then come from the archive.
     requires_grad : `bool`, optional (default = `False`)
         False keeps the biLM frozen; True fine-tunes it.
     do_layer_norm : `bool`, optional (default = `False`)
