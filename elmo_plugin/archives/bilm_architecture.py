@@ -18,7 +18,8 @@ from allennlp.models import Model
 from allennlp.models.archival import CONFIG_NAME
 from allennlp_models.lm.models.language_model import LanguageModel
 
-from elmo_plugin.archives.bilm_archive import is_elmo_files_folder, load_bilm_encoder
+from elmo_plugin.archives.bilm_archive import is_elmo_files_folder, load_bilm_encoder, local_archive
+from elmo_plugin.archives.safe_archive import checked_members, open_archive, require_model_folder
 from elmo_plugin.elmo_files.layout import OPTIONS_FILE
 from elmo_plugin.elmo_files.options import architecture_from_options, read_options
 from elmo_plugin.modules.bilm_encoder import Architecture, BiLmEncoder
@@ -28,23 +29,19 @@ RENAMED_KEYS = {"elmo_lstm": {"hidden_dim": "cell_size"}, "elmo_transformer": {"
 
 
 def archive_config(archive_path: str) -> Dict[str, Any]:
-    """config.json of a model.tar.gz or serialization folder (without loading the model)."""
-    if os.path.isdir(archive_path):
-        config_path = os.path.join(archive_path, CONFIG_NAME)
-        if not os.path.isfile(config_path):
-            raise ConfigurationError(f"{archive_path}: no {CONFIG_NAME} (not a model archive folder)")
-        with open(config_path, encoding="utf-8") as source:
+    """config.json of a model.tar.gz (its members checked first, nothing extracted) or
+    serialization folder, without loading the model."""
+    path = local_archive(archive_path)
+    if os.path.isdir(path):
+        require_model_folder(path)
+        with open(os.path.join(path, CONFIG_NAME), encoding="utf-8") as source:
             return json.load(source)
-    if not os.path.isfile(archive_path):
-        raise ConfigurationError(f"biLM archive or ELMo files folder not found: {archive_path}")
-    try:
-        with tarfile.open(archive_path) as archive:
-            member = archive.extractfile(CONFIG_NAME)
-            if member is None:
-                raise KeyError(CONFIG_NAME)
-            return json.load(member)
-    except (tarfile.TarError, KeyError, OSError, ValueError) as error:
-        raise ConfigurationError(f"{archive_path}: not a readable model archive ({error})") from None
+    with open_archive(path) as archive:
+        members = {os.path.normpath(member.name): member for member in checked_members(archive, path)}
+        try:
+            return json.load(archive.extractfile(members[CONFIG_NAME]))  # type: ignore[arg-type]
+        except (tarfile.TarError, OSError, EOFError, ValueError) as error:
+            raise ConfigurationError(f"{archive_path}: unreadable {CONFIG_NAME} ({error})") from None
 
 
 def _char_cnn_params(model_config: Dict[str, Any], archive_path: str) -> Dict[str, Any]:

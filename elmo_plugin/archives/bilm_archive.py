@@ -1,21 +1,59 @@
 """One loader for a biLM: our `elmo_bilm` model archive, allennlp-models' bidirectional
-`language_model` archive, or a folder of ELMo files."""
+`language_model` archive, or a folder of ELMo files.
+
+A `model.tar.gz` is checked member by member and extracted by `safe_archive` (never by
+allennlp's unfiltered `extracted_archive`); allennlp's `load_archive` then reads the folder.
+"""
 import os
+import pickle
 
 from allennlp.common.checks import ConfigurationError
+from allennlp.common.file_utils import cached_path
+from allennlp.models import Model
 from allennlp.models.archival import load_archive
 from allennlp.modules.token_embedders import EmptyEmbedder, TokenEmbedder
 from allennlp_models.lm.models.language_model import LanguageModel
 
+from elmo_plugin.archives.safe_archive import extracted_model_archive, require_model_folder
 from elmo_plugin.elmo_files.layout import OPTIONS_FILE, WEIGHTS_FILE
 from elmo_plugin.elmo_files.weights import read_bilm_encoder
 from elmo_plugin.models.elmo_bilm import ElmoLanguageModel
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 
+# What allennlp's loading raises for a damaged config or weights file (torch.load's
+# weights-only refusal is an UnpicklingError).
+LOAD_ERRORS = (ConfigurationError, RuntimeError, ValueError, KeyError, EOFError, pickle.UnpicklingError)
+
+
+def local_archive(archive_path: str) -> str:
+    """A local file or folder as it is; a URL downloaded to allennlp's cache (as `load_archive`
+    does); an error naming the path when it is neither."""
+    if os.path.exists(archive_path):
+        return archive_path
+    try:
+        return cached_path(archive_path)
+    except (OSError, ValueError):
+        raise ConfigurationError(f"biLM archive or ELMo files folder not found: {archive_path}") from None
+
+
+def load_model_archive(archive_path: str, cuda_device: int = -1) -> Model:
+    """The model of a `model.tar.gz` (checked, then extracted safely) or serialization folder."""
+    path = local_archive(archive_path)
+    try:
+        if os.path.isdir(path):
+            require_model_folder(path)
+            return load_archive(path, cuda_device=cuda_device).model
+        with extracted_model_archive(path) as folder:
+            return load_archive(folder, cuda_device=cuda_device).model
+    except LOAD_ERRORS as error:
+        if isinstance(error, ConfigurationError) and archive_path in str(error):
+            raise
+        raise ConfigurationError(f"{archive_path}: cannot load the model: {error}") from None
+
 
 def load_bilm_model(archive_path: str, cuda_device: int = -1) -> ElmoLanguageModel:
     """Our `elmo_bilm` from a `model.tar.gz` or serialization folder; a clear error otherwise."""
-    model = load_archive(archive_path, cuda_device=cuda_device).model
+    model = load_model_archive(archive_path, cuda_device)
     if not isinstance(model, ElmoLanguageModel):
         raise ConfigurationError(
             f"{archive_path} holds a {type(model).__name__} model, not an ELMo biLM (elmo_bilm)"
@@ -40,7 +78,7 @@ def check_bidirectional_language_model(model, source: str) -> LanguageModel:
 
 def load_language_model(archive_path: str, cuda_device: int = -1) -> LanguageModel:
     """Our `elmo_bilm` or allennlp-models' bidirectional `language_model` from an archive."""
-    return check_bidirectional_language_model(load_archive(archive_path, cuda_device=cuda_device).model, archive_path)
+    return check_bidirectional_language_model(load_model_archive(archive_path, cuda_device), archive_path)
 
 
 def character_encoder(model: LanguageModel) -> TokenEmbedder:

@@ -8,6 +8,8 @@ from typing import Dict
 from allennlp.commands.subcommand import Subcommand
 
 from elmo_plugin.archives.bilm_archive import load_bilm_model
+from elmo_plugin.commands.cli_errors import reports_errors
+from elmo_plugin.commands.output_paths import check_output_dir
 from elmo_plugin.elmo_files.layout import OPTIONS_FILE, SOFTMAX_FILE, VOCAB_FILE, WEIGHTS_FILE
 from elmo_plugin.elmo_files.options import encoder_options
 from elmo_plugin.elmo_files.weights import write_bilm_encoder
@@ -25,23 +27,27 @@ class ElmoExport(Subcommand):
         )
         subparser = parser.add_parser(self.name, description=description, help="Export a biLM as ELMo files.")
         subparser.add_argument("archive_file", type=str, help="model.tar.gz (or serialization folder) of an elmo_bilm")
-        subparser.add_argument("output_dir", type=str, help="folder to write the files to (created if missing)")
+        subparser.add_argument("output_dir", type=str, help="folder to write the files to (created if missing; its parent must exist)")
         subparser.set_defaults(func=_export_from_args)
         return subparser
 
 
+@reports_errors("elmo-export")
 def _export_from_args(args: argparse.Namespace) -> None:
     written = export_archive(args.archive_file, args.output_dir)
     print(json.dumps(written, indent=2))
 
 
 def export_archive(archive_file: str, output_dir: str) -> Dict[str, str]:
-    """Writes the four files; returns {file name: path}. A transformer archive is an error
-    raised before anything is written."""
+    """Writes the four files, each under a temporary name renamed when complete; returns
+    {file name: path}. OUT_DIR is created if missing, its parent never; a bad output folder and a
+    transformer archive are errors raised before anything is written."""
+    check_output_dir(output_dir)  # before the model loads
     model = load_bilm_model(archive_file)
     encoder = model.bilm_encoder()
     encoder_options(encoder)  # the clear error for a transformer, before any output
-    os.makedirs(output_dir, exist_ok=True)
+    if not os.path.isdir(output_dir):
+        os.mkdir(output_dir)
     paths = {name: os.path.join(output_dir, name) for name in (OPTIONS_FILE, WEIGHTS_FILE, VOCAB_FILE, SOFTMAX_FILE)}
     rows = model.export_softmax(paths[SOFTMAX_FILE], paths[VOCAB_FILE])
     # options.json last: a folder with it is complete (the others are written atomically first)

@@ -2,13 +2,14 @@
 import argparse
 import glob
 import logging
-import os
 from collections import Counter
 from typing import List, Optional, Sequence
 
 from allennlp.commands.subcommand import Subcommand
 from allennlp.common.checks import ConfigurationError
 
+from elmo_plugin.commands.cli_errors import reports_errors
+from elmo_plugin.commands.output_paths import check_output_file
 from elmo_plugin.data.elmo_corpus_reader import CorpusStats, ElmoCorpusReader, resolve_corpus_paths
 from elmo_plugin.data.elmo_vocab_file import SPECIALS, write_elmo_vocab_file
 
@@ -35,6 +36,7 @@ class ElmoVocab(Subcommand):
         return subparser
 
 
+@reports_errors("elmo-vocab")
 def vocab_from_args(args: argparse.Namespace) -> None:
     tokens = write_elmo_vocab(args.corpus, args.out_file, args.min_count, args.max_size, args.skip_headings)
     print(f"elmo-vocab: {len(tokens)} tokens ({len(SPECIALS)} special) -> {args.out_file}")
@@ -79,8 +81,9 @@ def write_elmo_vocab(
     max_size: Optional[int] = None,
     skip_headings: bool = False,
 ) -> List[str]:
-    """Counts the corpora, writes `out_file` (one token per line) and returns its tokens."""
+    """Counts the corpora, writes `out_file` (one token per line, atomically) and returns its
+    tokens. The output path is checked before the corpora are read."""
+    check_output_file(out_file)
     tokens = vocab_tokens(count_tokens(patterns, skip_headings), min_count, max_size)
-    os.makedirs(os.path.dirname(os.path.abspath(out_file)), exist_ok=True)
     write_elmo_vocab_file(out_file, tokens)
     return tokens

@@ -1,11 +1,14 @@
 """DatasetReader `elmo_corpus`: raw text, one sentence or paragraph per line, for biLM pretraining."""
 import glob
+import itertools
 import logging
+import lzma
 import re
 from dataclasses import dataclass
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 from allennlp.common.checks import ConfigurationError
+from allennlp.common.file_utils import open_compressed
 from allennlp.data import Instance, Token
 from allennlp.data.dataset_readers import DatasetReader
 from allennlp.data.fields import TextField
@@ -19,6 +22,7 @@ logger = logging.getLogger(__name__)
 
 HEADING = re.compile(r"^\s*(=+)\s.*\s\1\s*$")
 MAX_UTF8_WARNINGS = 5
+SNIFF_LINES = 20  # a file most of whose first lines are not text is refused before any is read
 
 
 def resolve_corpus_paths(pattern: str) -> List[str]:
@@ -60,10 +64,41 @@ def decode_line(raw: bytes, path: str, line_number: int, stats: CorpusStats) -> 
         return raw.decode("utf-8", errors="replace")
 
 
+def is_binary_line(raw: bytes) -> bool:
+    """Invalid UTF-8, or a quarter or more NUL bytes (UTF-16, tar headers); a few stray NULs or
+    bad bytes in text are repaired, not refused."""
+    if raw.count(b"\0") * 4 >= len(raw) > 0:
+        return True
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def shard_lines(path: str) -> Iterator[bytes]:
+    """The raw lines of one shard, `.gz` / `.bz2` / `.xz` decompressed (allennlp's
+    `open_compressed`); a ConfigurationError naming the file when most of its first lines are not
+    text (binary, a tar, an unrecognized compressed file) or it cannot be decompressed."""
+    try:
+        with open_compressed(path, "rb", encoding=None) as shard:
+            head = list(itertools.islice(shard, SNIFF_LINES))
+            if sum(map(is_binary_line, head)) * 2 > len(head):
+                raise ConfigurationError(
+                    f"elmo_corpus: {path} is not text (most of its first {len(head)} lines are not UTF-8); "
+                    "compressed shards must end in .gz, .bz2 or .xz"
+                )
+            yield from head
+            yield from shard
+    except (OSError, EOFError, lzma.LZMAError) as error:
+        raise ConfigurationError(f"elmo_corpus: cannot read {path}: {error}") from None
+
+
 @DatasetReader.register("elmo_corpus")
 class ElmoCorpusReader(DatasetReader):
     """
-    Reads one file or a glob of shard files, one sentence or paragraph per line, lazily.
+    Reads one file or a glob of shard files, one sentence or paragraph per line, lazily;
+    `.gz` / `.bz2` / `.xz` shards are decompressed, a file that is not text is an error.
     Each line is tokenized (whitespace by default), split into consecutive windows of at most
     `max_sequence_length` tokens (never dropped), and wrapped in `<S>` ... `</S>`.
     Blank lines are skipped, and `= Heading =` lines when `skip_headings`. Lines are sharded
@@ -96,19 +131,18 @@ class ElmoCorpusReader(DatasetReader):
         """(path, 1-based line number, text) for every line worth reading, in every shard."""
         for path in resolve_corpus_paths(pattern):
             stats.files += 1
-            with open(path, "rb") as corpus:
-                line_number = 0
-                for line_number, raw in enumerate(corpus, start=1):
-                    text = decode_line(raw, path, line_number, stats).strip()
-                    if not text:
-                        stats.blank_lines += 1
-                    elif self._skip_headings and HEADING.match(text):
-                        stats.heading_lines += 1
-                    else:
-                        stats.lines += 1
-                        yield path, line_number, text
-                if line_number == 0:
-                    stats.empty_files += 1
+            line_number = 0
+            for line_number, raw in enumerate(shard_lines(path), start=1):
+                text = decode_line(raw, path, line_number, stats).strip()
+                if not text:
+                    stats.blank_lines += 1
+                elif self._skip_headings and HEADING.match(text):
+                    stats.heading_lines += 1
+                else:
+                    stats.lines += 1
+                    yield path, line_number, text
+            if line_number == 0:
+                stats.empty_files += 1
 
     def windows(self, tokens: List[Token]) -> Iterator[List[Token]]:
         """Consecutive windows of at most `max_sequence_length` tokens covering all tokens."""

@@ -64,6 +64,7 @@ def runs(tiny_bilm_archive, tiny_corpus, tmp_path_factory):
         bilm.parent.mkdir()
         shutil.copy(tiny_bilm_archive, bilm)
         files = root / "demo_output" / "elmo"  # where elmo_lstm_continue.jsonnet looks by default
+        files.parent.mkdir()  # elmo-export creates OUT_DIR, never its parents
         run_allennlp(["elmo-export", str(bilm), str(files)])
 
         configs = {

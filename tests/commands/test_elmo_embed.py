@@ -1,5 +1,9 @@
 """`allennlp elmo-embed` through the real CLI, from a working directory outside the repo."""
 import json
+import os
+import re
+import signal
+import subprocess
 
 import h5py
 import numpy
@@ -8,7 +12,7 @@ from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.commands import elmo_embed
 from elmo_plugin.archives.bilm_archive import load_bilm_encoder
-from tests.helpers import run_allennlp
+from tests.helpers import ALLENNLP, REPO_ROOT, run_allennlp
 
 LONG_TOKEN = "x" * 70  # longer than ELMo's 50 characters: truncated, not fatal
 LINES = [
@@ -42,6 +46,7 @@ def embedded(tiny_bilm_archive, tmp_path_factory):
     (cwd / ".allennlp_plugins").write_text("elmo_plugin\n")
     input_file = cwd / "input.txt"
     input_file.write_bytes(b"\n".join(LINES))  # no newline after the last line
+    (cwd / "out").mkdir()
     vectors, index = embed(tiny_bilm_archive, input_file, cwd / "out" / "all.hdf5", cwd, "--batch-size", "2")
     return cwd, input_file, vectors, index
 
@@ -128,3 +133,77 @@ def test_elmo_files_folder_gives_the_archive_vectors(embedded, tiny_bilm_archive
 def test_missing_input_is_an_error_naming_it(tiny_bilm_archive, tmp_path):
     with pytest.raises(ConfigurationError, match="nope.txt"):
         elmo_embed.embed_file(load_bilm_encoder(str(tiny_bilm_archive)), str(tmp_path / "nope.txt"), str(tmp_path / "o.hdf5"))
+
+
+def many_lines(tmp_path, count):
+    """`count` lines of the demo corpus, every 7th blank."""
+    text = (REPO_ROOT / "fixtures/demo_corpus/train/shard_0.txt").read_text(encoding="utf-8").splitlines()
+    lines = ["" if i % 7 == 3 else text[i % len(text)] for i in range(count)]
+    path = tmp_path / "input.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def lines_done_records(log: str):
+    return [int(match) for match in re.findall(r"elmo-embed: (\d+) lines done", log)]
+
+
+def test_resume_after_a_real_kill_gives_the_uninterrupted_file(tiny_bilm_archive, plugin_cwd):
+    """`allennlp elmo-embed` is killed (SIGKILL) after it has recorded two chunks as done; the
+    output does not exist, only OUTPUT.partial; `--resume` skips the recorded lines and ends with
+    exactly the datasets and sentence_to_index of an uninterrupted run."""
+    input_file = many_lines(plugin_cwd, 3000)
+    args = ["elmo-embed", str(tiny_bilm_archive), str(input_file)]
+    run_allennlp([*args, "whole.hdf5", "--batch-size", "2"], cwd=plugin_cwd)
+    command = [ALLENNLP, *args, "resumed.hdf5", "--batch-size", "2", "--include-package", "elmo_plugin"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    killed = subprocess.Popen(command, cwd=plugin_cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = ""
+    while len(lines_done_records(log)) < 2:  # the signal: a chunk recorded as done
+        line = killed.stderr.readline()
+        assert line, f"elmo-embed ended before it recorded two chunks:\n{log[-3000:]}"
+        log += line
+    killed.kill()
+    killed.wait()
+    assert killed.returncode == -signal.SIGKILL
+    assert not (plugin_cwd / "resumed.hdf5").exists() and (plugin_cwd / "resumed.hdf5.partial").exists()
+    resumed = run_allennlp([*args, "resumed.hdf5", "--batch-size", "2", "--resume"], cwd=plugin_cwd)
+    assert lines_done_records(resumed.stderr)[0] > lines_done_records(log)[-1]  # recorded lines were skipped
+    assert not (plugin_cwd / "resumed.hdf5.partial").exists()
+    whole, whole_index = read_hdf5(plugin_cwd / "whole.hdf5")
+    again, again_index = read_hdf5(plugin_cwd / "resumed.hdf5")
+    assert again_index == whole_index and sorted(again) == sorted(whole) and len(whole) == 3000
+    for name, value in whole.items():
+        numpy.testing.assert_array_equal(again[name], value)
+    with h5py.File(plugin_cwd / "resumed.hdf5", "r") as done:
+        assert dict(done.attrs) == {}  # nothing left of the resume record
+
+
+def test_a_failed_run_leaves_only_the_partial_file_and_resume_refuses_other_options(tiny_bilm_archive, tmp_path, monkeypatch):
+    input_file = many_lines(tmp_path, 100)
+    encoder = load_bilm_encoder(str(tiny_bilm_archive))
+    output = tmp_path / "out.hdf5"
+    calls = []
+
+    def fail_on_second_chunk(*args):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        embed_chunk(*args)
+
+    embed_chunk = elmo_embed.embed_chunk
+    monkeypatch.setattr(elmo_embed, "BATCHES_PER_CHUNK", 2)
+    monkeypatch.setattr(elmo_embed, "embed_chunk", fail_on_second_chunk)
+    with pytest.raises(KeyboardInterrupt):
+        elmo_embed.embed_file(encoder, str(input_file), str(output), "all", batch_size=4)
+    assert not output.exists() and (tmp_path / "out.hdf5.partial").exists()
+    with pytest.raises(ConfigurationError, match="out.hdf5.partial was written with .*'elmo_embed_layers': 'all'"):
+        elmo_embed.embed_file(encoder, str(input_file), str(output), "top", batch_size=4, resume=True)
+    monkeypatch.setattr(elmo_embed, "embed_chunk", embed_chunk)
+    elmo_embed.embed_file(encoder, str(input_file), str(output), "all", batch_size=4, resume=True)
+    elmo_embed.embed_file(encoder, str(input_file), str(tmp_path / "whole.hdf5"), "all", batch_size=4)
+    resumed, resumed_index = read_hdf5(output)
+    whole, whole_index = read_hdf5(tmp_path / "whole.hdf5")
+    assert resumed_index == whole_index and sorted(resumed) == sorted(whole)
+    for name, value in whole.items():
+        numpy.testing.assert_array_equal(resumed[name], value)

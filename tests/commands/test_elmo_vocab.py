@@ -27,6 +27,7 @@ def corpus(plugin_cwd):
 
 
 def test_specials_first_then_by_count_ties_by_first_appearance(corpus):
+    (corpus / "vocab").mkdir()
     out = corpus / "vocab" / "tokens.txt"
     write_elmo_vocab([str(corpus / "first.txt"), str(corpus / "shards" / "*.txt")], str(out))
     # counts: b 3, a 2, c 2, d 2, = 2, Heading 1, e 1; ties in order of first appearance.

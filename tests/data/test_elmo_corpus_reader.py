@@ -1,4 +1,7 @@
+import bz2
+import gzip
 import logging
+import lzma
 
 import pytest
 from allennlp.common.checks import ConfigurationError
@@ -99,3 +102,36 @@ def test_invalid_utf8_lines_are_counted_and_the_first_few_named(tmp_path, caplog
     named = [r for r in caplog.records if r.levelno == logging.WARNING and "invalid UTF-8 at" in r.getMessage()]
     assert len(named) == MAX_UTF8_WARNINGS
     assert any(f"{bad_lines} lines had invalid UTF-8" in r.getMessage() for r in caplog.records)
+
+
+def test_gz_bz2_and_xz_shards_are_read_as_plain_text(tmp_path):
+    (tmp_path / "s0.txt.gz").write_bytes(gzip.compress(b"a b\n\nc\n"))
+    (tmp_path / "s1.txt.bz2").write_bytes(bz2.compress(b"d\n"))
+    (tmp_path / "s2.txt.xz").write_bytes(lzma.compress("\u00e9 f\n".encode()))
+    (tmp_path / "s3.txt").write_text("g\n")
+    assert read_texts(ElmoCorpusReader(), tmp_path / "s*") == [
+        ["<S>", "a", "b", "</S>"], ["<S>", "c", "</S>"], ["<S>", "d", "</S>"], ["<S>", "\u00e9", "f", "</S>"], ["<S>", "g", "</S>"]
+    ]
+
+
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("random.bin", bytes(range(128, 256)) * 40, "is not text"),
+        ("compressed.txt", gzip.compress(b"a b\n" * 100), "is not text"),
+        ("utf16.txt", "a b c\n".encode("utf-16-le") * 5, "is not text"),
+        ("broken.gz", b"not gzip at all\n", "cannot read"),
+    ],
+)
+def test_a_file_that_is_not_text_is_an_error_naming_it_before_any_line_is_read(tmp_path, name, content, message):
+    (tmp_path / name).write_bytes(content)
+    lines = ElmoCorpusReader().read(str(tmp_path / name))
+    with pytest.raises(ConfigurationError, match=f"{tmp_path / name}.*{message}|{message}.*{tmp_path / name}"):
+        next(iter(lines))
+
+
+def test_stray_nul_and_invalid_bytes_in_text_are_kept_not_refused(tmp_path):
+    (tmp_path / "a.txt").write_bytes(b"a\x00b c\nd \xff e\nf g\n")
+    assert read_texts(ElmoCorpusReader(), tmp_path / "a.txt") == [
+        ["<S>", "a\x00b", "c", "</S>"], ["<S>", "d", "\ufffd", "e", "</S>"], ["<S>", "f", "g", "</S>"]
+    ]

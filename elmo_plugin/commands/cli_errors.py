@@ -1,0 +1,36 @@
+"""User errors of our subcommands as one line on stderr and exit status 1, not a traceback.
+
+allennlp's `main` lets every exception escape, so a `ConfigurationError` would print a Python
+traceback; our subcommands' functions are wrapped here instead. Only errors about the user's
+input are caught: a `ConfigurationError` (bad archive, corpus, option, output path) and an
+`OSError` (a file that vanished, a full disk), which names its file.
+"""
+import argparse
+import functools
+import sys
+from typing import Callable
+
+from allennlp.common.checks import ConfigurationError
+
+Command = Callable[[argparse.Namespace], None]
+
+
+def one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())
+
+
+def reports_errors(name: str) -> Callable[[Command], Command]:
+    """Decorates a subcommand's `func`: its user errors end the process with
+    `allennlp NAME: error: MESSAGE` (one line) and exit status 1."""
+
+    def decorate(command: Command) -> Command:
+        @functools.wraps(command)
+        def run(args: argparse.Namespace) -> None:
+            try:
+                command(args)
+            except (ConfigurationError, OSError) as error:
+                sys.exit(f"allennlp {name}: error: {one_line(error)}")
+
+        return run
+
+    return decorate

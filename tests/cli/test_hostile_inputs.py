@@ -1,0 +1,207 @@
+"""Hostile inputs through the real `allennlp` CLI: the rows of interfaces.md's bad-input table that
+our subcommands meet, and hostile archives and output paths. A refusal exits non-zero with one
+`allennlp CMD: error: ...` line naming the file, line, path or member, no Python traceback, and
+nothing written anywhere under the test's root folder; a counted skip exits 0 and says what it
+skipped. (`allennlp train` is allennlp's own command: its errors keep allennlp's traceback.)"""
+import bz2
+import gzip
+import json
+import lzma
+import os
+import shutil
+import tarfile
+from pathlib import Path
+
+import h5py
+import numpy
+import pytest
+
+from elmo_plugin.commands.elmo_export import export_archive
+from tests.helpers import (
+    CONFIG_DIR,
+    REPO_ROOT,
+    TINY_TAGGER_OVERRIDES,
+    copy_archive_with,
+    overrides,
+    run_allennlp,
+    tar_member,
+)
+
+BILM = REPO_ROOT / "fixtures" / "archives_before_layering" / "bilm_lstm.tar.gz"
+TAGGER = REPO_ROOT / "fixtures" / "archives_before_layering" / "tagger.tar.gz"
+LSTM_CELL = "RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell"
+
+
+def listing(root: Path) -> set:
+    return {str(path.relative_to(root)) for path in root.rglob("*")}
+
+
+@pytest.fixture
+def root(plugin_cwd) -> Path:
+    (plugin_cwd / "in.txt").write_text("the file is open .\n\nreturn the value .\n", encoding="utf-8")
+    return plugin_cwd
+
+
+def refused(args, root: Path, *named: str) -> str:
+    """Runs the CLI expecting a refusal; returns its output."""
+    before = listing(root)
+    result = run_allennlp(args, cwd=root, check=False)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output[-3000:]
+    assert "Traceback" not in output
+    errors = [line for line in output.splitlines() if ": error: " in line]
+    assert len(errors) == 1, output[-3000:]
+    assert all(name in errors[0] for name in named), (errors[0], named)
+    assert listing(root) == before
+    return output
+
+
+def succeeded(args, root: Path, *new_paths: str) -> str:
+    """Runs the CLI expecting success that writes exactly `new_paths`; returns stdout + stderr."""
+    before = listing(root)
+    result = run_allennlp(args, cwd=root)
+    assert "Traceback" not in result.stderr
+    assert listing(root) - before == set(new_paths)
+    return result.stdout + result.stderr
+
+
+def hostile_archive(root: Path, kind: str) -> Path:
+    """Our biLM archive plus one member that would write (or point) outside the extraction folder."""
+    members = {
+        "dotdot": tar_member("../" * 30 + str(root / "escaped").lstrip("/"), size=5),
+        "absolute": tar_member(str(root / "absolute"), size=5),
+        "symlink": tar_member("vocabulary/evil", tarfile.SYMTYPE, linkname=str(root)),
+        "hardlink": tar_member("evil", tarfile.LNKTYPE, linkname="/etc/passwd"),
+        "fifo": tar_member("evil", tarfile.FIFOTYPE),
+        "device": tar_member("evil", tarfile.CHRTYPE),
+    }
+    return copy_archive_with(BILM, root / f"{kind}.tar.gz", extra=members[kind])
+
+
+@pytest.mark.parametrize(
+    "command, kind",
+    [("elmo-embed", "dotdot"), ("elmo-embed", "absolute"), ("elmo-embed", "symlink"),
+     ("elmo-export", "dotdot"), ("elmo-export", "hardlink"), ("elmo-export", "device"), ("elmo-embed", "fifo")],
+)
+def test_an_archive_with_a_hostile_member_is_refused_before_extraction(root, command, kind):
+    archive = hostile_archive(root, kind)
+    with tarfile.open(archive) as opened:
+        member = opened.getmembers()[-1].name
+    outputs = ["in.txt", "out.hdf5"] if command == "elmo-embed" else ["elmo"]
+    line = refused([command, str(archive), *outputs], root, str(archive), repr(member))
+    assert "refusing to extract member" in line
+
+
+def test_the_embedders_pretrained_file_refuses_a_hostile_archive_in_allennlp_train(root, tiny_tagged_data):
+    archive = hostile_archive(root, "dotdot")
+    values = dict(
+        TINY_TAGGER_OVERRIDES,
+        train_data_path=str(tiny_tagged_data / "train.conllu"),
+        validation_data_path=str(tiny_tagged_data / "valid.conllu"),
+        **{"model.text_field_embedder.token_embedders.elmo.pretrained_file": str(archive)},
+    )
+    before = listing(root)
+    result = run_allennlp(["train", str(CONFIG_DIR / "pos_tagger_elmo.jsonnet"), "-s", str(root / "run"),
+                           "-o", overrides(values)], cwd=root, check=False)
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]  # allennlp's traceback ends with our error line
+    assert "UnsafeArchiveError" in last and str(archive) in last and "escaped" in last
+    assert not {path for path in listing(root) - before if not path.startswith("run")}
+
+
+@pytest.mark.parametrize("drop, message", [("config.json", "no config.json"), ("weights.th", "no model weights")])
+def test_an_archive_without_config_or_weights_is_an_error_naming_it(root, drop, message):
+    archive = copy_archive_with(BILM, root / "incomplete.tar.gz", drop=drop)
+    refused(["elmo-export", str(archive), "elmo"], root, str(archive), message)
+
+
+def test_an_archive_that_holds_no_bilm_says_what_it_holds(root):
+    refused(["elmo-embed", str(TAGGER), "in.txt", "out.hdf5"], root, str(TAGGER), "holds a CrfTagger model")
+
+
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["elmo-embed", str(BILM), "in.txt", "missing/out.hdf5"], "missing/out.hdf5"),
+        (["elmo-embed", str(BILM), "in.txt", "/sys/out.hdf5"], "/sys/out.hdf5"),  # unwritable, even for root
+        (["elmo-export", str(BILM), "missing/elmo"], "missing/elmo"),
+        (["elmo-vocab", "nothing/*.txt", "missing/tokens.txt"], "missing/tokens.txt"),  # before the corpus
+        (["elmo-vocab", "in.txt", "."], "it is a folder"),
+    ],
+)
+def test_a_missing_or_unwritable_output_folder_is_an_error_before_any_work(root, args, named):
+    if named.startswith("/sys") and not os.path.isdir("/sys"):
+        pytest.skip("no /sys: no folder nobody can write")
+    assert "loading archive" not in refused(args, root, named)
+
+
+def test_corpus_that_matches_nothing_has_no_tokens_or_is_not_text_is_an_error_naming_it(root):
+    refused(["elmo-vocab", "corpus/*.txt", "tokens.txt"], root, "corpus/*.txt")
+    (root / "blank.txt").write_text("\n   \n\n", encoding="utf-8")
+    refused(["elmo-vocab", "blank.txt", "tokens.txt"], root, "no tokens at all", "blank.txt")
+    (root / "binary.txt").write_bytes(gzip.compress(os.urandom(4000)))
+    refused(["elmo-vocab", "in.txt", "binary.txt", "tokens.txt"], root, "binary.txt", "is not text")
+
+
+def test_skipped_lines_are_counted_and_compressed_shards_read(root):
+    shards = root / "shards"
+    shards.mkdir()
+    (shards / "0.txt").write_bytes(b"= Heading =\nalpha beta\n\n  \ngamma \xff delta\n")
+    (shards / "1.txt").write_bytes(b"")
+    (shards / "2.txt.gz").write_bytes(gzip.compress(b"gz1 gz2\n"))
+    (shards / "3.txt.bz2").write_bytes(bz2.compress(b"bz1\n"))
+    (shards / "4.txt.xz").write_bytes(lzma.compress(b"xz1\n"))
+    log = succeeded(["elmo-vocab", "shards/*", "tokens.txt", "--skip-headings"], root, "tokens.txt")
+    assert "5 text lines from 5 files; skipped 1 empty files, 2 blank lines, 1 heading lines; 1 lines had invalid UTF-8" in log
+    assert "invalid UTF-8 at shards/0.txt:5" in log
+    tokens = (root / "tokens.txt").read_text(encoding="utf-8").split("\n")
+    assert {"alpha", "\ufffd", "gz1", "gz2", "bz1", "xz1"} <= set(tokens) and "Heading" not in tokens
+
+
+def test_embed_input_missing_is_named_and_bad_bytes_and_long_tokens_are_repaired(root):
+    refused(["elmo-embed", str(BILM), "nope.txt", "out.hdf5"], root, "input file not found: nope.txt")
+    (root / "bad.txt").write_bytes(b"fine line\ncaf\xc3 " + b"x" * 5000 + b"\n")
+    log = succeeded(["elmo-embed", str(BILM), "bad.txt", "out.hdf5", "--layers", "top"], root, "out.hdf5")
+    assert "invalid UTF-8 at bad.txt:2" in log
+    with h5py.File(root / "out.hdf5", "r") as vectors:
+        assert vectors["1"].shape == (2, 32)
+
+
+@pytest.fixture(scope="module")
+def elmo_folder(tmp_path_factory) -> Path:
+    """options.json + weights.hdf5 (+ vocab, softmax) of the tiny biLM."""
+    folder = tmp_path_factory.mktemp("hostile") / "elmo"
+    export_archive(str(BILM), str(folder))
+    return folder
+
+
+def damage_options(folder: Path) -> str:
+    options = json.loads((folder / "options.json").read_text())
+    options["lstm"]["dim"] = 48
+    (folder / "options.json").write_text(json.dumps(options))
+    return f"dataset {LSTM_CELL}/W_0 has shape (32, 128) but"
+
+
+def damage_nan(folder: Path) -> str:
+    with h5py.File(folder / "weights.hdf5", "a") as weights:
+        weights["CNN_proj/b_proj"][0] = numpy.nan
+    return "dataset CNN_proj/b_proj holds 1 NaN or inf values"
+
+
+def damage_truncate(folder: Path) -> str:
+    path = folder / "weights.hdf5"
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    return "(truncated or corrupt file?)"
+
+
+@pytest.mark.parametrize("damage", [damage_options, damage_nan, damage_truncate])
+def test_damaged_elmo_files_are_an_error_naming_file_and_dataset(root, elmo_folder, damage):
+    folder = root / "elmo"
+    shutil.copytree(elmo_folder, folder)
+    message = damage(folder)
+    refused(["elmo-embed", str(folder), "in.txt", "out.hdf5"], root, str(folder / "weights.hdf5"), message)
+
+
+def test_elmo_export_writes_exactly_its_four_files(root):
+    written = ["elmo", "elmo/options.json", "elmo/weights.hdf5", "elmo/vocab.txt", "elmo/softmax.hdf5"]
+    succeeded(["elmo-export", str(BILM), "elmo"], root, *written)  # no temporary file left behind
