@@ -1,4 +1,5 @@
-# One venv in .venv/ with the versions in constraints.txt.
+# One venv in .venv/ with the versions in constraints.txt (one lock for Python 3.11, 3.12, 3.13).
+# Another Python in another venv: `make test PYTHON=python3.13 VENV=.venv-3.13` (what .ci/run does).
 # A user who already has a CUDA torch: `make install VENV_ARGS=--system-site-packages`
 # (the venv then sees that torch and does not install one).
 PYTHON ?= python3
@@ -16,6 +17,9 @@ install: $(STAMP)
 
 $(STAMP): constraints.txt setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV_ARGS) $(VENV)
+	@$(BIN)/python -c "import sys; v = sys.version_info[:2]; \
+		v < (3, 11) and sys.exit('$(VENV) has Python %d.%d; constraints.txt needs 3.11, 3.12 or 3.13: rm -rf $(VENV) and make install PYTHON=python3.11' % v); \
+		v > (3, 13) and print('warning: $(VENV) has Python %d.%d; constraints.txt is tested on 3.11, 3.12 and 3.13' % v)"
 	$(BIN)/python -c "import torch, torchvision" 2>/dev/null || \
 		$(PIP) install -q -c constraints.txt torch torchvision
 	grep -vE '^(torch|torchvision)==' constraints.txt > $(VENV)/lock-without-torch.txt
