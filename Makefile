@@ -30,8 +30,12 @@ $(STAMP): constraints.txt setup.py
 demo: install
 	bash scripts/demo.sh
 
+# The suite runs in a random order (pytest-randomly); `make test TEST_SEED=N` repeats order N.
+TEST_SEED ?= $(shell od -An -N2 -tu2 /dev/urandom | tr -d ' ')
+
 test: install
-	$(BIN)/python -m pytest tests -q -rs
+	@echo "make test: random test order --randomly-seed=$(TEST_SEED) (repeat it: make test TEST_SEED=$(TEST_SEED))"
+	$(BIN)/python -m pytest tests -q -rs --randomly-seed=$(TEST_SEED)
 
 benchmark: install
 	$(BIN)/python benchmarks/run_all.py
