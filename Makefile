@@ -31,7 +31,9 @@ demo: install
 	bash scripts/demo.sh
 
 # The suite runs in a random order (pytest-randomly); `make test TEST_SEED=N` repeats order N.
-TEST_SEED ?= $(shell od -An -N2 -tu2 /dev/urandom | tr -d ' ')
+ifndef TEST_SEED
+TEST_SEED := $(shell od -An -N2 -tu2 /dev/urandom | tr -d ' ')
+endif
 
 test: install
 	@echo "make test: random test order --randomly-seed=$(TEST_SEED) (repeat it: make test TEST_SEED=$(TEST_SEED))"
