@@ -1,16 +1,19 @@
 """CUDA: every component on a GPU equals its CPU result (TF32 off), and the CLI's GPU paths
 (`allennlp train` with `cuda_device: 0`, `allennlp evaluate --cuda-device 0`,
 `elmo-embed --cuda-device 0`). Runs in `make test` where CUDA is present; one skip line
-otherwise."""
+otherwise. `ELMO_CUDA_TESTS_DEVICE=cpu` runs them with the CPU in the GPU's place, to check the
+tests' own logic on a machine without a GPU (it proves nothing about CUDA)."""
 import copy
 import json
+import os
 
 import h5py
 import numpy
 import pytest
 import torch
 
-if not torch.cuda.is_available():
+DEVICE = os.environ.get("ELMO_CUDA_TESTS_DEVICE", "cuda:0")
+if DEVICE.startswith("cuda") and not torch.cuda.is_available():
     pytest.skip("CUDA tests: no CUDA device here", allow_module_level=True)
 
 from allennlp.common import Params  # noqa: E402
@@ -29,7 +32,8 @@ from tests.helpers import (  # noqa: E402
     run_allennlp,
 )
 
-GPU = torch.device("cuda", 0)
+GPU = torch.device(DEVICE)
+CUDA_DEVICE = str(GPU.index or 0) if GPU.type == "cuda" else "-1"  # for the CLI's --cuda-device
 NO_DROPOUT = {"model.dropout": 0.0, "model.contextualizer.dropout": 0.0}
 CONFIGS = {
     "lstm": ("elmo_lstm.jsonnet", dict(TINY_LSTM_OVERRIDES, **NO_DROPOUT)),
@@ -180,7 +184,7 @@ def test_embedder_and_predictor_on_gpu_equal_cpu(tiny_bilm_archive):
         assert_close(gpu_embedder(char_ids.to(GPU)), cpu_embedder(char_ids), "embedder", 1e-5)
     inputs = [{"sentence": "The file is open ."}, {"sentence": "Return the value"}]
     cpu = Predictor.from_archive(load_archive(str(tiny_bilm_archive)), "elmo_embeddings")
-    gpu = Predictor.from_archive(load_archive(str(tiny_bilm_archive), cuda_device=0), "elmo_embeddings")
+    gpu = Predictor.from_archive(load_archive(str(tiny_bilm_archive), cuda_device=int(CUDA_DEVICE)), "elmo_embeddings")
     for want, got in zip(cpu.predict_batch_json(inputs), gpu.predict_batch_json(inputs)):
         assert want.keys() == got.keys()
         for key in want:
@@ -195,14 +199,14 @@ def test_elmo_embed_with_cuda_device_equals_cpu(tiny_bilm_archive, tiny_corpus, 
     text = tmp_path / "input.txt"
     text.write_text("\n".join(lines) + "\n")
     outputs = {}
-    for device in ("-1", "0"):
+    for device in ("-1", CUDA_DEVICE):
         output = tmp_path / f"vectors_{device}.hdf5"
         run_allennlp(["elmo-embed", str(tiny_bilm_archive), str(text), str(output), "--cuda-device", device])
         with h5py.File(output, "r") as vectors:
             outputs[device] = {name: vectors[name][()] for name in vectors if name != "sentence_to_index"}
-    assert outputs["0"].keys() == outputs["-1"].keys() and len(outputs["0"]) == len(lines)
+    assert outputs[CUDA_DEVICE].keys() == outputs["-1"].keys() and len(outputs["-1"]) == len(lines)
     for name, want in outputs["-1"].items():
-        assert_close(torch.from_numpy(outputs["0"][name]), torch.from_numpy(want), name, 1e-5)
+        assert_close(torch.from_numpy(outputs[CUDA_DEVICE][name]), torch.from_numpy(want), name, 1e-5)
 
 
 @pytest.mark.parametrize(
@@ -233,11 +237,11 @@ def test_allennlp_train_and_evaluate_on_gpu(config, values, tiny_corpus, tmp_pat
         values,
         train_data_path=str(tiny_corpus / "train" / "*.txt"),
         validation_data_path=str(tiny_corpus / "valid.txt"),
-        **{"trainer.num_epochs": 1, "trainer.cuda_device": 0, "model.tf32": False},
+        **{"trainer.num_epochs": 1, "trainer.cuda_device": int(CUDA_DEVICE), "model.tf32": False},
     )
     run_allennlp(["train", str(CONFIG_DIR / config), "-s", str(out), "-o", overrides(values)])
     metrics = {}
-    for device in ("0", "-1"):
+    for device in (CUDA_DEVICE, "-1"):
         metrics_file = tmp_path / f"metrics_{device}.json"
         run_allennlp(
             ["evaluate", str(out / "model.tar.gz"), str(tiny_corpus / "valid.txt"),
@@ -245,5 +249,5 @@ def test_allennlp_train_and_evaluate_on_gpu(config, values, tiny_corpus, tmp_pat
         )
         metrics[device] = json.loads(metrics_file.read_text())
     for key in ("forward_perplexity", "backward_perplexity", "perplexity"):
-        assert metrics["0"][key] == pytest.approx(metrics["-1"][key], rel=2e-2 if "bf16" in str(values) else 1e-5)
-    assert metrics["0"]["perplexity"] < len(Vocabulary.from_files(str(out / "vocabulary")).get_token_to_index_vocabulary("tokens"))
+        assert metrics[CUDA_DEVICE][key] == pytest.approx(metrics["-1"][key], rel=2e-2 if "bf16" in str(values) else 1e-5)
+    assert metrics[CUDA_DEVICE]["perplexity"] < len(Vocabulary.from_files(str(out / "vocabulary")).get_token_to_index_vocabulary("tokens"))
