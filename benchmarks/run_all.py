@@ -61,7 +61,8 @@ def run(benchmark: Benchmark, timeout: int, cuda: bool) -> Outcome:
         return Outcome(name, "skip", 0.0, "no CUDA device here (runs on a GPU machine: scripts/gpu_run.sh)")
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     env.setdefault("OMP_NUM_THREADS", "1")
-    command = [sys.executable, str(REPO_ROOT / "benchmarks" / benchmark.script), *benchmark.quick_args]
+    # `-m` from the repo root: this `benchmarks` package, not a dependency's top-level one
+    command = [sys.executable, "-m", f"benchmarks.{name}", *benchmark.quick_args]
     start = time.perf_counter()
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO_ROOT)
