@@ -93,6 +93,17 @@ def layer_mix(archive: Path) -> Dict[str, object]:
             "s": [round(s.item(), 4) for s in scalars], "gamma": round(gamma.item(), 4)}
 
 
+def tagger_input_size(bilm: Path) -> int:
+    """The ELMo tagger's encoder input: the biLM's width (2 x its projection) + the word embedding."""
+    from allennlp.common import Params
+
+    from elmo_plugin.archives.bilm_architecture import architecture_from_archive
+
+    word_dim = Params.from_file(str(CONFIG_DIR / "pos_tagger_elmo.jsonnet")).as_dict()["model"][
+        "text_field_embedder"]["token_embedders"]["tokens"]["embedding_dim"]
+    return 2 * architecture_from_archive(str(bilm))["contextualizer"]["input_dim"] + word_dim
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", help="folder for splits, archives and logs (default: a new temporary folder)")
@@ -131,7 +142,8 @@ def main() -> None:
     results = {}
     for name, config, extra in [
         ("baseline", "pos_tagger_baseline.jsonnet", {}),
-        ("elmo", "pos_tagger_elmo.jsonnet", {"model.text_field_embedder.token_embedders.elmo.pretrained_file": str(bilm)}),
+        ("elmo", "pos_tagger_elmo.jsonnet", {"model.text_field_embedder.token_embedders.elmo.pretrained_file": str(bilm),
+                                             "model.encoder.input_size": tagger_input_size(bilm)}),
     ]:
         seconds = allennlp(["train", str(CONFIG_DIR / config), "-s", str(out / name), "-o", json.dumps({**common, **extra})],
                            out / f"{name}_train.log")
