@@ -7,7 +7,7 @@ import pytest
 from allennlp.common.checks import ConfigurationError
 from allennlp.data.token_indexers.elmo_indexer import ELMoCharacterMapper
 
-from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
+from elmo_plugin.data.elmo_corpus_reader import SNIFF_LINES, ElmoCorpusReader
 from tests.helpers import first_item_before_end_of_file
 
 
@@ -85,8 +85,10 @@ def test_text_to_instance_with_indexers_gives_targets_and_char_ids(tmp_path):
 
 
 def test_read_is_lazy(tmp_path):
-    """The first line's instance comes out while the shard is still being written."""
-    instance = first_item_before_end_of_file(ElmoCorpusReader().read, tmp_path / "pipe.txt", "the cat sat\n")
+    """The first line's instance comes out while the shard is still being written (after the
+    reader's look at the first SNIFF_LINES lines, which tells text from binary)."""
+    head = "the cat sat\n" + "".join(f"line {i}\n" for i in range(SNIFF_LINES))
+    instance = first_item_before_end_of_file(ElmoCorpusReader().read, tmp_path / "pipe.txt", head)
     assert [token.text for token in instance["source"].tokens] == ["<S>", "the", "cat", "sat", "</S>"]
 
 
@@ -96,9 +98,10 @@ def test_invalid_utf8_lines_are_counted_and_the_first_few_named(tmp_path, caplog
     from elmo_plugin.data.elmo_corpus_reader import MAX_UTF8_WARNINGS
 
     bad_lines = MAX_UTF8_WARNINGS + 3
-    (tmp_path / "bad.txt").write_bytes(b"".join(b"word \xff %d\n" % i for i in range(bad_lines)) + b"fine\n")
+    good = b"".join(b"fine %d\n" % i for i in range(SNIFF_LINES))  # mostly text: not refused as binary
+    (tmp_path / "bad.txt").write_bytes(good + b"".join(b"word \xff %d\n" % i for i in range(bad_lines)))
     with caplog.at_level(logging.INFO):
-        assert len(read_texts(ElmoCorpusReader(), tmp_path / "bad.txt")) == bad_lines + 1
+        assert len(read_texts(ElmoCorpusReader(), tmp_path / "bad.txt")) == SNIFF_LINES + bad_lines
     named = [r for r in caplog.records if r.levelno == logging.WARNING and "invalid UTF-8 at" in r.getMessage()]
     assert len(named) == MAX_UTF8_WARNINGS
     assert any(f"{bad_lines} lines had invalid UTF-8" in r.getMessage() for r in caplog.records)
