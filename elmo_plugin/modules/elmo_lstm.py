@@ -1,5 +1,6 @@
 """Seq2SeqEncoder `elmo_lstm`: ELMo's two independent stacks of projected LSTMs."""
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+import functools
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 from allennlp.common.checks import ConfigurationError
@@ -38,26 +39,26 @@ def lstm_step(
     return state, memory
 
 
-# The step with its gate arithmetic fused by torch.compile (CUDA with Triton only), made on
-# first use; `dynamic=None` lets a second batch size switch it to a dynamic batch dimension.
-_compiled_steps: Dict[str, Callable] = {}
-
-
+@functools.lru_cache(maxsize=None)
 def compiled_lstm_step() -> Callable:
-    if "step" not in _compiled_steps:
-        _compiled_steps["step"] = torch.compile(lstm_step, dynamic=None)
-    return _compiled_steps["step"]
+    """`lstm_step` with its gate arithmetic fused by torch.compile (CUDA with Triton only), made
+    on first use; `dynamic=None` lets a second batch size switch it to a dynamic batch dimension."""
+    return torch.compile(lstm_step, dynamic=None)
 
 
-def can_compile_step(device: torch.device) -> bool:
-    """True on CUDA when Triton (torch.compile's GPU code generator) is importable."""
-    if device.type != "cuda":
-        return False
+@functools.lru_cache(maxsize=None)
+def triton_available() -> bool:
+    """Whether Triton (torch.compile's GPU code generator) is importable; asked once."""
     try:
-        import triton  # noqa: F401  (only present where torch.compile can generate GPU kernels)
+        import triton  # noqa: F401
     except ImportError:
         return False
     return True
+
+
+def can_compile_step(device: torch.device) -> bool:
+    """True on CUDA when Triton is installed."""
+    return device.type == "cuda" and triton_available()
 
 
 def initial_state(inputs: torch.Tensor, lstms: Sequence[torch.nn.LSTM]) -> Tuple[torch.Tensor, torch.Tensor]:
