@@ -43,32 +43,30 @@ def tiny_corpus(tmp_path_factory) -> Path:
     return folder
 
 
+def train_tiny_bilm(config: str, sizes: dict, epochs: int, corpus: Path, out: Path) -> Path:
+    """`allennlp train CONFIG` at tiny `sizes` on the tiny corpus -> its model.tar.gz."""
+    values = dict(
+        sizes,
+        train_data_path=str(corpus / "train" / "*.txt"),
+        validation_data_path=str(corpus / "valid.txt"),
+        **{"trainer.num_epochs": epochs},
+    )
+    run_allennlp(["train", str(CONFIG_DIR / config), "-s", str(out), "-o", overrides(values)])
+    return out / "model.tar.gz"
+
+
 @pytest.fixture(scope="session")
 def tiny_bilm_archive(tiny_corpus, tmp_path_factory) -> Path:
     """A tiny LSTM biLM trained for 2 epochs through `allennlp train` (shared by many tests)."""
     out = tmp_path_factory.mktemp("tiny_bilm") / "model"
-    values = dict(
-        TINY_LSTM_OVERRIDES,
-        train_data_path=str(tiny_corpus / "train" / "*.txt"),
-        validation_data_path=str(tiny_corpus / "valid.txt"),
-        **{"trainer.num_epochs": 2},
-    )
-    run_allennlp(["train", str(CONFIG_DIR / "elmo_lstm.jsonnet"), "-s", str(out), "-o", overrides(values)])
-    return out / "model.tar.gz"
+    return train_tiny_bilm("elmo_lstm.jsonnet", TINY_LSTM_OVERRIDES, 2, tiny_corpus, out)
 
 
 @pytest.fixture(scope="session")
 def tiny_transformer_archive(tiny_corpus, tmp_path_factory) -> Path:
     """A tiny transformer biLM trained for 1 epoch through `allennlp train`."""
     out = tmp_path_factory.mktemp("tiny_transformer") / "model"
-    values = dict(
-        TINY_TRANSFORMER_OVERRIDES,
-        train_data_path=str(tiny_corpus / "train" / "*.txt"),
-        validation_data_path=str(tiny_corpus / "valid.txt"),
-        **{"trainer.num_epochs": 1},
-    )
-    run_allennlp(["train", str(CONFIG_DIR / "elmo_transformer.jsonnet"), "-s", str(out), "-o", overrides(values)])
-    return out / "model.tar.gz"
+    return train_tiny_bilm("elmo_transformer.jsonnet", TINY_TRANSFORMER_OVERRIDES, 1, tiny_corpus, out)
 
 
 @pytest.fixture
