@@ -156,13 +156,25 @@ class ElmoCorpusLoader(DataLoader):
     # --- positions, for exact resume ---
 
     def state_dict(self) -> Dict[str, Any]:
-        """The position after the last batch yielded (plain Python values, for a checkpoint)."""
-        return asdict(self.position)
+        """The position after the last batch yielded and the layout it is a position in (plain
+        Python values, for a checkpoint)."""
+        return {**asdict(self.position), "layout": self.layout()}
+
+    def layout(self) -> str:
+        """What a position means: the same chunks, batch size and number of processes."""
+        return f"{len(self.chunks)} chunks of {self.data_path}, batch_size {self.batch_size}, {self.world_size} processes"
 
     def resume_from(self, state: Dict[str, Any]) -> None:
         """Continue at a `state_dict()` position, from epoch 0 on (as allennlp's trainer replays
         the finished epochs): each finished epoch yields as many placeholders as it had batches,
         the epoch of the position as many as were yielded in it, then its remaining batches."""
+        state = dict(state)
+        layout = state.pop("layout")
+        if layout != self.layout():
+            raise ConfigurationError(
+                f"data_loader elmo_corpus: the checkpoint's position is in {layout}, not in {self.layout()}: "
+                "resume with the same data, batch_size, chunk_bytes and processes"
+            )
         self._resume_start = LoaderPosition(**state)
         self.position = LoaderPosition(seed=self._resume_start.seed)
 

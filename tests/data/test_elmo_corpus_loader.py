@@ -168,3 +168,6 @@ def test_bad_settings_are_one_line_errors(tmp_path):
         make_loader(pattern, chunk_bytes=0)
     with pytest.raises(ConfigurationError, match="no file matches"):
         make_loader(str(tmp_path / "nothing*.txt"))
+    state = make_loader(pattern).state_dict()
+    with pytest.raises(ConfigurationError, match="batch_size 4, 1 processes, not in .* batch_size 8"):
+        make_loader(pattern, batch_size=8).resume_from(state)
