@@ -176,7 +176,10 @@ def training_run(config: Dict, train: Path, vocab_dir: Path, steps: int, cuda_de
     config = copy.deepcopy(config)
     config.update(train_data_path=str(train), vocabulary={"type": "from_files", "directory": str(vocab_dir)})
     config.pop("validation_data_path", None)
-    config["data_loader"]["batches_per_epoch"] = steps
+    loader = config["data_loader"]
+    if loader.get("type") == "elmo_corpus":  # batches_per_epoch is allennlp's multiprocess loader's
+        config["data_loader"] = loader = {key: loader[key] for key in ("batch_size", "shuffle", "num_workers") if key in loader}
+    loader["batches_per_epoch"] = steps
     config["trainer"].update(
         num_epochs=1,
         cuda_device=cuda_device,

@@ -23,7 +23,8 @@ lstm {
       backward_positions: 'from_start',  // as allennlp-models; "from_end": strict right-to-left
     },
   },
-  data_loader+: { num_workers:: 0 },  // hidden: allennlp's default, loading in the training process
+  // The elmo_corpus data loader, checkpoint every 2000 batches and exact resume (-r) as the LSTM.
+  data_loader+: { num_workers:: 0 },  // hidden: the default, loading in the training process
   trainer+: {
     // The noam schedule sets the learning rate at every step (peak 5.7e-4 at step 6000).
     optimizer: { type: 'fused_adam', lr: 0.0005, betas: [0.9, 0.98], eps: 1e-9 },  // allennlp's "adam", one fused kernel
