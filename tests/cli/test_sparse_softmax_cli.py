@@ -14,6 +14,7 @@ from allennlp.modules.elmo import batch_to_ids
 from elmo_plugin.elmo_files.softmax import read_softmax
 from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder
 from tests.elmo_files.elmo_reference import TOLERANCE, max_diff, with_boundaries
+from tests.training.test_tensorboard_callbacks import read_scalars
 from tests.helpers import CONFIG_DIR, free_port, overrides, run_allennlp
 
 # elmo_lstm_original.jsonnet shrunk, on the CPU, without dropout, sequential reading.
@@ -28,7 +29,8 @@ TINY_ORIGINAL = {
     "data_loader.shuffle": False,
     "data_loader.num_workers": 0,
     "trainer.cuda_device": -1,
-    "trainer.callbacks": [],
+    # TensorBoard's parameter / gradient statistics and gradient norm at every batch
+    "trainer.callbacks": [{"type": "tensorboard", "summary_interval": 1, "should_log_parameter_statistics": True}],
 }
 
 
@@ -70,13 +72,17 @@ def one_and_two_processes(equal_length_corpus, tmp_path_factory):
 
 def test_two_ddp_processes_train_the_sparse_softmax_as_one_process_on_the_same_global_batch(one_and_two_processes):
     """Every parameter equal to float tolerance, the sparse softmax (whose gradients are gathered
-    outside DDP's all-reduce) included; the same training loss."""
+    outside DDP's all-reduce) included; the same training loss; the same gradient norms logged
+    to TensorBoard (clip_grad_norm_ over sparse gradients)."""
     one, two = (torch.load(folder / "best.th") for folder in one_and_two_processes)
     assert one.keys() == two.keys() and "_softmax_loss.softmax_w.weight" in one
     for name in one:
         torch.testing.assert_close(two[name], one[name], rtol=1e-5, atol=1e-6, msg=name)
     one_metrics, two_metrics = (json.loads((folder / "metrics.json").read_text()) for folder in one_and_two_processes)
     assert two_metrics["training_loss"] == pytest.approx(one_metrics["training_loss"], rel=1e-5)
+    one_norms, two_norms = (read_scalars(folder / "log" / "train")["gradient_norm"] for folder in one_and_two_processes)
+    assert len(one_norms) == 4 and two_norms == pytest.approx(one_norms, rel=1e-5)
+    assert all(norm > 0.1 for norm in one_norms)  # clipping to 0.1 bit at every step
 
 
 def test_sparse_softmax_archive_evaluates_exports_imports_and_embeds(one_and_two_processes, equal_length_corpus, tmp_path):
