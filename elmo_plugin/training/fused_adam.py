@@ -72,13 +72,14 @@ class FusedAdamOptimizer(Optimizer, torch.optim.Adam):
                 "weight_decay 0 and amsgrad false in its parameter group"
             )
         state = self.state[parameter]
-        if not state:  # SparseAdam's state: a step count and dense moments
-            state["step"] = 0
+        if not state:  # a step count and dense moments; the count a float32 tensor, as fused Adam's
+            # (torch's load_state_dict turns every "step" of a fused group into one)
+            state["step"] = torch.zeros((), dtype=torch.float32, device=parameter.device)
             state["exp_avg"] = torch.zeros_like(parameter, memory_format=torch.preserve_format)
             state["exp_avg_sq"] = torch.zeros_like(parameter, memory_format=torch.preserve_format)
         state["step"] += 1
         beta1, beta2 = group["betas"]
         sparse_adam(
-            [parameter], [parameter.grad], [state["exp_avg"]], [state["exp_avg_sq"]], [state["step"]],
+            [parameter], [parameter.grad], [state["exp_avg"]], [state["exp_avg_sq"]], [int(state["step"])],
             eps=group["eps"], beta1=beta1, beta2=beta2, lr=group["lr"], maximize=group["maximize"],
         )

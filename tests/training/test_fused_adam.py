@@ -103,7 +103,7 @@ def test_sparse_gradients_get_torch_sparse_adam_and_dense_ones_adam():
     assert (model.embedding.weight[:6] - initial[:6]).abs().min() > 0  # touched rows moved
     assert torch.equal(model.embedding.weight[6:], initial[6:])
     state = fused.state[model.embedding.weight]
-    assert state["step"] == 10 and not state["exp_avg"][6:].any() and not state["exp_avg_sq"][6:].any()
+    assert int(state["step"]) == 10 and not state["exp_avg"][6:].any() and not state["exp_avg_sq"][6:].any()
 
 
 def test_sparse_gradients_with_weight_decay_are_a_configuration_error():
@@ -112,3 +112,22 @@ def test_sparse_gradients_with_weight_decay_are_a_configuration_error():
     model(0).backward()
     with pytest.raises(ConfigurationError, match="sparse gradients.*weight_decay 0"):
         fused.step()
+
+
+def test_sparse_gradients_resume_from_the_state_dict_exactly():
+    def fresh():
+        model = SparseModel()
+        settings = Params({"type": "fused_adam", **SETTINGS, "weight_decay": 0.0})
+        return model, Optimizer.from_params(model_parameters=list(model.named_parameters()), params=settings)
+
+    model, optimizer = fresh()
+    train_sparse(model, [optimizer], range(5))
+    model_state = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    optimizer_state = copy.deepcopy(optimizer.state_dict())
+    train_sparse(model, [optimizer], range(5, 10))
+    resumed_model, resumed = fresh()
+    resumed_model.load_state_dict(model_state)
+    resumed.load_state_dict(optimizer_state)
+    train_sparse(resumed_model, [resumed], range(5, 10))
+    for parameter, resumed_parameter in zip(model.parameters(), resumed_model.parameters()):
+        torch.testing.assert_close(resumed_parameter, parameter, atol=0, rtol=0)
