@@ -13,8 +13,8 @@ Evaluation memory is the peak RSS above the RSS before the batch, sampled every 
 unchunked figure at the full vocabulary is extrapolated linearly from two smaller vocabularies
 (it needs ~2 x 16 GB) unless --measure-unchunked.
 
-Prints one JSON object: seconds per step dense / sparse and their ratio, evaluation MB chunked /
-unchunked and their ratio.
+Prints one JSON object: seconds per step dense / sparse and their ratio, the sparse step at a
+50k-word vocabulary and the ratio to it, evaluation MB chunked / unchunked and their ratio.
 """
 import argparse
 import json
@@ -118,6 +118,7 @@ def in_child(function, *args):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--vocab-size", type=int, default=793471)
+    parser.add_argument("--reference-vocab-size", type=int, default=50000, help="the sparse step again at this size")
     parser.add_argument("--steps", type=int, default=3, help="timed training steps per side (after 1 warm-up)")
     parser.add_argument("--measure-unchunked", action="store_true", help="measure, not extrapolate (~2 x 16 GB)")
     args = parser.parse_args()
@@ -126,6 +127,9 @@ def main() -> None:
     result["dense_step_s"] = in_child(step_seconds, args.vocab_size, False, args.steps)
     result["sparse_step_s"] = in_child(step_seconds, args.vocab_size, True, args.steps)
     result["dense_over_sparse_step"] = result["dense_step_s"] / result["sparse_step_s"]
+    reference = args.reference_vocab_size
+    result[f"sparse_step_s_at_{reference}"] = in_child(step_seconds, reference, True, args.steps)
+    result[f"sparse_step_over_sparse_at_{reference}"] = result["sparse_step_s"] / result[f"sparse_step_s_at_{reference}"]
     megabytes = 2**20
     result["eval_chunked_MB"] = in_child(evaluation_bytes, args.vocab_size, True) / megabytes
     if args.measure_unchunked:

@@ -38,10 +38,10 @@ class ElmoLanguageModel(LanguageModel):
     allennlp-models' bidirectional `LanguageModel` with ELMo's metrics: `forward_perplexity`,
     `backward_perplexity` and `perplexity`, token-weighted over everything seen since the last
     reset. One softmax (full, or sampled with `num_samples` during training) serves both
-    directions; evaluation always uses the full softmax, computed over chunks of rows so that its
-    memory stays bounded at any vocabulary size (`ChunkedSampledSoftmaxLoss`).
+    directions; evaluation always uses the full softmax, with `num_samples` computed over chunks
+    of rows so that its memory stays bounded at any vocabulary size (`ChunkedSampledSoftmaxLoss`).
 
-    `sparse_embeddings: true` keeps the sampled softmax as sparse embeddings: a step computes and
+    `sparse_embeddings: true` (with `num_samples`) keeps the sampled softmax as sparse embeddings: a step computes and
     applies gradients for the rows it touched only (use Adagrad, or a sparse-capable optimizer
     for them: README, "Sparse softmax"). Under allennlp's distributed training their gradients
     are averaged over processes by gathering the touched rows, outside DDP's all-reduce, so it
