@@ -9,6 +9,7 @@ import torch
 from allennlp.common import Params
 from allennlp.data import Batch, DatasetReader, Vocabulary
 from allennlp.models import Model
+from allennlp.modules.sampled_softmax_loss import SampledSoftmaxLoss
 from allennlp.training.optimizers import Optimizer
 
 from tests.helpers import CONFIG_DIR
@@ -127,8 +128,6 @@ def test_chunked_evaluation_equals_the_unchunked_full_softmax(vocab_and_batches,
 
 def test_unchunked_reference_is_allennlps_own_full_softmax(vocab_and_batches):
     """The 'unchunked' setting above computes what allennlp's `SampledSoftmaxLoss` does."""
-    from allennlp.modules.sampled_softmax_loss import SampledSoftmaxLoss
-
     vocab, _ = vocab_and_batches
     loss = build(vocab, sparse=False)._softmax_loss.eval()
     embeddings = torch.randn(30, loss._embedding_dim)
