@@ -21,6 +21,7 @@ from allennlp_models.lm.models.language_model import LanguageModel
 from elmo_plugin.archives.bilm_archive import is_elmo_files_folder, load_bilm_encoder, local_archive
 from elmo_plugin.archives.safe_archive import checked_members, open_archive, require_model_folder
 from elmo_plugin.elmo_files.layout import OPTIONS_FILE
+from elmo_plugin.elmo_files.manylangs import is_manylangs_folder, read_manylangs_folder
 from elmo_plugin.elmo_files.options import architecture_from_options, read_options
 from elmo_plugin.modules.bilm_encoder import Architecture, BiLmEncoder
 
@@ -107,11 +108,15 @@ def with_current_keys(architecture: Architecture) -> Architecture:
 
 def load_encoder_and_architecture(path: str) -> Tuple[BiLmEncoder, Architecture]:
     """Our biLM model.tar.gz / serialization folder, allennlp-models' bidirectional
-    `language_model` archive, or a folder with options.json + weights.hdf5 -> (encoder with its
-    weights and no dropout, its architecture)."""
+    `language_model` archive, a folder with options.json + weights.hdf5, or an ELMoForManyLangs
+    model folder -> (encoder with its weights and no dropout, its architecture)."""
+    if is_manylangs_folder(path):
+        encoder, architecture, _, _ = read_manylangs_folder(path)
+        return encoder, architecture
     if os.path.isdir(path) and not is_elmo_files_folder(path) and not os.path.isfile(os.path.join(path, CONFIG_NAME)):
         raise ConfigurationError(
-            f"{path}: neither a model archive folder ({CONFIG_NAME}) nor an ELMo files folder ({OPTIONS_FILE})"
+            f"{path}: neither a model archive folder ({CONFIG_NAME}), nor an ELMo files folder ({OPTIONS_FILE} + "
+            "weights.hdf5), nor an ELMoForManyLangs model folder (config.json, char.dic, token_embedder.pkl, encoder.pkl)"
         )
     if is_elmo_files_folder(path):
         encoder = load_bilm_encoder(path)

@@ -1,0 +1,142 @@
+"""TokenIndexer `elmo_manylangs_ids`: the word and character ids of an ELMoForManyLangs model
+(HIT-SCIR), read from its dictionaries as they are recorded in the vocabulary."""
+from typing import Dict, List, Optional
+
+import torch
+from allennlp.common.checks import ConfigurationError
+from allennlp.common.util import pad_sequence_to_length
+from allennlp.data.token_indexers.token_indexer import IndexedTokenList, TokenIndexer
+from allennlp.data.tokenizers import Token
+from allennlp.data.vocabulary import DEFAULT_PADDING_TOKEN, Vocabulary
+
+DEFAULT_NAMESPACE = "elmo_manylangs"
+# The specials of its dictionaries.
+OOV, PAD, BOW, EOW, BOS, EOS = "<oov>", "<pad>", "<bow>", "<eow>", "<bos>", "<eos>"
+# Fills ids that a dictionary does not use, so that a namespace lists tokens in id order.
+UNUSED_PREFIX = "@@elmo_manylangs_unused_"
+UNUSED_ID = UNUSED_PREFIX + "{}@@"
+
+
+def chars_namespace(namespace: str) -> str:
+    return f"{namespace}_chars"
+
+
+def words_namespace(namespace: str) -> str:
+    return f"{namespace}_words"
+
+
+def dictionary_tokens(dictionary: Dict[str, int]) -> List[str]:
+    """token -> id as a list of tokens in id order 0..max (unused ids filled)."""
+    tokens = [UNUSED_ID.format(i) for i in range(max(dictionary.values()) + 1)]
+    for token, index in dictionary.items():
+        tokens[index] = token
+    return tokens
+
+
+def recorded_dictionary(vocab: Vocabulary, namespace: str) -> Optional[Dict[str, int]]:
+    """The dictionary recorded in a namespace (token -> its id in the model), or None. allennlp's
+    padding and OOV tokens lead a padded namespace; the ids count from the first token after them."""
+    token_to_index = vocab.get_token_to_index_vocabulary(namespace)
+    offset = 2 if token_to_index.get(DEFAULT_PADDING_TOKEN) == 0 else 0
+    dictionary = {
+        token: index - offset
+        for token, index in token_to_index.items()
+        if index >= offset and not token.startswith(UNUSED_PREFIX)
+    }
+    return dictionary or None
+
+
+def record_dictionary(vocab: Vocabulary, namespace: str, dictionary: Dict[str, int], source: str) -> None:
+    """Adds the dictionary to an empty namespace; checks it against one already recorded."""
+    recorded = recorded_dictionary(vocab, namespace)
+    if recorded is None:
+        vocab.add_tokens_to_namespace(dictionary_tokens(dictionary), namespace)
+    elif recorded != dictionary:
+        raise ConfigurationError(
+            f"{source}: its dictionary differs from the one recorded in vocabulary namespace {namespace!r}"
+        )
+
+
+def boundary_ids(chars: Dict[str, int], words: Optional[Dict[str, int]], max_chars: int) -> Dict[str, List[int]]:
+    """The indexed `<bos>` and `<eos>` tokens (see `ElmoManyLangsIndexer`)."""
+    return {name: token_ids(name, chars, words, max_chars) for name in (BOS, EOS)}
+
+
+def token_ids(text: str, chars: Dict[str, int], words: Optional[Dict[str, int]], max_chars: int) -> List[int]:
+    """One token as ELMoForManyLangs' `Embedder` batches it, every id + 1 (0 = padding token):
+    [word id, char ids (max_chars)]. Its quirks, kept: the token is cut to max_chars - 2
+    characters before the word lookup; the characters are framed by the id of `<eow>` first and
+    of `<bow>` last (its batching code swaps them); `<bos>` / `<eos>` are the characters
+    [`<eow>`, the token's own entry, `<bow>`] (also where the text holds such a token). No word
+    dictionary: the word id is 0 (+ 1)."""
+    text = text[: max_chars - 2]
+    word = 0 if words is None else words.get(text, words[OOV])
+    if text in (BOS, EOS):
+        characters = [chars[text]]
+    else:
+        characters = [chars.get(character, chars[OOV]) for character in text]
+    ids = [chars[EOW], *characters, chars[BOW]]
+    ids += [chars[PAD]] * (max_chars - len(ids))
+    return [index + 1 for index in [word, *ids]]
+
+
+@TokenIndexer.register("elmo_manylangs_ids")
+class ElmoManyLangsIndexer(TokenIndexer):
+    """
+    Tokens -> (tokens, 1 + max_characters_per_token) ids of an ELMoForManyLangs model, under the
+    key `elmo_tokens` (read by `elmo_bilm_embedder`): column 0 the word id, the others the
+    character ids, all + 1 so that 0 marks a padding token.
+
+    The dictionaries are not read from files here: `elmo_bilm_embedder` records the model's
+    `char.dic` / `word.dic` in the vocabulary namespaces `<namespace>_chars` / `<namespace>_words`
+    when it loads the model folder, so a downstream `model.tar.gz` carries them.
+    """
+
+    def __init__(
+        self,
+        namespace: str = DEFAULT_NAMESPACE,
+        max_characters_per_token: int = 50,
+        token_min_padding_length: int = 0,
+    ) -> None:
+        super().__init__(token_min_padding_length)
+        self.namespace = namespace
+        self.max_characters_per_token = max_characters_per_token
+        self._cache: Dict[str, List[int]] = {}
+        self._vocab_id: Optional[int] = None  # the vocabulary the cache was built with
+
+    def count_vocab_items(self, token: Token, counter: Dict[str, Dict[str, int]]) -> None:
+        pass
+
+    def dictionaries(self, vocabulary: Vocabulary):
+        chars = recorded_dictionary(vocabulary, chars_namespace(self.namespace))
+        if chars is None:
+            raise ConfigurationError(
+                f"elmo_manylangs_ids: the vocabulary has no namespace {chars_namespace(self.namespace)!r}: "
+                "an elmo_bilm_embedder with an ELMoForManyLangs folder as pretrained_file records it"
+            )
+        return chars, recorded_dictionary(vocabulary, words_namespace(self.namespace))
+
+    def tokens_to_indices(self, tokens: List[Token], vocabulary: Vocabulary) -> IndexedTokenList:
+        if self._vocab_id != id(vocabulary):
+            self._cache, self._vocab_id = {}, id(vocabulary)
+            self._chars, self._words = self.dictionaries(vocabulary)
+        indexed = []
+        for token in tokens:
+            text = token.ensure_text()
+            if text not in self._cache:
+                self._cache[text] = token_ids(text, self._chars, self._words, self.max_characters_per_token)
+            indexed.append(self._cache[text])
+        return {"elmo_tokens": indexed}
+
+    def get_empty_token_list(self) -> IndexedTokenList:
+        return {"elmo_tokens": []}
+
+    def as_padded_tensor_dict(self, tokens: IndexedTokenList, padding_lengths: Dict[str, int]) -> Dict[str, torch.Tensor]:
+        width = 1 + self.max_characters_per_token
+        padded = pad_sequence_to_length(tokens["elmo_tokens"], padding_lengths["elmo_tokens"], lambda: [0] * width)
+        return {"elmo_tokens": torch.tensor(padded, dtype=torch.long)}
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.update(_cache={}, _vocab_id=None)
+        return state

@@ -1,0 +1,66 @@
+"""TokenEmbedder `elmo_manylangs_cnn`: the "cnn" token embedder of ELMoForManyLangs (HIT-SCIR)."""
+from typing import Dict, List, Tuple
+
+import torch
+from allennlp.common.checks import ConfigurationError
+from allennlp.modules.highway import Highway
+from allennlp.modules.token_embedders import TokenEmbedder
+
+from elmo_plugin.modules.elmo_char_cnn import ACTIVATIONS
+
+
+@TokenEmbedder.register("elmo_manylangs_cnn")
+class ElmoManyLangsCnn(TokenEmbedder):
+    """
+    Ids (batch, tokens, 1 + max_chars) from `elmo_manylangs_ids` (column 0 the word id, then the
+    character ids, all + 1; 0 = padding token) -> token vectors (batch, tokens, projection_dim).
+
+    char embedding -> one Conv1d per `[width, count]` filter, max over all max_chars positions
+    (padding characters included, as ELMoForManyLangs computes it), activation -> `num_highway`
+    highway layers (relu, whatever `activation` says, as its code does) -> [word embedding
+    (`word_dim` > 0); that] -> linear projection. Padding tokens give zero vectors.
+    `sentence_boundaries`: the indexed `<bos>` and `<eos>` tokens, which `elmo_bilm_embedder`
+    puts around every sentence.
+    """
+
+    def __init__(
+        self,
+        num_characters: int,
+        char_dim: int,
+        filters: List[Tuple[int, int]],
+        num_highway: int,
+        projection_dim: int,
+        sentence_boundaries: Dict[str, List[int]],
+        num_words: int = 0,
+        word_dim: int = 0,
+        activation: str = "relu",
+    ) -> None:
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ConfigurationError(f"elmo_manylangs_cnn: activation must be one of {list(ACTIVATIONS)}")
+        self.filters = [(int(width), int(count)) for width, count in filters]
+        self.char_embedding = torch.nn.Embedding(num_characters, char_dim)
+        self.word_embedding = torch.nn.Embedding(num_words, word_dim) if word_dim > 0 else None
+        self.convolutions = torch.nn.ModuleList(
+            torch.nn.Conv1d(char_dim, count, kernel_size=width) for width, count in self.filters
+        )
+        num_filters = sum(count for _, count in self.filters)
+        self.highways = Highway(num_filters, num_highway, activation=torch.nn.functional.relu)
+        self.projection = torch.nn.Linear(num_filters + word_dim, projection_dim)
+        self._activation = ACTIVATIONS[activation]
+        self.sentence_boundaries = {name: list(ids) for name, ids in sentence_boundaries.items()}
+        self._output_dim = projection_dim
+
+    def get_output_dim(self) -> int:
+        return self._output_dim
+
+    def forward(self, elmo_tokens: torch.Tensor) -> torch.Tensor:
+        """(..., 1 + max_chars) ids -> (..., projection_dim)."""
+        ids = (elmo_tokens - 1).clamp(min=0)  # padding tokens: any valid id, zeroed below
+        characters = self.char_embedding(ids[..., 1:].reshape(-1, ids.size(-1) - 1)).transpose(1, 2)
+        pooled = [self._activation(conv(characters).max(dim=-1).values) for conv in self.convolutions]
+        vectors = self.highways(torch.cat(pooled, dim=-1)).view(*ids.shape[:-1], -1)
+        if self.word_embedding is not None:
+            vectors = torch.cat([self.word_embedding(ids[..., 0]), vectors], dim=-1)
+        mask = (elmo_tokens > 0).any(dim=-1, keepdim=True)
+        return self.projection(vectors) * mask

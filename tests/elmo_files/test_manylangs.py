@@ -1,0 +1,98 @@
+"""ELMoForManyLangs model folders: our embedder equals its own `Embedder` (every layer)."""
+import json
+
+import numpy
+import pytest
+import torch
+from allennlp.common.checks import ConfigurationError
+from allennlp.data import Batch, Instance, Vocabulary
+from allennlp.data.fields import TextField
+from allennlp.data.tokenizers import Token
+
+from elmo_plugin.data.elmo_manylangs_indexer import ElmoManyLangsIndexer
+from elmo_plugin.elmo_files.layout import ElmoFilesError
+from elmo_plugin.elmo_files.manylangs import read_dictionary
+from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder
+from tests.elmo_files.manylangs_reference import MAX_CHARS, SENTENCES, make_manylangs_folder, reference_layers
+
+
+def our_layers(embedder: ElmoBiLmEmbedder, vocab: Vocabulary, sentences, max_chars: int = MAX_CHARS):
+    """Every layer per sentence (layers, tokens, dim), `<bos>`/`<eos>` removed."""
+    indexer = ElmoManyLangsIndexer(max_characters_per_token=max_chars)
+    instances = [Instance({"text": TextField([Token(t) for t in s], {"elmo": indexer})}) for s in sentences]
+    batch = Batch(instances)
+    batch.index_instances(vocab)
+    ids = batch.as_tensor_dict()["text"]["elmo"]["elmo_tokens"]
+    with torch.no_grad():
+        layers, _ = embedder.layers(ids)
+    return [torch.stack([layer[i, 1 : len(s) + 1] for layer in layers]).numpy() for i, s in enumerate(sentences)]
+
+
+def assert_same_layers(ours, theirs):
+    assert len(ours) == len(theirs)
+    for mine, reference in zip(ours, theirs):
+        assert mine.shape == reference.shape
+        numpy.testing.assert_allclose(mine, reference, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("word_dim", [6, 0], ids=["with_word_embedding", "characters_only"])
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+def test_every_layer_equals_elmoformanylangs_embedder(tmp_path, word_dim, activation):
+    folder = make_manylangs_folder(tmp_path / "model", word_dim=word_dim, activation=activation)
+    vocab = Vocabulary()
+    embedder = ElmoBiLmEmbedder(vocab, pretrained_file=str(folder))
+    assert embedder.bilm.num_layers == 3
+    assert_same_layers(our_layers(embedder, vocab, SENTENCES), reference_layers(folder, SENTENCES))
+
+
+def test_no_cell_clip_and_a_config_path_found_by_file_name(tmp_path):
+    """cell_clip 0 means no clipping (its `if clip:`); an absolute config_path that does not exist
+    is looked up by file name in the folder."""
+    folder = make_manylangs_folder(tmp_path / "model", config_path="/elsewhere/tiny.json", cell_clip=0)
+    vocab = Vocabulary()
+    embedder = ElmoBiLmEmbedder(vocab, pretrained_file=str(folder))
+    assert embedder.bilm.contextualizer.cell_clip is None
+    assert_same_layers(our_layers(embedder, vocab, SENTENCES), reference_layers(folder, SENTENCES))
+
+
+def test_dictionary_line_with_one_field_names_ideographic_space(tmp_path):
+    """Lines are stripped, then split at the tab: U+3000's own line loses its token (and a later
+    line overrides it); inner spaces stay."""
+    path = tmp_path / "char.dic"
+    path.write_text("<oov>\t0\n\u3000\t1\n\t2\n  x \t3\n", encoding="utf-8")
+    assert read_dictionary(str(path), ("<oov>",)) == {"<oov>": 0, "\u3000": 2, "x ": 3}
+
+
+def test_bad_dictionary_line_is_named(tmp_path):
+    path = tmp_path / "char.dic"
+    path.write_text("<oov>\t0\nab\tcd\n", encoding="utf-8")
+    with pytest.raises(ElmoFilesError, match=r"char.dic, line 2: expected 'token<TAB>id'"):
+        read_dictionary(str(path), ("<oov>",))
+
+
+def test_downstream_archive_rebuilds_the_same_embedder_from_vocabulary(tmp_path):
+    """Without the folder: the architecture and dictionaries come back from the saved vocabulary,
+    the weights from the state dict."""
+    folder = make_manylangs_folder(tmp_path / "model")
+    vocab = Vocabulary()
+    embedder = ElmoBiLmEmbedder(vocab, pretrained_file=str(folder))
+    vocab.save_to_files(str(tmp_path / "vocabulary"))
+    loaded = Vocabulary.from_files(str(tmp_path / "vocabulary"))
+    rebuilt = ElmoBiLmEmbedder(loaded)
+    rebuilt.load_state_dict(embedder.state_dict())
+    assert_same_layers(our_layers(rebuilt, loaded, SENTENCES), our_layers(embedder, vocab, SENTENCES))
+
+
+def test_unsupported_lstm_variants_are_refused(tmp_path):
+    folder = make_manylangs_folder(tmp_path / "model")
+    config = json.loads((folder / "tiny.json").read_text())
+    config["encoder"]["name"] = "lstm"
+    (folder / "tiny.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigurationError, match="only the 'cnn' token embedder with the 'elmo' encoder"):
+        ElmoBiLmEmbedder(Vocabulary(), pretrained_file=str(folder))
+
+
+def test_folder_of_no_known_kind_is_refused(tmp_path):
+    (tmp_path / "char.dic").write_text("a\t0\n")
+    with pytest.raises(ConfigurationError, match="nor an ELMoForManyLangs model folder"):
+        ElmoBiLmEmbedder(Vocabulary(), pretrained_file=str(tmp_path))
