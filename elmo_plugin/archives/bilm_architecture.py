@@ -18,7 +18,7 @@ from allennlp.models import Model
 from allennlp.models.archival import CONFIG_NAME
 from allennlp_models.lm.models.language_model import LanguageModel
 
-from elmo_plugin.archives.bilm_archive import is_elmo_files_folder, load_bilm_encoder, local_archive
+from elmo_plugin.archives.bilm_archive import check_known_folder, is_elmo_files_folder, load_bilm_encoder, local_archive
 from elmo_plugin.archives.safe_archive import checked_members, open_archive, require_model_folder
 from elmo_plugin.elmo_files.layout import OPTIONS_FILE
 from elmo_plugin.elmo_files.manylangs import is_manylangs_folder, read_manylangs_folder
@@ -113,11 +113,7 @@ def load_encoder_and_architecture(path: str) -> Tuple[BiLmEncoder, Architecture]
     if is_manylangs_folder(path):
         encoder, architecture, _, _ = read_manylangs_folder(path)
         return encoder, architecture
-    if os.path.isdir(path) and not is_elmo_files_folder(path) and not os.path.isfile(os.path.join(path, CONFIG_NAME)):
-        raise ConfigurationError(
-            f"{path}: neither a model archive folder ({CONFIG_NAME}), nor an ELMo files folder ({OPTIONS_FILE} + "
-            "weights.hdf5), nor an ELMoForManyLangs model folder (config.json, char.dic, token_embedder.pkl, encoder.pkl)"
-        )
+    check_known_folder(path)
     if is_elmo_files_folder(path):
         encoder = load_bilm_encoder(path)
         architecture = architecture_from_options(

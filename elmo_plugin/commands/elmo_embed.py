@@ -3,7 +3,7 @@ import argparse
 import json
 import logging
 import os
-from typing import Dict, Iterator, List, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import h5py
 import numpy
@@ -12,12 +12,13 @@ from allennlp.commands.subcommand import Subcommand
 from allennlp.common import Tqdm
 from allennlp.common.checks import ConfigurationError
 
-from elmo_plugin.data.elmo_char_ids_indexer import MAX_CHARS, ElmoCharIdsIndexer
+from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
 from elmo_plugin.data.elmo_corpus_reader import CorpusStats, decode_line
 from elmo_plugin.data.elmo_vocab_file import BOS, EOS
 from elmo_plugin.archives.bilm_archive import load_bilm_encoder
 from elmo_plugin.commands.cli_errors import reports_errors
 from elmo_plugin.commands.output_paths import check_output_file
+from elmo_plugin.elmo_files.manylangs import is_manylangs_folder, sentence_ids
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 from elmo_plugin.modules.bilm_sentence_layers import sentence_layers
 
@@ -27,6 +28,8 @@ LAYER_CHOICES = ("all", "average", "top")
 BATCHES_PER_CHUNK = 16  # sentences sorted by length within chunks of this many batches
 PARTIAL_SUFFIX = ".partial"  # OUTPUT is written as OUTPUT.partial and renamed when complete
 LINES_DONE = "elmo_embed_lines_done"  # attribute of the partial file: input lines 0..n-1 are in it
+# tokens -> the id rows of `<S> tokens </S>` for the biLM
+SentenceIds = Callable[[List[str]], List[List[int]]]
 
 
 @Subcommand.register("elmo-embed")
@@ -41,7 +44,8 @@ class ElmoEmbed(Subcommand):
         )
         subparser = parser.add_parser(self.name, description=description, help="Embed a text file with ELMo.")
         subparser.add_argument("model", help="our biLM archive (model.tar.gz / serialization dir), allennlp-models' "
-                               "bidirectional language_model archive, or a folder with options.json + weights.hdf5")
+                               "bidirectional language_model archive, a folder with options.json + weights.hdf5, "
+                               "or an ELMoForManyLangs model folder")
         subparser.add_argument("input_file", help="text, one whitespace-tokenized sentence per line")
         subparser.add_argument("output_file", help="HDF5 file to write")
         subparser.add_argument("--layers", choices=LAYER_CHOICES, default="all",
@@ -61,7 +65,8 @@ def embed_from_args(args: argparse.Namespace) -> None:
         raise ConfigurationError(f"elmo-embed: model not found: {args.model}")
     check_arguments(args.input_file, args.output_file, args.layers, args.batch_size)  # before the model loads
     encoder = load_bilm_encoder(args.model, args.cuda_device)
-    embed_file(encoder, args.input_file, args.output_file, args.layers, args.batch_size, args.resume)
+    ids = sentence_ids(args.model) if is_manylangs_folder(args.model) else None
+    embed_file(encoder, args.input_file, args.output_file, args.layers, args.batch_size, args.resume, ids)
 
 
 def check_arguments(input_file: str, output_file: str, layers: str, batch_size: int) -> None:
@@ -160,9 +165,15 @@ def open_partial(partial: str, settings: Dict[str, object], resume: bool) -> Tup
     return output, done
 
 
+def elmo_sentence_ids() -> SentenceIds:
+    """ELMo's character ids of `<S> tokens </S>` (50 per token)."""
+    indexer = ElmoCharIdsIndexer()
+    return lambda tokens: [indexer.char_ids(token) for token in [BOS, *tokens, EOS]]
+
+
 def embed_chunk(
     encoder: BiLmEncoder,
-    indexer: ElmoCharIdsIndexer,
+    index_sentence: SentenceIds,
     chunk: List[Tuple[int, List[str]]],
     batch_size: int,
     layers: str,
@@ -173,10 +184,9 @@ def embed_chunk(
     chunk.sort(key=lambda item: len(item[1]))
     for start in range(0, len(chunk), batch_size):
         batch = chunk[start : start + batch_size]
-        width = max(len(tokens) for _, tokens in batch) + 2
-        char_ids = torch.zeros(len(batch), width, MAX_CHARS, dtype=torch.long)
-        for row, (_, tokens) in enumerate(batch):
-            ids = [indexer.char_ids(token) for token in [BOS, *tokens, EOS]]
+        rows = [index_sentence(tokens) for _, tokens in batch]
+        char_ids = torch.zeros(len(batch), max(map(len, rows)), len(rows[0][0]), dtype=torch.long)
+        for row, ids in enumerate(rows):
             char_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
         with torch.no_grad():
             vectors, lengths = sentence_layers(encoder, char_ids.to(device))
@@ -191,15 +201,17 @@ def embed_file(
     layers: str = "all",
     batch_size: int = 64,
     resume: bool = False,
+    index_sentence: Optional[SentenceIds] = None,
 ) -> None:
     """Streams INPUT in chunks of `BATCHES_PER_CHUNK` batches, sorts each chunk by length, embeds
     each sentence as `<S> w1 .. wn </S>` from zero state and writes its vectors, boundaries removed,
     into OUTPUT.partial, recording after each chunk how many lines are done; renames it to OUTPUT
     when complete. `resume` continues from the last record (chunks start at the same lines as in
-    an uninterrupted run, so the batches and the vectors are the same)."""
+    an uninterrupted run, so the batches and the vectors are the same). `index_sentence`: how
+    sentences become ids (default ELMo's characters; an ELMoForManyLangs model's own)."""
     check_arguments(input_file, output_file, layers, batch_size)
     encoder.eval()
-    indexer = ElmoCharIdsIndexer()
+    index_sentence = index_sentence or elmo_sentence_ids()
     empty_shape = (encoder.num_layers, 0, encoder.get_output_dim()) if layers == "all" else (0, encoder.get_output_dim())
     settings = {"elmo_embed_layers": layers, "elmo_embed_batch_size": batch_size,
                 "elmo_embed_input_bytes": os.path.getsize(input_file)}
@@ -223,11 +235,11 @@ def embed_file(
             else:
                 writer.write_empty(index)
             if len(chunk) >= batch_size * BATCHES_PER_CHUNK:
-                embed_chunk(encoder, indexer, chunk, batch_size, layers, writer)
+                embed_chunk(encoder, index_sentence, chunk, batch_size, layers, writer)
                 chunk = []
                 writer.record(index + 1)
         if chunk:
-            embed_chunk(encoder, indexer, chunk, batch_size, layers, writer)
+            embed_chunk(encoder, index_sentence, chunk, batch_size, layers, writer)
         progress.close()
         writer.close()
     os.replace(partial, output_file)

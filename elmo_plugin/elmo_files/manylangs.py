@@ -7,11 +7,11 @@ The folder: `config.json` (`config_path` names the architecture JSON), `char.dic
 """
 import json
 import os
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from elmo_plugin.data.elmo_manylangs_indexer import BOS, BOW, EOS, EOW, OOV, PAD, boundary_ids
+from elmo_plugin.data.elmo_manylangs_indexer import BOS, BOW, EOS, EOW, OOV, PAD, boundary_ids, token_ids
 from elmo_plugin.elmo_files.layout import ElmoFilesError
 from elmo_plugin.modules.bilm_encoder import Architecture, BiLmEncoder
 
@@ -179,3 +179,13 @@ def read_manylangs_folder(folder: str) -> Tuple[BiLmEncoder, Architecture, Dict[
     except (RuntimeError, KeyError) as error:
         raise ElmoFilesError(f"{folder}: its weights do not fit its architecture ({error})") from None
     return encoder.eval(), architecture, chars, words
+
+
+def sentence_ids(folder: str) -> Callable[[List[str]], List[List[int]]]:
+    """tokens -> the ids of `<bos> tokens <eos>` as `elmo_manylangs_ids` and `elmo_bilm_embedder`
+    give them to the biLM, with this folder's dictionaries."""
+    config = model_config(folder)
+    chars, words = read_dictionaries(folder, config)
+    max_chars = config["token_embedder"]["max_characters_per_token"]
+    boundaries = boundary_ids(chars, words, max_chars)
+    return lambda tokens: [boundaries[BOS], *(token_ids(t, chars, words, max_chars) for t in tokens), boundaries[EOS]]
