@@ -16,8 +16,9 @@ from allennlp_models.lm.models.language_model import LanguageModel
 
 from elmo_plugin.archives.safe_archive import extracted_model_archive, require_model_folder
 from elmo_plugin.elmo_files.layout import OPTIONS_FILE, WEIGHTS_FILE
-from elmo_plugin.elmo_files.manylangs import FOLDER_FILES as MANYLANGS_FILES
-from elmo_plugin.elmo_files.manylangs import is_manylangs_folder, read_manylangs_folder
+from elmo_plugin.data.elmo_manylangs_files import FOLDER_FILES as MANYLANGS_FILES
+from elmo_plugin.data.elmo_manylangs_files import is_manylangs_folder
+from elmo_plugin.elmo_files.manylangs import read_manylangs_folder
 from elmo_plugin.elmo_files.weights import read_bilm_encoder
 from elmo_plugin.models.elmo_bilm import ElmoLanguageModel
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder

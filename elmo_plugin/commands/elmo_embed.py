@@ -3,7 +3,7 @@ import argparse
 import json
 import logging
 import os
-from typing import Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Tuple
 
 import h5py
 import numpy
@@ -13,12 +13,12 @@ from allennlp.common import Tqdm
 from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
+from elmo_plugin.data.elmo_manylangs_indexer import sentence_ids
 from elmo_plugin.data.elmo_corpus_reader import CorpusStats, decode_line
 from elmo_plugin.data.elmo_vocab_file import BOS, EOS
 from elmo_plugin.archives.bilm_archive import load_bilm_encoder
 from elmo_plugin.commands.cli_errors import reports_errors
 from elmo_plugin.commands.output_paths import check_output_file
-from elmo_plugin.elmo_files.manylangs import is_manylangs_folder, sentence_ids
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 from elmo_plugin.modules.bilm_sentence_layers import sentence_layers
 
@@ -65,8 +65,7 @@ def embed_from_args(args: argparse.Namespace) -> None:
         raise ConfigurationError(f"elmo-embed: model not found: {args.model}")
     check_arguments(args.input_file, args.output_file, args.layers, args.batch_size)  # before the model loads
     encoder = load_bilm_encoder(args.model, args.cuda_device)
-    ids = sentence_ids(args.model) if is_manylangs_folder(args.model) else None
-    embed_file(encoder, args.input_file, args.output_file, args.layers, args.batch_size, args.resume, ids)
+    embed_file(encoder, args.input_file, args.output_file, args.layers, args.batch_size, args.resume)
 
 
 def check_arguments(input_file: str, output_file: str, layers: str, batch_size: int) -> None:
@@ -165,8 +164,12 @@ def open_partial(partial: str, settings: Dict[str, object], resume: bool) -> Tup
     return output, done
 
 
-def elmo_sentence_ids() -> SentenceIds:
-    """ELMo's character ids of `<S> tokens </S>` (50 per token)."""
+def encoder_sentence_ids(encoder: BiLmEncoder) -> SentenceIds:
+    """How the encoder's sentences become ids: an ELMoForManyLangs token embedder's own
+    dictionaries, otherwise ELMo's character ids of `<S> tokens </S>` (50 per token)."""
+    dictionaries = getattr(encoder.char_cnn, "dictionaries", None)
+    if dictionaries is not None:
+        return sentence_ids(*dictionaries, encoder.char_cnn.architecture["max_characters_per_token"])
     indexer = ElmoCharIdsIndexer()
     return lambda tokens: [indexer.char_ids(token) for token in [BOS, *tokens, EOS]]
 
@@ -201,17 +204,15 @@ def embed_file(
     layers: str = "all",
     batch_size: int = 64,
     resume: bool = False,
-    index_sentence: Optional[SentenceIds] = None,
 ) -> None:
     """Streams INPUT in chunks of `BATCHES_PER_CHUNK` batches, sorts each chunk by length, embeds
     each sentence as `<S> w1 .. wn </S>` from zero state and writes its vectors, boundaries removed,
     into OUTPUT.partial, recording after each chunk how many lines are done; renames it to OUTPUT
     when complete. `resume` continues from the last record (chunks start at the same lines as in
-    an uninterrupted run, so the batches and the vectors are the same). `index_sentence`: how
-    sentences become ids (default ELMo's characters; an ELMoForManyLangs model's own)."""
+    an uninterrupted run, so the batches and the vectors are the same)."""
     check_arguments(input_file, output_file, layers, batch_size)
     encoder.eval()
-    index_sentence = index_sentence or elmo_sentence_ids()
+    index_sentence = encoder_sentence_ids(encoder)
     empty_shape = (encoder.num_layers, 0, encoder.get_output_dim()) if layers == "all" else (0, encoder.get_output_dim())
     settings = {"elmo_embed_layers": layers, "elmo_embed_batch_size": batch_size,
                 "elmo_embed_input_bytes": os.path.getsize(input_file)}

@@ -1,6 +1,6 @@
 """TokenIndexer `elmo_manylangs_ids`: the word and character ids of an ELMoForManyLangs model
 (HIT-SCIR), read from its dictionaries as they are recorded in the vocabulary."""
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 from allennlp.common.checks import ConfigurationError
@@ -57,6 +57,27 @@ def record_dictionary(vocab: Vocabulary, namespace: str, dictionary: Dict[str, i
         )
 
 
+def vocabulary_dictionaries(vocab: Vocabulary, namespace: str, with_words: bool):
+    """(chars, words or None) recorded in the vocabulary; a clear error when missing."""
+    chars = recorded_dictionary(vocab, chars_namespace(namespace))
+    words = recorded_dictionary(vocab, words_namespace(namespace)) if with_words else None
+    if chars is None or (with_words and words is None):
+        raise ConfigurationError(
+            f"the vocabulary has no ELMoForManyLangs dictionaries in namespaces {chars_namespace(namespace)!r} / "
+            f"{words_namespace(namespace)!r}: an elmo_bilm_embedder with an ELMoForManyLangs pretrained_file, or "
+            "the elmo_manylangs vocabulary, records them"
+        )
+    return chars, words
+
+
+def sentence_ids(
+    chars: Dict[str, int], words: Optional[Dict[str, int]], max_chars: int
+) -> Callable[[List[str]], List[List[int]]]:
+    """tokens -> the ids of `<bos> tokens <eos>` as `elmo_bilm_embedder` gives them to the biLM."""
+    boundaries = boundary_ids(chars, words, max_chars)
+    return lambda tokens: [boundaries[BOS], *(token_ids(t, chars, words, max_chars) for t in tokens), boundaries[EOS]]
+
+
 def boundary_ids(chars: Dict[str, int], words: Optional[Dict[str, int]], max_chars: int) -> Dict[str, List[int]]:
     """The indexed `<bos>` and `<eos>` tokens (see `ElmoManyLangsIndexer`)."""
     return {name: token_ids(name, chars, words, max_chars) for name in (BOS, EOS)}
@@ -89,40 +110,38 @@ class ElmoManyLangsIndexer(TokenIndexer):
 
     The dictionaries are not read from files here: `elmo_bilm_embedder` records the model's
     `char.dic` / `word.dic` in the vocabulary namespaces `<namespace>_chars` / `<namespace>_words`
-    when it loads the model folder, so a downstream `model.tar.gz` carries them.
+    when it loads the model folder (the `elmo_manylangs` vocabulary does for continued
+    pretraining), so a `model.tar.gz` carries them.
+
+    `sentence_boundary_tokens`: two token texts indexed as `<bos>` and `<eos>` (the `<S>` and
+    `</S>` that the `elmo_corpus` reader adds, for continued pretraining).
     """
 
     def __init__(
         self,
         namespace: str = DEFAULT_NAMESPACE,
         max_characters_per_token: int = 50,
+        sentence_boundary_tokens: Optional[Tuple[str, str]] = None,
         token_min_padding_length: int = 0,
     ) -> None:
         super().__init__(token_min_padding_length)
         self.namespace = namespace
         self.max_characters_per_token = max_characters_per_token
+        self._boundaries = dict(zip(sentence_boundary_tokens or (), (BOS, EOS)))
         self._cache: Dict[str, List[int]] = {}
         self._vocab_id: Optional[int] = None  # the vocabulary the cache was built with
 
     def count_vocab_items(self, token: Token, counter: Dict[str, Dict[str, int]]) -> None:
         pass
 
-    def dictionaries(self, vocabulary: Vocabulary):
-        chars = recorded_dictionary(vocabulary, chars_namespace(self.namespace))
-        if chars is None:
-            raise ConfigurationError(
-                f"elmo_manylangs_ids: the vocabulary has no namespace {chars_namespace(self.namespace)!r}: "
-                "an elmo_bilm_embedder with an ELMoForManyLangs folder as pretrained_file records it"
-            )
-        return chars, recorded_dictionary(vocabulary, words_namespace(self.namespace))
-
     def tokens_to_indices(self, tokens: List[Token], vocabulary: Vocabulary) -> IndexedTokenList:
         if self._vocab_id != id(vocabulary):
             self._cache, self._vocab_id = {}, id(vocabulary)
-            self._chars, self._words = self.dictionaries(vocabulary)
+            self._chars, _ = vocabulary_dictionaries(vocabulary, self.namespace, with_words=False)
+            self._words = recorded_dictionary(vocabulary, words_namespace(self.namespace))
         indexed = []
         for token in tokens:
-            text = token.ensure_text()
+            text = self._boundaries.get(token.ensure_text(), token.ensure_text())
             if text not in self._cache:
                 self._cache[text] = token_ids(text, self._chars, self._words, self.max_characters_per_token)
             indexed.append(self._cache[text])

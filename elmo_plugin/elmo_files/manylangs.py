@@ -5,89 +5,15 @@ them (the reference: the `elmoformanylangs` package, 0.0.4.post2).
 The folder: `config.json` (`config_path` names the architecture JSON), `char.dic`, `word.dic`
 (when `word_dim` > 0), `token_embedder.pkl` and `encoder.pkl` (torch state dicts).
 """
-import json
 import os
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 
-from elmo_plugin.data.elmo_manylangs_indexer import BOS, BOW, EOS, EOW, OOV, PAD, boundary_ids, token_ids
+from elmo_plugin.data.elmo_manylangs_files import model_config, read_dictionaries
+from elmo_plugin.data.elmo_manylangs_indexer import boundary_ids
 from elmo_plugin.elmo_files.layout import ElmoFilesError
 from elmo_plugin.modules.bilm_encoder import Architecture, BiLmEncoder
-
-FOLDER_FILES = ("config.json", "char.dic", "token_embedder.pkl", "encoder.pkl")
-# The architecture of both JSON files the package bundles (`cnn_50_100_512_4096_sample.json`
-# and `cnn_0_100_512_4096_sample.json`, identical), for folders that name one of them.
-BUNDLED_CONFIG = {
-    "encoder": {"name": "elmo", "projection_dim": 512, "cell_clip": 3, "proj_clip": 3, "dim": 4096, "n_layers": 2},
-    "token_embedder": {
-        "name": "cnn",
-        "activation": "relu",
-        "filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]],
-        "n_highway": 2,
-        "word_dim": 100,
-        "char_dim": 50,
-        "max_characters_per_token": 50,
-    },
-    "classifier": {"name": "sampled_softmax", "n_samples": 8192},
-    "dropout": 0.1,
-}
-BUNDLED_CONFIGS = ("cnn_50_100_512_4096_sample.json", "cnn_0_100_512_4096_sample.json")
-
-
-def is_manylangs_folder(path: str) -> bool:
-    return os.path.isdir(path) and all(os.path.isfile(os.path.join(path, name)) for name in FOLDER_FILES[2:])
-
-
-def read_json(path: str) -> Dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as source:
-            return json.load(source)
-    except (OSError, ValueError) as error:
-        raise ElmoFilesError(f"{path}: unreadable JSON ({error})") from None
-
-
-def model_config(folder: str) -> Dict[str, Any]:
-    """The architecture JSON, found as `Embedder.get_model` finds it: `config_path` as given
-    (relative to the folder), its file name inside the folder, then a bundled config."""
-    config_file = os.path.join(folder, "config.json")
-    config_path = read_json(config_file).get("config_path")
-    if not isinstance(config_path, str):
-        raise ElmoFilesError(f"{config_file}: no string key 'config_path'")
-    candidates = [os.path.join(folder, config_path), os.path.join(folder, os.path.basename(config_path))]
-    for candidate in candidates:
-        if os.path.isfile(candidate):
-            return read_json(candidate)
-    if os.path.basename(config_path) in BUNDLED_CONFIGS:
-        return BUNDLED_CONFIG
-    raise ElmoFilesError(
-        f"{config_file}: config_path {config_path!r} is neither in {folder} nor one of the package's "
-        f"bundled configs {BUNDLED_CONFIGS}"
-    )
-
-
-def read_dictionary(path: str, specials: Tuple[str, ...]) -> Dict[str, int]:
-    """A `.dic` file (token TAB id per line) as its `Embedder` reads it: each line stripped of
-    surrounding whitespace, a line left with one field names U+3000 (the ideographic space the
-    strip removed), later lines override earlier ones; lines split as Python's `codecs`
-    reader splits them (`str.splitlines`)."""
-    try:
-        with open(path, encoding="utf-8", newline="") as source:
-            lines = source.read().splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        raise ElmoFilesError(f"{path}: unreadable ({error})") from None
-    dictionary: Dict[str, int] = {}
-    for number, line in enumerate(lines, start=1):
-        fields = line.strip().split("\t")
-        if len(fields) == 1:
-            fields.insert(0, "\u3000")
-        if len(fields) != 2 or not fields[1].strip().lstrip("-").isdigit() or int(fields[1]) < 0:
-            raise ElmoFilesError(f"{path}, line {number}: expected 'token<TAB>id', got {line!r}")
-        dictionary[fields[0]] = int(fields[1])
-    missing = [token for token in specials if token not in dictionary]
-    if missing:
-        raise ElmoFilesError(f"{path}: lacks the special tokens {missing}")
-    return dictionary
 
 
 def manylangs_architecture(
@@ -113,6 +39,7 @@ def manylangs_architecture(
             "num_words": max(words.values()) + 1 if words else 0,
             "word_dim": embedder["word_dim"],
             "activation": embedder.get("activation", "relu"),
+            "max_characters_per_token": max_chars,
         },
         "contextualizer": {
             "type": "elmo_lstm",
@@ -158,14 +85,6 @@ def load_state(path: str) -> Dict[str, torch.Tensor]:
         raise ElmoFilesError(f"{path}: unreadable torch state dict ({error})") from None
 
 
-def read_dictionaries(folder: str, config: Dict[str, Any]) -> Tuple[Dict[str, int], Optional[Dict[str, int]]]:
-    """(char.dic, word.dic or None when its `word_dim` is 0)."""
-    chars = read_dictionary(os.path.join(folder, "char.dic"), (OOV, PAD, BOW, EOW, BOS, EOS))
-    if config.get("token_embedder", {}).get("word_dim", 0) > 0:
-        return chars, read_dictionary(os.path.join(folder, "word.dic"), (OOV, PAD, BOS, EOS))
-    return chars, None
-
-
 def read_manylangs_folder(folder: str) -> Tuple[BiLmEncoder, Architecture, Dict[str, int], Optional[Dict[str, int]]]:
     """folder -> (encoder with its weights, eval mode; architecture; char and word dictionaries)."""
     config = model_config(folder)
@@ -178,14 +97,6 @@ def read_manylangs_folder(folder: str) -> Tuple[BiLmEncoder, Architecture, Dict[
         encoder.contextualizer.load_state_dict(encoder_state(load_state(os.path.join(folder, "encoder.pkl")), num_layers))
     except (RuntimeError, KeyError) as error:
         raise ElmoFilesError(f"{folder}: its weights do not fit its architecture ({error})") from None
+    encoder.char_cnn.dictionaries = (chars, words)
     return encoder.eval(), architecture, chars, words
 
-
-def sentence_ids(folder: str) -> Callable[[List[str]], List[List[int]]]:
-    """tokens -> the ids of `<bos> tokens <eos>` as `elmo_manylangs_ids` and `elmo_bilm_embedder`
-    give them to the biLM, with this folder's dictionaries."""
-    config = model_config(folder)
-    chars, words = read_dictionaries(folder, config)
-    max_chars = config["token_embedder"]["max_characters_per_token"]
-    boundaries = boundary_ids(chars, words, max_chars)
-    return lambda tokens: [boundaries[BOS], *(token_ids(t, chars, words, max_chars) for t in tokens), boundaries[EOS]]

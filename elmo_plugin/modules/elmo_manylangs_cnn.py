@@ -1,12 +1,16 @@
 """TokenEmbedder `elmo_manylangs_cnn`: the "cnn" token embedder of ELMoForManyLangs (HIT-SCIR)."""
-from typing import Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 from allennlp.common.checks import ConfigurationError
+from allennlp.data import Vocabulary
 from allennlp.modules.highway import Highway
 from allennlp.modules.token_embedders import TokenEmbedder
 
+from elmo_plugin.data.elmo_manylangs_indexer import DEFAULT_NAMESPACE, boundary_ids, vocabulary_dictionaries
 from elmo_plugin.modules.elmo_char_cnn import ACTIVATIONS
+
+Dictionaries = Tuple[Dict[str, int], Optional[Dict[str, int]]]  # (chars, words or None)
 
 
 @TokenEmbedder.register("elmo_manylangs_cnn")
@@ -21,23 +25,47 @@ class ElmoManyLangsCnn(TokenEmbedder):
     (`word_dim` > 0); that] -> linear projection. Padding tokens give zero vectors.
     `sentence_boundaries`: the indexed `<bos>` and `<eos>` tokens, which `elmo_bilm_embedder`
     puts around every sentence.
+
+    `num_characters`, `num_words` and `sentence_boundaries` may be left out where the model's
+    vocabulary holds its dictionaries (namespace `namespace`, as the `elmo_manylangs` vocabulary
+    records them for continued pretraining): they are then derived from them, and the
+    dictionaries are kept in `dictionaries`. `architecture` holds every argument, explicit.
     """
 
     def __init__(
         self,
-        num_characters: int,
         char_dim: int,
         filters: List[Tuple[int, int]],
         num_highway: int,
         projection_dim: int,
-        sentence_boundaries: Dict[str, List[int]],
-        num_words: int = 0,
         word_dim: int = 0,
         activation: str = "relu",
+        max_characters_per_token: int = 50,
+        num_characters: Optional[int] = None,
+        num_words: int = 0,
+        sentence_boundaries: Optional[Dict[str, List[int]]] = None,
+        vocab: Optional[Vocabulary] = None,
+        namespace: str = DEFAULT_NAMESPACE,
     ) -> None:
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ConfigurationError(f"elmo_manylangs_cnn: activation must be one of {list(ACTIVATIONS)}")
+        self.dictionaries: Optional[Dictionaries] = None
+        if num_characters is None or sentence_boundaries is None:
+            if vocab is None:
+                raise ConfigurationError(
+                    "elmo_manylangs_cnn: give num_characters and sentence_boundaries, or a vocabulary with the "
+                    "model's dictionaries (vocabulary type elmo_manylangs)"
+                )
+            chars, words = self.dictionaries = vocabulary_dictionaries(vocab, namespace, word_dim > 0)
+            num_characters, num_words = max(chars.values()) + 1, max(words.values()) + 1 if words else 0
+            sentence_boundaries = boundary_ids(chars, words, max_characters_per_token)
+        self.architecture: Dict[str, Any] = {
+            "type": "elmo_manylangs_cnn", "char_dim": char_dim, "filters": [list(f) for f in filters],
+            "num_highway": num_highway, "projection_dim": projection_dim, "word_dim": word_dim,
+            "activation": activation, "max_characters_per_token": max_characters_per_token,
+            "num_characters": num_characters, "num_words": num_words, "sentence_boundaries": sentence_boundaries,
+        }
         self.filters = [(int(width), int(count)) for width, count in filters]
         self.char_embedding = torch.nn.Embedding(num_characters, char_dim)
         self.word_embedding = torch.nn.Embedding(num_words, word_dim) if word_dim > 0 else None

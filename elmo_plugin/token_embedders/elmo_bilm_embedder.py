@@ -18,7 +18,6 @@ from elmo_plugin.archives.bilm_architecture import load_encoder_and_architecture
 from elmo_plugin.data.elmo_manylangs_indexer import (
     DEFAULT_NAMESPACE, chars_namespace, record_dictionary, words_namespace,
 )
-from elmo_plugin.elmo_files.manylangs import is_manylangs_folder, model_config, read_dictionaries
 from elmo_plugin.modules.bilm_encoder import Architecture, BiLmEncoder
 
 logger = logging.getLogger(__name__)
@@ -45,13 +44,16 @@ def sentence_boundary_ids(bilm: BiLmEncoder) -> Tuple[torch.Tensor, torch.Tensor
     )
 
 
-def record_manylangs_dictionaries(vocab: Vocabulary, namespace: str, folder: str) -> None:
-    """An ELMoForManyLangs folder's char.dic / word.dic into the vocabulary, where the
-    `elmo_manylangs_ids` indexer reads them (and a downstream archive keeps them)."""
-    chars, words = read_dictionaries(folder, model_config(folder))
-    record_dictionary(vocab, chars_namespace(namespace), chars, folder)
+def record_manylangs_dictionaries(vocab: Vocabulary, namespace: str, bilm: BiLmEncoder, source: str) -> None:
+    """An ELMoForManyLangs biLM's char and word dictionaries (if it is one) into the vocabulary,
+    where the `elmo_manylangs_ids` indexer reads them (and a downstream archive keeps them)."""
+    dictionaries = getattr(bilm.char_cnn, "dictionaries", None)
+    if dictionaries is None:
+        return
+    chars, words = dictionaries
+    record_dictionary(vocab, chars_namespace(namespace), chars, source)
     if words is not None:
-        record_dictionary(vocab, words_namespace(namespace), words, folder)
+        record_dictionary(vocab, words_namespace(namespace), words, source)
 
 
 def recorded_architecture(vocab: Vocabulary, namespace: str) -> Optional[Architecture]:
@@ -121,8 +123,7 @@ class ElmoBiLmEmbedder(TokenEmbedder):
         recorded = recorded_architecture(vocab, architecture_namespace)
         if pretrained_file is not None:
             self.bilm, architecture = load_encoder_and_architecture(pretrained_file)
-            if is_manylangs_folder(pretrained_file):
-                record_manylangs_dictionaries(vocab, dictionary_namespace, pretrained_file)
+            record_manylangs_dictionaries(vocab, dictionary_namespace, self.bilm, pretrained_file)
             if recorded is None:
                 vocab.add_token_to_namespace(
                     json.dumps(architecture, sort_keys=True, separators=(",", ":")), architecture_namespace

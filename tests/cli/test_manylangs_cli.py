@@ -4,7 +4,10 @@ import json
 import h5py
 import numpy
 import pytest
+from allennlp.data import Vocabulary
 from allennlp.models.archival import load_archive
+
+from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder
 
 from tests.elmo_files.manylangs_reference import MAX_CHARS, make_manylangs_folder, reference_layers
 from tests.elmo_files.test_manylangs import assert_same_layers, our_layers
@@ -64,3 +67,43 @@ def test_elmo_embed_refuses_a_folder_of_no_known_kind_in_one_line(tmp_path):
                            str(tmp_path / "out.hdf5")], check=False)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "nor an ELMoForManyLangs model folder" in result.stderr
+
+
+def test_continued_pretraining_with_learning_rate_0_keeps_the_release_embeddings(tmp_path, tiny_corpus, plugin_cwd):
+    """allennlp train elmo_manylangs_continue.jsonnet (lr 0, tiny sizes) -> an archive whose
+    embeddings, through elmo-embed and through elmo_bilm_embedder, are the release's."""
+    folder = make_manylangs_folder(tmp_path / "manylangs")
+    elmo = "model.text_field_embedder.token_embedders.elmo."
+    values = {
+        "vocabulary.model_folder": str(folder),
+        "model.pretrained_file": str(folder),
+        "train_data_path": str(tiny_corpus / "train" / "*.txt"),
+        "validation_data_path": str(tiny_corpus / "valid.txt"),
+        "dataset_reader.token_indexers.elmo.max_characters_per_token": MAX_CHARS,
+        elmo + "max_characters_per_token": MAX_CHARS,
+        elmo + "char_dim": 5,
+        elmo + "filters": [[1, 4], [2, 4], [3, 8]],
+        elmo + "projection_dim": 8,
+        elmo + "word_dim": 6,
+        elmo + "activation": "tanh",
+        "model.contextualizer.input_dim": 8,
+        "model.contextualizer.cell_size": 16,
+        "trainer.num_epochs": 1,
+        "trainer.optimizer.lr": 0.0,
+    }
+    run_allennlp(["train", str(CONFIG_DIR / "elmo_manylangs_continue.jsonnet"), "-s", "out", "-o", overrides(values)],
+                 cwd=plugin_cwd)
+    archive = plugin_cwd / "out" / "model.tar.gz"
+    metrics = json.loads((plugin_cwd / "out" / "metrics.json").read_text())
+    assert numpy.isfinite(metrics["best_validation_perplexity"])
+    sentences = [line.split() for line in LINES]
+    expected = reference_layers(folder, sentences)
+    (tmp_path / "input.txt").write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    with hidden(folder):  # the archive alone
+        run_allennlp(["elmo-embed", str(archive), str(tmp_path / "input.txt"), str(tmp_path / "out.hdf5")])
+        vocab = Vocabulary()
+        embedder = ElmoBiLmEmbedder(vocab, pretrained_file=str(archive))
+        downstream = our_layers(embedder, vocab, sentences)
+    with h5py.File(tmp_path / "out.hdf5", "r") as output:
+        assert_same_layers([numpy.array(output[str(index)]) for index in range(len(LINES))], expected)
+    assert_same_layers(downstream, expected)

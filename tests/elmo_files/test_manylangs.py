@@ -10,8 +10,7 @@ from allennlp.data.fields import TextField
 from allennlp.data.tokenizers import Token
 
 from elmo_plugin.data.elmo_manylangs_indexer import ElmoManyLangsIndexer
-from elmo_plugin.elmo_files.layout import ElmoFilesError
-from elmo_plugin.elmo_files.manylangs import read_dictionary
+from elmo_plugin.data.elmo_manylangs_files import read_dictionary
 from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder
 from tests.elmo_files.manylangs_reference import MAX_CHARS, SENTENCES, make_manylangs_folder, reference_layers
 
@@ -66,7 +65,7 @@ def test_dictionary_line_with_one_field_names_ideographic_space(tmp_path):
 def test_bad_dictionary_line_is_named(tmp_path):
     path = tmp_path / "char.dic"
     path.write_text("<oov>\t0\nab\tcd\n", encoding="utf-8")
-    with pytest.raises(ElmoFilesError, match=r"char.dic, line 2: expected 'token<TAB>id'"):
+    with pytest.raises(ConfigurationError, match=r"char.dic, line 2: expected 'token<TAB>id'"):
         read_dictionary(str(path), ("<oov>",))
 
 
