@@ -12,9 +12,6 @@ from allennlp.data.vocabulary import DEFAULT_PADDING_TOKEN, Vocabulary
 DEFAULT_NAMESPACE = "elmo_manylangs"
 # The specials of its dictionaries.
 OOV, PAD, BOW, EOW, BOS, EOS = "<oov>", "<pad>", "<bow>", "<eow>", "<bos>", "<eos>"
-# Fills ids that a dictionary does not use, so that a namespace lists tokens in id order.
-UNUSED_PREFIX = "@@elmo_manylangs_unused_"
-UNUSED_ID = UNUSED_PREFIX + "{}@@"
 
 
 def chars_namespace(namespace: str) -> str:
@@ -25,32 +22,21 @@ def words_namespace(namespace: str) -> str:
     return f"{namespace}_words"
 
 
-def dictionary_tokens(dictionary: Dict[str, int]) -> List[str]:
-    """token -> id as a list of tokens in id order 0..max (unused ids filled)."""
-    tokens = [UNUSED_ID.format(i) for i in range(max(dictionary.values()) + 1)]
-    for token, index in dictionary.items():
-        tokens[index] = token
-    return tokens
-
-
 def recorded_dictionary(vocab: Vocabulary, namespace: str) -> Optional[Dict[str, int]]:
     """The dictionary recorded in a namespace (token -> its id in the model), or None. allennlp's
     padding and OOV tokens lead a padded namespace; the ids count from the first token after them."""
     token_to_index = vocab.get_token_to_index_vocabulary(namespace)
     offset = 2 if token_to_index.get(DEFAULT_PADDING_TOKEN) == 0 else 0
-    dictionary = {
-        token: index - offset
-        for token, index in token_to_index.items()
-        if index >= offset and not token.startswith(UNUSED_PREFIX)
-    }
+    dictionary = {token: index - offset for token, index in token_to_index.items() if index >= offset}
     return dictionary or None
 
 
 def record_dictionary(vocab: Vocabulary, namespace: str, dictionary: Dict[str, int], source: str) -> None:
-    """Adds the dictionary to an empty namespace; checks it against one already recorded."""
+    """Adds the dictionary (ids 0..n-1) to an empty namespace, in id order; checks it against
+    one already recorded."""
     recorded = recorded_dictionary(vocab, namespace)
     if recorded is None:
-        vocab.add_tokens_to_namespace(dictionary_tokens(dictionary), namespace)
+        vocab.add_tokens_to_namespace(sorted(dictionary, key=dictionary.__getitem__), namespace)
     elif recorded != dictionary:
         raise ConfigurationError(
             f"{source}: its dictionary differs from the one recorded in vocabulary namespace {namespace!r}"

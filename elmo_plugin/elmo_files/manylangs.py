@@ -30,13 +30,13 @@ def manylangs_architecture(
     return {
         "token_embedder": {
             "type": "elmo_manylangs_cnn",
-            "num_characters": max(chars.values()) + 1,
+            "num_characters": len(chars),
             "char_dim": embedder["char_dim"],
             "filters": embedder["filters"],
             "num_highway": embedder["n_highway"],
             "projection_dim": encoder["projection_dim"],
             "sentence_boundaries": boundary_ids(chars, words, max_chars),
-            "num_words": max(words.values()) + 1 if words else 0,
+            "num_words": len(words) if words else 0,
             "word_dim": embedder["word_dim"],
             "activation": embedder.get("activation", "relu"),
             "max_characters_per_token": max_chars,

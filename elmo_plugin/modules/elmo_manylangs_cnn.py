@@ -58,7 +58,7 @@ class ElmoManyLangsCnn(TokenEmbedder):
                     "model's dictionaries (vocabulary type elmo_manylangs)"
                 )
             chars, words = self.dictionaries = vocabulary_dictionaries(vocab, namespace, word_dim > 0)
-            num_characters, num_words = max(chars.values()) + 1, max(words.values()) + 1 if words else 0
+            num_characters, num_words = len(chars), len(words) if words else 0
             sentence_boundaries = boundary_ids(chars, words, max_characters_per_token)
         self.architecture: Dict[str, Any] = {
             "type": "elmo_manylangs_cnn", "char_dim": char_dim, "filters": [list(f) for f in filters],

@@ -71,7 +71,8 @@ def test_elmo_embed_refuses_a_folder_of_no_known_kind_in_one_line(tmp_path):
 
 def test_continued_pretraining_with_learning_rate_0_keeps_the_release_embeddings(tmp_path, tiny_corpus, plugin_cwd):
     """allennlp train elmo_manylangs_continue.jsonnet (lr 0, tiny sizes) -> an archive whose
-    embeddings, through elmo-embed and through elmo_bilm_embedder, are the release's."""
+    embeddings, through elmo-embed, the elmo_embeddings predictor and elmo_bilm_embedder, are
+    the release's."""
     folder = make_manylangs_folder(tmp_path / "manylangs")
     elmo = "model.text_field_embedder.token_embedders.elmo."
     values = {
@@ -99,11 +100,16 @@ def test_continued_pretraining_with_learning_rate_0_keeps_the_release_embeddings
     sentences = [line.split() for line in LINES]
     expected = reference_layers(folder, sentences)
     (tmp_path / "input.txt").write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"sentence": line}) + "\n" for line in LINES), encoding="utf-8")
     with hidden(folder):  # the archive alone
         run_allennlp(["elmo-embed", str(archive), str(tmp_path / "input.txt"), str(tmp_path / "out.hdf5")])
+        run_allennlp(["predict", str(archive), str(tmp_path / "in.jsonl"), "--silent",
+                      "--output-file", str(tmp_path / "predicted.jsonl")])
         vocab = Vocabulary()
         embedder = ElmoBiLmEmbedder(vocab, pretrained_file=str(archive))
         downstream = our_layers(embedder, vocab, sentences)
     with h5py.File(tmp_path / "out.hdf5", "r") as output:
         assert_same_layers([numpy.array(output[str(index)]) for index in range(len(LINES))], expected)
     assert_same_layers(downstream, expected)
+    predicted = [json.loads(line) for line in (tmp_path / "predicted.jsonl").read_text().splitlines()]
+    assert_same_layers([numpy.array(p["layers"], dtype=numpy.float32) for p in predicted], expected)

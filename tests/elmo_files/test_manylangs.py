@@ -55,17 +55,25 @@ def test_no_cell_clip_and_a_config_path_found_by_file_name(tmp_path):
 
 
 def test_dictionary_line_with_one_field_names_ideographic_space(tmp_path):
-    """Lines are stripped, then split at the tab: U+3000's own line loses its token (and a later
-    line overrides it); inner spaces stay."""
+    """Lines are stripped, then split at the tab: U+3000's own line loses its token; inner
+    spaces stay."""
     path = tmp_path / "char.dic"
-    path.write_text("<oov>\t0\n\u3000\t1\n\t2\n  x \t3\n", encoding="utf-8")
-    assert read_dictionary(str(path), ("<oov>",)) == {"<oov>": 0, "\u3000": 2, "x ": 3}
+    path.write_text("<oov>\t0\n\u3000\t1\n  x \t2\n", encoding="utf-8")
+    assert read_dictionary(str(path), ("<oov>",)) == {"<oov>": 0, "\u3000": 1, "x ": 2}
 
 
 def test_bad_dictionary_line_is_named(tmp_path):
     path = tmp_path / "char.dic"
     path.write_text("<oov>\t0\nab\tcd\n", encoding="utf-8")
     with pytest.raises(ConfigurationError, match=r"char.dic, line 2: expected 'token<TAB>id'"):
+        read_dictionary(str(path), ("<oov>",))
+
+
+@pytest.mark.parametrize("lines", ["<oov>\t0\na\t2\n", "<oov>\t0\na\t0\n"], ids=["gap", "shared_id"])
+def test_dictionary_ids_must_be_its_embedding_rows(tmp_path, lines):
+    path = tmp_path / "char.dic"
+    path.write_text(lines, encoding="utf-8")
+    with pytest.raises(ConfigurationError, match=r"char.dic: its ids are not 0..1, each used once"):
         read_dictionary(str(path), ("<oov>",))
 
 
