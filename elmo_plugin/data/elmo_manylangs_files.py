@@ -63,8 +63,7 @@ def model_config(folder: str) -> Dict[str, Any]:
 def read_dictionary(path: str, specials: Tuple[str, ...]) -> Dict[str, int]:
     """A `.dic` file (token TAB id per line) as its `Embedder` reads it: each line stripped of
     surrounding whitespace, a line left with one field names U+3000 (the ideographic space the
-    strip removed), later lines override earlier ones; lines split as Python's `codecs`
-    reader splits them (`str.splitlines`). The ids must be 0..n-1, one per entry (its
+    strip removed); lines split as Python's `codecs` reader splits them (`str.splitlines`). The ids must be 0..n-1, one per entry (its
     embedding has n rows)."""
     try:
         with open(path, encoding="utf-8", newline="") as source:
@@ -76,9 +75,11 @@ def read_dictionary(path: str, specials: Tuple[str, ...]) -> Dict[str, int]:
         fields = line.strip().split("\t")
         if len(fields) == 1:
             fields.insert(0, "\u3000")
-        if len(fields) != 2 or not fields[1].strip().lstrip("-").isdigit() or int(fields[1]) < 0:
-            raise ConfigurationError(f"{path}, line {number}: expected 'token<TAB>id', got {line!r}")
-        dictionary[fields[0]] = int(fields[1])
+        try:
+            token, index = fields
+            dictionary[token] = int(index)
+        except ValueError:
+            raise ConfigurationError(f"{path}, line {number}: expected 'token<TAB>id', got {line!r}") from None
     if sorted(dictionary.values()) != list(range(len(dictionary))):
         # its embedding has one row per entry: ids beyond them, or shared, cannot be looked up
         raise ConfigurationError(f"{path}: its ids are not 0..{len(dictionary) - 1}, each used once")

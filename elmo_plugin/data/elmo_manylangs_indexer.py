@@ -43,7 +43,9 @@ def record_dictionary(vocab: Vocabulary, namespace: str, dictionary: Dict[str, i
         )
 
 
-def vocabulary_dictionaries(vocab: Vocabulary, namespace: str, with_words: bool):
+def vocabulary_dictionaries(
+    vocab: Vocabulary, namespace: str, with_words: bool
+) -> Tuple[Dict[str, int], Optional[Dict[str, int]]]:
     """(chars, words or None) recorded in the vocabulary; a clear error when missing."""
     chars = recorded_dictionary(vocab, chars_namespace(namespace))
     words = recorded_dictionary(vocab, words_namespace(namespace)) if with_words else None
@@ -100,7 +102,8 @@ class ElmoManyLangsIndexer(TokenIndexer):
     pretraining), so a `model.tar.gz` carries them.
 
     `sentence_boundary_tokens`: two token texts indexed as `<bos>` and `<eos>` (the `<S>` and
-    `</S>` that the `elmo_corpus` reader adds, for continued pretraining).
+    `</S>` that the `elmo_corpus` reader adds, for continued pretraining). Each distinct token's
+    ids are computed once (up to `cache_size` tokens kept).
     """
 
     def __init__(
@@ -108,9 +111,11 @@ class ElmoManyLangsIndexer(TokenIndexer):
         namespace: str = DEFAULT_NAMESPACE,
         max_characters_per_token: int = 50,
         sentence_boundary_tokens: Optional[Tuple[str, str]] = None,
+        cache_size: int = 1_000_000,
         token_min_padding_length: int = 0,
     ) -> None:
         super().__init__(token_min_padding_length)
+        self._cache_size = cache_size
         self.namespace = namespace
         self.max_characters_per_token = max_characters_per_token
         self._boundaries = dict(zip(sentence_boundary_tokens or (), (BOS, EOS)))
@@ -128,9 +133,12 @@ class ElmoManyLangsIndexer(TokenIndexer):
         indexed = []
         for token in tokens:
             text = self._boundaries.get(token.ensure_text(), token.ensure_text())
-            if text not in self._cache:
-                self._cache[text] = token_ids(text, self._chars, self._words, self.max_characters_per_token)
-            indexed.append(self._cache[text])
+            ids = self._cache.get(text)
+            if ids is None:
+                ids = token_ids(text, self._chars, self._words, self.max_characters_per_token)
+                if len(self._cache) < self._cache_size:
+                    self._cache[text] = ids
+            indexed.append(ids)
         return {"elmo_tokens": indexed}
 
     def get_empty_token_list(self) -> IndexedTokenList:

@@ -84,6 +84,12 @@ class ElmoManyLangsCnn(TokenEmbedder):
 
     def forward(self, elmo_tokens: torch.Tensor) -> torch.Tensor:
         """(..., 1 + max_chars) ids -> (..., projection_dim)."""
+        max_chars = self.architecture["max_characters_per_token"]
+        if elmo_tokens.size(-1) != 1 + max_chars:  # a different window changes every max-pool
+            raise ConfigurationError(
+                f"elmo_manylangs_cnn: got {elmo_tokens.size(-1) - 1} characters per token, the model has "
+                f"max_characters_per_token {max_chars}: give its elmo_manylangs_ids indexer the same"
+            )
         ids = (elmo_tokens - 1).clamp(min=0)  # padding tokens: any valid id, zeroed below
         characters = self.char_embedding(ids[..., 1:].reshape(-1, ids.size(-1) - 1)).transpose(1, 2)
         pooled = [self._activation(conv(characters).max(dim=-1).values) for conv in self.convolutions]

@@ -169,6 +169,11 @@ class ElmoBiLmEmbedder(TokenEmbedder):
 
     def layers(self, elmo_tokens: torch.Tensor):
         """(batch, tokens, 50) -> (every biLM layer with `<S>`/`</S>`, their mask)."""
+        if elmo_tokens.size(-1) != self._bos.numel():
+            raise ConfigurationError(
+                f"elmo_bilm_embedder: its indexer gives {elmo_tokens.size(-1)} ids per token, the biLM reads "
+                f"{self._bos.numel()} (ELMoForManyLangs: elmo_manylangs_ids' max_characters_per_token + 1)"
+            )
         mask = (elmo_tokens > 0).any(dim=-1)
         with_boundaries, mask_with_boundaries = add_sentence_boundary_token_ids(elmo_tokens, mask, self._bos, self._eos)
         layers, _ = self.bilm(with_boundaries)

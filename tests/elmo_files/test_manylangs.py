@@ -90,6 +90,16 @@ def test_downstream_archive_rebuilds_the_same_embedder_from_vocabulary(tmp_path)
     assert_same_layers(our_layers(rebuilt, loaded, SENTENCES), our_layers(embedder, vocab, SENTENCES))
 
 
+def test_indexer_with_another_character_limit_is_refused(tmp_path):
+    folder = make_manylangs_folder(tmp_path / "model")
+    vocab = Vocabulary()
+    embedder = ElmoBiLmEmbedder(vocab, pretrained_file=str(folder))
+    with pytest.raises(ConfigurationError, match="its indexer gives 51 ids per token, the biLM reads 13"):
+        our_layers(embedder, vocab, SENTENCES, max_chars=50)
+    with pytest.raises(ConfigurationError, match="got 50 characters per token, the model has max_characters_per_token 12"):
+        embedder.bilm.char_cnn(torch.ones(1, 2, 51, dtype=torch.long))
+
+
 def test_unsupported_lstm_variants_are_refused(tmp_path):
     folder = make_manylangs_folder(tmp_path / "model")
     config = json.loads((folder / "tiny.json").read_text())
