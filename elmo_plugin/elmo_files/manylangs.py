@@ -11,7 +11,7 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 
 from elmo_plugin.data.elmo_manylangs_files import model_config, read_dictionaries
-from elmo_plugin.data.elmo_manylangs_indexer import boundary_ids
+from elmo_plugin.data.elmo_manylangs_indexer import PAD, boundary_ids
 from elmo_plugin.elmo_files.layout import ElmoFilesError
 from elmo_plugin.modules.bilm_encoder import Architecture, BiLmEncoder
 
@@ -40,6 +40,8 @@ def manylangs_architecture(
             "word_dim": embedder["word_dim"],
             "activation": embedder.get("activation", "relu"),
             "max_characters_per_token": max_chars,
+            "char_padding_id": chars[PAD],
+            "word_padding_id": words[PAD] if words else None,
         },
         "contextualizer": {
             "type": "elmo_lstm",

@@ -7,7 +7,7 @@ from allennlp.data import Vocabulary
 from allennlp.modules.highway import Highway
 from allennlp.modules.token_embedders import TokenEmbedder
 
-from elmo_plugin.data.elmo_manylangs_indexer import DEFAULT_NAMESPACE, boundary_ids, vocabulary_dictionaries
+from elmo_plugin.data.elmo_manylangs_indexer import DEFAULT_NAMESPACE, PAD, boundary_ids, vocabulary_dictionaries
 from elmo_plugin.modules.elmo_char_cnn import ACTIVATIONS
 
 Dictionaries = Tuple[Dict[str, int], Optional[Dict[str, int]]]  # (chars, words or None)
@@ -26,7 +26,9 @@ class ElmoManyLangsCnn(TokenEmbedder):
     `sentence_boundaries`: the indexed `<bos>` and `<eos>` tokens, which `elmo_bilm_embedder`
     puts around every sentence.
 
-    `num_characters`, `num_words` and `sentence_boundaries` may be left out where the model's
+    `char_padding_id` / `word_padding_id`: the `<pad>` ids, whose embeddings get no gradient (as
+    in its `EmbeddingLayer`). `num_characters`, `num_words`, `sentence_boundaries` and the
+    padding ids may be left out where the model's
     vocabulary holds its dictionaries (namespace `namespace`, as the `elmo_manylangs` vocabulary
     records them for continued pretraining): they are then derived from them, and the
     dictionaries are kept in `dictionaries`. `architecture` holds every argument, explicit.
@@ -44,6 +46,8 @@ class ElmoManyLangsCnn(TokenEmbedder):
         num_characters: Optional[int] = None,
         num_words: int = 0,
         sentence_boundaries: Optional[Dict[str, List[int]]] = None,
+        char_padding_id: Optional[int] = None,
+        word_padding_id: Optional[int] = None,
         vocab: Optional[Vocabulary] = None,
         namespace: str = DEFAULT_NAMESPACE,
     ) -> None:
@@ -60,15 +64,20 @@ class ElmoManyLangsCnn(TokenEmbedder):
             chars, words = self.dictionaries = vocabulary_dictionaries(vocab, namespace, word_dim > 0)
             num_characters, num_words = len(chars), len(words) if words else 0
             sentence_boundaries = boundary_ids(chars, words, max_characters_per_token)
+            char_padding_id, word_padding_id = chars[PAD], words[PAD] if words else None
         self.architecture: Dict[str, Any] = {
             "type": "elmo_manylangs_cnn", "char_dim": char_dim, "filters": [list(f) for f in filters],
             "num_highway": num_highway, "projection_dim": projection_dim, "word_dim": word_dim,
             "activation": activation, "max_characters_per_token": max_characters_per_token,
             "num_characters": num_characters, "num_words": num_words, "sentence_boundaries": sentence_boundaries,
+            "char_padding_id": char_padding_id, "word_padding_id": word_padding_id,
         }
         self.filters = [(int(width), int(count)) for width, count in filters]
-        self.char_embedding = torch.nn.Embedding(num_characters, char_dim)
-        self.word_embedding = torch.nn.Embedding(num_words, word_dim) if word_dim > 0 else None
+        # As its `EmbeddingLayer`s: the `<pad>` rows get no gradient (they are used, not zero).
+        self.char_embedding = torch.nn.Embedding(num_characters, char_dim, padding_idx=char_padding_id)
+        self.word_embedding = (
+            torch.nn.Embedding(num_words, word_dim, padding_idx=word_padding_id) if word_dim > 0 else None
+        )
         self.convolutions = torch.nn.ModuleList(
             torch.nn.Conv1d(char_dim, count, kernel_size=width) for width, count in self.filters
         )

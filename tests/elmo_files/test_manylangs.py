@@ -9,7 +9,8 @@ from allennlp.data import Batch, Instance, Vocabulary
 from allennlp.data.fields import TextField
 from allennlp.data.tokenizers import Token
 
-from elmo_plugin.data.elmo_manylangs_indexer import ElmoManyLangsIndexer
+from elmo_plugin.data.elmo_manylangs_indexer import ElmoManyLangsIndexer, sentence_ids
+from elmo_plugin.elmo_files.manylangs import read_manylangs_folder
 from elmo_plugin.data.elmo_manylangs_files import read_dictionary
 from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder
 from tests.elmo_files.manylangs_reference import MAX_CHARS, SENTENCES, make_manylangs_folder, reference_layers
@@ -113,3 +114,52 @@ def test_folder_of_no_known_kind_is_refused(tmp_path):
     (tmp_path / "char.dic").write_text("a\t0\n")
     with pytest.raises(ConfigurationError, match="nor an ELMoForManyLangs model folder"):
         ElmoBiLmEmbedder(Vocabulary(), pretrained_file=str(tmp_path))
+
+
+def test_gradients_equal_elmoformanylangs_model(tmp_path):
+    """Continued pretraining starts from the same function: the gradients of every weight, for a
+    loss over every layer at every real position (`<bos>`/`<eos>` included), equal those of its
+    own `Model` (eval mode, one batch; float64 on both sides, so that summation order does not
+    matter)."""
+    elmoformanylangs = pytest.importorskip("elmoformanylangs")
+    from elmoformanylangs.elmo import read_list
+    from elmoformanylangs.frontend import create_one_batch
+
+    folder = make_manylangs_folder(tmp_path / "model")
+    reference = elmoformanylangs.Embedder(str(folder))
+    reference.model.double()
+    data, _ = read_list(SENTENCES, MAX_CHARS)
+    words, chars, lengths, masks = create_one_batch(
+        data, reference.word_lexicon, reference.char_lexicon, reference.config, sort=False
+    )
+    their_layers = reference.model(words, chars, masks)  # (layers, batch, tokens, dim)
+    keep = masks[0].bool()
+    weights = torch.randn(their_layers.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    (their_layers * weights)[:, keep].sum().backward()
+
+    encoder, _, chars_dic, words_dic = read_manylangs_folder(str(folder))
+    encoder.double()
+    rows = [sentence_ids(chars_dic, words_dic, MAX_CHARS)(s) for s in SENTENCES]
+    ids = torch.zeros(len(rows), max(lengths), 1 + MAX_CHARS, dtype=torch.long)
+    for row, sentence in enumerate(rows):
+        ids[row, : len(sentence)] = torch.tensor(sentence)
+    our_layers_, mask = encoder(ids)
+    assert torch.equal(mask, keep)
+    (torch.stack(our_layers_) * weights)[:, keep].sum().backward()
+
+    theirs = dict(reference.model.token_embedder.named_parameters())
+    ours = dict(encoder.char_cnn.named_parameters())
+    pairs = [(ours["char_embedding.weight"], theirs["char_emb_layer.embedding.weight"]),
+             (ours["word_embedding.weight"], theirs["word_emb_layer.embedding.weight"])]
+    pairs += [(ours[name], theirs[name]) for name in theirs if not name.endswith("emb_layer.embedding.weight")]
+    lstm = dict(reference.model.encoder.named_parameters())
+    for direction in ("forward", "backward"):
+        for layer in range(2):
+            cell, torch_lstm = f"{direction}_layer_{layer}.", getattr(encoder.contextualizer, f"{direction}_layers")[layer]
+            pairs += [(torch_lstm.weight_ih_l0, lstm[cell + "input_linearity.weight"]),
+                      (torch_lstm.weight_hh_l0, lstm[cell + "state_linearity.weight"]),
+                      (torch_lstm.bias_ih_l0, lstm[cell + "state_linearity.bias"]),
+                      (torch_lstm.weight_hr_l0, lstm[cell + "state_projection.weight"])]
+    assert len(pairs) == 2 + 3 * 2 + 2 * 2 + 2 + 4 * 4  # embeddings, convs, highways, projection, LSTMs
+    for mine, reference_parameter in pairs:
+        torch.testing.assert_close(mine.grad, reference_parameter.grad, rtol=1e-7, atol=1e-9)
