@@ -140,7 +140,8 @@ class ElmoLanguageModel(LanguageModel):
     def load_manylangs_folder(self, folder: str) -> None:
         """An ELMoForManyLangs model's weights into this model, whose token embedder and
         contextualizer must have its architecture (dropouts aside); the softmax is left as
-        initialized (its releases have none)."""
+        initialized (its releases have none; a `classifier.pkl` saved by its training code, one
+        of three softmax kinds over its own word ids, is not imported)."""
         release, architecture, _, _ = read_manylangs_folder(folder)
         ours = self.bilm_encoder()
         if not isinstance(ours.char_cnn, ElmoManyLangsCnn):
@@ -155,7 +156,10 @@ class ElmoLanguageModel(LanguageModel):
         if differing:
             raise ElmoFilesError(f"{folder}: the configured biLM differs from the release (configured, release): {differing}")
         ours.load_state_dict(release.state_dict())
-        logger.warning("%s has no softmax: the softmax starts from its initial values", folder)
+        if os.path.exists(os.path.join(folder, "classifier.pkl")):
+            logger.warning("%s: its classifier.pkl is not imported: the softmax starts from its initial values", folder)
+        else:
+            logger.warning("%s has no softmax: the softmax starts from its initial values", folder)
         logger.info("loaded the ELMoForManyLangs biLM of %s", folder)
 
     def export_softmax(self, softmax_file: str, vocab_file: str) -> int:
