@@ -20,8 +20,8 @@ from allennlp_models.lm.models.language_model import LanguageModel
 
 from elmo_plugin.archives.bilm_archive import check_known_folder, is_elmo_files_folder, load_bilm_encoder, local_archive
 from elmo_plugin.archives.safe_archive import checked_members, open_archive, require_model_folder
-from elmo_plugin.elmo_files.layout import OPTIONS_FILE
 from elmo_plugin.data.elmo_manylangs_files import is_manylangs_folder
+from elmo_plugin.elmo_files.layout import OPTIONS_FILE
 from elmo_plugin.elmo_files.manylangs import read_manylangs_folder
 from elmo_plugin.elmo_files.options import architecture_from_options, read_options
 from elmo_plugin.modules.bilm_encoder import Architecture, BiLmEncoder
@@ -94,9 +94,10 @@ def architecture_from_archive(archive_path: str) -> Architecture:
             "or allennlp-models' language_model with bidirectional: true)"
         )
     contextualizer = _without_dropout(model["contextualizer"])
-    if model["type"] == "elmo_bilm" and _manylangs_params(model) is not None:
+    manylangs = _manylangs_params(model) if model["type"] == "elmo_bilm" else None
+    if manylangs is not None:
         # completed from the loaded module (its sizes come from the archive's vocabulary)
-        return {"token_embedder": _manylangs_params(model), "contextualizer": contextualizer}
+        return {"token_embedder": manylangs, "contextualizer": contextualizer}
     if model["type"] == "elmo_bilm":
         return with_current_keys({"char_cnn": _char_cnn_params(model, archive_path), "contextualizer": contextualizer})
     if not model.get("bidirectional", False):

@@ -15,9 +15,9 @@ from allennlp.modules.token_embedders import EmptyEmbedder, TokenEmbedder
 from allennlp_models.lm.models.language_model import LanguageModel
 
 from elmo_plugin.archives.safe_archive import extracted_model_archive, require_model_folder
-from elmo_plugin.elmo_files.layout import OPTIONS_FILE, WEIGHTS_FILE
 from elmo_plugin.data.elmo_manylangs_files import FOLDER_FILES as MANYLANGS_FILES
 from elmo_plugin.data.elmo_manylangs_files import is_manylangs_folder
+from elmo_plugin.elmo_files.layout import OPTIONS_FILE, WEIGHTS_FILE
 from elmo_plugin.elmo_files.manylangs import read_manylangs_folder
 from elmo_plugin.elmo_files.weights import read_bilm_encoder
 from elmo_plugin.models.elmo_bilm import ElmoLanguageModel
@@ -123,10 +123,10 @@ def load_bilm_encoder(path: str, cuda_device: int = -1) -> BiLmEncoder:
     """`path`: our archive (LSTM or transformer), allennlp-models' bidirectional `language_model`
     archive, a folder with options.json + weights.hdf5, or an ELMoForManyLangs model folder."""
     check_known_folder(path)
-    if is_elmo_files_folder(path) or is_manylangs_folder(path):
-        if is_manylangs_folder(path):
-            encoder = read_manylangs_folder(path)[0]
-        else:
-            encoder = read_bilm_encoder(os.path.join(path, OPTIONS_FILE), os.path.join(path, WEIGHTS_FILE))
-        return encoder.to(f"cuda:{cuda_device}") if cuda_device >= 0 else encoder
-    return language_model_encoder(load_language_model(path, cuda_device))
+    if is_manylangs_folder(path):
+        encoder = read_manylangs_folder(path)[0]
+    elif is_elmo_files_folder(path):
+        encoder = read_bilm_encoder(os.path.join(path, OPTIONS_FILE), os.path.join(path, WEIGHTS_FILE))
+    else:
+        return language_model_encoder(load_language_model(path, cuda_device))
+    return encoder.to(f"cuda:{cuda_device}") if cuda_device >= 0 else encoder

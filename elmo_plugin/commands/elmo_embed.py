@@ -13,8 +13,8 @@ from allennlp.common import Tqdm
 from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
-from elmo_plugin.data.elmo_manylangs_indexer import sentence_ids
 from elmo_plugin.data.elmo_corpus_reader import CorpusStats, decode_line
+from elmo_plugin.data.elmo_manylangs_indexer import sentence_ids
 from elmo_plugin.data.elmo_vocab_file import BOS, EOS
 from elmo_plugin.archives.bilm_archive import load_bilm_encoder
 from elmo_plugin.commands.cli_errors import reports_errors
