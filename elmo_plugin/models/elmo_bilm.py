@@ -2,7 +2,7 @@
 import contextlib
 import logging
 import os
-from typing import ContextManager, Dict, List, Optional, Tuple
+from typing import ContextManager, Dict, List, Optional, Tuple, Union
 
 import torch
 from allennlp.common.checks import ConfigurationError
@@ -14,7 +14,9 @@ from allennlp.modules.text_field_embedders import TextFieldEmbedder
 from allennlp.nn import InitializerApplicator
 from allennlp_models.lm.models.language_model import LanguageModel
 
+from elmo_plugin.data.elmo_manylangs_files import is_manylangs_folder
 from elmo_plugin.elmo_files.layout import OPTIONS_FILE, SOFTMAX_FILE, VOCAB_FILE, WEIGHTS_FILE, ElmoFilesError
+from elmo_plugin.elmo_files.manylangs import read_manylangs_folder
 from elmo_plugin.elmo_files.options import check_architecture, read_options
 from elmo_plugin.elmo_files.softmax import export_softmax, import_softmax
 from elmo_plugin.elmo_files.weights import load_weights
@@ -23,10 +25,14 @@ from elmo_plugin.modules.bilm_contextualizer import BiLmContextualizer
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 from elmo_plugin.modules.chunked_sampled_softmax_loss import ChunkedSampledSoftmaxLoss
 from elmo_plugin.modules.elmo_char_cnn import ElmoCharCnn
+from elmo_plugin.modules.elmo_manylangs_cnn import ElmoManyLangsCnn
 from elmo_plugin.training.sparse_gradient_sync import synchronize_sparse_gradients
 from elmo_plugin.training.token_weighted_perplexity import TokenWeightedPerplexity
 
 logger = logging.getLogger(__name__)
+
+# The `elmo_lstm` arguments that an ELMoForManyLangs release fixes (dropout is ours to choose).
+MANYLANGS_CONTEXTUALIZER_KEYS = ("input_dim", "cell_size", "num_layers", "cell_clip", "proj_clip")
 
 # `mixed_precision` values -> the autocast dtype (None: no autocast).
 MIXED_PRECISION = {None: None, "bf16": torch.bfloat16}
@@ -52,7 +58,9 @@ class ElmoLanguageModel(LanguageModel):
 
     `pretrained_file`: a folder with the standard ELMo files to start from; the configured
     architecture must equal its options.json, and its softmax.hdf5 (if any) is mapped onto the
-    vocabulary by token through its vocab.txt.
+    vocabulary by token through its vocab.txt. Or an ELMoForManyLangs model folder (with an
+    `elmo_manylangs_cnn` token embedder and the `elmo_manylangs` vocabulary): the configured
+    architecture must equal its own; it has no softmax, so the softmax starts fresh.
 
     `mixed_precision: "bf16"` runs the forward pass (both directions, the softmax) under
     `torch.autocast` with bfloat16 on the model's device, CPU or GPU; parameters, optimizer state
@@ -130,6 +138,9 @@ class ElmoLanguageModel(LanguageModel):
         vocab.txt) when the folder has one."""
         if not os.path.isdir(folder):
             raise ElmoFilesError(f"pretrained ELMo folder not found: {folder}")
+        if is_manylangs_folder(folder):
+            self.load_manylangs_folder(folder)
+            return
         options_file = os.path.join(folder, OPTIONS_FILE)
         encoder = self.bilm_encoder()
         check_architecture(encoder, read_options(options_file), options_file)
@@ -142,6 +153,31 @@ class ElmoLanguageModel(LanguageModel):
             logger.warning("%s has no %s: the softmax starts from its initial values", folder, SOFTMAX_FILE)
         logger.info("loaded the biLM weights of %s", folder)
 
+    def load_manylangs_folder(self, folder: str) -> None:
+        """An ELMoForManyLangs model's weights into this model, whose token embedder and
+        contextualizer must have its architecture (dropouts aside); the softmax is left as
+        initialized (its releases have none; a `classifier.pkl` saved by its training code, one
+        of three softmax kinds over its own word ids, is not imported)."""
+        release, architecture, _, _ = read_manylangs_folder(folder)
+        ours = self.bilm_encoder()
+        if not isinstance(ours.char_cnn, ElmoManyLangsCnn):
+            raise ElmoFilesError(
+                f"{folder} is an ELMoForManyLangs model: elmo_bilm needs an elmo_manylangs_cnn token "
+                f"embedder to load it, not {type(ours.char_cnn).__name__}"
+            )
+        contextualizer = {key: getattr(ours.contextualizer, key, None) for key in MANYLANGS_CONTEXTUALIZER_KEYS}
+        configured = {**ours.char_cnn.architecture, **contextualizer}
+        released = {**architecture["token_embedder"], **{key: architecture["contextualizer"][key] for key in contextualizer}}
+        differing = {key: (configured.get(key), value) for key, value in released.items() if configured.get(key) != value}
+        if differing:
+            raise ElmoFilesError(f"{folder}: the configured biLM differs from the release (configured, release): {differing}")
+        ours.load_state_dict(release.state_dict())
+        if os.path.exists(os.path.join(folder, "classifier.pkl")):
+            logger.warning("%s: its classifier.pkl is not imported: the softmax starts from its initial values", folder)
+        else:
+            logger.warning("%s has no softmax: the softmax starts from its initial values", folder)
+        logger.info("loaded the ELMoForManyLangs biLM of %s", folder)
+
     def export_softmax(self, softmax_file: str, vocab_file: str) -> int:
         """softmax.hdf5 + vocab.txt of this model (the row that scores no token left out);
         returns the number of rows written."""
@@ -149,12 +185,12 @@ class ElmoLanguageModel(LanguageModel):
         export_softmax(*self.softmax_matrices(), tokens, softmax_file, vocab_file)
         return len(tokens)
 
-    def char_cnn(self) -> ElmoCharCnn:
+    def char_cnn(self) -> Union[ElmoCharCnn, ElmoManyLangsCnn]:
         embedders = self._text_field_embedder._token_embedders  # type: ignore[attr-defined]
         for embedder in embedders.values():
-            if isinstance(embedder, ElmoCharCnn):
+            if isinstance(embedder, (ElmoCharCnn, ElmoManyLangsCnn)):
                 return embedder
-        raise ConfigurationError("elmo_bilm: the text_field_embedder has no elmo_char_cnn")
+        raise ConfigurationError("elmo_bilm: the text_field_embedder has no elmo_char_cnn (or elmo_manylangs_cnn)")
 
     def _compute_loss(
         self,
