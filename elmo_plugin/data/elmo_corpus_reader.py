@@ -5,7 +5,7 @@ import logging
 import lzma
 import re
 from dataclasses import dataclass
-from typing import Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.file_utils import open_compressed
@@ -16,6 +16,7 @@ from allennlp.data.token_indexers import SingleIdTokenIndexer, TokenIndexer
 from allennlp.data.tokenizers import Tokenizer, WhitespaceTokenizer
 
 from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
+from elmo_plugin.data.elmo_text_field import ElmoTextField
 from elmo_plugin.data.elmo_vocab_file import BOS, EOS
 
 logger = logging.getLogger(__name__)
@@ -23,6 +24,7 @@ logger = logging.getLogger(__name__)
 HEADING = re.compile(r"^\s*(=+)\s.*\s\1\s*$")
 MAX_UTF8_WARNINGS = 5
 SNIFF_LINES = 20  # a file most of whose first lines are not text is refused before any is read
+Item = TypeVar("Item")
 
 
 def resolve_corpus_paths(pattern: str) -> List[str]:
@@ -144,7 +146,7 @@ class ElmoCorpusReader(DatasetReader):
             if line_number == 0:
                 stats.empty_files += 1
 
-    def windows(self, tokens: List[Token]) -> Iterator[List[Token]]:
+    def windows(self, tokens: Sequence[Item]) -> Iterator[Sequence[Item]]:
         """Consecutive windows of at most `max_sequence_length` tokens covering all tokens."""
         size = self._max_sequence_length or max(len(tokens), 1)
         for start in range(0, len(tokens), size):
@@ -153,9 +155,16 @@ class ElmoCorpusReader(DatasetReader):
     def _read(self, file_path: str) -> Iterable[Instance]:
         stats = CorpusStats()
         lines = self.corpus_lines(file_path, stats)
+        # The whitespace tokenizer's tokens are `Token(word)` for each `str.split()` word: its
+        # instances hold the words in an ElmoTextField (same tensors as a TextField, faster).
+        plain_words = type(self._tokenizer) is WhitespaceTokenizer
         for _, _, text in self.shard_iterable(lines):
-            for window in self.windows(self._tokenizer.tokenize(text)):
-                yield self.text_to_instance(tokens=window)
+            if plain_words:
+                for words in self.windows(text.split()):
+                    yield Instance({"source": ElmoTextField([BOS, *words, EOS])})
+            else:
+                for window in self.windows(self._tokenizer.tokenize(text)):
+                    yield self.text_to_instance(tokens=list(window))
         logger.info(stats.summary(file_path))
         if stats.lines == 0:
             raise ConfigurationError(f"elmo_corpus: no tokens at all in {file_path!r} ({stats.summary(file_path)})")
