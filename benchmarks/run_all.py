@@ -38,6 +38,7 @@ BENCHMARKS = [
         r"RATIO",
     ),
     Benchmark("pos_tagger_elmo_vs_baseline.py", ["--bilm", str(OLD_BILM), "--tagger-epochs", "1"], r"ELMo - baseline"),
+    Benchmark("data_pipeline.py", ["--tokens", "150000"], r'"(ours|theirs)_tokens_per_s_0_workers"|"ratio_ours'),
     Benchmark("gpu_original_elmo.py", ["--steps", "20", "--warmup", "5", "--precisions", "bf16"], r"tokens/s", True),
 ]
 SKIP = re.compile(r"^(SKIP|skipped)\b", re.IGNORECASE | re.MULTILINE)
