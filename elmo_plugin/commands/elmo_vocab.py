@@ -82,7 +82,9 @@ def shard_counts(paths: Sequence[str], skip_headings: bool, workers: int, stats:
         for path in paths:
             yield count_shard(path, skip_headings, stats)
         return
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
+    # "spawn", not "fork": a forked child can hang on a lock held at fork time by another thread
+    # of this process (seen: pyarrow's jemalloc background thread, imported with allennlp's plugins).
+    with multiprocessing.get_context("spawn").Pool(workers) as pool:
         pending: Deque = deque()
 
         def oldest() -> Counter:
