@@ -22,8 +22,9 @@ def tanh_via_sigmoid(values: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
 
 
 def clip_mask(values: torch.Tensor, clip: Optional[float]) -> Optional[torch.Tensor]:
-    """Where a clamp to +-clip passed the gradient (values are already clamped), or None."""
-    return None if clip is None else values.abs() < clip
+    """1.0 where a clamp to +-clip passed the gradient, 0.0 where it bound (values are already
+    clamped), or None without a clip."""
+    return None if clip is None else (values.abs() < clip).to(values.dtype)
 
 
 class PackedClippedLstm(torch.autograd.Function):
@@ -45,6 +46,7 @@ class PackedClippedLstm(torch.autograd.Function):
         cells = w_hr.size(1)
         gates = torch.baddbmm(bias, inputs, w_ih)  # (directions, n, 4 * cells), activated in place below
         memory = inputs.new_empty(gates.shape[:2] + (cells,))
+        tanh_memory = torch.empty_like(memory)
         hidden = torch.empty_like(memory)  # o * tanh(memory), the projection's input
         states = inputs.new_empty(gates.shape[:2] + (w_hr.size(2),))
         start = 0
@@ -64,25 +66,24 @@ class PackedClippedLstm(torch.autograd.Function):
                 step_memory.addcmul_(forget_gate, memory[:, previous][:, :size])
             if cell_clip is not None:
                 step_memory.clamp_(-cell_clip, cell_clip)
-            tanh_via_sigmoid(step_memory, out=hidden[:, rows]).mul_(output_gate)
+            torch.mul(tanh_via_sigmoid(step_memory, out=tanh_memory[:, rows]), output_gate, out=hidden[:, rows])
             torch.bmm(hidden[:, rows], w_hr, out=states[:, rows])
             if proj_clip is not None:
                 states[:, rows].clamp_(-proj_clip, proj_clip)
             previous, start = rows, start + size
-        ctx.save_for_backward(inputs, w_ih, w_hh, w_hr, gates, memory, hidden, states)
+        ctx.save_for_backward(inputs, w_ih, w_hh, w_hr, gates, memory, tanh_memory, hidden, states)
         ctx.sizes, ctx.cell_clip, ctx.proj_clip = sizes, cell_clip, proj_clip
         return states
 
     @staticmethod
     def backward(ctx, grad_states):  # type: ignore[override]
-        inputs, w_ih, w_hh, w_hr, gates, memory, hidden, states = ctx.saved_tensors
-        sizes, cells = ctx.sizes, w_hr.size(1)
-        tanh_memory = tanh_via_sigmoid(memory, out=torch.empty_like(memory))
+        inputs, w_ih, w_hh, w_hr, gates, memory, tanh_memory, hidden, states = ctx.saved_tensors
+        sizes = ctx.sizes
         memory_passes, state_passes = clip_mask(memory, ctx.cell_clip), clip_mask(states, ctx.proj_clip)
         grad_gates = torch.empty_like(gates)  # w.r.t. the pre-activation gates
         grad_states = grad_states.clone()  # plus, step by step, what flows back through time
         w_hh_t, w_hr_t = w_hh.transpose(1, 2), w_hr.transpose(1, 2)
-        grad_memory = None  # w.r.t. the next step's clipped memory, through its forget gate
+        grad_memory = None  # w.r.t. this step's memory, through the next step's forget gate
         ends = torch.tensor(sizes).cumsum(0).tolist()
         for step in range(len(sizes) - 1, -1, -1):
             size, end = sizes[step], ends[step]
@@ -94,18 +95,19 @@ class PackedClippedLstm(torch.autograd.Function):
             input_gate, forget_gate, candidate, output_gate = gates[:, rows].chunk(4, dim=-1)
             d_input, d_forget, d_candidate, d_output = grad_gates[:, rows].chunk(4, dim=-1)
             step_tanh = tanh_memory[:, rows]
-            # output gate: d(o) * o * (1 - o), with d(o) = d(hidden) * tanh(memory)
-            torch.mul(grad_hidden, step_tanh, out=d_output).mul_(output_gate * (1 - output_gate))
-            grad_cell = grad_hidden.mul_(output_gate).mul_(1 - step_tanh * step_tanh)
+            torch.mul(grad_hidden, step_tanh, out=d_output).mul_(sigmoid_slope(output_gate))
+            # d(memory) = d(hidden) * o * (1 - tanh^2) = d(hidden) * (o - (o tanh) tanh)
+            grad_cell = grad_hidden.mul_(torch.addcmul(output_gate, output_gate * step_tanh, step_tanh, value=-1.0))
             if grad_memory is not None:
                 grad_cell[:, : grad_memory.size(1)] += grad_memory
             if memory_passes is not None:
                 grad_cell.mul_(memory_passes[:, rows])
-            torch.mul(grad_cell, candidate, out=d_input).mul_(input_gate * (1 - input_gate))
-            torch.mul(grad_cell, input_gate, out=d_candidate).mul_(1 - candidate * candidate)
+            torch.mul(grad_cell, candidate, out=d_input).mul_(sigmoid_slope(input_gate))
+            # d(candidate) = d(memory) * i * (1 - g^2) = d(memory) * (i - (i g) g)
+            torch.mul(grad_cell, torch.addcmul(input_gate, input_gate * candidate, candidate, value=-1.0), out=d_candidate)
             if step > 0:
                 previous = slice(end - size - sizes[step - 1], end - size)
-                torch.mul(grad_cell, memory[:, previous][:, :size], out=d_forget).mul_(forget_gate * (1 - forget_gate))
+                torch.mul(grad_cell, memory[:, previous][:, :size], out=d_forget).mul_(sigmoid_slope(forget_gate))
                 grad_memory = grad_cell.mul_(forget_gate)
                 grad_states[:, previous][:, :size].baddbmm_(grad_gates[:, rows], w_hh_t)
             else:
@@ -119,6 +121,11 @@ class PackedClippedLstm(torch.autograd.Function):
         grad_w_ih = torch.bmm(inputs.transpose(1, 2), grad_gates)
         grad_bias = grad_gates.sum(dim=1, keepdim=True)
         return grad_inputs, grad_w_ih, grad_bias, grad_w_hh, grad_w_hr, None, None, None
+
+
+def sigmoid_slope(activated: torch.Tensor) -> torch.Tensor:
+    """sigmoid'(x) = s (1 - s) = s - s * s from s = sigmoid(x), in one op."""
+    return torch.addcmul(activated, activated, activated, value=-1.0)
 
 
 def previous_rows(sizes: List[int], device: torch.device) -> torch.Tensor:
