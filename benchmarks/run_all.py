@@ -40,6 +40,10 @@ BENCHMARKS = [
         r"RATIO",
     ),
     Benchmark("pos_tagger_elmo_vs_baseline.py", ["--bilm", str(OLD_BILM), "--tagger-epochs", "1"], r"ELMo - baseline"),
+    Benchmark("exact_resume.py", ["--tokens", "300_000"], r'"late_replay_over_ours"'),
+    Benchmark(
+        "sparse_softmax.py", ["--vocab-size", "60000", "--reference-vocab-size", "20000", "--steps", "1"], r'"dense_over_sparse_step"|"eval_unchunked_over_chunked_MB"'
+    ),
     Benchmark("gpu_original_elmo.py", ["--steps", "20", "--warmup", "5", "--precisions", "bf16"], r"tokens/s", True),
 ]
 SKIP = re.compile(r"^(SKIP|skipped)\b", re.IGNORECASE | re.MULTILINE)

@@ -168,6 +168,7 @@ def their_config(ours: Dict, reference_embedder: bool) -> Dict:
             "token_characters": {"type": "elmo_characters"},
         }
         config["trainer"]["optimizer"]["type"] = "adam"
+        model["sparse_embeddings"] = False  # as their bidirectional_language_model.jsonnet (and adam is dense-only)
     return config
 
 
@@ -176,7 +177,10 @@ def training_run(config: Dict, train: Path, vocab_dir: Path, steps: int, cuda_de
     config = copy.deepcopy(config)
     config.update(train_data_path=str(train), vocabulary={"type": "from_files", "directory": str(vocab_dir)})
     config.pop("validation_data_path", None)
-    config["data_loader"]["batches_per_epoch"] = steps
+    loader = config["data_loader"]
+    if loader.get("type") == "elmo_corpus":  # batches_per_epoch is allennlp's multiprocess loader's
+        config["data_loader"] = loader = {key: loader[key] for key in ("batch_size", "shuffle", "num_workers") if key in loader}
+    loader["batches_per_epoch"] = steps
     config["trainer"].update(
         num_epochs=1,
         cuda_device=cuda_device,

@@ -43,12 +43,20 @@
     },
     dropout: 0.1,
     num_samples: 8192,
-    sparse_embeddings: false,
+    // The sampled softmax's rows (vocabulary x 512) as sparse embeddings, as bilm-tf: a step
+    // computes, synchronizes (under DDP by gathering the touched rows) and applies gradients for
+    // the ~8k rows it touched, not all of them. Adagrad's sparse update equals its dense one
+    // (an untouched row changes neither its accumulator nor its weight).
+    sparse_embeddings: true,
   },
+  // The corpus is cut into ~1 MiB chunks (about 100 batches of 1B Word), shuffled in chunk order
+  // and within each chunk by (seed, epoch): batch k of an epoch is the same in every run, so
+  // `allennlp train -r` continues exactly where the checkpoint was, reading nothing before it.
   data_loader: {
+    type: "elmo_corpus",
     batch_size: 128,
     shuffle: true,
-    max_instances_in_memory: 128 * 100,
+    chunk_bytes: 1024 * 1024,
     num_workers: 1,
   },
   trainer: {
@@ -58,9 +66,15 @@
     validation_metric: "-perplexity",
     // TensorBoard event files in <serialization dir>/log/{train,validation}: every metric, the loss
     // and the learning rate, each summary_interval batches and per epoch (README: Watching training).
+    // A checkpoint every 2000 batches (minutes on a GPU; an epoch of 1B Word is hours):
+    // `allennlp train -r` goes on from the last one. (allennlp refuses save_every_num_seconds
+    // under distributed training.)
+    checkpointer: { save_every_num_batches: 2000 },
     callbacks: [
       { type: "tensorboard", summary_interval: 100, should_log_learning_rate: true },
       { type: "tokens_per_second", summary_interval: 100 },  // train/tokens_per_second
+      // Saves the data loader's position in each checkpoint and starts there on -r.
+      { type: "elmo_corpus_resume" },
     ],
     cuda_device: 0,
     use_amp: false,

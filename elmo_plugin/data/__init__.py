@@ -2,3 +2,4 @@ from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
 from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
 from elmo_plugin.data.elmo_tokens_vocabulary import ElmoTokensVocabulary
 from elmo_plugin.data.conllu_tagging_reader import ConlluTaggingReader
+from elmo_plugin.data.elmo_corpus_loader import ElmoCorpusLoader

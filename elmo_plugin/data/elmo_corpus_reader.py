@@ -22,6 +22,7 @@ logger = logging.getLogger(__name__)
 
 HEADING = re.compile(r"^\s*(=+)\s.*\s\1\s*$")
 MAX_UTF8_WARNINGS = 5
+COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz")  # what allennlp's open_compressed decompresses
 SNIFF_LINES = 20  # a file most of whose first lines are not text is refused before any is read
 
 
@@ -76,21 +77,47 @@ def is_binary_line(raw: bytes) -> bool:
     return False
 
 
+def checked_text(path: str, lines: Iterator[bytes]) -> Iterator[bytes]:
+    """`lines`, after a ConfigurationError naming the file when most of its first lines are not
+    text (binary, a tar, an unrecognized compressed file)."""
+    head = list(itertools.islice(lines, SNIFF_LINES))
+    if sum(map(is_binary_line, head)) * 2 > len(head):
+        raise ConfigurationError(
+            f"elmo_corpus: {path} is not text (most of its first {len(head)} lines are not UTF-8); "
+            "compressed shards must end in .gz, .bz2 or .xz"
+        )
+    yield from head
+    yield from lines
+
+
 def shard_lines(path: str) -> Iterator[bytes]:
     """The raw lines of one shard, `.gz` / `.bz2` / `.xz` decompressed (allennlp's
-    `open_compressed`); a ConfigurationError naming the file when most of its first lines are not
-    text (binary, a tar, an unrecognized compressed file) or it cannot be decompressed."""
+    `open_compressed`); a ConfigurationError naming the file when it is not text or cannot be
+    decompressed."""
     try:
         with open_compressed(path, "rb", encoding=None) as shard:
-            head = list(itertools.islice(shard, SNIFF_LINES))
-            if sum(map(is_binary_line, head)) * 2 > len(head):
-                raise ConfigurationError(
-                    f"elmo_corpus: {path} is not text (most of its first {len(head)} lines are not UTF-8); "
-                    "compressed shards must end in .gz, .bz2 or .xz"
-                )
-            yield from head
-            yield from shard
+            yield from checked_text(path, shard)
     except (OSError, EOFError, lzma.LZMAError) as error:
+        raise ConfigurationError(f"elmo_corpus: cannot read {path}: {error}") from None
+
+
+def is_compressed(path: str) -> bool:
+    """Whether `open_compressed` decompresses this shard (then it cannot be seeked cheaply)."""
+    return path.endswith(COMPRESSED_SUFFIXES)
+
+
+def byte_range_lines(path: str, start: int, end: int) -> Iterator[bytes]:
+    """The raw lines of a plain shard that start at a byte offset in [start, end), read by
+    seeking to `start` (the line holding byte `start - 1` belongs to the range before); the
+    range at 0 is checked to be text like `shard_lines`."""
+    try:
+        with open(path, "rb") as shard:
+            if start > 0:
+                shard.seek(start - 1)
+                shard.readline()
+            lines = iter(lambda: shard.readline() if shard.tell() < end else b"", b"")
+            yield from checked_text(path, lines) if start == 0 else lines
+    except OSError as error:
         raise ConfigurationError(f"elmo_corpus: cannot read {path}: {error}") from None
 
 
@@ -133,16 +160,41 @@ class ElmoCorpusReader(DatasetReader):
             stats.files += 1
             line_number = 0
             for line_number, raw in enumerate(shard_lines(path), start=1):
-                text = decode_line(raw, path, line_number, stats).strip()
-                if not text:
-                    stats.blank_lines += 1
-                elif self._skip_headings and HEADING.match(text):
-                    stats.heading_lines += 1
-                else:
-                    stats.lines += 1
+                text = self.line_text(raw, path, line_number, stats)
+                if text:
                     yield path, line_number, text
             if line_number == 0:
                 stats.empty_files += 1
+
+    def line_text(self, raw: bytes, path: str, line_number: int, stats: CorpusStats) -> Optional[str]:
+        """The stripped text of one raw line; None for a blank line or a skipped heading."""
+        text = decode_line(raw, path, line_number, stats).strip()
+        if not text:
+            stats.blank_lines += 1
+            return None
+        if self._skip_headings and HEADING.match(text):
+            stats.heading_lines += 1
+            return None
+        stats.lines += 1
+        return text
+
+    def text_instances(self, text: str) -> Iterator[Instance]:
+        """The instances (windows) of one line's text."""
+        for window in self.windows(self._tokenizer.tokenize(text)):
+            yield self.text_to_instance(tokens=window)
+
+    def range_instances(self, path: str, start: int = 0, end: Optional[int] = None) -> Iterator[Instance]:
+        """The instances of the lines of one shard that start at a byte offset in [start, end):
+        a plain file is seeked to `start`, so nothing before it is read; `end=None` reads the
+        whole shard (the only way for a compressed one). Not sharded across workers: the
+        caller picks. Line numbers in warnings count from `start`."""
+        stats = CorpusStats()
+        where = path if start == 0 else f"{path} (from byte {start})"
+        raw_lines = shard_lines(path) if end is None else byte_range_lines(path, start, end)
+        for line_number, raw in enumerate(raw_lines, start=1):
+            text = self.line_text(raw, where, line_number, stats)
+            if text:
+                yield from self.text_instances(text)
 
     def windows(self, tokens: List[Token]) -> Iterator[List[Token]]:
         """Consecutive windows of at most `max_sequence_length` tokens covering all tokens."""
@@ -154,8 +206,7 @@ class ElmoCorpusReader(DatasetReader):
         stats = CorpusStats()
         lines = self.corpus_lines(file_path, stats)
         for _, _, text in self.shard_iterable(lines):
-            for window in self.windows(self._tokenizer.tokenize(text)):
-                yield self.text_to_instance(tokens=window)
+            yield from self.text_instances(text)
         logger.info(stats.summary(file_path))
         if stats.lines == 0:
             raise ConfigurationError(f"elmo_corpus: no tokens at all in {file_path!r} ({stats.summary(file_path)})")

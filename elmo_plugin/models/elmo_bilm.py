@@ -8,6 +8,7 @@ import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.data import TextFieldTensors, Vocabulary
 from allennlp.models.model import Model
+from allennlp.modules.sampled_softmax_loss import SampledSoftmaxLoss
 from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 from allennlp.modules.text_field_embedders import TextFieldEmbedder
 from allennlp.nn import InitializerApplicator
@@ -20,7 +21,9 @@ from elmo_plugin.elmo_files.weights import load_weights
 from elmo_plugin.models.language_model_softmax import softmax_matrices
 from elmo_plugin.modules.bilm_contextualizer import BiLmContextualizer
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
+from elmo_plugin.modules.chunked_sampled_softmax_loss import ChunkedSampledSoftmaxLoss
 from elmo_plugin.modules.elmo_char_cnn import ElmoCharCnn
+from elmo_plugin.training.sparse_gradient_sync import synchronize_sparse_gradients
 from elmo_plugin.training.token_weighted_perplexity import TokenWeightedPerplexity
 
 logger = logging.getLogger(__name__)
@@ -35,7 +38,14 @@ class ElmoLanguageModel(LanguageModel):
     allennlp-models' bidirectional `LanguageModel` with ELMo's metrics: `forward_perplexity`,
     `backward_perplexity` and `perplexity`, token-weighted over everything seen since the last
     reset. One softmax (full, or sampled with `num_samples` during training) serves both
-    directions; evaluation always uses the full softmax.
+    directions; evaluation always uses the full softmax, with `num_samples` computed over chunks
+    of rows so that its memory stays bounded at any vocabulary size (`ChunkedSampledSoftmaxLoss`).
+
+    `sparse_embeddings: true` (with `num_samples`) keeps the sampled softmax as sparse embeddings: a step computes and
+    applies gradients for the rows it touched only (use Adagrad, or a sparse-capable optimizer
+    for them: README, "Sparse softmax"). Under allennlp's distributed training their gradients
+    are averaged over processes by gathering the touched rows, outside DDP's all-reduce, so it
+    works on gloo and NCCL (`synchronize_sparse_gradients`).
 
     `source` must hold the character ids for the text field embedder and a `tokens` single-id
     entry (embedded by an `empty` embedder) for the targets.
@@ -83,6 +93,12 @@ class ElmoLanguageModel(LanguageModel):
             raise ConfigurationError(
                 f"elmo_bilm: the contextualizer must be elmo_lstm or elmo_transformer, not {type(contextualizer).__name__}"
             )
+        if type(self._softmax_loss) is SampledSoftmaxLoss:
+            # Same parameters and training, chunked evaluation; re-classed rather than rebuilt, which
+            # would draw (and allocate) a second random softmax of vocabulary x P.
+            self._softmax_loss.__class__ = ChunkedSampledSoftmaxLoss
+        if sparse_embeddings:
+            synchronize_sparse_gradients(self)
         self._token_weighted_perplexity = TokenWeightedPerplexity()
         if mixed_precision not in MIXED_PRECISION:
             raise ConfigurationError(

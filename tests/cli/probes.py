@@ -46,3 +46,22 @@ class TargetCounter(TrainerCallback):
         if folder:
             with open(os.path.join(folder, f"rank{trainer._rank}.json"), "w") as out:
                 json.dump(self._counts, out)
+
+
+@TrainerCallback.register("batch_recorder")
+class BatchRecorder(TrainerCallback):
+    """With $BATCH_RECORDER_DIR set, each worker appends to `rank{R}.jsonl` one line per training
+    batch: epoch, batch number in the epoch and the batch's rows of target ids (padding cut).
+    With $BATCH_RECORDER_KILL="E,B", the process kills itself (SIGKILL) at batch B of epoch E,
+    before that batch's checkpoint would be saved."""
+
+    def on_batch(self, trainer, batch_inputs, batch_outputs, batch_metrics, epoch, batch_number,
+                 is_training, is_primary=True, batch_grad_norm=None, **kwargs) -> None:
+        folder = os.environ.get("BATCH_RECORDER_DIR")
+        if not (folder and is_training):
+            return
+        rows = [[int(i) for i in row if i] for batch in batch_inputs for row in batch["source"]["tokens"]["tokens"].tolist()]
+        with open(os.path.join(folder, f"rank{trainer._rank}.jsonl"), "a") as out:
+            out.write(json.dumps({"epoch": epoch, "batch": batch_number, "rows": rows}) + "\n")
+        if os.environ.get("BATCH_RECORDER_KILL") == f"{epoch},{batch_number}":
+            os.kill(os.getpid(), signal.SIGKILL)

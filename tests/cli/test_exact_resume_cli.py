@@ -1,0 +1,104 @@
+"""Exact mid-epoch resume through the CLI: elmo_lstm_original.jsonnet shrunk, with the
+`elmo_corpus` data loader shuffling; a run killed (SIGKILL) mid-epoch after a checkpoint and
+then resumed with `allennlp train -r` trains exactly the batches of one uninterrupted run."""
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+from allennlp.common import Params
+from allennlp.data import DatasetReader, Vocabulary
+
+from tests.helpers import CONFIG_DIR, REPO_ROOT, free_port, overrides, run_allennlp
+
+CONFIG = str(CONFIG_DIR / "elmo_lstm_original.jsonnet")
+KILLED_AT = (1, 11)  # epoch, batch: 2 batches after the checkpoint at batch 9 of the second epoch
+SAVED_AT = 9
+
+
+def shrunk_original(corpus: Path, num_workers: int, processes: int) -> Dict:
+    values = {
+        "train_data_path": str(corpus / "train" / "*.txt"),
+        "validation_data_path": str(corpus / "valid.txt"),
+        "vocabulary.min_count.tokens": 1,
+        "model.text_field_embedder.token_embedders.elmo.filters": [[1, 8], [2, 8], [3, 16]],
+        "model.text_field_embedder.token_embedders.elmo.projection_dim": 16,
+        "model.contextualizer.input_dim": 16,
+        "model.contextualizer.cell_size": 32,
+        "model.num_samples": 20,
+        "data_loader.batch_size": 8,
+        "data_loader.chunk_bytes": 4000,  # several chunks per shard: the kill is mid-chunk
+        "data_loader.num_workers": num_workers,
+        "trainer.num_epochs": 2,
+        "trainer.cuda_device": -1,
+        "trainer.checkpointer.save_every_num_batches": 3,
+        "trainer.callbacks": [{"type": "elmo_corpus_resume"}, {"type": "batch_recorder"}],
+    }
+    if processes > 1:
+        values["distributed"] = {"cuda_devices": [-1] * processes, "master_port": free_port()}
+    return values
+
+
+def train(values: Dict, out: Path, record: Path, kill: Optional[str] = None, resume: bool = False):
+    record.mkdir(exist_ok=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTHONPATH", str(REPO_ROOT))
+        patch.setenv("BATCH_RECORDER_DIR", str(record))
+        if kill:
+            patch.setenv("BATCH_RECORDER_KILL", kill)
+        args = ["train", CONFIG, "-s", str(out), "-o", overrides(values), "--include-package", "tests.cli.probes"]
+        return run_allennlp(args + (["-r"] if resume else []), check=not kill)
+
+
+def recorded(record: Path, rank: int, epoch: int, up_to: int = 10**9) -> Dict[int, List]:
+    """batch number -> rows of target ids, for one worker's batches of one epoch."""
+    lines = [json.loads(line) for line in (record / f"rank{rank}.jsonl").read_text().splitlines()]
+    return {line["batch"]: line["rows"] for line in lines if line["epoch"] == epoch and line["batch"] <= up_to}
+
+
+@pytest.mark.parametrize(
+    "num_workers, processes", [(0, 1), (1, 1), (2, 1), (1, 2)], ids=["0-workers", "1-worker", "2-workers", "2-processes"]
+)
+def test_killed_then_resumed_epoch_trains_the_uninterrupted_epochs_lines(tiny_corpus, tmp_path, num_workers, processes):
+    """Per worker: the batches of the killed run up to its checkpoint plus those of the resumed
+    run are the uninterrupted run's batches, batch for batch, so the multisets of lines are equal;
+    and the resumed run trains nothing of the first epoch again."""
+    values = shrunk_original(tiny_corpus, num_workers, processes)
+    train(values, tmp_path / "whole", tmp_path / "whole-record")
+    killed = train(values, tmp_path / "cut", tmp_path / "killed-record", kill=",".join(map(str, KILLED_AT)))
+    assert killed.returncode != 0
+    assert (tmp_path / "cut" / f"model_state_e{KILLED_AT[0]}_b{SAVED_AT}.th").is_file()
+    train(values, tmp_path / "cut", tmp_path / "resumed-record", resume=True)  # -r refuses a changed config
+    epoch = KILLED_AT[0]
+    for rank in range(processes):
+        whole = recorded(tmp_path / "whole-record", rank, epoch)
+        before = recorded(tmp_path / "killed-record", rank, epoch, up_to=SAVED_AT)
+        after = recorded(tmp_path / "resumed-record", rank, epoch)
+        assert sorted(before) == list(range(1, SAVED_AT + 1)) and min(after) == SAVED_AT + 1
+        assert {**before, **after} == whole
+        assert rows_of(before) + rows_of(after) == rows_of(whole)
+        assert recorded(tmp_path / "resumed-record", rank, 0) == {}
+    # Together the processes trained every window of the corpus once in the epoch.
+    trained = sum((rows_of(recorded(tmp_path / "whole-record", rank, epoch)) for rank in range(processes)), Counter())
+    assert trained == corpus_rows(tiny_corpus, tmp_path / "whole" / "vocabulary")
+    if num_workers == 0:  # validation and evaluate read with the same loader: the same perplexity
+        metrics = json.loads((tmp_path / "cut" / "metrics.json").read_text())
+        output = tmp_path / "evaluated.json"
+        run_allennlp(["evaluate", str(tmp_path / "cut" / "model.tar.gz"), str(tiny_corpus / "valid.txt"), "--output-file", str(output)])
+        assert json.loads(output.read_text())["perplexity"] == pytest.approx(metrics["validation_perplexity"], rel=1e-5)
+
+
+def rows_of(batches: Dict[int, List]) -> Counter:
+    return Counter(tuple(row) for rows in batches.values() for row in rows)
+
+
+def corpus_rows(corpus: Path, vocabulary: Path) -> Counter:
+    """The target ids of every instance the config's reader makes of the training shards."""
+    params = Params.from_file(CONFIG)
+    reader = DatasetReader.from_params(params.pop("dataset_reader"))
+    vocab = Vocabulary.from_files(str(vocabulary))
+    return Counter(
+        tuple(vocab.get_token_index(token.text, "tokens") for token in instance["source"].tokens)
+        for instance in reader.read(str(corpus / "train" / "*.txt"))
+    )

@@ -1,0 +1,173 @@
+"""The `elmo_corpus` data loader's order: a function of (seed, epoch) whatever the number of
+loader workers, every line once per epoch (split evenly across distributed processes), and a
+resume that reads only from the chunk of its position on."""
+import gzip
+import multiprocessing
+from collections import Counter
+from pathlib import Path
+from typing import List, Tuple
+
+import pytest
+from allennlp.common.checks import ConfigurationError
+from allennlp.data import Vocabulary
+
+from elmo_plugin.data.elmo_corpus_loader import ElmoCorpusLoader, corpus_chunks
+from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader, byte_range_lines
+
+Batch = List[Tuple[str, ...]]
+
+
+def write_corpus(folder: Path) -> str:
+    """4 shards of distinct lines (some longer than a window, some blank) -> their glob."""
+    for shard in range(4):
+        lines = [" ".join(f"w{shard}_{line}_{t}" for t in range(1 + (line * 7) % 13)) for line in range(40 + shard)]
+        lines[5] = ""
+        (folder / f"shard_{shard}.txt").write_text("\n".join(lines) + "\n")
+    return str(folder / "shard_*.txt")
+
+
+def corpus_texts(folder: Path) -> Counter:
+    return Counter(line for path in folder.glob("shard_*.txt") for line in path.read_text().splitlines() if line)
+
+
+def make_loader(pattern: str, **kwargs) -> ElmoCorpusLoader:
+    options = dict(batch_size=4, shuffle=True, chunk_bytes=300, seed=7)
+    options.update(kwargs)
+    loader = ElmoCorpusLoader(ElmoCorpusReader(max_sequence_length=5), pattern, **options)
+    loader.index_with(Vocabulary.from_instances(loader.iter_instances()))
+    return loader
+
+
+def texts_of(loader: ElmoCorpusLoader, batch) -> Batch:
+    """A batch as its instances' token strings (without <S> </S>)."""
+    vocab = loader._vocab
+    return [
+        tuple(vocab.get_token_from_index(int(i), "tokens") for i in row if i)[1:-1]
+        for row in batch["source"]["tokens"]["tokens"].tolist()
+    ]
+
+
+def epoch_batches(loader: ElmoCorpusLoader) -> List[Batch]:
+    return [texts_of(loader, batch) for batch in loader]
+
+
+def lines_of(batches: List[Batch]) -> Counter:
+    """The multiset of lines the batches hold (a line's windows joined back in order)."""
+    by_line = {}
+    for batch in batches:
+        for window in batch:
+            shard, line, token = window[0][1:].split("_")
+            by_line.setdefault((shard, line), []).append((int(token), window))
+    return Counter(" ".join(t for _, window in sorted(windows) for t in window) for windows in by_line.values())
+
+
+def test_byte_ranges_cover_every_line_once(tmp_path):
+    """Reading a shard range by range (seeking to each start) gives its lines once each."""
+    pattern = write_corpus(tmp_path)
+    chunks = corpus_chunks(pattern, chunk_bytes=100)
+    assert len(chunks) > 8
+    for path in sorted(tmp_path.glob("shard_*.txt")):
+        ranges = [chunk for chunk in chunks if chunk.path == str(path)]
+        read = [line for chunk in ranges for line in byte_range_lines(chunk.path, chunk.start, chunk.end)]
+        assert read == path.read_bytes().splitlines(keepends=True)
+
+
+@pytest.mark.parametrize("num_workers", [0, 1, 2])
+def test_every_line_once_per_epoch(tmp_path, num_workers):
+    pattern = write_corpus(tmp_path)
+    batches = epoch_batches(make_loader(pattern, num_workers=num_workers))
+    assert lines_of(batches) == corpus_texts(tmp_path)
+    assert max(len(batch) for batch in batches) == 4
+
+
+def test_same_seed_and_epoch_same_batches_whatever_the_workers(tmp_path):
+    pattern = write_corpus(tmp_path)
+    runs = []
+    for num_workers in (0, 1, 2):
+        loader = make_loader(pattern, num_workers=num_workers)
+        runs.append([epoch_batches(loader) for _ in range(2)])
+    assert runs[0] == runs[1] == runs[2]
+    epoch_0, epoch_1 = runs[0]
+    assert epoch_0 != epoch_1 and lines_of(epoch_0) == lines_of(epoch_1)  # new order, same lines
+    assert epoch_batches(make_loader(pattern, seed=8)) != epoch_0
+
+
+def test_no_shuffle_reads_in_file_order(tmp_path):
+    """shuffle false (validation, evaluate): the instances in corpus order."""
+    pattern = write_corpus(tmp_path)
+    loader = make_loader(pattern, shuffle=False)
+    in_order = [window for batch in epoch_batches(loader) for window in batch]
+    expected = [tuple(t.text for t in instance["source"].tokens[1:-1]) for instance in loader.reader.read(pattern)]
+    assert in_order == expected
+
+
+def test_distributed_processes_split_each_chunk_evenly(tmp_path):
+    """2 processes: the same number of batches each, different lines, together every line once."""
+    pattern = write_corpus(tmp_path)
+    per_rank = []
+    for rank in range(2):
+        loader = make_loader(pattern)
+        loader.world_size, loader.rank = 2, rank
+        per_rank.append(epoch_batches(loader))
+    assert len(per_rank[0]) == len(per_rank[1])
+    assert lines_of(per_rank[0] + per_rank[1]) == corpus_texts(tmp_path)
+    assert not set(map(tuple, per_rank[0])) & set(map(tuple, per_rank[1]))
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_resume_continues_with_the_remaining_batches_reading_from_its_chunk_only(tmp_path, num_workers):
+    """A loader resumed from the state after batch k of epoch 1 yields the epoch-0 and first k
+    batches as empty placeholders, then exactly the uninterrupted epoch's batches k+1...; the
+    reader produces only the instances of the chunks from the position's chunk on."""
+    pattern = write_corpus(tmp_path)
+    whole = make_loader(pattern)
+    epoch_0_count = len(epoch_batches(whole))
+    iterator = iter(whole)
+    head = [texts_of(whole, next(iterator)) for _ in range(17)]
+    state = whole.state_dict()
+    tail = [texts_of(whole, batch) for batch in iterator]
+
+    resumed = make_loader(pattern, seed=None, num_workers=num_workers)  # the seed comes from the state
+    read = multiprocessing.Value("i", 0)  # shared with the loader's forked workers
+    range_instances = resumed.reader.range_instances
+
+    def counting(path, start=0, end=None):
+        for instance in range_instances(path, start, end):
+            with read.get_lock():
+                read.value += 1
+            yield instance
+
+    resumed.reader.range_instances = counting
+    resumed.resume_from(state)
+    assert list(resumed) == [{}] * epoch_0_count
+    batches = list(resumed)
+    assert batches[:17] == [{}] * 17
+    assert [texts_of(resumed, batch) for batch in batches[17:]] == tail
+    order = whole.chunk_order(1)[state["chunk_ordinal"] :]
+    chunks = [resumed.chunks[i] for i in order]
+    expected = sum(len(list(whole.reader.range_instances(c.path, c.start, c.end))) for c in chunks)
+    assert read.value == expected < sum(len(batch) for batch in head + tail)
+    assert resumed.state_dict()["epoch_batches"] == [epoch_0_count, 17 + len(tail)]
+
+
+def test_compressed_shard_is_one_chunk(tmp_path):
+    """A .gz shard cannot be seeked: it is one chunk, read whole; its lines are there once."""
+    pattern = write_corpus(tmp_path)
+    expected = corpus_texts(tmp_path)
+    plain = tmp_path / "shard_3.txt"
+    (tmp_path / "shard_3.txt.gz").write_bytes(gzip.compress(plain.read_bytes()))
+    plain.unlink()
+    chunks = corpus_chunks(str(tmp_path / "shard_*"), chunk_bytes=300)
+    assert [chunk.end for chunk in chunks if chunk.path.endswith(".gz")] == [None]
+    assert lines_of(epoch_batches(make_loader(str(tmp_path / "shard_*")))) == expected
+
+
+def test_bad_settings_are_one_line_errors(tmp_path):
+    pattern = write_corpus(tmp_path)
+    with pytest.raises(ConfigurationError, match="chunk_bytes must be at least 1"):
+        make_loader(pattern, chunk_bytes=0)
+    with pytest.raises(ConfigurationError, match="no file matches"):
+        make_loader(str(tmp_path / "nothing*.txt"))
+    state = make_loader(pattern).state_dict()
+    with pytest.raises(ConfigurationError, match="batch_size 4, 1 processes, not in .* batch_size 8"):
+        make_loader(pattern, batch_size=8).resume_from(state)
