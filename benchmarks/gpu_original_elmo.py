@@ -255,10 +255,10 @@ def measure_embedding(args, corpus: Path, device: torch.device) -> Dict:
     text = folder / "input.txt"
     text.write_text("\n".join(" ".join(s) for s in sentences) + "\n", encoding="utf-8")
     encoder = encoder.to(device).eval()
-    embed_file(encoder, str(text), str(folder / "warmup.hdf5"), "all", 64)  # compiles, not timed
+    embed_file(encoder, str(text), str(folder / "warmup.hdf5"), "all")  # compiles, not timed
     synchronize(device)
     start = time.perf_counter()
-    embed_file(encoder, str(text), str(folder / "vectors.hdf5"), "all", 64)
+    embed_file(encoder, str(text), str(folder / "vectors.hdf5"), "all")
     synchronize(device)
     ours = time.perf_counter() - start
     theirs_elmo = Elmo(str(folder / "options.json"), str(folder / "weights.hdf5"), 1, dropout=0.0).to(device).eval()
