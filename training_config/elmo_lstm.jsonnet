@@ -48,6 +48,8 @@
     optimizer: { type: "adam", lr: 0.002 },
     grad_norm: 10.0,
     validation_metric: "-perplexity",
+    // allennlp's checkpointer, except that -r skips a checkpoint cut short by a kill mid-save.
+    checkpointer: { type: "elmo_checkpointer" },
     // TensorBoard event files in <serialization dir>/log/{train,validation}: every metric, the loss
     // and the learning rate, each summary_interval batches and per epoch (README: Watching training).
     callbacks: [

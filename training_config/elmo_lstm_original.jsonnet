@@ -69,7 +69,9 @@
     // A checkpoint every 2000 batches (minutes on a GPU; an epoch of 1B Word is hours):
     // `allennlp train -r` goes on from the last one. (allennlp refuses save_every_num_seconds
     // under distributed training.)
-    checkpointer: { save_every_num_batches: 2000 },
+    // elmo_checkpointer: allennlp's, except that -r skips (and removes) a checkpoint cut short
+    // by a kill while it was being saved, instead of failing on it.
+    checkpointer: { type: "elmo_checkpointer", save_every_num_batches: 2000 },
     callbacks: [
       { type: "tensorboard", summary_interval: 100, should_log_learning_rate: true },
       { type: "tokens_per_second", summary_interval: 100 },  // train/tokens_per_second

@@ -89,6 +89,25 @@ def test_killed_then_resumed_epoch_trains_the_uninterrupted_epochs_lines(tiny_co
         assert json.loads(output.read_text())["perplexity"] == pytest.approx(metrics["validation_perplexity"], rel=1e-5)
 
 
+def test_a_checkpoint_cut_short_by_a_kill_mid_save_is_skipped_by_resume(tiny_corpus, tmp_path):
+    """A run killed while saving a checkpoint leaves its model state file cut short and no
+    training state: `-r` goes on from the checkpoint before (allennlp's own checkpointer fails on
+    the newest file), trains exactly the uninterrupted run's remaining batches, and removes the
+    incomplete files."""
+    values = shrunk_original(tiny_corpus, 0, 1)
+    train(values, tmp_path / "whole", tmp_path / "whole-record")
+    train(values, tmp_path / "cut", tmp_path / "killed-record", kill=",".join(map(str, KILLED_AT)))
+    saved = (tmp_path / "cut" / f"model_state_e{KILLED_AT[0]}_b{SAVED_AT}.th").read_bytes()
+    cut_short = tmp_path / "cut" / f"model_state_e{KILLED_AT[0]}_b{KILLED_AT[1]}.th"
+    cut_short.write_bytes(saved[: len(saved) // 2])
+    train(values, tmp_path / "cut", tmp_path / "resumed-record", resume=True)
+    epoch = KILLED_AT[0]
+    before = recorded(tmp_path / "killed-record", 0, epoch, up_to=SAVED_AT)
+    after = recorded(tmp_path / "resumed-record", 0, epoch)
+    assert min(after) == SAVED_AT + 1 and {**before, **after} == recorded(tmp_path / "whole-record", 0, epoch)
+    assert not cut_short.exists()
+
+
 def rows_of(batches: Dict[int, List]) -> Counter:
     return Counter(tuple(row) for rows in batches.values() for row in rows)
 
