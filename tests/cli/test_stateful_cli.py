@@ -89,3 +89,33 @@ def test_killed_stateful_run_resumes_at_the_batch_after_its_checkpoint(tiny_corp
     after = recorded(tmp_path / "resumed-record", 0, 1)
     assert min(after) == 7 and {**before, **after} == whole
     assert recorded(tmp_path / "resumed-record", 0, 0) == {}
+
+
+def test_original_stateful_config_is_bilm_tfs_regime_and_trains_when_shrunk(tiny_corpus, tmp_path):
+    """elmo_lstm_original_stateful.jsonnet: the original's model, stateful, 128 streams of
+    20-token windows; shrunk (sizes, negatives, streams, device) it trains and then predicts
+    the held-out text, streamed with state, better than uniformly."""
+    config = str(CONFIG_DIR / "elmo_lstm_original_stateful.jsonnet")
+    params = Params.from_file(config).as_dict()
+    assert params["model"]["stateful"] and params["model"]["contextualizer"]["cell_size"] == 4096
+    for loader in (params["data_loader"], params["validation_data_loader"]):
+        assert (loader["type"], loader["batch_size"], loader["window_size"]) == ("elmo_streams", 128, 20)
+    values = {
+        "train_data_path": str(tiny_corpus / "train" / "*.txt"),
+        "validation_data_path": str(tiny_corpus / "valid.txt"),
+        "vocabulary.min_count.tokens": 1,
+        "model.text_field_embedder.token_embedders.elmo.filters": [[1, 8], [2, 8], [3, 16]],
+        "model.text_field_embedder.token_embedders.elmo.projection_dim": 16,
+        "model.contextualizer.input_dim": 16,
+        "model.contextualizer.cell_size": 32,
+        "model.num_samples": 20,
+        "data_loader.batch_size": STREAMS,
+        "validation_data_loader.batch_size": STREAMS,
+        "trainer.num_epochs": 2,
+        "trainer.cuda_device": -1,
+    }
+    out = tmp_path / "out"
+    run_allennlp(["train", config, "-s", str(out), "-o", overrides(values)])
+    metrics = json.loads((out / "metrics.json").read_text())
+    vocab_size = len((out / "vocabulary" / "tokens.txt").read_text().splitlines())
+    assert 1 < metrics["validation_perplexity"] < vocab_size
