@@ -78,17 +78,19 @@ def test_stateful_training_predicts_every_token_once_per_epoch_and_evaluates_as_
         assert json.loads(stateless.read_text())["perplexity"] != pytest.approx(metrics["validation_perplexity"], rel=1e-3)
 
 
-def test_killed_stateful_run_resumes_at_the_batch_after_its_checkpoint(tiny_corpus, tmp_path):
-    values = shrunk(tiny_corpus, **{"trainer.checkpointer.save_every_num_batches": 3})
+@pytest.mark.parametrize("processes", [1, 2], ids=["1-process", "2-processes"])
+def test_killed_stateful_run_resumes_at_the_batch_after_its_checkpoint(tiny_corpus, tmp_path, processes):
+    values = shrunk(tiny_corpus, processes, **{"trainer.checkpointer.save_every_num_batches": 3})
     train(values, tmp_path / "whole", tmp_path / "whole-record")
     killed = train(values, tmp_path / "cut", tmp_path / "killed-record", kill="1,8")
     assert killed.returncode != 0 and (tmp_path / "cut" / "model_state_e1_b6.th").is_file()
     train(values, tmp_path / "cut", tmp_path / "resumed-record", resume=True)
-    whole = recorded(tmp_path / "whole-record", 0, 1)
-    before = recorded(tmp_path / "killed-record", 0, 1, up_to=6)
-    after = recorded(tmp_path / "resumed-record", 0, 1)
-    assert min(after) == 7 and {**before, **after} == whole
-    assert recorded(tmp_path / "resumed-record", 0, 0) == {}
+    for rank in range(processes):
+        whole = recorded(tmp_path / "whole-record", rank, 1)
+        before = recorded(tmp_path / "killed-record", rank, 1, up_to=6)
+        after = recorded(tmp_path / "resumed-record", rank, 1)
+        assert min(after) == 7 and {**before, **after} == whole
+        assert recorded(tmp_path / "resumed-record", rank, 0) == {}
 
 
 def test_original_stateful_config_is_bilm_tfs_regime_and_trains_when_shrunk(tiny_corpus, tmp_path):
