@@ -39,6 +39,7 @@ BENCHMARKS = [
     ),
     Benchmark("pos_tagger_elmo_vs_baseline.py", ["--bilm", str(OLD_BILM), "--tagger-epochs", "1"], r"ELMo - baseline"),
     Benchmark("exact_resume.py", ["--tokens", "300_000"], r'"late_replay_over_ours"'),
+    Benchmark("quality_table.py", ["--quick"], r'"targets"'),
     Benchmark("gpu_original_elmo.py", ["--steps", "20", "--warmup", "5", "--precisions", "bf16"], r"tokens/s", True),
 ]
 SKIP = re.compile(r"^(SKIP|skipped)\b", re.IGNORECASE | re.MULTILINE)
