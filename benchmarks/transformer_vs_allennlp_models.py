@@ -168,6 +168,7 @@ def their_config(ours: Dict, reference_embedder: bool) -> Dict:
             "token_characters": {"type": "elmo_characters"},
         }
         config["trainer"]["optimizer"]["type"] = "adam"
+        model["sparse_embeddings"] = False  # as their bidirectional_language_model.jsonnet (and adam is dense-only)
     return config
 
 

@@ -43,7 +43,11 @@
     },
     dropout: 0.1,
     num_samples: 8192,
-    sparse_embeddings: false,
+    // The sampled softmax's rows (vocabulary x 512) as sparse embeddings, as bilm-tf: a step
+    // computes, synchronizes (under DDP by gathering the touched rows) and applies gradients for
+    // the ~8k rows it touched, not all of them. Adagrad's sparse update equals its dense one
+    // (an untouched row changes neither its accumulator nor its weight).
+    sparse_embeddings: true,
   },
   // The corpus is cut into ~1 MiB chunks (about 100 batches of 1B Word), shuffled in chunk order
   // and within each chunk by (seed, epoch): batch k of an epoch is the same in every run, so

@@ -27,7 +27,10 @@ lstm {
   data_loader+: { num_workers:: 0 },  // hidden: the default, loading in the training process
   trainer+: {
     // The noam schedule sets the learning rate at every step (peak 5.7e-4 at step 6000).
-    optimizer: { type: 'fused_adam', lr: 0.0005, betas: [0.9, 0.98], eps: 1e-9 },  // allennlp's "adam", one fused kernel
+    // allennlp's "adam" in one fused kernel; the softmax's sparse rows (sparse_embeddings: true,
+    // from elmo_lstm_original.jsonnet) get lazy Adam: a step updates the moments and weights of
+    // the rows it touched only (README: Sparse softmax).
+    optimizer: { type: 'fused_adam', lr: 0.0005, betas: [0.9, 0.98], eps: 1e-9 },
     learning_rate_scheduler: { type: 'noam', model_size: 512, warmup_steps: 6000 },
   },
 }

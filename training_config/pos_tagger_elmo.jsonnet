@@ -4,7 +4,9 @@
 // Override with -o, e.g.
 //   -o '{"train_data_path": "train.conllu", "validation_data_path": "dev.conllu",
 //        "model.text_field_embedder.token_embedders.elmo.pretrained_file": "bilm/model.tar.gz"}'
-// pretrained_file: our biLM model.tar.gz, or a folder with options.json + weights.hdf5.
+// pretrained_file: our biLM model.tar.gz, or a folder with options.json + weights.hdf5, or an
+// ELMoForManyLangs model folder (then the elmo indexer is
+// { type: "elmo_manylangs_ids", max_characters_per_token: 50 }; README: ELMo for other languages).
 // The encoder's input_dim is the ELMo width (2 x the biLM's projection: 256 for the demo
 // biLM, 1024 for the published original) + the word embedding: override
 // "model.encoder.input_size" for another biLM.

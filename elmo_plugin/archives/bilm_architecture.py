@@ -11,18 +11,21 @@ import copy
 import json
 import os
 import tarfile
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from allennlp.common.checks import ConfigurationError
 from allennlp.models import Model
 from allennlp.models.archival import CONFIG_NAME
 from allennlp_models.lm.models.language_model import LanguageModel
 
-from elmo_plugin.archives.bilm_archive import is_elmo_files_folder, load_bilm_encoder, local_archive
+from elmo_plugin.archives.bilm_archive import check_known_folder, is_elmo_files_folder, load_bilm_encoder, local_archive
 from elmo_plugin.archives.safe_archive import checked_members, open_archive, require_model_folder
+from elmo_plugin.data.elmo_manylangs_files import is_manylangs_folder
 from elmo_plugin.elmo_files.layout import OPTIONS_FILE
+from elmo_plugin.elmo_files.manylangs import read_manylangs_folder
 from elmo_plugin.elmo_files.options import architecture_from_options, read_options
 from elmo_plugin.modules.bilm_encoder import Architecture, BiLmEncoder
+from elmo_plugin.modules.elmo_manylangs_cnn import ElmoManyLangsCnn
 
 # Keys renamed since archives were first made: old name -> new name, per contextualizer type.
 RENAMED_KEYS = {"elmo_lstm": {"hidden_dim": "cell_size"}, "elmo_transformer": {"hidden_dim": "feedforward_hidden_dim"}}
@@ -50,6 +53,12 @@ def _char_cnn_params(model_config: Dict[str, Any], archive_path: str) -> Dict[st
         if isinstance(params, dict) and params.get("type") == "elmo_char_cnn":
             return {key: value for key, value in params.items() if key != "type"}
     raise ConfigurationError(f"{archive_path}: its model has no elmo_char_cnn token embedder")
+
+
+def _manylangs_params(model_config: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    embedders = model_config.get("text_field_embedder", {}).get("token_embedders", {})
+    found = [p for p in embedders.values() if isinstance(p, dict) and p.get("type") == "elmo_manylangs_cnn"]
+    return found[0] if found else None
 
 
 def _character_encoder_params(model_config: Dict[str, Any], archive_path: str) -> Dict[str, Any]:
@@ -85,6 +94,10 @@ def architecture_from_archive(archive_path: str) -> Architecture:
             "or allennlp-models' language_model with bidirectional: true)"
         )
     contextualizer = _without_dropout(model["contextualizer"])
+    manylangs = _manylangs_params(model) if model["type"] == "elmo_bilm" else None
+    if manylangs is not None:
+        # completed from the loaded module (its sizes come from the archive's vocabulary)
+        return {"token_embedder": manylangs, "contextualizer": contextualizer}
     if model["type"] == "elmo_bilm":
         return with_current_keys({"char_cnn": _char_cnn_params(model, archive_path), "contextualizer": contextualizer})
     if not model.get("bidirectional", False):
@@ -107,12 +120,12 @@ def with_current_keys(architecture: Architecture) -> Architecture:
 
 def load_encoder_and_architecture(path: str) -> Tuple[BiLmEncoder, Architecture]:
     """Our biLM model.tar.gz / serialization folder, allennlp-models' bidirectional
-    `language_model` archive, or a folder with options.json + weights.hdf5 -> (encoder with its
-    weights and no dropout, its architecture)."""
-    if os.path.isdir(path) and not is_elmo_files_folder(path) and not os.path.isfile(os.path.join(path, CONFIG_NAME)):
-        raise ConfigurationError(
-            f"{path}: neither a model archive folder ({CONFIG_NAME}) nor an ELMo files folder ({OPTIONS_FILE})"
-        )
+    `language_model` archive, a folder with options.json + weights.hdf5, or an ELMoForManyLangs
+    model folder -> (encoder with its weights and no dropout, its architecture)."""
+    if is_manylangs_folder(path):
+        encoder, architecture, _, _ = read_manylangs_folder(path)
+        return encoder, architecture
+    check_known_folder(path)
     if is_elmo_files_folder(path):
         encoder = load_bilm_encoder(path)
         architecture = architecture_from_options(
@@ -121,6 +134,8 @@ def load_encoder_and_architecture(path: str) -> Tuple[BiLmEncoder, Architecture]
     else:
         architecture = architecture_from_archive(path)
         encoder = load_bilm_encoder(path)
+        if isinstance(encoder.char_cnn, ElmoManyLangsCnn):
+            architecture = {**architecture, "token_embedder": encoder.char_cnn.architecture}
     # The loaded encoder carries the archive's dropouts; the one returned is rebuilt from the
     # dropout-free architecture, so it is exactly what a downstream archive that records this
     # architecture rebuilds (same modules, same state-dict keys), with the loaded weights.
@@ -129,4 +144,6 @@ def load_encoder_and_architecture(path: str) -> Tuple[BiLmEncoder, Architecture]
         rebuilt.load_state_dict(encoder.state_dict())
     except RuntimeError as error:
         raise ConfigurationError(f"{path}: its recorded architecture does not rebuild its biLM: {error}") from None
+    if isinstance(encoder.char_cnn, ElmoManyLangsCnn):  # they are not weights: carried over
+        rebuilt.char_cnn.dictionaries = encoder.char_cnn.dictionaries
     return rebuilt.eval(), architecture

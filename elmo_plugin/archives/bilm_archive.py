@@ -10,12 +10,15 @@ import pickle
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.file_utils import cached_path
 from allennlp.models import Model
-from allennlp.models.archival import load_archive
+from allennlp.models.archival import CONFIG_NAME, load_archive
 from allennlp.modules.token_embedders import EmptyEmbedder, TokenEmbedder
 from allennlp_models.lm.models.language_model import LanguageModel
 
 from elmo_plugin.archives.safe_archive import extracted_model_archive, require_model_folder
+from elmo_plugin.data.elmo_manylangs_files import FOLDER_FILES as MANYLANGS_FILES
+from elmo_plugin.data.elmo_manylangs_files import is_manylangs_folder
 from elmo_plugin.elmo_files.layout import OPTIONS_FILE, WEIGHTS_FILE
+from elmo_plugin.elmo_files.manylangs import read_manylangs_folder
 from elmo_plugin.elmo_files.weights import read_bilm_encoder
 from elmo_plugin.models.elmo_bilm import ElmoLanguageModel
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
@@ -105,10 +108,25 @@ def is_elmo_files_folder(path: str) -> bool:
     return os.path.isdir(path) and os.path.isfile(os.path.join(path, OPTIONS_FILE))
 
 
+def check_known_folder(path: str) -> None:
+    """A clear error for a folder that is none of the three kinds a biLM can come in."""
+    if os.path.isdir(path) and not (
+        is_elmo_files_folder(path) or is_manylangs_folder(path) or os.path.isfile(os.path.join(path, CONFIG_NAME))
+    ):
+        raise ConfigurationError(
+            f"{path}: neither a model archive folder ({CONFIG_NAME}), nor an ELMo files folder ({OPTIONS_FILE} + "
+            f"{WEIGHTS_FILE}), nor an ELMoForManyLangs model folder ({', '.join(MANYLANGS_FILES)})"
+        )
+
+
 def load_bilm_encoder(path: str, cuda_device: int = -1) -> BiLmEncoder:
     """`path`: our archive (LSTM or transformer), allennlp-models' bidirectional `language_model`
-    archive, or a folder with options.json + weights.hdf5."""
-    if is_elmo_files_folder(path):
+    archive, a folder with options.json + weights.hdf5, or an ELMoForManyLangs model folder."""
+    check_known_folder(path)
+    if is_manylangs_folder(path):
+        encoder = read_manylangs_folder(path)[0]
+    elif is_elmo_files_folder(path):
         encoder = read_bilm_encoder(os.path.join(path, OPTIONS_FILE), os.path.join(path, WEIGHTS_FILE))
-        return encoder.to(f"cuda:{cuda_device}") if cuda_device >= 0 else encoder
-    return language_model_encoder(load_language_model(path, cuda_device))
+    else:
+        return language_model_encoder(load_language_model(path, cuda_device))
+    return encoder.to(f"cuda:{cuda_device}") if cuda_device >= 0 else encoder

@@ -3,7 +3,7 @@ import argparse
 import json
 import logging
 import os
-from typing import Dict, Iterator, List, Tuple
+from typing import Callable, Dict, Iterator, List, Tuple
 
 import h5py
 import numpy
@@ -12,8 +12,9 @@ from allennlp.commands.subcommand import Subcommand
 from allennlp.common import Tqdm
 from allennlp.common.checks import ConfigurationError
 
-from elmo_plugin.data.elmo_char_ids_indexer import MAX_CHARS, ElmoCharIdsIndexer
+from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
 from elmo_plugin.data.elmo_corpus_reader import CorpusStats, decode_line
+from elmo_plugin.data.elmo_manylangs_indexer import sentence_ids
 from elmo_plugin.data.elmo_vocab_file import BOS, EOS
 from elmo_plugin.archives.bilm_archive import load_bilm_encoder
 from elmo_plugin.commands.cli_errors import reports_errors
@@ -27,6 +28,8 @@ LAYER_CHOICES = ("all", "average", "top")
 BATCHES_PER_CHUNK = 16  # sentences sorted by length within chunks of this many batches
 PARTIAL_SUFFIX = ".partial"  # OUTPUT is written as OUTPUT.partial and renamed when complete
 LINES_DONE = "elmo_embed_lines_done"  # attribute of the partial file: input lines 0..n-1 are in it
+# tokens -> the id rows of `<S> tokens </S>` for the biLM
+SentenceIds = Callable[[List[str]], List[List[int]]]
 
 
 @Subcommand.register("elmo-embed")
@@ -41,7 +44,8 @@ class ElmoEmbed(Subcommand):
         )
         subparser = parser.add_parser(self.name, description=description, help="Embed a text file with ELMo.")
         subparser.add_argument("model", help="our biLM archive (model.tar.gz / serialization dir), allennlp-models' "
-                               "bidirectional language_model archive, or a folder with options.json + weights.hdf5")
+                               "bidirectional language_model archive, a folder with options.json + weights.hdf5, "
+                               "or an ELMoForManyLangs model folder")
         subparser.add_argument("input_file", help="text, one whitespace-tokenized sentence per line")
         subparser.add_argument("output_file", help="HDF5 file to write")
         subparser.add_argument("--layers", choices=LAYER_CHOICES, default="all",
@@ -160,9 +164,19 @@ def open_partial(partial: str, settings: Dict[str, object], resume: bool) -> Tup
     return output, done
 
 
+def encoder_sentence_ids(encoder: BiLmEncoder) -> SentenceIds:
+    """How the encoder's sentences become ids: an ELMoForManyLangs token embedder's own
+    dictionaries, otherwise ELMo's character ids of `<S> tokens </S>` (50 per token)."""
+    dictionaries = getattr(encoder.char_cnn, "dictionaries", None)
+    if dictionaries is not None:
+        return sentence_ids(*dictionaries, encoder.char_cnn.architecture["max_characters_per_token"])
+    indexer = ElmoCharIdsIndexer()
+    return lambda tokens: [indexer.char_ids(token) for token in [BOS, *tokens, EOS]]
+
+
 def embed_chunk(
     encoder: BiLmEncoder,
-    indexer: ElmoCharIdsIndexer,
+    index_sentence: SentenceIds,
     chunk: List[Tuple[int, List[str]]],
     batch_size: int,
     layers: str,
@@ -173,10 +187,9 @@ def embed_chunk(
     chunk.sort(key=lambda item: len(item[1]))
     for start in range(0, len(chunk), batch_size):
         batch = chunk[start : start + batch_size]
-        width = max(len(tokens) for _, tokens in batch) + 2
-        char_ids = torch.zeros(len(batch), width, MAX_CHARS, dtype=torch.long)
-        for row, (_, tokens) in enumerate(batch):
-            ids = [indexer.char_ids(token) for token in [BOS, *tokens, EOS]]
+        rows = [index_sentence(tokens) for _, tokens in batch]
+        char_ids = torch.zeros(len(batch), max(map(len, rows)), len(rows[0][0]), dtype=torch.long)
+        for row, ids in enumerate(rows):
             char_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
         with torch.no_grad():
             vectors, lengths = sentence_layers(encoder, char_ids.to(device))
@@ -199,7 +212,7 @@ def embed_file(
     an uninterrupted run, so the batches and the vectors are the same)."""
     check_arguments(input_file, output_file, layers, batch_size)
     encoder.eval()
-    indexer = ElmoCharIdsIndexer()
+    index_sentence = encoder_sentence_ids(encoder)
     empty_shape = (encoder.num_layers, 0, encoder.get_output_dim()) if layers == "all" else (0, encoder.get_output_dim())
     settings = {"elmo_embed_layers": layers, "elmo_embed_batch_size": batch_size,
                 "elmo_embed_input_bytes": os.path.getsize(input_file)}
@@ -223,11 +236,11 @@ def embed_file(
             else:
                 writer.write_empty(index)
             if len(chunk) >= batch_size * BATCHES_PER_CHUNK:
-                embed_chunk(encoder, indexer, chunk, batch_size, layers, writer)
+                embed_chunk(encoder, index_sentence, chunk, batch_size, layers, writer)
                 chunk = []
                 writer.record(index + 1)
         if chunk:
-            embed_chunk(encoder, indexer, chunk, batch_size, layers, writer)
+            embed_chunk(encoder, index_sentence, chunk, batch_size, layers, writer)
         progress.close()
         writer.close()
     os.replace(partial, output_file)

@@ -1,9 +1,12 @@
 """Subcommand `allennlp elmo-vocab`: an ELMo `tokens.txt` from raw-text corpora."""
 import argparse
+import dataclasses
 import glob
 import logging
-from collections import Counter
-from typing import List, Optional, Sequence
+import multiprocessing
+import time
+from collections import Counter, deque
+from typing import Deque, Iterator, List, Optional, Sequence, Tuple
 
 from allennlp.commands.subcommand import Subcommand
 from allennlp.common.checks import ConfigurationError
@@ -32,34 +35,92 @@ class ElmoVocab(Subcommand):
                                help="at most this many lines in the file, the three special tokens included")
         subparser.add_argument("--skip-headings", action="store_true",
                                help="skip `= Heading =` lines, as the elmo_corpus reader's skip_headings does")
+        subparser.add_argument("--workers", type=int, default=1,
+                               help="count this many shard files in parallel processes (same file as 1 worker)")
         subparser.set_defaults(func=vocab_from_args)
         return subparser
 
 
 @reports_errors("elmo-vocab")
 def vocab_from_args(args: argparse.Namespace) -> None:
-    tokens = write_elmo_vocab(args.corpus, args.out_file, args.min_count, args.max_size, args.skip_headings)
-    print(f"elmo-vocab: {len(tokens)} tokens ({len(SPECIALS)} special) -> {args.out_file}")
+    start = time.perf_counter()
+    tokens, counted = write_elmo_vocab(
+        args.corpus, args.out_file, args.min_count, args.max_size, args.skip_headings, args.workers
+    )
+    seconds = time.perf_counter() - start
+    print(
+        f"elmo-vocab: {len(tokens)} tokens ({len(SPECIALS)} special) -> {args.out_file}; counted {counted} "
+        f"tokens in {seconds:.1f} s ({counted / seconds:.0f} tokens/s, {args.workers} workers)"
+    )
 
 
-def count_tokens(patterns: Sequence[str], skip_headings: bool = False) -> Counter:
-    """Whitespace-token counts over every file the patterns match (a file matched twice is read
-    once), in order of first appearance. Lines are read as the `elmo_corpus` reader reads them
-    (blank / heading lines skipped and counted, invalid UTF-8 replaced with a warning); the
-    special tokens are not counted."""
-    paths = list(dict.fromkeys(path for pattern in patterns for path in resolve_corpus_paths(pattern)))
+def count_shard(path: str, skip_headings: bool, stats: CorpusStats) -> Counter:
+    """Whitespace-token counts of one shard file, keys in order of first appearance; lines are
+    read as the `elmo_corpus` reader reads them (streamed, one line in memory at a time)."""
     reader = ElmoCorpusReader(skip_headings=skip_headings)
     counts: Counter = Counter()
+    for _, _, text in reader.corpus_lines(glob.escape(path), stats):
+        counts.update(text.split())
+    return counts
+
+
+def count_shard_in_worker(path: str, skip_headings: bool) -> Tuple[Counter, CorpusStats]:
+    """`count_shard` in a pool process, with the shard's own stats."""
     stats = CorpusStats()
-    for path in paths:
-        for _, _, text in reader.corpus_lines(glob.escape(path), stats):
-            counts.update(text.split())
+    return count_shard(path, skip_headings, stats), stats
+
+
+def add_stats(total: CorpusStats, shard: CorpusStats) -> None:
+    for field in dataclasses.fields(CorpusStats):
+        setattr(total, field.name, getattr(total, field.name) + getattr(shard, field.name))
+
+
+def shard_counts(paths: Sequence[str], skip_headings: bool, workers: int, stats: CorpusStats) -> Iterator[Counter]:
+    """Each path's `count_shard`, in path order; with workers > 1 counted in that many processes,
+    at most `workers` shards in flight (so at most that many shard counters held at once)."""
+    if workers == 1:
+        for path in paths:
+            yield count_shard(path, skip_headings, stats)
+        return
+    # "spawn", not "fork": a forked child can hang on a lock held at fork time by another thread
+    # of this process (seen: pyarrow's jemalloc background thread, imported with allennlp's plugins).
+    with multiprocessing.get_context("spawn").Pool(workers) as pool:
+        pending: Deque = deque()
+
+        def oldest() -> Counter:
+            counts, shard_stats = pending.popleft().get()
+            add_stats(stats, shard_stats)
+            return counts
+
+        for path in paths:
+            if len(pending) == workers:
+                yield oldest()
+            pending.append(pool.apply_async(count_shard_in_worker, (path, skip_headings)))
+        while pending:
+            yield oldest()
+
+
+def count_tokens(patterns: Sequence[str], skip_headings: bool = False, workers: int = 1) -> Tuple[Counter, int]:
+    """Whitespace-token counts over every file the patterns match (a file matched twice is read
+    once) in order of first appearance, and the number of tokens counted. Lines are read as the
+    `elmo_corpus` reader reads them (blank / heading lines skipped and counted, invalid UTF-8
+    replaced with a warning); the special tokens are not counted. Shards are counted by
+    `workers` processes; per-shard counts are merged in path order, so keys keep their order of
+    first appearance across the corpus and the result is the same for any `workers`."""
+    if workers < 1:
+        raise ConfigurationError(f"elmo-vocab: --workers must be at least 1, not {workers}")
+    paths = list(dict.fromkeys(path for pattern in patterns for path in resolve_corpus_paths(pattern)))
+    counts: Counter = Counter()
+    stats = CorpusStats()
+    for shard in shard_counts(paths, skip_headings, min(workers, len(paths)), stats):
+        counts.update(shard)  # new keys are appended in the shard's first-appearance order
     logger.info(stats.summary(" ".join(patterns)))
+    counted = sum(counts.values())
     for special in SPECIALS:
         counts.pop(special, None)
     if not counts:
         raise ConfigurationError(f"elmo-vocab: no tokens at all in {', '.join(map(repr, patterns))}")
-    return counts
+    return counts, counted
 
 
 def vocab_tokens(counts: Counter, min_count: int = 1, max_size: Optional[int] = None) -> List[str]:
@@ -80,10 +141,13 @@ def write_elmo_vocab(
     min_count: int = 1,
     max_size: Optional[int] = None,
     skip_headings: bool = False,
-) -> List[str]:
-    """Counts the corpora, writes `out_file` (one token per line, atomically) and returns its
-    tokens. The output path is checked before the corpora are read."""
+    workers: int = 1,
+) -> Tuple[List[str], int]:
+    """Counts the corpora (`count_tokens`), writes `out_file` (one token per line, atomically)
+    and returns its tokens and the number of tokens counted. The output path is checked before
+    the corpora are read."""
     check_output_file(out_file)
-    tokens = vocab_tokens(count_tokens(patterns, skip_headings), min_count, max_size)
+    counts, counted = count_tokens(patterns, skip_headings, workers)
+    tokens = vocab_tokens(counts, min_count, max_size)
     write_elmo_vocab_file(out_file, tokens)
-    return tokens
+    return tokens, counted

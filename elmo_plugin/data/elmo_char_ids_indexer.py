@@ -1,43 +1,104 @@
-"""TokenIndexer `elmo_char_ids`: ELMo character ids with a per-token cache."""
+"""TokenIndexer `elmo_char_ids`: ELMo character ids, computed in bulk and cached per token."""
 from typing import Dict, List
 
+import numpy as np
 import torch
-from allennlp.common.util import pad_sequence_to_length
 from allennlp.data.token_indexers.elmo_indexer import ELMoCharacterMapper
 from allennlp.data.token_indexers.token_indexer import IndexedTokenList, TokenIndexer
 from allennlp.data.tokenizers import Token
 from allennlp.data.vocabulary import Vocabulary
 
 MAX_CHARS = ELMoCharacterMapper.max_word_length
+MAX_BYTES = MAX_CHARS - 2  # a word's UTF-8 bytes between begin- and end-of-word
+# allennlp's ids are shifted by +1 so that 0 means a padding token
+BEGIN_OF_WORD = ELMoCharacterMapper.beginning_of_word_character + 1
+END_OF_WORD = ELMoCharacterMapper.end_of_word_character + 1
+PADDING_CHAR = ELMoCharacterMapper.padding_character + 1
+FIRST_TABLE_ROWS = 4096
+
+
+def special_rows() -> Dict[str, np.ndarray]:
+    """`<S>` and `</S>`'s ids, which have no bytes: allennlp's mapper's own rows."""
+    mapper = ELMoCharacterMapper()
+    return {token: np.array(mapper.convert_word_to_char_ids(token), dtype=np.int16)
+            for token in (ELMoCharacterMapper.bos_token, ELMoCharacterMapper.eos_token)}
+
+
+SPECIAL_ROWS = special_rows()
+
+
+def words_to_char_ids(words: List[str]) -> np.ndarray:
+    """(len(words), 50) int16: allennlp's `ELMoCharacterMapper.convert_word_to_char_ids` of each
+    word, in bulk (begin-of-word, the first 48 UTF-8 bytes + 1, end-of-word, padding chars)."""
+    ids = np.full((len(words), MAX_CHARS), PADDING_CHAR, dtype=np.int16)
+    ids[:, 0] = BEGIN_OF_WORD
+    encoded = [word.encode("utf-8", "ignore")[:MAX_BYTES] for word in words]
+    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(words))
+    data = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+    # byte j of word i goes to column 1 + j of row i: rows by repeat, columns by offset from each word's start
+    rows = np.repeat(np.arange(len(words)), lengths)
+    starts = np.cumsum(lengths) - lengths
+    columns = np.arange(len(data)) - np.repeat(starts, lengths) + 1
+    ids[rows, columns] = data.astype(np.int16) + 1
+    ids[np.arange(len(words)), lengths + 1] = END_OF_WORD
+    for row, word in enumerate(words):
+        if word in SPECIAL_ROWS:
+            ids[row] = SPECIAL_ROWS[word]
+    return ids
 
 
 @TokenIndexer.register("elmo_char_ids")
 class ElmoCharIdsIndexer(TokenIndexer):
     """
-    The ids of allennlp's `elmo_characters` (50 per token, 0 = padding), computed once per
-    distinct token string. Output key `elmo_tokens`, so allennlp's ELMo embedders read it too.
+    The ids of allennlp's `elmo_characters` (50 per token, 0 = padding), as one (tokens, 50)
+    int16 array per text field: each distinct token string is computed once (in bulk, by
+    `words_to_char_ids`) into a table of at most `cache_size` rows, later ones served from it;
+    once the table is full, new strings are computed every time. Output key `elmo_tokens`, a
+    LongTensor (tokens, 50), so allennlp's ELMo embedders read it too.
     """
 
     def __init__(self, cache_size: int = 1_000_000, token_min_padding_length: int = 0) -> None:
         super().__init__(token_min_padding_length)
-        self._mapper = ELMoCharacterMapper()
-        self._cache: Dict[str, List[int]] = {}
         self._cache_size = cache_size
+        self._clear_cache()
+
+    def _clear_cache(self) -> None:
+        self._rows: Dict[str, int] = {}  # token string -> row of self._table
+        self._table = np.zeros((0, MAX_CHARS), dtype=np.int16)
 
     def count_vocab_items(self, token: Token, counter: Dict[str, Dict[str, int]]) -> None:
         pass
 
-    def char_ids(self, text: str) -> List[int]:
-        """The 50 character ids of one token."""
-        ids = self._cache.get(text)
-        if ids is None:
-            ids = self._mapper.convert_word_to_char_ids(text)
-            if len(self._cache) < self._cache_size:
-                self._cache[text] = ids
+    def _remember(self, words: List[str]) -> None:
+        """Adds as many of `words` (new, distinct) to the table as `cache_size` allows; the table
+        grows by doubling."""
+        words = words[: max(self._cache_size - len(self._rows), 0)]
+        if not words:
+            return
+        used = len(self._rows)
+        if used + len(words) > len(self._table):
+            capacity = min(max(2 * len(self._table), used + len(words), FIRST_TABLE_ROWS), self._cache_size)
+            grown = np.zeros((capacity, MAX_CHARS), dtype=np.int16)
+            grown[:used] = self._table[:used]
+            self._table = grown
+        self._table[used : used + len(words)] = words_to_char_ids(words)
+        self._rows.update(zip(words, range(used, used + len(words))))
+
+    def char_ids(self, texts: List[str]) -> np.ndarray:
+        """(len(texts), 50) int16 character ids of these token strings."""
+        rows = self._rows
+        self._remember([text for text in dict.fromkeys(texts) if text not in rows])
+        found = [rows.get(text, -1) for text in texts]
+        if -1 not in found:
+            return self._table[found]
+        # the table is full: strings not in it are computed here
+        ids = words_to_char_ids(texts)
+        cached = [position for position, row in enumerate(found) if row >= 0]
+        ids[cached] = self._table[[found[position] for position in cached]]
         return ids
 
     def tokens_to_indices(self, tokens: List[Token], vocabulary: Vocabulary) -> IndexedTokenList:
-        return {"elmo_tokens": [self.char_ids(token.ensure_text()) for token in tokens]}
+        return {"elmo_tokens": self.char_ids([token.ensure_text() for token in tokens])}  # type: ignore[dict-item]
 
     def get_empty_token_list(self) -> IndexedTokenList:
         return {"elmo_tokens": []}
@@ -45,12 +106,14 @@ class ElmoCharIdsIndexer(TokenIndexer):
     def as_padded_tensor_dict(
         self, tokens: IndexedTokenList, padding_lengths: Dict[str, int]
     ) -> Dict[str, torch.Tensor]:
-        padded = pad_sequence_to_length(
-            tokens["elmo_tokens"], padding_lengths["elmo_tokens"], lambda: [0] * MAX_CHARS
-        )
-        return {"elmo_tokens": torch.tensor(padded, dtype=torch.long)}
+        """{"elmo_tokens": LongTensor (padding length, 50)}, cut or padded with all-zero rows."""
+        ids = np.asarray(tokens["elmo_tokens"], dtype=np.int16).reshape(-1, MAX_CHARS)
+        length = padding_lengths["elmo_tokens"]
+        padded = np.zeros((length, MAX_CHARS), dtype=np.int64)
+        padded[: min(length, len(ids))] = ids[:length]
+        return {"elmo_tokens": torch.from_numpy(padded)}
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        state["_cache"] = {}
+        state["_rows"], state["_table"] = {}, np.zeros((0, MAX_CHARS), dtype=np.int16)
         return state

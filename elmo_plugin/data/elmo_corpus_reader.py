@@ -5,7 +5,7 @@ import logging
 import lzma
 import re
 from dataclasses import dataclass
-from typing import Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.file_utils import open_compressed
@@ -16,6 +16,7 @@ from allennlp.data.token_indexers import SingleIdTokenIndexer, TokenIndexer
 from allennlp.data.tokenizers import Tokenizer, WhitespaceTokenizer
 
 from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
+from elmo_plugin.data.elmo_text_field import ElmoTextField
 from elmo_plugin.data.elmo_vocab_file import BOS, EOS
 
 logger = logging.getLogger(__name__)
@@ -24,6 +25,7 @@ HEADING = re.compile(r"^\s*(=+)\s.*\s\1\s*$")
 MAX_UTF8_WARNINGS = 5
 COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz")  # what allennlp's open_compressed decompresses
 SNIFF_LINES = 20  # a file most of whose first lines are not text is refused before any is read
+Item = TypeVar("Item")
 
 
 def resolve_corpus_paths(pattern: str) -> List[str]:
@@ -180,8 +182,14 @@ class ElmoCorpusReader(DatasetReader):
 
     def text_instances(self, text: str) -> Iterator[Instance]:
         """The instances (windows) of one line's text."""
-        for window in self.windows(self._tokenizer.tokenize(text)):
-            yield self.text_to_instance(tokens=window)
+        if type(self._tokenizer) is WhitespaceTokenizer:
+            # The whitespace tokenizer's tokens are `Token(word)` for each `str.split()` word:
+            # these instances hold the words in an ElmoTextField (same tensors as a TextField, faster).
+            for words in self.windows(text.split()):
+                yield Instance({"source": ElmoTextField([BOS, *words, EOS])})
+        else:
+            for window in self.windows(self._tokenizer.tokenize(text)):
+                yield self.text_to_instance(tokens=list(window))
 
     def range_instances(self, path: str, start: int = 0, end: Optional[int] = None) -> Iterator[Instance]:
         """The instances of the lines of one shard that start at a byte offset in [start, end):
@@ -196,7 +204,7 @@ class ElmoCorpusReader(DatasetReader):
             if text:
                 yield from self.text_instances(text)
 
-    def windows(self, tokens: List[Token]) -> Iterator[List[Token]]:
+    def windows(self, tokens: Sequence[Item]) -> Iterator[Sequence[Item]]:
         """Consecutive windows of at most `max_sequence_length` tokens covering all tokens."""
         size = self._max_sequence_length or max(len(tokens), 1)
         for start in range(0, len(tokens), size):

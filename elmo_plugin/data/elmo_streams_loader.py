@@ -7,12 +7,13 @@ from typing import Iterator, List, Tuple
 
 import torch
 from allennlp.common.checks import ConfigurationError
-from allennlp.data import Instance, Token
+from allennlp.data import Instance
 from allennlp.data.data_loaders.data_loader import DataLoader, TensorDict
-from allennlp.data.fields import TensorField, TextField
+from allennlp.data.fields import TensorField
 
 from elmo_plugin.data.elmo_corpus_loader import ElmoCorpusLoader
 from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
+from elmo_plugin.data.elmo_text_field import ElmoTextField
 
 
 def stream_bounds(total: int, streams: int) -> List[int]:
@@ -26,7 +27,7 @@ def window_count(length: int, window_size: int) -> int:
     return math.ceil(max(length - 1, 0) / window_size)
 
 
-def stream_window(tokens: List[Token], k: int, window_size: int) -> List[Token]:
+def stream_window(tokens: List[str], k: int, window_size: int) -> List[str]:
     """Window k of a stream: tokens [kT, kT + T] (T + 1 tokens, fewer at the end): the first T
     are read, the last T are predicted, so the last token is the next window's first. A stream
     that has ended gives its last token alone (read, nothing predicted), so no row is empty."""
@@ -78,16 +79,18 @@ class ElmoStreamsLoader(ElmoCorpusLoader):
     def layout(self) -> str:
         return f"{super().layout()}, window_size {self.window_size} (elmo_streams)"
 
-    def epoch_tokens(self, epoch: int) -> List[Token]:
-        """Every token of the corpus in the order epoch `epoch` reads it."""
-        tokens: List[Token] = []
+    def epoch_tokens(self, epoch: int) -> List[str]:
+        """Every token's text in the order epoch `epoch` reads the corpus (strings: no Token
+        objects for the whole corpus)."""
+        tokens: List[str] = []
         for chunk_index in self.chunk_order(epoch):
             chunk = self.chunks[chunk_index]
             for instance in self.reader.range_instances(chunk.path, chunk.start, chunk.end):
-                tokens.extend(instance["source"].tokens)  # type: ignore[attr-defined]
+                field = instance["source"]
+                tokens.extend(field.texts if isinstance(field, ElmoTextField) else [t.text for t in field.tokens])
         return tokens
 
-    def streams(self, epoch: int) -> Tuple[List[List[Token]], int]:
+    def streams(self, epoch: int) -> Tuple[List[List[str]], int]:
         """(this process's `batch_size` streams of epoch `epoch`, the number of batches every
         process yields: the windows of the longest stream of all processes)."""
         tokens = self.epoch_tokens(epoch)
@@ -111,14 +114,14 @@ class ElmoStreamsLoader(ElmoCorpusLoader):
             instances = [self._window_instance(*pair, k) for pair in zip(streams, reversed_streams)]
             yield 0, self.collate_fn([self._indexed(instance) for instance in instances])
 
-    def _window_instance(self, stream: List[Token], reversed_stream: List[Token], k: int) -> Instance:
+    def _window_instance(self, stream: List[str], reversed_stream: List[str], k: int) -> Instance:
         """Window k of a stream, forward and backward (read from the stream's reversed text)."""
         forward = stream_window(stream, k, self.window_size)
         backward = stream_window(reversed_stream, k, self.window_size)
         return Instance(
             {
-                "source": TextField(forward),
-                "backward_source": TextField(backward),
+                "source": ElmoTextField(forward),
+                "backward_source": ElmoTextField(backward),
                 "stream_start": TensorField(torch.tensor(k == 0)),
             }
         )

@@ -2,29 +2,38 @@
 import contextlib
 import logging
 import os
-from typing import ContextManager, Dict, List, Optional, Tuple
+from typing import ContextManager, Dict, List, Optional, Tuple, Union
 
 import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.data import TextFieldTensors, Vocabulary
 from allennlp.models.model import Model
+from allennlp.modules.sampled_softmax_loss import SampledSoftmaxLoss
 from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 from allennlp.modules.text_field_embedders import TextFieldEmbedder
 from allennlp.nn import InitializerApplicator
 from allennlp.nn.util import get_text_field_mask
 from allennlp_models.lm.models.language_model import LanguageModel
 
+from elmo_plugin.data.elmo_manylangs_files import is_manylangs_folder
 from elmo_plugin.elmo_files.layout import OPTIONS_FILE, SOFTMAX_FILE, VOCAB_FILE, WEIGHTS_FILE, ElmoFilesError
+from elmo_plugin.elmo_files.manylangs import read_manylangs_folder
 from elmo_plugin.elmo_files.options import check_architecture, read_options
 from elmo_plugin.elmo_files.softmax import export_softmax, import_softmax
 from elmo_plugin.elmo_files.weights import load_weights
 from elmo_plugin.models.language_model_softmax import softmax_matrices
 from elmo_plugin.modules.bilm_contextualizer import BiLmContextualizer, LayerState
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
+from elmo_plugin.modules.chunked_sampled_softmax_loss import ChunkedSampledSoftmaxLoss
 from elmo_plugin.modules.elmo_char_cnn import ElmoCharCnn
+from elmo_plugin.modules.elmo_manylangs_cnn import ElmoManyLangsCnn
+from elmo_plugin.training.sparse_gradient_sync import synchronize_sparse_gradients
 from elmo_plugin.training.token_weighted_perplexity import TokenWeightedPerplexity
 
 logger = logging.getLogger(__name__)
+
+# The `elmo_lstm` arguments that an ELMoForManyLangs release fixes (dropout is ours to choose).
+MANYLANGS_CONTEXTUALIZER_KEYS = ("input_dim", "cell_size", "num_layers", "cell_clip", "proj_clip")
 
 # `mixed_precision` values -> the autocast dtype (None: no autocast).
 MIXED_PRECISION = {None: None, "bf16": torch.bfloat16}
@@ -36,14 +45,23 @@ class ElmoLanguageModel(LanguageModel):
     allennlp-models' bidirectional `LanguageModel` with ELMo's metrics: `forward_perplexity`,
     `backward_perplexity` and `perplexity`, token-weighted over everything seen since the last
     reset. One softmax (full, or sampled with `num_samples` during training) serves both
-    directions; evaluation always uses the full softmax.
+    directions; evaluation always uses the full softmax, with `num_samples` computed over chunks
+    of rows so that its memory stays bounded at any vocabulary size (`ChunkedSampledSoftmaxLoss`).
+
+    `sparse_embeddings: true` (with `num_samples`) keeps the sampled softmax as sparse embeddings: a step computes and
+    applies gradients for the rows it touched only (use Adagrad, or a sparse-capable optimizer
+    for them: README, "Sparse softmax"). Under allennlp's distributed training their gradients
+    are averaged over processes by gathering the touched rows, outside DDP's all-reduce, so it
+    works on gloo and NCCL (`synchronize_sparse_gradients`).
 
     `source` must hold the character ids for the text field embedder and a `tokens` single-id
     entry (embedded by an `empty` embedder) for the targets.
 
     `pretrained_file`: a folder with the standard ELMo files to start from; the configured
     architecture must equal its options.json, and its softmax.hdf5 (if any) is mapped onto the
-    vocabulary by token through its vocab.txt.
+    vocabulary by token through its vocab.txt. Or an ELMoForManyLangs model folder (with an
+    `elmo_manylangs_cnn` token embedder and the `elmo_manylangs` vocabulary): the configured
+    architecture must equal its own; it has no softmax, so the softmax starts fresh.
 
     `mixed_precision: "bf16"` runs the forward pass (both directions, the softmax) under
     `torch.autocast` with bfloat16 on the model's device, CPU or GPU; parameters, optimizer state
@@ -93,6 +111,12 @@ class ElmoLanguageModel(LanguageModel):
             raise ConfigurationError(
                 f"elmo_bilm: the contextualizer must be elmo_lstm or elmo_transformer, not {type(contextualizer).__name__}"
             )
+        if type(self._softmax_loss) is SampledSoftmaxLoss:
+            # Same parameters and training, chunked evaluation; re-classed rather than rebuilt, which
+            # would draw (and allocate) a second random softmax of vocabulary x P.
+            self._softmax_loss.__class__ = ChunkedSampledSoftmaxLoss
+        if sparse_embeddings:
+            synchronize_sparse_gradients(self)
         if stateful and not contextualizer.supports_state:
             raise ConfigurationError(
                 f"elmo_bilm: stateful needs a contextualizer that carries state (elmo_lstm), not {type(contextualizer).__name__}"
@@ -132,6 +156,9 @@ class ElmoLanguageModel(LanguageModel):
         vocab.txt) when the folder has one."""
         if not os.path.isdir(folder):
             raise ElmoFilesError(f"pretrained ELMo folder not found: {folder}")
+        if is_manylangs_folder(folder):
+            self.load_manylangs_folder(folder)
+            return
         options_file = os.path.join(folder, OPTIONS_FILE)
         encoder = self.bilm_encoder()
         check_architecture(encoder, read_options(options_file), options_file)
@@ -144,6 +171,31 @@ class ElmoLanguageModel(LanguageModel):
             logger.warning("%s has no %s: the softmax starts from its initial values", folder, SOFTMAX_FILE)
         logger.info("loaded the biLM weights of %s", folder)
 
+    def load_manylangs_folder(self, folder: str) -> None:
+        """An ELMoForManyLangs model's weights into this model, whose token embedder and
+        contextualizer must have its architecture (dropouts aside); the softmax is left as
+        initialized (its releases have none; a `classifier.pkl` saved by its training code, one
+        of three softmax kinds over its own word ids, is not imported)."""
+        release, architecture, _, _ = read_manylangs_folder(folder)
+        ours = self.bilm_encoder()
+        if not isinstance(ours.char_cnn, ElmoManyLangsCnn):
+            raise ElmoFilesError(
+                f"{folder} is an ELMoForManyLangs model: elmo_bilm needs an elmo_manylangs_cnn token "
+                f"embedder to load it, not {type(ours.char_cnn).__name__}"
+            )
+        contextualizer = {key: getattr(ours.contextualizer, key, None) for key in MANYLANGS_CONTEXTUALIZER_KEYS}
+        configured = {**ours.char_cnn.architecture, **contextualizer}
+        released = {**architecture["token_embedder"], **{key: architecture["contextualizer"][key] for key in contextualizer}}
+        differing = {key: (configured.get(key), value) for key, value in released.items() if configured.get(key) != value}
+        if differing:
+            raise ElmoFilesError(f"{folder}: the configured biLM differs from the release (configured, release): {differing}")
+        ours.load_state_dict(release.state_dict())
+        if os.path.exists(os.path.join(folder, "classifier.pkl")):
+            logger.warning("%s: its classifier.pkl is not imported: the softmax starts from its initial values", folder)
+        else:
+            logger.warning("%s has no softmax: the softmax starts from its initial values", folder)
+        logger.info("loaded the ELMoForManyLangs biLM of %s", folder)
+
     def export_softmax(self, softmax_file: str, vocab_file: str) -> int:
         """softmax.hdf5 + vocab.txt of this model (the row that scores no token left out);
         returns the number of rows written."""
@@ -151,12 +203,12 @@ class ElmoLanguageModel(LanguageModel):
         export_softmax(*self.softmax_matrices(), tokens, softmax_file, vocab_file)
         return len(tokens)
 
-    def char_cnn(self) -> ElmoCharCnn:
+    def char_cnn(self) -> Union[ElmoCharCnn, ElmoManyLangsCnn]:
         embedders = self._text_field_embedder._token_embedders  # type: ignore[attr-defined]
         for embedder in embedders.values():
-            if isinstance(embedder, ElmoCharCnn):
+            if isinstance(embedder, (ElmoCharCnn, ElmoManyLangsCnn)):
                 return embedder
-        raise ConfigurationError("elmo_bilm: the text_field_embedder has no elmo_char_cnn")
+        raise ConfigurationError("elmo_bilm: the text_field_embedder has no elmo_char_cnn (or elmo_manylangs_cnn)")
 
     def _compute_loss(
         self,

@@ -3,7 +3,7 @@ allennlp-models' bidirectional `language_model` archive or the standard ELMo fil
 that stay self-contained."""
 import json
 import logging
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import numpy
 import torch
@@ -15,6 +15,9 @@ from allennlp.modules.token_embedders import TokenEmbedder
 from allennlp.nn.util import add_sentence_boundary_token_ids, remove_sentence_boundaries
 
 from elmo_plugin.archives.bilm_architecture import load_encoder_and_architecture, with_current_keys
+from elmo_plugin.data.elmo_manylangs_indexer import (
+    DEFAULT_NAMESPACE, chars_namespace, record_dictionary, words_namespace,
+)
 from elmo_plugin.modules.bilm_encoder import Architecture, BiLmEncoder
 
 logger = logging.getLogger(__name__)
@@ -27,6 +30,30 @@ ARCHITECTURE_NAMESPACE = "elmo_bilm_embedder_architecture"
 
 def _boundary_ids(characters: List[int]) -> torch.Tensor:
     return torch.from_numpy(numpy.array(characters) + 1)
+
+
+def sentence_boundary_ids(bilm: BiLmEncoder) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The indexed `<S>` and `</S>` tokens: ELMo's character ids, or those an ELMoForManyLangs
+    token embedder (`sentence_boundaries`) carries."""
+    boundaries = getattr(bilm.char_cnn, "sentence_boundaries", None)
+    if boundaries is not None:
+        return torch.tensor(boundaries["<bos>"]), torch.tensor(boundaries["<eos>"])
+    return (
+        _boundary_ids(ELMoCharacterMapper.beginning_of_sentence_characters),
+        _boundary_ids(ELMoCharacterMapper.end_of_sentence_characters),
+    )
+
+
+def record_manylangs_dictionaries(vocab: Vocabulary, namespace: str, bilm: BiLmEncoder, source: str) -> None:
+    """An ELMoForManyLangs biLM's char and word dictionaries (if it is one) into the vocabulary,
+    where the `elmo_manylangs_ids` indexer reads them (and a downstream archive keeps them)."""
+    dictionaries = getattr(bilm.char_cnn, "dictionaries", None)
+    if dictionaries is None:
+        return
+    chars, words = dictionaries
+    record_dictionary(vocab, chars_namespace(namespace), chars, source)
+    if words is not None:
+        record_dictionary(vocab, words_namespace(namespace), words, source)
 
 
 def recorded_architecture(vocab: Vocabulary, namespace: str) -> Optional[Architecture]:
@@ -43,7 +70,9 @@ def recorded_architecture(vocab: Vocabulary, namespace: str) -> Optional[Archite
 class ElmoBiLmEmbedder(TokenEmbedder):
     """
     ELMo representations for downstream models: character ids (batch, tokens, 50) under the key
-    `elmo_tokens` (our `elmo_char_ids` indexer or allennlp's `elmo_characters`) ->
+    `elmo_tokens` (our `elmo_char_ids` indexer or allennlp's `elmo_characters`; for an
+    ELMoForManyLangs model, (batch, tokens, 1 + its max_characters_per_token) word and character
+    ids from `elmo_manylangs_ids`) ->
     (batch, tokens, dim) = dropout(gamma * sum_j softmax(s)_j h_j) [-> linear projection].
     `<S>` / `</S>` are added before the biLM and removed after it, as allennlp's `Elmo` does;
     h_0 is the character CNN output repeated to full width, h_1.. the contextualizer layers.
@@ -58,8 +87,10 @@ class ElmoBiLmEmbedder(TokenEmbedder):
     pretrained_file : `str`, optional
         Our biLM `model.tar.gz` (or serialization folder), LSTM or transformer, allennlp-models'
         bidirectional `language_model` archive (its character encoder + contextualizer), or a
-        folder with ELMo's `options.json` + `weights.hdf5`. allennlp drops this key when it
-        loads an archive; the weights then come from the archive.
+        folder with ELMo's `options.json` + `weights.hdf5`, or an ELMoForManyLangs model folder
+        (its dictionaries are then recorded in the vocabulary, namespaces
+        `<dictionary_namespace>_chars` / `_words`). allennlp drops this key when it loads an
+        archive; the weights then come from the archive.
     requires_grad : `bool`, optional (default = `False`)
         False keeps the biLM frozen; True fine-tunes it.
     do_layer_norm : `bool`, optional (default = `False`)
@@ -72,6 +103,8 @@ class ElmoBiLmEmbedder(TokenEmbedder):
         Fixed (untrained) pre-softmax mix weights, one per layer, as in allennlp's `Elmo`.
     architecture_namespace : `str`, optional
         Vocabulary namespace for the recorded architecture (one per ELMo embedder in a model).
+    dictionary_namespace : `str`, optional
+        For an ELMoForManyLangs model: the `namespace` of its `elmo_manylangs_ids` indexer.
     """
 
     def __init__(
@@ -84,11 +117,13 @@ class ElmoBiLmEmbedder(TokenEmbedder):
         projection_dim: Optional[int] = None,
         scalar_mix_parameters: Optional[List[float]] = None,
         architecture_namespace: str = ARCHITECTURE_NAMESPACE,
+        dictionary_namespace: str = DEFAULT_NAMESPACE,
     ) -> None:
         super().__init__()
         recorded = recorded_architecture(vocab, architecture_namespace)
         if pretrained_file is not None:
             self.bilm, architecture = load_encoder_and_architecture(pretrained_file)
+            record_manylangs_dictionaries(vocab, dictionary_namespace, self.bilm, pretrained_file)
             if recorded is None:
                 vocab.add_token_to_namespace(
                     json.dumps(architecture, sort_keys=True, separators=(",", ":")), architecture_namespace
@@ -119,8 +154,9 @@ class ElmoBiLmEmbedder(TokenEmbedder):
         self._dropout = torch.nn.Dropout(dropout)
         self._projection = torch.nn.Linear(self.bilm.get_output_dim(), projection_dim) if projection_dim else None
         self._output_dim = projection_dim or self.bilm.get_output_dim()
-        self.register_buffer("_bos", _boundary_ids(ELMoCharacterMapper.beginning_of_sentence_characters), persistent=False)
-        self.register_buffer("_eos", _boundary_ids(ELMoCharacterMapper.end_of_sentence_characters), persistent=False)
+        bos, eos = sentence_boundary_ids(self.bilm)
+        self.register_buffer("_bos", bos, persistent=False)
+        self.register_buffer("_eos", eos, persistent=False)
 
     def get_output_dim(self) -> int:
         return self._output_dim
@@ -133,6 +169,11 @@ class ElmoBiLmEmbedder(TokenEmbedder):
 
     def layers(self, elmo_tokens: torch.Tensor):
         """(batch, tokens, 50) -> (every biLM layer with `<S>`/`</S>`, their mask)."""
+        if elmo_tokens.size(-1) != self._bos.numel():
+            raise ConfigurationError(
+                f"elmo_bilm_embedder: its indexer gives {elmo_tokens.size(-1)} ids per token, the biLM reads "
+                f"{self._bos.numel()} (ELMoForManyLangs: elmo_manylangs_ids' max_characters_per_token + 1)"
+            )
         mask = (elmo_tokens > 0).any(dim=-1)
         with_boundaries, mask_with_boundaries = add_sentence_boundary_token_ids(elmo_tokens, mask, self._bos, self._eos)
         layers, _ = self.bilm(with_boundaries)

@@ -103,6 +103,7 @@ def test_original_config_has_the_published_sizes():
     assert char_cnn["filters"] == [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
     assert (char_cnn["num_highway"], char_cnn["projection_dim"], char_cnn["embedding_dim"]) == (2, 512, 16)
     assert model["num_samples"] == 8192 and params["data_loader"]["batch_size"] == 128
+    assert model["sparse_embeddings"] is True  # bilm-tf's sparse softmax updates
     assert params["dataset_reader"]["max_sequence_length"] == 20
     assert trainer["optimizer"] == {"type": "adagrad", "lr": 0.2, "initial_accumulator_value": 1.0}
     assert trainer["grad_norm"] == 10.0 and trainer["cuda_device"] == 0

@@ -1,4 +1,7 @@
 """`allennlp elmo-vocab` through the real CLI, from a working directory outside the repo."""
+import bz2
+import gzip
+import lzma
 import subprocess
 
 import pytest
@@ -49,7 +52,8 @@ def test_cli_min_count_max_size_and_heading_skipping(corpus):
 
 
 def test_a_file_matched_by_two_patterns_counts_once(corpus):
-    counts = count_tokens([str(corpus / "first.txt"), str(corpus / "*.txt")])
+    counts, counted = count_tokens([str(corpus / "first.txt"), str(corpus / "*.txt")])
+    assert counted == 11  # first.txt's tokens, `<S>` included, read once
     assert counts["b"] == 3 and list(counts)[:3] == ["b", "a", "c"]
     assert vocab_tokens(counts, min_count=3) == ["<S>", "</S>", "@@UNKNOWN@@", "b"]
     with pytest.raises(ConfigurationError, match="max-size"):
@@ -64,3 +68,68 @@ def test_bad_input_errors_name_the_pattern(corpus):
     (corpus / "blank.txt").write_text("\n  \n", encoding="utf-8")
     with pytest.raises(ConfigurationError, match="no tokens at all in '.*blank.txt', '.*1.txt'"):
         count_tokens([str(corpus / "blank.txt"), str(corpus / "shards" / "1.txt")])
+
+
+def write_shards_with_ties(folder) -> None:
+    """Seven shards (plain, .gz, .bz2, .xz) whose token counts tie across shards, and whose
+    per-shard first-appearance orders differ from the corpus's: only a merge in path order
+    ranks the ties right."""
+    folder.mkdir()
+    shards = [
+        "a b\n\n= Heading =\n",
+        "c b a d\n",
+        "d c e\n",
+        "e f é\n",
+        "",
+        "f g 中 é\n" * 3,
+        "g 中 a b c d e\n",
+    ]
+    writers = [open, gzip.open, bz2.open, lzma.open]
+    suffixes = ["", ".gz", ".bz2", ".xz"]
+    for number, text in enumerate(shards):
+        path = folder / f"shard-{number}.txt{suffixes[number % 4]}"
+        with writers[number % 4](path, "wt", encoding="utf-8") as shard:
+            shard.write(text)
+
+
+def test_workers_count_compressed_shards_with_ties_exactly_as_one_process(plugin_cwd):
+    write_shards_with_ties(plugin_cwd / "shards")
+    pattern = str(plugin_cwd / "shards" / "*")
+    one, counted = count_tokens([pattern], skip_headings=True)
+    # a 3, b 3, c 3, d 3, e 3, f 4, g 4, é 4, 中 4: ties in corpus order, not shard 1's `c b a d`
+    assert list(one.items()) == [
+        ("a", 3), ("b", 3), ("c", 3), ("d", 3), ("e", 3), ("f", 4), ("é", 4), ("g", 4), ("中", 4)
+    ]
+    assert counted == 31
+    for workers in (2, 3, 8):
+        assert list(count_tokens([pattern], skip_headings=True, workers=workers)[0].items()) == list(one.items())
+    assert vocab_tokens(one)[3:] == ["f", "é", "g", "中", "a", "b", "c", "d", "e"]
+
+
+def test_a_shard_refused_in_a_worker_process_is_the_same_error_naming_it(plugin_cwd):
+    write_shards_with_ties(plugin_cwd / "shards")
+    (plugin_cwd / "shards" / "shard-9.txt").write_bytes(b"\0\xff\xfe\n" * 30)
+    with pytest.raises(ConfigurationError, match="shard-9.txt is not text"):
+        count_tokens([str(plugin_cwd / "shards" / "*")], workers=2)
+
+
+def test_cli_workers_2_writes_the_same_bytes_as_workers_1_and_prints_tokens_per_second(plugin_cwd):
+    write_shards_with_ties(plugin_cwd / "shards")
+    printed = {}
+    for workers in ("1", "2"):
+        result = run_allennlp(["elmo-vocab", "shards/*", f"tokens-{workers}.txt", "--skip-headings",
+                               "--workers", workers], cwd=plugin_cwd)
+        printed[workers] = result.stdout.strip().splitlines()[-1]
+    assert (plugin_cwd / "tokens-2.txt").read_bytes() == (plugin_cwd / "tokens-1.txt").read_bytes()
+    assert (plugin_cwd / "tokens-1.txt").read_text(encoding="utf-8").splitlines()[3:] == [
+        "f", "é", "g", "中", "a", "b", "c", "d", "e"
+    ]
+    for workers, line in printed.items():
+        assert "counted 31 tokens in" in line and "tokens/s" in line and f"{workers} workers" in line
+
+
+def test_cli_workers_below_one_is_a_one_line_error(corpus):
+    stderr = failing_allennlp(["elmo-vocab", "first.txt", "out.txt", "--workers", "0"], corpus)
+    assert "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1] == "allennlp elmo-vocab: error: elmo-vocab: --workers must be at least 1, not 0"
+    assert not (corpus / "out.txt").exists()

@@ -123,7 +123,7 @@ def test_allennlp_elmo_characters_indexer_gives_the_same_input():
     vocab = Vocabulary()
     ours = ElmoCharIdsIndexer().tokens_to_indices(tokens, vocab)
     theirs = ELMoTokenCharactersIndexer().tokens_to_indices(tokens, vocab)
-    assert ours == theirs and list(ours) == ["elmo_tokens"]
+    assert ours["elmo_tokens"].tolist() == theirs["elmo_tokens"] and list(ours) == ["elmo_tokens"]
 
 
 def test_transformer_archive_rebuilds_from_the_recorded_architecture(tmp_path):

@@ -1,8 +1,10 @@
-"""fused_adam: the same updates and checkpoints as allennlp's "adam"."""
+"""fused_adam: the same updates and checkpoints as allennlp's "adam"; SparseAdam's on sparse gradients."""
 import copy
 
+import pytest
 import torch
 from allennlp.common import Params
+from allennlp.common.checks import ConfigurationError
 from allennlp.training.optimizers import AdamOptimizer, Optimizer
 
 from elmo_plugin.training.fused_adam import FusedAdamOptimizer
@@ -55,5 +57,77 @@ def test_resumes_from_its_state_dict_exactly():
     resumed_model.load_state_dict(model_state)
     resumed.load_state_dict(optimizer_state)
     train(resumed_model, resumed, range(5, 10))
+    for parameter, resumed_parameter in zip(model.parameters(), resumed_model.parameters()):
+        torch.testing.assert_close(resumed_parameter, parameter, atol=0, rtol=0)
+
+
+class SparseModel(torch.nn.Module):
+    """A sparse embedding (rows 0..9, batches touch rows 0..5 only) feeding a dense layer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embedding = torch.nn.Embedding(10, 4, sparse=True)
+        self.linear = torch.nn.Linear(4, 1)
+
+    def forward(self, step: int) -> torch.Tensor:
+        ids = torch.randint(0, 6, (8,), generator=torch.Generator().manual_seed(step))
+        return self.linear(self.embedding(ids)).pow(2).mean()
+
+
+def train_sparse(model: SparseModel, optimizers, steps: range) -> None:
+    for step in steps:
+        for optimizer in optimizers:
+            optimizer.zero_grad()
+        model(step).backward()
+        for optimizer in optimizers:
+            optimizer.step()
+
+
+def test_sparse_gradients_get_torch_sparse_adam_and_dense_ones_adam():
+    """fused_adam over a model with a sparse embedding == torch's SparseAdam on the embedding +
+    torch's Adam on the rest; untouched rows keep their weights and zero moments."""
+    model = SparseModel()
+    initial = model.embedding.weight.detach().clone()
+    fused = Optimizer.from_params(model_parameters=list(model.named_parameters()), params=Params({"type": "fused_adam", **SETTINGS, "weight_decay": 0.0}))
+    train_sparse(model, [fused], range(10))
+    reference = SparseModel()
+    settings = {"lr": SETTINGS["lr"], "betas": SETTINGS["betas"], "eps": SETTINGS["eps"]}
+    reference_optimizers = [
+        torch.optim.SparseAdam([reference.embedding.weight], **settings),
+        torch.optim.Adam(reference.linear.parameters(), **settings),
+    ]
+    train_sparse(reference, reference_optimizers, range(10))
+    for parameter, reference_parameter in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(parameter, reference_parameter, atol=1e-6, rtol=1e-5)
+    assert (model.embedding.weight[:6] - initial[:6]).abs().min() > 0  # touched rows moved
+    assert torch.equal(model.embedding.weight[6:], initial[6:])
+    state = fused.state[model.embedding.weight]
+    assert int(state["step"]) == 10 and not state["exp_avg"][6:].any() and not state["exp_avg_sq"][6:].any()
+
+
+def test_sparse_gradients_with_weight_decay_are_a_configuration_error():
+    model = SparseModel()
+    fused = Optimizer.from_params(model_parameters=list(model.named_parameters()), params=Params({"type": "fused_adam", **SETTINGS}))
+    model(0).backward()
+    with pytest.raises(ConfigurationError, match="sparse gradients.*weight_decay 0"):
+        fused.step()
+
+
+def test_sparse_gradients_resume_from_the_state_dict_exactly():
+    def fresh():
+        model = SparseModel()
+        settings = Params({"type": "fused_adam", **SETTINGS, "weight_decay": 0.0})
+        return model, Optimizer.from_params(model_parameters=list(model.named_parameters()), params=settings)
+
+    model, optimizer = fresh()
+    train_sparse(model, [optimizer], range(5))
+    model_state = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    optimizer_state = copy.deepcopy(optimizer.state_dict())
+    train_sparse(model, [optimizer], range(5, 10))
+    resumed_model, resumed = fresh()
+    resumed_model.load_state_dict(model_state)
+    resumed.load_state_dict(optimizer_state)
+    train_sparse(resumed_model, [resumed], range(5, 10))
     for parameter, resumed_parameter in zip(model.parameters(), resumed_model.parameters()):
         torch.testing.assert_close(resumed_parameter, parameter, atol=0, rtol=0)

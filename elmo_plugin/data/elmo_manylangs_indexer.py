@@ -1,0 +1,155 @@
+"""TokenIndexer `elmo_manylangs_ids`: the word and character ids of an ELMoForManyLangs model
+(HIT-SCIR), read from its dictionaries as they are recorded in the vocabulary."""
+from typing import Callable, Dict, List, Optional, Tuple
+
+import torch
+from allennlp.common.checks import ConfigurationError
+from allennlp.common.util import pad_sequence_to_length
+from allennlp.data.token_indexers.token_indexer import IndexedTokenList, TokenIndexer
+from allennlp.data.tokenizers import Token
+from allennlp.data.vocabulary import DEFAULT_PADDING_TOKEN, Vocabulary
+
+DEFAULT_NAMESPACE = "elmo_manylangs"
+# The specials of its dictionaries.
+OOV, PAD, BOW, EOW, BOS, EOS = "<oov>", "<pad>", "<bow>", "<eow>", "<bos>", "<eos>"
+
+
+def chars_namespace(namespace: str) -> str:
+    return f"{namespace}_chars"
+
+
+def words_namespace(namespace: str) -> str:
+    return f"{namespace}_words"
+
+
+def recorded_dictionary(vocab: Vocabulary, namespace: str) -> Optional[Dict[str, int]]:
+    """The dictionary recorded in a namespace (token -> its id in the model), or None. allennlp's
+    padding and OOV tokens lead a padded namespace; the ids count from the first token after them."""
+    token_to_index = vocab.get_token_to_index_vocabulary(namespace)
+    offset = 2 if token_to_index.get(DEFAULT_PADDING_TOKEN) == 0 else 0
+    dictionary = {token: index - offset for token, index in token_to_index.items() if index >= offset}
+    return dictionary or None
+
+
+def record_dictionary(vocab: Vocabulary, namespace: str, dictionary: Dict[str, int], source: str) -> None:
+    """Adds the dictionary (ids 0..n-1) to an empty namespace, in id order; checks it against
+    one already recorded."""
+    recorded = recorded_dictionary(vocab, namespace)
+    if recorded is None:
+        vocab.add_tokens_to_namespace(sorted(dictionary, key=dictionary.__getitem__), namespace)
+    elif recorded != dictionary:
+        raise ConfigurationError(
+            f"{source}: its dictionary differs from the one recorded in vocabulary namespace {namespace!r}"
+        )
+
+
+def vocabulary_dictionaries(
+    vocab: Vocabulary, namespace: str, with_words: bool
+) -> Tuple[Dict[str, int], Optional[Dict[str, int]]]:
+    """(chars, words or None) recorded in the vocabulary; a clear error when missing."""
+    chars = recorded_dictionary(vocab, chars_namespace(namespace))
+    words = recorded_dictionary(vocab, words_namespace(namespace)) if with_words else None
+    if chars is None or (with_words and words is None):
+        raise ConfigurationError(
+            f"the vocabulary has no ELMoForManyLangs dictionaries in namespaces {chars_namespace(namespace)!r} / "
+            f"{words_namespace(namespace)!r}: an elmo_bilm_embedder with an ELMoForManyLangs pretrained_file, or "
+            "the elmo_manylangs vocabulary, records them"
+        )
+    return chars, words
+
+
+def sentence_ids(
+    chars: Dict[str, int], words: Optional[Dict[str, int]], max_chars: int
+) -> Callable[[List[str]], List[List[int]]]:
+    """tokens -> the ids of `<bos> tokens <eos>` as `elmo_bilm_embedder` gives them to the biLM."""
+    boundaries = boundary_ids(chars, words, max_chars)
+    return lambda tokens: [boundaries[BOS], *(token_ids(t, chars, words, max_chars) for t in tokens), boundaries[EOS]]
+
+
+def boundary_ids(chars: Dict[str, int], words: Optional[Dict[str, int]], max_chars: int) -> Dict[str, List[int]]:
+    """The indexed `<bos>` and `<eos>` tokens (see `ElmoManyLangsIndexer`)."""
+    return {name: token_ids(name, chars, words, max_chars) for name in (BOS, EOS)}
+
+
+def token_ids(text: str, chars: Dict[str, int], words: Optional[Dict[str, int]], max_chars: int) -> List[int]:
+    """One token as ELMoForManyLangs' `Embedder` batches it, every id + 1 (0 = padding token):
+    [word id, char ids (max_chars)]. Its quirks, kept: the token is cut to max_chars - 2
+    characters before the word lookup; the characters are framed by the id of `<eow>` first and
+    of `<bow>` last (its batching code swaps them); `<bos>` / `<eos>` are the characters
+    [`<eow>`, the token's own entry, `<bow>`] (also where the text holds such a token). No word
+    dictionary: the word id is 0 (+ 1)."""
+    text = text[: max_chars - 2]
+    word = 0 if words is None else words.get(text, words[OOV])
+    if text in (BOS, EOS):
+        characters = [chars[text]]
+    else:
+        characters = [chars.get(character, chars[OOV]) for character in text]
+    ids = [chars[EOW], *characters, chars[BOW]]
+    ids += [chars[PAD]] * (max_chars - len(ids))
+    return [index + 1 for index in [word, *ids]]
+
+
+@TokenIndexer.register("elmo_manylangs_ids")
+class ElmoManyLangsIndexer(TokenIndexer):
+    """
+    Tokens -> (tokens, 1 + max_characters_per_token) ids of an ELMoForManyLangs model, under the
+    key `elmo_tokens` (read by `elmo_bilm_embedder`): column 0 the word id, the others the
+    character ids, all + 1 so that 0 marks a padding token.
+
+    The dictionaries are not read from files here: `elmo_bilm_embedder` records the model's
+    `char.dic` / `word.dic` in the vocabulary namespaces `<namespace>_chars` / `<namespace>_words`
+    when it loads the model folder (the `elmo_manylangs` vocabulary does for continued
+    pretraining), so a `model.tar.gz` carries them.
+
+    `sentence_boundary_tokens`: two token texts indexed as `<bos>` and `<eos>` (the `<S>` and
+    `</S>` that the `elmo_corpus` reader adds, for continued pretraining). Each distinct token's
+    ids are computed once (up to `cache_size` tokens kept).
+    """
+
+    def __init__(
+        self,
+        namespace: str = DEFAULT_NAMESPACE,
+        max_characters_per_token: int = 50,
+        sentence_boundary_tokens: Optional[Tuple[str, str]] = None,
+        cache_size: int = 1_000_000,
+        token_min_padding_length: int = 0,
+    ) -> None:
+        super().__init__(token_min_padding_length)
+        self._cache_size = cache_size
+        self.namespace = namespace
+        self.max_characters_per_token = max_characters_per_token
+        self._boundaries = dict(zip(sentence_boundary_tokens or (), (BOS, EOS)))
+        self._cache: Dict[str, List[int]] = {}
+        self._vocab_id: Optional[int] = None  # the vocabulary the cache was built with
+
+    def count_vocab_items(self, token: Token, counter: Dict[str, Dict[str, int]]) -> None:
+        pass
+
+    def tokens_to_indices(self, tokens: List[Token], vocabulary: Vocabulary) -> IndexedTokenList:
+        if self._vocab_id != id(vocabulary):
+            self._cache, self._vocab_id = {}, id(vocabulary)
+            self._chars, _ = vocabulary_dictionaries(vocabulary, self.namespace, with_words=False)
+            self._words = recorded_dictionary(vocabulary, words_namespace(self.namespace))
+        indexed = []
+        for token in tokens:
+            text = self._boundaries.get(token.ensure_text(), token.ensure_text())
+            ids = self._cache.get(text)
+            if ids is None:
+                ids = token_ids(text, self._chars, self._words, self.max_characters_per_token)
+                if len(self._cache) < self._cache_size:
+                    self._cache[text] = ids
+            indexed.append(ids)
+        return {"elmo_tokens": indexed}
+
+    def get_empty_token_list(self) -> IndexedTokenList:
+        return {"elmo_tokens": []}
+
+    def as_padded_tensor_dict(self, tokens: IndexedTokenList, padding_lengths: Dict[str, int]) -> Dict[str, torch.Tensor]:
+        width = 1 + self.max_characters_per_token
+        padded = pad_sequence_to_length(tokens["elmo_tokens"], padding_lengths["elmo_tokens"], lambda: [0] * width)
+        return {"elmo_tokens": torch.tensor(padded, dtype=torch.long)}
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.update(_cache={}, _vocab_id=None)
+        return state

@@ -1,0 +1,36 @@
+"""Vocabulary `elmo_manylangs`: allennlp's `from_instances` plus an ELMoForManyLangs model's
+dictionaries, for continued pretraining of that model."""
+from typing import Any, Dict, Iterable, Optional, Union
+
+from allennlp.data import Instance
+from allennlp.data.vocabulary import Vocabulary
+
+from elmo_plugin.data.elmo_manylangs_files import model_config, read_dictionaries
+from elmo_plugin.data.elmo_manylangs_indexer import (
+    DEFAULT_NAMESPACE, chars_namespace, record_dictionary, words_namespace,
+)
+
+
+@Vocabulary.register("elmo_manylangs", constructor="from_instances_and_model_folder")
+class ElmoManyLangsVocabulary(Vocabulary):
+    """The instances' namespaces (`tokens`: the softmax vocabulary, counted with `min_count` /
+    `max_vocab_size`), and `model_folder`'s `char.dic` / `word.dic` in the namespaces
+    `<namespace>_chars` / `<namespace>_words`, where `elmo_manylangs_ids` and
+    `elmo_manylangs_cnn` read them (and the archive keeps them)."""
+
+    @classmethod
+    def from_instances_and_model_folder(
+        cls,
+        model_folder: str,
+        instances: Optional[Iterable[Instance]] = None,
+        min_count: Optional[Dict[str, int]] = None,
+        max_vocab_size: Union[int, Dict[str, int], None] = None,
+        namespace: str = DEFAULT_NAMESPACE,
+        **kwargs: Any,
+    ) -> "Vocabulary":
+        vocab = Vocabulary.from_instances(instances or [], min_count=min_count, max_vocab_size=max_vocab_size, **kwargs)
+        chars, words = read_dictionaries(model_folder, model_config(model_folder))
+        record_dictionary(vocab, chars_namespace(namespace), chars, model_folder)
+        if words is not None:
+            record_dictionary(vocab, words_namespace(namespace), words, model_folder)
+        return vocab

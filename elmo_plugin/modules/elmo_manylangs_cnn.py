@@ -1,0 +1,109 @@
+"""TokenEmbedder `elmo_manylangs_cnn`: the "cnn" token embedder of ELMoForManyLangs (HIT-SCIR)."""
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+from allennlp.common.checks import ConfigurationError
+from allennlp.data import Vocabulary
+from allennlp.modules.highway import Highway
+from allennlp.modules.token_embedders import TokenEmbedder
+
+from elmo_plugin.data.elmo_manylangs_indexer import DEFAULT_NAMESPACE, PAD, boundary_ids, vocabulary_dictionaries
+from elmo_plugin.modules.elmo_char_cnn import ACTIVATIONS
+
+Dictionaries = Tuple[Dict[str, int], Optional[Dict[str, int]]]  # (chars, words or None)
+
+
+@TokenEmbedder.register("elmo_manylangs_cnn")
+class ElmoManyLangsCnn(TokenEmbedder):
+    """
+    Ids (batch, tokens, 1 + max_chars) from `elmo_manylangs_ids` (column 0 the word id, then the
+    character ids, all + 1; 0 = padding token) -> token vectors (batch, tokens, projection_dim).
+
+    char embedding -> one Conv1d per `[width, count]` filter, max over all max_chars positions
+    (padding characters included, as ELMoForManyLangs computes it), activation -> `num_highway`
+    highway layers (relu, whatever `activation` says, as its code does) -> [word embedding
+    (`word_dim` > 0); that] -> linear projection. Padding tokens give zero vectors.
+    `sentence_boundaries`: the indexed `<bos>` and `<eos>` tokens, which `elmo_bilm_embedder`
+    puts around every sentence.
+
+    `char_padding_id` / `word_padding_id`: the `<pad>` ids, whose embeddings get no gradient (as
+    in its `EmbeddingLayer`). `num_characters`, `num_words`, `sentence_boundaries` and the
+    padding ids may be left out where the model's
+    vocabulary holds its dictionaries (namespace `namespace`, as the `elmo_manylangs` vocabulary
+    records them for continued pretraining): they are then derived from them, and the
+    dictionaries are kept in `dictionaries`. `architecture` holds every argument, explicit.
+    """
+
+    def __init__(
+        self,
+        char_dim: int,
+        filters: List[Tuple[int, int]],
+        num_highway: int,
+        projection_dim: int,
+        word_dim: int = 0,
+        activation: str = "relu",
+        max_characters_per_token: int = 50,
+        num_characters: Optional[int] = None,
+        num_words: int = 0,
+        sentence_boundaries: Optional[Dict[str, List[int]]] = None,
+        char_padding_id: Optional[int] = None,
+        word_padding_id: Optional[int] = None,
+        vocab: Optional[Vocabulary] = None,
+        namespace: str = DEFAULT_NAMESPACE,
+    ) -> None:
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ConfigurationError(f"elmo_manylangs_cnn: activation must be one of {list(ACTIVATIONS)}")
+        self.dictionaries: Optional[Dictionaries] = None
+        if num_characters is None or sentence_boundaries is None:
+            if vocab is None:
+                raise ConfigurationError(
+                    "elmo_manylangs_cnn: give num_characters and sentence_boundaries, or a vocabulary with the "
+                    "model's dictionaries (vocabulary type elmo_manylangs)"
+                )
+            chars, words = self.dictionaries = vocabulary_dictionaries(vocab, namespace, word_dim > 0)
+            num_characters, num_words = len(chars), len(words) if words else 0
+            sentence_boundaries = boundary_ids(chars, words, max_characters_per_token)
+            char_padding_id, word_padding_id = chars[PAD], words[PAD] if words else None
+        self.architecture: Dict[str, Any] = {
+            "type": "elmo_manylangs_cnn", "char_dim": char_dim, "filters": [list(f) for f in filters],
+            "num_highway": num_highway, "projection_dim": projection_dim, "word_dim": word_dim,
+            "activation": activation, "max_characters_per_token": max_characters_per_token,
+            "num_characters": num_characters, "num_words": num_words, "sentence_boundaries": sentence_boundaries,
+            "char_padding_id": char_padding_id, "word_padding_id": word_padding_id,
+        }
+        self.filters = [(int(width), int(count)) for width, count in filters]
+        # As its `EmbeddingLayer`s: the `<pad>` rows get no gradient (they are used, not zero).
+        self.char_embedding = torch.nn.Embedding(num_characters, char_dim, padding_idx=char_padding_id)
+        self.word_embedding = (
+            torch.nn.Embedding(num_words, word_dim, padding_idx=word_padding_id) if word_dim > 0 else None
+        )
+        self.convolutions = torch.nn.ModuleList(
+            torch.nn.Conv1d(char_dim, count, kernel_size=width) for width, count in self.filters
+        )
+        num_filters = sum(count for _, count in self.filters)
+        self.highways = Highway(num_filters, num_highway, activation=torch.nn.functional.relu)
+        self.projection = torch.nn.Linear(num_filters + word_dim, projection_dim)
+        self._activation = ACTIVATIONS[activation]
+        self.sentence_boundaries = {name: list(ids) for name, ids in sentence_boundaries.items()}
+        self._output_dim = projection_dim
+
+    def get_output_dim(self) -> int:
+        return self._output_dim
+
+    def forward(self, elmo_tokens: torch.Tensor) -> torch.Tensor:
+        """(..., 1 + max_chars) ids -> (..., projection_dim)."""
+        max_chars = self.architecture["max_characters_per_token"]
+        if elmo_tokens.size(-1) != 1 + max_chars:  # a different window changes every max-pool
+            raise ConfigurationError(
+                f"elmo_manylangs_cnn: got {elmo_tokens.size(-1) - 1} characters per token, the model has "
+                f"max_characters_per_token {max_chars}: give its elmo_manylangs_ids indexer the same"
+            )
+        ids = (elmo_tokens - 1).clamp(min=0)  # padding tokens: any valid id, zeroed below
+        characters = self.char_embedding(ids[..., 1:].reshape(-1, ids.size(-1) - 1)).transpose(1, 2)
+        pooled = [self._activation(conv(characters).max(dim=-1).values) for conv in self.convolutions]
+        vectors = self.highways(torch.cat(pooled, dim=-1)).view(*ids.shape[:-1], -1)
+        if self.word_embedding is not None:
+            vectors = torch.cat([self.word_embedding(ids[..., 0]), vectors], dim=-1)
+        mask = (elmo_tokens > 0).any(dim=-1, keepdim=True)
+        return self.projection(vectors) * mask

@@ -1,0 +1,72 @@
+"""Sparse embedding gradients averaged over DDP processes by gathering the touched rows."""
+from typing import List
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+
+def sparse_parameter_names(module: torch.nn.Module) -> List[str]:
+    """Names (as `module.named_parameters()` gives them) of every `Embedding(sparse=True)` weight."""
+    return [
+        f"{name}.weight" if name else "weight"
+        for name, child in module.named_modules()
+        if isinstance(child, torch.nn.Embedding) and child.sparse
+    ]
+
+
+def is_multiprocess() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def all_gather_padded(tensor: torch.Tensor) -> torch.Tensor:
+    """Every process's `tensor` (sizes may differ along dim 0), concatenated in rank order. Pads
+    to the largest size: NCCL's all_gather needs equal sizes."""
+    size = torch.tensor([tensor.size(0)], device=tensor.device)
+    sizes = [torch.zeros_like(size) for _ in range(dist.get_world_size())]
+    dist.all_gather(sizes, size)
+    longest = int(max(sizes))
+    padded = tensor.new_zeros((longest, *tensor.shape[1:]))
+    padded[: tensor.size(0)] = tensor
+    gathered = [torch.empty_like(padded) for _ in sizes]
+    dist.all_gather(gathered, padded)
+    return torch.cat([part[: int(n)] for part, n in zip(gathered, sizes)])
+
+
+def average_sparse_gradient(gradient: torch.Tensor) -> torch.Tensor:
+    """A sparse (rows, ...) gradient -> the mean of all processes' ones, coalesced (duplicate rows
+    summed), as DDP averages dense gradients. Dense gradients and single processes pass through."""
+    if not gradient.is_sparse or not is_multiprocess():
+        return gradient
+    gradient = gradient.coalesce()
+    rows = all_gather_padded(gradient.indices()[0])
+    values = all_gather_padded(gradient.values())
+    total = torch.sparse_coo_tensor(rows.unsqueeze(0), values, gradient.shape).coalesce()
+    return total / dist.get_world_size()
+
+
+def broadcast_sparse_parameters(module: torch.nn.Module, inputs) -> None:
+    """Forward pre-hook: before the first training forward under several processes, every
+    process takes rank 0's sparse parameters (DDP broadcasts only the ones it manages)."""
+    if module.training and is_multiprocess() and not getattr(module, "_sparse_parameters_broadcast", False):
+        parameters = dict(module.named_parameters())
+        with torch.no_grad():
+            for name in sparse_parameter_names(module):
+                dist.broadcast(parameters[name], src=0)
+        module._sparse_parameters_broadcast = True
+
+
+def synchronize_sparse_gradients(module: torch.nn.Module) -> None:
+    """
+    Makes `module`'s sparse embeddings train under allennlp's DDP on gloo and NCCL alike (NCCL
+    cannot all-reduce sparse tensors, and DDP's buckets hold dense ones): DDP is told to ignore
+    them, and each backward pass replaces their gradient by the average over processes of the
+    touched rows, gathered from every process (row ids + values) before it is accumulated into
+    `.grad`. Outside torch.distributed (or with one process) nothing changes.
+    """
+    names = sparse_parameter_names(module)
+    DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(module, names)
+    parameters = dict(module.named_parameters())
+    for name in names:
+        parameters[name].register_hook(average_sparse_gradient)
+    module.register_forward_pre_hook(broadcast_sparse_parameters)
