@@ -30,7 +30,9 @@ class Benchmark(NamedTuple):
 
 
 BENCHMARKS = [
-    Benchmark("embedder_vs_allennlp_elmo.py", ["--max-tokens", "2000"], r'"speedup"|"max_abs_diff"'),
+    Benchmark("embedder_vs_allennlp_elmo.py", ["--max-tokens", "2000", "--original-tokens", "200"], r'"speedup"|"max_abs_diff"'),
+    Benchmark("elmo_embed_vs_allennlp_elmo.py", ["--sentences", "1000", "--allennlp-sentences", "100"], r'"end_to_end_speedup"'),
+    Benchmark("lstm_training_step.py", ["--rounds", "3", "--steps", "1"], r'"ours_clipped_of_matmul"|"clipped_vs_unclipped"'),
     Benchmark("lstm_vs_allennlp_models_transformer.py", ["--steps", "8", "--train-lines", "160"], r"^ratio"),
     Benchmark(
         "transformer_vs_allennlp_models.py",

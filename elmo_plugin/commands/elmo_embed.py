@@ -3,7 +3,7 @@ import argparse
 import json
 import logging
 import os
-from typing import Callable, Dict, Iterator, List, Tuple
+from typing import Callable, Dict, Iterator, List, NamedTuple, Tuple
 
 import h5py
 import numpy
@@ -14,22 +14,24 @@ from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
 from elmo_plugin.data.elmo_corpus_reader import CorpusStats, decode_line
-from elmo_plugin.data.elmo_manylangs_indexer import sentence_ids
+from elmo_plugin.data.elmo_manylangs_indexer import BOS as MANYLANGS_BOS, EOS as MANYLANGS_EOS
+from elmo_plugin.data.elmo_manylangs_indexer import token_ids as manylangs_token_ids
 from elmo_plugin.data.elmo_vocab_file import BOS, EOS
 from elmo_plugin.archives.bilm_archive import load_bilm_encoder
 from elmo_plugin.commands.cli_errors import reports_errors
 from elmo_plugin.commands.output_paths import check_output_file
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
-from elmo_plugin.modules.bilm_sentence_layers import sentence_layers
+from elmo_plugin.modules.bilm_sentence_layers import without_boundaries
+from elmo_plugin.modules.token_vector_cache import TokenVectorCache
 
 logger = logging.getLogger(__name__)
 
 LAYER_CHOICES = ("all", "average", "top")
-BATCHES_PER_CHUNK = 16  # sentences sorted by length within chunks of this many batches
+DEFAULT_BATCH_TOKENS = 4096  # padded tokens (<S>, </S> included) per batch
+DEFAULT_SORT_WINDOW = 8192  # sentences sorted by length together
+DEFAULT_TOKEN_CACHE = 50_000  # character-encoder outputs kept by token text within a window
 PARTIAL_SUFFIX = ".partial"  # OUTPUT is written as OUTPUT.partial and renamed when complete
 LINES_DONE = "elmo_embed_lines_done"  # attribute of the partial file: input lines 0..n-1 are in it
-# tokens -> the id rows of `<S> tokens </S>` for the biLM
-SentenceIds = Callable[[List[str]], List[List[int]]]
 
 
 @Subcommand.register("elmo-embed")
@@ -50,11 +52,20 @@ class ElmoEmbed(Subcommand):
         subparser.add_argument("output_file", help="HDF5 file to write")
         subparser.add_argument("--layers", choices=LAYER_CHOICES, default="all",
                                help="every layer, their average, or the top layer")
-        subparser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
+        subparser.add_argument("--batch-size", type=int, default=256, help="at most this many sentences per batch")
+        subparser.add_argument("--batch-tokens", type=int, default=DEFAULT_BATCH_TOKENS,
+                               help="at most this many tokens per batch, padding and <S>/</S> included "
+                               "(a longer sentence is a batch of its own)")
+        subparser.add_argument("--sort-window", type=int, default=DEFAULT_SORT_WINDOW,
+                               help="sentences read and sorted by length together before batching (more: less "
+                               "padding; memory grows with it); output order does not change")
+        subparser.add_argument("--token-cache", type=int, default=DEFAULT_TOKEN_CACHE,
+                               help="character-encoder outputs kept across the batches of a window, by token text (0: none)")
         subparser.add_argument("--cuda-device", type=int, default=-1, help="GPU id, -1 for CPU")
         subparser.add_argument("--resume", action="store_true",
                                help=f"continue an interrupted run from OUTPUT{PARTIAL_SUFFIX} (same input, "
-                               "--layers and --batch-size); the result equals an uninterrupted run's")
+                               "--layers, --batch-size, --batch-tokens and --sort-window); the result equals an "
+                               "uninterrupted run's")
         subparser.set_defaults(func=embed_from_args)
         return subparser
 
@@ -63,29 +74,38 @@ class ElmoEmbed(Subcommand):
 def embed_from_args(args: argparse.Namespace) -> None:
     if not os.path.exists(args.model):
         raise ConfigurationError(f"elmo-embed: model not found: {args.model}")
-    check_arguments(args.input_file, args.output_file, args.layers, args.batch_size)  # before the model loads
+    batching = Batching(args.batch_size, args.batch_tokens, args.sort_window, args.token_cache)
+    check_arguments(args.input_file, args.output_file, args.layers, batching)  # before the model loads
     encoder = load_bilm_encoder(args.model, args.cuda_device)
-    embed_file(encoder, args.input_file, args.output_file, args.layers, args.batch_size, args.resume)
+    embed_file(encoder, args.input_file, args.output_file, args.layers, batching, args.resume)
 
 
-def check_arguments(input_file: str, output_file: str, layers: str, batch_size: int) -> None:
+class Batching(NamedTuple):
+    """How `elmo-embed` groups sentences: at most `batch_size` sentences and `batch_tokens` padded
+    tokens per batch, sentences sorted by length within windows of `sort_window`, and up to
+    `token_cache` character-encoder outputs reused across batches."""
+
+    batch_size: int = 256
+    batch_tokens: int = DEFAULT_BATCH_TOKENS
+    sort_window: int = DEFAULT_SORT_WINDOW
+    token_cache: int = DEFAULT_TOKEN_CACHE
+
+
+def check_arguments(input_file: str, output_file: str, layers: str, batching: Batching) -> None:
     if layers not in LAYER_CHOICES:
         raise ConfigurationError(f"elmo-embed: --layers must be one of {LAYER_CHOICES}, got {layers!r}")
-    if batch_size < 1:
-        raise ConfigurationError("elmo-embed: --batch-size must be at least 1")
+    for name in ("batch_size", "batch_tokens", "sort_window"):
+        if getattr(batching, name) < 1:
+            raise ConfigurationError(f"elmo-embed: --{name.replace('_', '-')} must be at least 1")
     if not os.path.isfile(input_file):
         raise ConfigurationError(f"elmo-embed: input file not found: {input_file}")
     check_output_file(output_file)
 
 
-def count_lines(path: str) -> int:
-    """Lines in the file (a last line without a newline counts), read in 1 MiB blocks."""
-    count, last = 0, b"\n"
+def count_tokens(path: str) -> int:
+    """Whitespace-separated tokens in the file (for the progress bar), read line by line."""
     with open(path, "rb") as text:
-        for block in iter(lambda: text.read(1 << 20), b""):
-            count += block.count(b"\n")
-            last = block[-1:]
-    return count + (last != b"\n")
+        return sum(len(line.split()) for line in text)
 
 
 def numbered_lines(path: str, stats: CorpusStats) -> Iterator[Tuple[int, str]]:
@@ -164,37 +184,76 @@ def open_partial(partial: str, settings: Dict[str, object], resume: bool) -> Tup
     return output, done
 
 
-def encoder_sentence_ids(encoder: BiLmEncoder) -> SentenceIds:
-    """How the encoder's sentences become ids: an ELMoForManyLangs token embedder's own
-    dictionaries, otherwise ELMo's character ids of `<S> tokens </S>` (50 per token)."""
+class TokenIds(NamedTuple):
+    """How the encoder's tokens become ids: `ids` maps one token text to its id row; sentences
+    are framed by the texts `bos` and `eos`."""
+
+    ids: Callable[[str], List[int]]
+    bos: str = BOS
+    eos: str = EOS
+
+
+def encoder_token_ids(encoder: BiLmEncoder) -> TokenIds:
+    """An ELMoForManyLangs token embedder's own dictionaries (`<bos>` / `<eos>` map to its
+    boundary ids), otherwise ELMo's 50 character ids (`<S>` / `</S>` included)."""
     dictionaries = getattr(encoder.char_cnn, "dictionaries", None)
     if dictionaries is not None:
-        return sentence_ids(*dictionaries, encoder.char_cnn.architecture["max_characters_per_token"])
-    indexer = ElmoCharIdsIndexer()
-    return lambda tokens: [indexer.char_ids(token) for token in [BOS, *tokens, EOS]]
+        max_chars = encoder.char_cnn.architecture["max_characters_per_token"]
+        return TokenIds(lambda text: manylangs_token_ids(text, *dictionaries, max_chars), MANYLANGS_BOS, MANYLANGS_EOS)
+    return TokenIds(ElmoCharIdsIndexer().char_ids)
+
+
+def length_sorted_batches(chunk: List[Tuple[int, List[str]]], batching: Batching) -> Iterator[List[Tuple[int, List[str]]]]:
+    """(line number, tokens) pairs -> batches of similar length, shortest first, each within
+    `batching.batch_size` sentences and `batching.batch_tokens` padded tokens (<S>, </S> included)."""
+    chunk = sorted(chunk, key=lambda item: len(item[1]))
+    batch: List[Tuple[int, List[str]]] = []
+    for item in chunk:
+        padded = (len(batch) + 1) * (len(item[1]) + 2)  # sorted: the new sentence is the longest
+        if batch and (len(batch) == batching.batch_size or padded > batching.batch_tokens):
+            yield batch
+            batch = []
+        batch.append(item)
+    if batch:
+        yield batch
+
+
+def embed_batch(
+    encoder: BiLmEncoder, cache: TokenVectorCache, batch: List[Tuple[int, List[str]]], token_ids: TokenIds
+) -> Tuple[torch.Tensor, List[int]]:
+    """Sentences -> (layers (batch, num_layers, tokens, dim), lengths) as `sentence_layers` gives
+    them, with the character encoder's outputs from `cache`."""
+    sentences = [[token_ids.bos, *tokens, token_ids.eos] for _, tokens in batch]
+    width = max(len(sentence) for sentence in sentences)
+    lengths = torch.tensor([len(sentence) for sentence in sentences])
+    vectors = cache.vectors([text for sentence in sentences for text in sentence])
+    mask = torch.arange(width, device=vectors.device) < lengths.to(vectors.device).unsqueeze(1)
+    tokens = vectors.new_zeros(len(batch), width, vectors.size(-1))
+    tokens[mask] = vectors  # row-major: sentence by sentence, in order
+    with torch.no_grad():
+        layers, trimmed = without_boundaries(encoder.layers_from_tokens(tokens, mask), mask)
+    return layers, trimmed.tolist()
 
 
 def embed_chunk(
     encoder: BiLmEncoder,
-    index_sentence: SentenceIds,
+    token_ids: TokenIds,
     chunk: List[Tuple[int, List[str]]],
-    batch_size: int,
+    batching: Batching,
     layers: str,
     writer: _Writer,
+    progress,
 ) -> None:
-    """(line number, tokens) pairs -> batches of similar length -> one dataset per line."""
-    device = next(encoder.parameters()).device
-    chunk.sort(key=lambda item: len(item[1]))
-    for start in range(0, len(chunk), batch_size):
-        batch = chunk[start : start + batch_size]
-        rows = [index_sentence(tokens) for _, tokens in batch]
-        char_ids = torch.zeros(len(batch), max(map(len, rows)), len(rows[0][0]), dtype=torch.long)
-        for row, ids in enumerate(rows):
-            char_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-        with torch.no_grad():
-            vectors, lengths = sentence_layers(encoder, char_ids.to(device))
-        for (index, _), sentence, length in zip(batch, vectors.cpu(), lengths.tolist()):
+    """(line number, tokens) pairs -> length-sorted batches -> one dataset per line. The token
+    cache lives for one window: a resumed run, which starts at a window, then computes every
+    vector exactly as an uninterrupted one (bit for bit)."""
+    cache = TokenVectorCache(encoder.char_cnn, token_ids.ids, batching.token_cache)
+    for batch in length_sorted_batches(chunk, batching):
+        vectors, lengths = embed_batch(encoder, cache, batch, token_ids)
+        for (index, _), sentence, length in zip(batch, vectors.cpu(), lengths):
             writer.write(index, select_layers(sentence[:, :length], layers).numpy())
+        progress.update(sum(lengths))
+    logger.info("elmo-embed: token cache %d hits, %d misses in this window", cache.hits, cache.misses)
 
 
 def embed_file(
@@ -202,19 +261,23 @@ def embed_file(
     input_file: str,
     output_file: str,
     layers: str = "all",
-    batch_size: int = 64,
+    batching: Batching = Batching(),
     resume: bool = False,
 ) -> None:
-    """Streams INPUT in chunks of `BATCHES_PER_CHUNK` batches, sorts each chunk by length, embeds
-    each sentence as `<S> w1 .. wn </S>` from zero state and writes its vectors, boundaries removed,
-    into OUTPUT.partial, recording after each chunk how many lines are done; renames it to OUTPUT
-    when complete. `resume` continues from the last record (chunks start at the same lines as in
-    an uninterrupted run, so the batches and the vectors are the same)."""
-    check_arguments(input_file, output_file, layers, batch_size)
+    """Streams INPUT in windows of `batching.sort_window` sentences, sorts each window by length,
+    embeds it in batches of at most `batching.batch_tokens` padded tokens (each sentence as
+    `<S> w1 .. wn </S>` from zero state, character-encoder outputs cached by token within the window) and writes each
+    line's vectors, boundaries removed, into OUTPUT.partial as dataset "line number", recording
+    after each window how many lines are done; renames it to OUTPUT when complete. The order of
+    computation changes nothing in the output. `resume` continues from the last record (windows
+    start at the same lines as in an uninterrupted run, so the batches and the vectors are the
+    same)."""
+    check_arguments(input_file, output_file, layers, batching)
     encoder.eval()
-    index_sentence = encoder_sentence_ids(encoder)
+    token_ids = encoder_token_ids(encoder)
     empty_shape = (encoder.num_layers, 0, encoder.get_output_dim()) if layers == "all" else (0, encoder.get_output_dim())
-    settings = {"elmo_embed_layers": layers, "elmo_embed_batch_size": batch_size,
+    settings = {"elmo_embed_layers": layers, "elmo_embed_batch_size": batching.batch_size,
+                "elmo_embed_batch_tokens": batching.batch_tokens, "elmo_embed_sort_window": batching.sort_window,
                 "elmo_embed_input_bytes": os.path.getsize(input_file)}
     partial = output_file + PARTIAL_SUFFIX
     stats = CorpusStats(files=1)
@@ -222,25 +285,25 @@ def embed_file(
     with output:
         writer = _Writer(output, empty_shape)
         chunk: List[Tuple[int, List[str]]] = []
-        progress = Tqdm.tqdm(total=count_lines(input_file), desc="elmo-embed", unit=" lines")
+        progress = Tqdm.tqdm(total=count_tokens(input_file), desc="elmo-embed", unit=" tokens", unit_scale=True)
         for index, text in numbered_lines(input_file, stats):
             writer.note(index, text)
             tokens = text.split()
             stats.lines += bool(tokens)
             stats.blank_lines += not tokens
-            progress.update(1)
             if index < done:
+                progress.update(len(tokens))
                 continue
             if tokens:
                 chunk.append((index, tokens))
             else:
                 writer.write_empty(index)
-            if len(chunk) >= batch_size * BATCHES_PER_CHUNK:
-                embed_chunk(encoder, index_sentence, chunk, batch_size, layers, writer)
+            if len(chunk) >= batching.sort_window:
+                embed_chunk(encoder, token_ids, chunk, batching, layers, writer, progress)
                 chunk = []
                 writer.record(index + 1)
         if chunk:
-            embed_chunk(encoder, index_sentence, chunk, batch_size, layers, writer)
+            embed_chunk(encoder, token_ids, chunk, batching, layers, writer, progress)
         progress.close()
         writer.close()
     os.replace(partial, output_file)

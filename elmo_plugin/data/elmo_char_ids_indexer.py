@@ -84,7 +84,11 @@ class ElmoCharIdsIndexer(TokenIndexer):
         self._table[used : used + len(words)] = words_to_char_ids(words)
         self._rows.update(zip(words, range(used, used + len(words))))
 
-    def char_ids(self, texts: List[str]) -> np.ndarray:
+    def char_ids(self, text: str) -> List[int]:
+        """The 50 character ids of one token string."""
+        return self.char_ids_of([text])[0].tolist()
+
+    def char_ids_of(self, texts: List[str]) -> np.ndarray:
         """(len(texts), 50) int16 character ids of these token strings."""
         rows = self._rows
         self._remember([text for text in dict.fromkeys(texts) if text not in rows])
@@ -98,7 +102,7 @@ class ElmoCharIdsIndexer(TokenIndexer):
         return ids
 
     def tokens_to_indices(self, tokens: List[Token], vocabulary: Vocabulary) -> IndexedTokenList:
-        return {"elmo_tokens": self.char_ids([token.ensure_text() for token in tokens])}  # type: ignore[dict-item]
+        return {"elmo_tokens": self.char_ids_of([token.ensure_text() for token in tokens])}  # type: ignore[dict-item]
 
     def get_empty_token_list(self) -> IndexedTokenList:
         return {"elmo_tokens": []}

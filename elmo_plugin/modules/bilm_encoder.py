@@ -90,8 +90,12 @@ class BiLmEncoder(torch.nn.Module):
             return self.contextualizer.all_layers(tokens, mask)
         return list(self.contextualizer(tokens, mask))  # built to return every layer
 
+    def layers_from_tokens(self, tokens: torch.Tensor, mask: torch.BoolTensor) -> List[torch.Tensor]:
+        """The character encoder's output (batch, tokens, char_dim), zero at padding, -> every
+        layer (as `forward`), for callers that compute or cache the token vectors themselves."""
+        repeats = self.get_output_dim() // tokens.size(-1)
+        return [torch.cat([tokens] * repeats, dim=-1), *self.contextual_layers(tokens, mask)]
+
     def forward(self, char_ids: torch.Tensor) -> Tuple[List[torch.Tensor], torch.BoolTensor]:
         mask = (char_ids > 0).any(dim=-1)
-        tokens = self.char_cnn(char_ids)
-        repeats = self.get_output_dim() // tokens.size(-1)
-        return [torch.cat([tokens] * repeats, dim=-1), *self.contextual_layers(tokens, mask)], mask
+        return self.layers_from_tokens(self.char_cnn(char_ids), mask), mask

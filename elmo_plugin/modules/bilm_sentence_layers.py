@@ -14,10 +14,15 @@ def sentence_layers(encoder: BiLmEncoder, char_ids: torch.Tensor) -> Tuple[torch
     (layers (batch, num_layers, tokens, dim), lengths (batch,) = n of each sentence).
     Layer 0 is the character CNN output repeated to full width; padding positions are zero.
     """
-    layers, mask = encoder(char_ids)
+    return without_boundaries(*encoder(char_ids))
+
+
+def without_boundaries(layers: List[torch.Tensor], mask: torch.BoolTensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Every layer (batch, tokens + 2, dim) of `<S> w1 .. wn </S>` and its mask -> `sentence_layers`'s
+    (layers (batch, num_layers, tokens, dim), lengths (batch,))."""
     trimmed: List[torch.Tensor] = []
     new_mask = mask
     for layer in layers:
-        without_boundaries, new_mask = remove_sentence_boundaries(layer, mask)
-        trimmed.append(without_boundaries)
+        inner, new_mask = remove_sentence_boundaries(layer, mask)
+        trimmed.append(inner)
     return torch.stack(trimmed, dim=1), new_mask.sum(dim=1)

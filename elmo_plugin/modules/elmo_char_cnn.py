@@ -104,7 +104,8 @@ class ElmoCharCnn(TokenEmbedder):
         embedded = self.char_embedding(char_ids[:, : longest + self._widest - 1]).transpose(1, 2)
         pooled = []
         for (width, _), conv, padding_window in zip(self.filters, self.convolutions, padding_windows):
-            best = conv(embedded[:, :, : longest + width - 1]).max(dim=-1).values
+            # amax, not max: no argmax indices (several times faster); tied windows share the gradient
+            best = conv(embedded[:, :, : longest + width - 1]).amax(dim=-1)
             if longest <= num_chars - width:  # some tokens have an all-padding window
                 has_padding_window = (lengths <= num_chars - width).unsqueeze(1)
                 best = torch.where(has_padding_window, torch.maximum(best, padding_window), best)

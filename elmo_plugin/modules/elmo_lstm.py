@@ -8,6 +8,7 @@ from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 
 from elmo_plugin.modules.bilm_contextualizer import BiLmContextualizer, LayerState
 from elmo_plugin.modules.directions import both_directions, join_directions, reverse_within_length
+from elmo_plugin.modules.packed_clipped_lstm import packed_clipped_lstm
 
 
 def stacked_weight(lstms: Sequence[torch.nn.LSTM], name: str) -> torch.Tensor:
@@ -59,6 +60,20 @@ def triton_available() -> bool:
 def can_compile_step(device: torch.device) -> bool:
     """True on CUDA when Triton is installed."""
     return device.type == "cuda" and triton_available()
+
+
+def packed_weights(lstms: Sequence[torch.nn.LSTM]) -> Tuple[torch.Tensor, ...]:
+    """(w_ih, bias, w_hh, w_hr) of all directions as `PackedClippedLstm` takes them."""
+    bias = torch.stack([lstm.bias_ih_l0 + lstm.bias_hh_l0 for lstm in lstms]).unsqueeze(1)
+    names = ("weight_ih_l0", "weight_hh_l0", "weight_hr_l0")
+    w_ih, w_hh, w_hr = (stacked_weight(lstms, name) for name in names)
+    return w_ih, bias, w_hh, w_hr
+
+
+def can_pack(inputs: torch.Tensor) -> bool:
+    """The packed fast path takes float32 CPU tensors outside autocast (bf16 autocast keeps the
+    memory cells float32, which the step loop does)."""
+    return inputs.device.type == "cpu" and inputs.dtype == torch.float32 and not torch.is_autocast_enabled("cpu")
 
 
 def initial_state(inputs: torch.Tensor, lstms: Sequence[torch.nn.LSTM]) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -203,6 +218,8 @@ class ElmoLstmContextualizer(BiLmContextualizer):
         `lengths` -> (directions, batch, timesteps, input_dim), each direction through its LSTM."""
         if self.cell_clip is None and self.proj_clip is None:
             return torch.stack([lstm(direction)[0] for lstm, direction in zip(lstms, inputs)])
+        if can_pack(inputs):
+            return packed_clipped_lstm(inputs, packed_weights(lstms), lengths, self.cell_clip, self.proj_clip)
         if inputs.device.type == "cpu":
             return clipped_lstm(inputs, lstms, lengths, self.cell_clip, self.proj_clip)
         # On a GPU the loop is launch-bound: fixed shapes, no host syncs, fused gate kernels.

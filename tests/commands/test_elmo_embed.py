@@ -10,7 +10,14 @@ import numpy
 import pytest
 from allennlp.common.checks import ConfigurationError
 
+import torch
+
 from elmo_plugin.commands import elmo_embed
+from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
+from elmo_plugin.data.elmo_vocab_file import BOS, EOS
+from elmo_plugin.modules.bilm_sentence_layers import sentence_layers
+from elmo_plugin.modules.elmo_char_cnn import ElmoCharCnn
+from elmo_plugin.modules.token_vector_cache import TokenVectorCache
 from elmo_plugin.archives.bilm_archive import load_bilm_encoder
 from tests.helpers import ALLENNLP, REPO_ROOT, run_allennlp
 
@@ -102,23 +109,52 @@ def test_equals_elmo_embeddings_predictor_and_its_scalar_mix(embedded, tiny_bilm
         numpy.testing.assert_allclose(numpy.array(output["mix"]), 0.5 * numpy.einsum("l,ltd->td", weights, layers), atol=1e-5)
 
 
-def test_chunked_streaming_gives_the_same_vectors(tiny_bilm_archive, tmp_path, monkeypatch):
-    """Many chunks of small batches (in-process) == one chunk: batching by length, padding and
-    chunk boundaries change nothing."""
+@pytest.mark.parametrize(
+    "batching",
+    [
+        elmo_embed.Batching(batch_size=64),
+        elmo_embed.Batching(batch_size=2, sort_window=2),
+        elmo_embed.Batching(batch_size=64, batch_tokens=12, sort_window=5, token_cache=3),
+        elmo_embed.Batching(batch_size=1, batch_tokens=1, sort_window=1, token_cache=0),
+    ],
+)
+def test_token_batches_sort_windows_and_token_cache_give_each_sentence_alone_vectors(tiny_bilm_archive, tmp_path, batching):
+    """Batching by tokens, sorting by length within windows and the bounded token cache change
+    no vector and no line's place: every line's vectors equal `sentence_layers` on that sentence
+    alone (no padding, no cache); sentence_to_index lists lines in file order."""
     lines = tmp_path / "input.txt"
-    corpus = [" ".join(["the", "file", "is", "open"][: 1 + i % 4] + ["."] * (i % 3)) for i in range(23)]
+    corpus = [" ".join(["the", "file", "is", "open", LONG_TOKEN][: 1 + i % 5] + ["."] * (i % 3)) for i in range(23)]
     corpus[7] = ""
     lines.write_text("\n".join(corpus) + "\n", encoding="utf-8")
     encoder = load_bilm_encoder(str(tiny_bilm_archive))
-    elmo_embed.embed_file(encoder, str(lines), str(tmp_path / "one_chunk.hdf5"), "all", batch_size=64)
-    monkeypatch.setattr(elmo_embed, "BATCHES_PER_CHUNK", 1)
-    elmo_embed.embed_file(encoder, str(lines), str(tmp_path / "chunks.hdf5"), "all", batch_size=2)
-    one, one_index = read_hdf5(tmp_path / "one_chunk.hdf5")
-    many, many_index = read_hdf5(tmp_path / "chunks.hdf5")
-    assert set(one) == set(many) and len(one) == 23 and one_index == many_index
-    assert many_index[""] == [7] and many_index["the"] == [0, 12]
-    for name, value in one.items():
-        numpy.testing.assert_allclose(value, many[name], atol=1e-5)
+    elmo_embed.embed_file(encoder, str(lines), str(tmp_path / "out.hdf5"), "all", batching)
+    vectors, index = read_hdf5(tmp_path / "out.hdf5")
+    assert sorted(vectors, key=int) == [str(i) for i in range(23)]
+    assert index["the"] == [0, 15] and index[""] == [7]
+    indexer = ElmoCharIdsIndexer()
+    for line, text in enumerate(corpus):
+        if not text:
+            assert vectors[str(line)].shape == (3, 0, 32)
+            continue
+        ids = torch.tensor([[indexer.char_ids(token) for token in [BOS, *text.split(), EOS]]])
+        with torch.no_grad():
+            alone, _ = sentence_layers(encoder, ids)
+        numpy.testing.assert_allclose(vectors[str(line)], alone[0].numpy(), atol=1e-5)
+
+
+def test_token_cache_is_bounded_and_equals_the_character_encoder():
+    torch.manual_seed(0)
+    cnn = ElmoCharCnn(filters=[[1, 4], [2, 6]], num_highway=1, projection_dim=5).eval()
+    indexer = ElmoCharIdsIndexer()
+    cache = TokenVectorCache(cnn, indexer.char_ids, max_tokens=2)
+    texts = ["a", "bb", "a", "ccc", "bb", "a", LONG_TOKEN]
+    with torch.no_grad():
+        got = cache.vectors(texts)
+        want = cnn(torch.tensor([[indexer.char_ids(text) for text in texts]]))[0]
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
+        torch.testing.assert_close(cache.vectors(["ccc", "a", "zz"]), cnn(torch.tensor([[indexer.char_ids(t) for t in ["ccc", "a", "zz"]]]))[0], atol=1e-6, rtol=0)
+    assert len(cache._vectors) == 2 and list(cache._vectors) == ["a", "zz"]  # the most recently used
+    assert (cache.hits, cache.misses) == (1, 6)  # "ccc" was kept from the first call
 
 
 def test_elmo_files_folder_gives_the_archive_vectors(embedded, tiny_bilm_archive, tmp_path):
@@ -154,8 +190,9 @@ def test_resume_after_a_real_kill_gives_the_uninterrupted_file(tiny_bilm_archive
     exactly the datasets and sentence_to_index of an uninterrupted run."""
     input_file = many_lines(plugin_cwd, 3000)
     args = ["elmo-embed", str(tiny_bilm_archive), str(input_file)]
-    run_allennlp([*args, "whole.hdf5", "--batch-size", "2"], cwd=plugin_cwd)
-    command = [ALLENNLP, *args, "resumed.hdf5", "--batch-size", "2", "--include-package", "elmo_plugin"]
+    small = ["--batch-size", "2", "--sort-window", "32"]
+    run_allennlp([*args, "whole.hdf5", *small], cwd=plugin_cwd)
+    command = [ALLENNLP, *args, "resumed.hdf5", *small, "--include-package", "elmo_plugin"]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     killed = subprocess.Popen(command, cwd=plugin_cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     log = ""
@@ -167,7 +204,7 @@ def test_resume_after_a_real_kill_gives_the_uninterrupted_file(tiny_bilm_archive
     killed.wait()
     assert killed.returncode == -signal.SIGKILL
     assert not (plugin_cwd / "resumed.hdf5").exists() and (plugin_cwd / "resumed.hdf5.partial").exists()
-    resumed = run_allennlp([*args, "resumed.hdf5", "--batch-size", "2", "--resume"], cwd=plugin_cwd)
+    resumed = run_allennlp([*args, "resumed.hdf5", *small, "--resume"], cwd=plugin_cwd)
     assert lines_done_records(resumed.stderr)[0] > lines_done_records(log)[-1]  # recorded lines were skipped
     assert not (plugin_cwd / "resumed.hdf5.partial").exists()
     whole, whole_index = read_hdf5(plugin_cwd / "whole.hdf5")
@@ -192,16 +229,16 @@ def test_a_failed_run_leaves_only_the_partial_file_and_resume_refuses_other_opti
         embed_chunk(*args)
 
     embed_chunk = elmo_embed.embed_chunk
-    monkeypatch.setattr(elmo_embed, "BATCHES_PER_CHUNK", 2)
+    batching = elmo_embed.Batching(batch_size=4, sort_window=8)
     monkeypatch.setattr(elmo_embed, "embed_chunk", fail_on_second_chunk)
     with pytest.raises(KeyboardInterrupt):
-        elmo_embed.embed_file(encoder, str(input_file), str(output), "all", batch_size=4)
+        elmo_embed.embed_file(encoder, str(input_file), str(output), "all", batching)
     assert not output.exists() and (tmp_path / "out.hdf5.partial").exists()
     with pytest.raises(ConfigurationError, match="out.hdf5.partial was written with .*'elmo_embed_layers': 'all'"):
-        elmo_embed.embed_file(encoder, str(input_file), str(output), "top", batch_size=4, resume=True)
+        elmo_embed.embed_file(encoder, str(input_file), str(output), "top", batching, resume=True)
     monkeypatch.setattr(elmo_embed, "embed_chunk", embed_chunk)
-    elmo_embed.embed_file(encoder, str(input_file), str(output), "all", batch_size=4, resume=True)
-    elmo_embed.embed_file(encoder, str(input_file), str(tmp_path / "whole.hdf5"), "all", batch_size=4)
+    elmo_embed.embed_file(encoder, str(input_file), str(output), "all", batching, resume=True)
+    elmo_embed.embed_file(encoder, str(input_file), str(tmp_path / "whole.hdf5"), "all", batching)
     resumed, resumed_index = read_hdf5(output)
     whole, whole_index = read_hdf5(tmp_path / "whole.hdf5")
     assert resumed_index == whole_index and sorted(resumed) == sorted(whole)

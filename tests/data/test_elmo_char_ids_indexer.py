@@ -58,8 +58,9 @@ def test_padded_tensor_matches_reference_padded_cut_and_empty():
 def test_cache_is_bounded_and_not_pickled():
     indexer = ElmoCharIdsIndexer(cache_size=2)
     for text in ["a", "b", "c", "d"]:
-        indexer.char_ids([text])
+        indexer.char_ids_of([text])
     assert len(indexer._rows) == 2 and len(indexer._table) == 2
-    assert indexer.char_ids(["d", "a"]).tolist() == words_to_char_ids(["d", "a"]).tolist()
+    assert indexer.char_ids_of(["d", "a"]).tolist() == words_to_char_ids(["d", "a"]).tolist()
+    assert indexer.char_ids("d") == words_to_char_ids(["d"])[0].tolist()
     state = indexer.__getstate__()
     assert state["_rows"] == {} and len(state["_table"]) == 0

@@ -152,7 +152,7 @@ def test_resume_continues_with_the_remaining_batches_reading_from_its_chunk_only
 
 def test_compressed_shard_is_one_chunk(tmp_path):
     """A .gz shard cannot be seeked: it is one chunk, read whole; its lines are there once."""
-    pattern = write_corpus(tmp_path)
+    write_corpus(tmp_path)
     expected = corpus_texts(tmp_path)
     plain = tmp_path / "shard_3.txt"
     (tmp_path / "shard_3.txt.gz").write_bytes(gzip.compress(plain.read_bytes()))

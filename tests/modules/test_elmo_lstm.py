@@ -8,7 +8,9 @@ from elmo_plugin.modules.elmo_lstm import (
     clipped_lstm,
     clipped_lstm_fixed_shape,
     initial_state,
+    packed_weights,
 )
+from elmo_plugin.modules.packed_clipped_lstm import packed_clipped_lstm
 from elmo_plugin.modules.directions import gather_timesteps, reverse_within_length
 
 DIM = 6
@@ -220,3 +222,34 @@ def test_hidden_dim_is_still_accepted_as_the_old_name_of_cell_size():
     assert old.state_dict().keys() == new.state_dict().keys()
     with pytest.raises(ConfigurationError, match="exactly once"):
         ElmoLstmContextualizer(DIM, cell_size=10, hidden_dim=10)
+
+
+@pytest.mark.parametrize("lengths", [[7, 5, 3, 3, 0], [1], [4, 1], [6, 6, 6], [0, 0]])
+@pytest.mark.parametrize("clips", [{"cell_clip": 0.5, "proj_clip": 0.3}, {"cell_clip": 0.5}, {"proj_clip": 0.3}])
+def test_packed_hand_differentiated_lstm_equals_the_step_loop_in_values_and_gradients(lengths, clips):
+    """The CPU fast path (packed positions, hand-written backward) gives the autograd step loop's
+    outputs and gradients (inputs and every weight), with padding, length-1 sentences, a batch of
+    one and an all-padding batch; its outputs are zero past each length."""
+    torch.manual_seed(0)
+    lstms = [torch.nn.LSTM(DIM, 10, proj_size=DIM, batch_first=True) for _ in range(2)]
+    for parameter in (p for lstm in lstms for p in lstm.parameters()):
+        torch.nn.init.normal_(parameter, std=0.5)  # large enough that clipping binds
+    lengths = torch.tensor(lengths)
+    inputs = torch.randn(2, len(lengths), max(int(lengths.max()), 1), DIM, requires_grad=True)
+    cell_clip, proj_clip = clips.get("cell_clip"), clips.get("proj_clip")
+    loop = clipped_lstm(inputs, lstms, lengths, cell_clip, proj_clip)
+    packed = packed_clipped_lstm(inputs, packed_weights(lstms), lengths, cell_clip, proj_clip)
+    assert torch.allclose(packed, loop, atol=1e-6)
+    if clips.get("proj_clip"):
+        assert packed.abs().max() <= clips["proj_clip"]
+    if not lengths.any():
+        assert not packed.any()
+        return
+    weights = torch.randn_like(loop)
+    wrt = [inputs, *(p for lstm in lstms for p in lstm.parameters())]
+    got = torch.autograd.grad((packed * weights).sum(), wrt, allow_unused=True)
+    want = torch.autograd.grad((loop * weights).sum(), wrt, allow_unused=True)
+    for name, a, b in zip(["inputs", *(n for lstm in lstms for n, _ in lstm.named_parameters())], got, want):
+        a = torch.zeros_like(wrt[0]) if a is None else a
+        b = torch.zeros_like(a) if b is None else b
+        assert torch.allclose(a, b, atol=1e-5, rtol=1e-4), name

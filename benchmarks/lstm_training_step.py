@@ -1,0 +1,123 @@
+"""The LSTM contextualizer's training step (forward + backward) vs the machine's matmul rate, one
+run. Usage:
+
+    python -m benchmarks.lstm_training_step [--rounds 7] [--steps 3] [--batch 32] [--timesteps 40]
+
+Published small size: 2 directions x 2 layers, 1024 cells / 128 projection, inputs of width 128
+that need gradients (as the character CNN's output does). Contenders, timed in alternating rounds
+(each round: --steps steps of each, in turn), median round per contender:
+- `ours_clipped`: `elmo_lstm` with cell and projection clip 3 (the published models');
+- `ours_unclipped`: `elmo_lstm` without clips (torch's fused `nn.LSTM` with `proj_size`);
+- `allennlp_elmo_lstm`: allennlp's `ElmoLstm`, clips 3 (its state reset before each step);
+- `matmul`: one fp32 2048 x 2048 x 2048 `torch.mm`, the machine's matmul rate.
+FLOPs come from the LSTM equations: per token, direction and layer the forward pass does
+x W_ih (2 * in * 4 cells), h W_hh (2 * proj * 4 cells) and the projection (2 * cells * proj);
+the backward pass twice that (input and weight gradients), so a step is 3 x forward. Elementwise
+work is not counted. Times are this process's CPU time (`--clock cpu`, the default: other
+processes on a shared machine do not count) or wall time. Prints each rate in GFLOP/s and as a
+fraction of the matmul rate; exits 1 if ours_clipped is under 60% of the matmul rate or slower
+than ours_unclipped.
+"""
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Callable, Dict
+
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+from allennlp.modules.elmo_lstm import ElmoLstm  # noqa: E402
+
+from benchmarks.embedder_vs_allennlp_elmo import CLOCKS  # noqa: E402
+from elmo_plugin.modules.elmo_lstm import ElmoLstmContextualizer  # noqa: E402
+
+PROJECTION, CELLS, LAYERS, DIRECTIONS, CLIP = 128, 1024, 2, 2, 3.0
+MATMUL_SIZE = 2048
+TARGET = 0.6
+
+
+def training_flops(batch: int, timesteps: int) -> float:
+    per_token = 2 * PROJECTION * 4 * CELLS + 2 * PROJECTION * 4 * CELLS + 2 * CELLS * PROJECTION
+    return 3.0 * per_token * batch * timesteps * DIRECTIONS * LAYERS
+
+
+def ours(clip: bool, inputs: torch.Tensor, mask: torch.Tensor) -> Callable[[], None]:
+    clips = {"cell_clip": CLIP, "proj_clip": CLIP} if clip else {}
+    lstm = ElmoLstmContextualizer(PROJECTION, CELLS, LAYERS, return_all_layers=True, **clips).train()
+
+    def step() -> None:
+        sum(layer.sum() for layer in lstm(inputs, mask)).backward()
+
+    return step
+
+
+def allennlp_elmo_lstm(inputs: torch.Tensor, mask: torch.Tensor) -> Callable[[], None]:
+    lstm = ElmoLstm(PROJECTION, PROJECTION, CELLS, LAYERS, requires_grad=True,
+                    memory_cell_clip_value=CLIP, state_projection_clip_value=CLIP).train()
+
+    def step() -> None:
+        lstm.reset_states()
+        lstm(inputs, mask).sum().backward()
+
+    return step
+
+
+def matmul() -> Callable[[], None]:
+    left, right = torch.randn(MATMUL_SIZE, MATMUL_SIZE), torch.randn(MATMUL_SIZE, MATMUL_SIZE)
+    return lambda: torch.mm(left, right)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=3, help="steps of each contender per round")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--timesteps", type=int, default=40)
+    parser.add_argument("--clock", choices=list(CLOCKS), default="cpu")
+    args = parser.parse_args()
+    clock = CLOCKS[args.clock]
+
+    torch.manual_seed(0)
+    inputs = torch.randn(args.batch, args.timesteps, PROJECTION, requires_grad=True)
+    mask = torch.ones(args.batch, args.timesteps, dtype=torch.bool)
+    contenders: Dict[str, Callable[[], None]] = {
+        "ours_clipped": ours(True, inputs, mask),
+        "ours_unclipped": ours(False, inputs, mask),
+        "allennlp_elmo_lstm": allennlp_elmo_lstm(inputs, mask),
+        "matmul": matmul(),
+    }
+    flops = {name: training_flops(args.batch, args.timesteps) for name in contenders}
+    flops["matmul"] = 2.0 * MATMUL_SIZE**3
+    seconds: Dict[str, list] = {name: [] for name in contenders}
+    for run in contenders.values():  # warm-up, not timed
+        run()
+    for _ in range(args.rounds):
+        for name, run in contenders.items():
+            start = clock()
+            for _ in range(args.steps):
+                run()
+            seconds[name].append((clock() - start) / args.steps)
+    rates = {name: flops[name] / statistics.median(times) / 1e9 for name, times in seconds.items()}
+    result = {
+        "shape": f"batch {args.batch} x {args.timesteps} tokens, {DIRECTIONS} directions x {LAYERS} layers, "
+                 f"{CELLS} cells / {PROJECTION} projection",
+        "torch_threads": torch.get_num_threads(),
+        "clock": args.clock,
+        "rounds": args.rounds,
+        **{f"{name}_gflops": round(rate, 1) for name, rate in rates.items()},
+        **{f"{name}_of_matmul": round(rates[name] / rates["matmul"], 3) for name in contenders if name != "matmul"},
+        "clipped_vs_unclipped": round(rates["ours_clipped"] / rates["ours_unclipped"], 3),
+        "clipped_vs_allennlp": round(rates["ours_clipped"] / rates["allennlp_elmo_lstm"], 3),
+    }
+    print(json.dumps(result, indent=2))
+    if result["ours_clipped_of_matmul"] < TARGET or result["clipped_vs_unclipped"] < 1.0:
+        print(f"missed: target ours_clipped_of_matmul >= {TARGET} and clipped_vs_unclipped >= 1")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

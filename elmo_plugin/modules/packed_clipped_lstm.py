@@ -1,0 +1,159 @@
+"""The clipped LSTM-with-projection over packed sequences, with a hand-written backward: the CPU
+fast path of `elmo_lstm` (inference and training)."""
+from typing import List, Optional, Tuple
+
+import torch
+
+
+def packed_positions(lengths: torch.Tensor, timesteps: int) -> Tuple[torch.Tensor, List[int]]:
+    """(batch,) lengths sorted decreasingly -> (flat index into batch * timesteps of every real
+    position in time-major order, sequences active at each step). Step t holds the first
+    `sizes[t]` rows, so a step's rows and its successor's are prefixes of each other."""
+    real = torch.arange(timesteps, device=lengths.device) < lengths.unsqueeze(1)  # (batch, timesteps)
+    step, row = real.t().nonzero(as_tuple=True)
+    sizes = real.sum(dim=0)
+    return row * timesteps + step, sizes[sizes > 0].tolist()
+
+
+def tanh_via_sigmoid(values: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """tanh(values) = 2 sigmoid(2 values) - 1 into `out` (may be `values`): torch's CPU sigmoid
+    is several times faster than its tanh; equal within float32 rounding (about 1e-7)."""
+    return torch.mul(values, 2.0, out=out).sigmoid_().mul_(2.0).sub_(1.0)
+
+
+def clip_mask(values: torch.Tensor, clip: Optional[float]) -> Optional[torch.Tensor]:
+    """1.0 where a clamp to +-clip passed the gradient, 0.0 where it bound (values are already
+    clamped), or None without a clip."""
+    return None if clip is None else (values.abs() < clip).to(values.dtype)
+
+
+class PackedClippedLstm(torch.autograd.Function):
+    """
+    All directions of one layer over packed sequences: inputs (directions, n, in) in time-major
+    packed order (`packed_positions`), w_ih (directions, in, 4 * cells), bias (directions, 1,
+    4 * cells), w_hh (directions, proj, 4 * cells), w_hr (directions, cells, proj), gates in
+    torch's order i, f, g, o -> states (directions, n, proj), from zero state, memory clipped to
+    +-cell_clip and states to +-proj_clip.
+
+    Forward: x W_ih + b for every position in one matmul, then per step only the recurrent and
+    the projection matmuls, gate arithmetic in place in preallocated buffers. Backward: per step
+    only the two matmuls that carry the gradient back in time; the weight and input gradients
+    are one matmul each over all steps. The same numbers as autograd through the plain loop.
+    """
+
+    @staticmethod
+    def forward(ctx, inputs, w_ih, bias, w_hh, w_hr, sizes, cell_clip, proj_clip):  # type: ignore[override]
+        cells = w_hr.size(1)
+        gates = torch.baddbmm(bias, inputs, w_ih)  # (directions, n, 4 * cells), activated in place below
+        memory = inputs.new_empty(gates.shape[:2] + (cells,))
+        tanh_memory = torch.empty_like(memory)
+        hidden = torch.empty_like(memory)  # o * tanh(memory), the projection's input
+        states = inputs.new_empty(gates.shape[:2] + (w_hr.size(2),))
+        start = 0
+        for step, size in enumerate(sizes):
+            rows = slice(start, start + size)
+            step_gates = gates[:, rows]
+            if step > 0:  # the previous step's first `size` rows are these sequences' states
+                step_gates.baddbmm_(states[:, previous][:, :size], w_hh)
+            # candidate tanh(z) = 2 sigmoid(2 z) - 1: all four gates in one sigmoid
+            step_gates[..., 2 * cells : 3 * cells].mul_(2.0)
+            step_gates.sigmoid_()
+            step_gates[..., 2 * cells : 3 * cells].mul_(2.0).sub_(1.0)
+            input_gate, forget_gate, candidate, output_gate = step_gates.chunk(4, dim=-1)
+            step_memory = memory[:, rows]
+            torch.mul(input_gate, candidate, out=step_memory)
+            if step > 0:
+                step_memory.addcmul_(forget_gate, memory[:, previous][:, :size])
+            if cell_clip is not None:
+                step_memory.clamp_(-cell_clip, cell_clip)
+            torch.mul(tanh_via_sigmoid(step_memory, out=tanh_memory[:, rows]), output_gate, out=hidden[:, rows])
+            torch.bmm(hidden[:, rows], w_hr, out=states[:, rows])
+            if proj_clip is not None:
+                states[:, rows].clamp_(-proj_clip, proj_clip)
+            previous, start = rows, start + size
+        ctx.save_for_backward(inputs, w_ih, w_hh, w_hr, gates, memory, tanh_memory, hidden, states)
+        ctx.sizes, ctx.cell_clip, ctx.proj_clip = sizes, cell_clip, proj_clip
+        return states
+
+    @staticmethod
+    def backward(ctx, grad_states):  # type: ignore[override]
+        inputs, w_ih, w_hh, w_hr, gates, memory, tanh_memory, hidden, states = ctx.saved_tensors
+        sizes = ctx.sizes
+        memory_passes, state_passes = clip_mask(memory, ctx.cell_clip), clip_mask(states, ctx.proj_clip)
+        grad_gates = torch.empty_like(gates)  # w.r.t. the pre-activation gates
+        grad_states = grad_states.clone()  # plus, step by step, what flows back through time
+        w_hh_t, w_hr_t = w_hh.transpose(1, 2), w_hr.transpose(1, 2)
+        grad_memory = None  # w.r.t. this step's memory, through the next step's forget gate
+        ends = torch.tensor(sizes).cumsum(0).tolist()
+        for step in range(len(sizes) - 1, -1, -1):
+            size, end = sizes[step], ends[step]
+            rows = slice(end - size, end)
+            grad_state = grad_states[:, rows]
+            if state_passes is not None:
+                grad_state.mul_(state_passes[:, rows])
+            grad_hidden = torch.bmm(grad_state, w_hr_t)
+            input_gate, forget_gate, candidate, output_gate = gates[:, rows].chunk(4, dim=-1)
+            d_input, d_forget, d_candidate, d_output = grad_gates[:, rows].chunk(4, dim=-1)
+            step_tanh = tanh_memory[:, rows]
+            torch.mul(grad_hidden, step_tanh, out=d_output).mul_(sigmoid_slope(output_gate))
+            # d(memory) = d(hidden) * o * (1 - tanh^2) = d(hidden) * (o - (o tanh) tanh)
+            grad_cell = grad_hidden.mul_(torch.addcmul(output_gate, output_gate * step_tanh, step_tanh, value=-1.0))
+            if grad_memory is not None:
+                grad_cell[:, : grad_memory.size(1)] += grad_memory
+            if memory_passes is not None:
+                grad_cell.mul_(memory_passes[:, rows])
+            torch.mul(grad_cell, candidate, out=d_input).mul_(sigmoid_slope(input_gate))
+            # d(candidate) = d(memory) * i * (1 - g^2) = d(memory) * (i - (i g) g)
+            torch.mul(grad_cell, torch.addcmul(input_gate, input_gate * candidate, candidate, value=-1.0), out=d_candidate)
+            if step > 0:
+                previous = slice(end - size - sizes[step - 1], end - size)
+                torch.mul(grad_cell, memory[:, previous][:, :size], out=d_forget).mul_(sigmoid_slope(forget_gate))
+                grad_memory = grad_cell.mul_(forget_gate)
+                grad_states[:, previous][:, :size].baddbmm_(grad_gates[:, rows], w_hh_t)
+            else:
+                d_forget.zero_()  # the memory before the first step is zero
+        # Weight and input gradients: one matmul each over every position.
+        first = sizes[0]
+        previous_states = states[:, previous_rows(sizes, states.device)]
+        grad_w_hh = torch.bmm(previous_states.transpose(1, 2), grad_gates[:, first:])
+        grad_w_hr = torch.bmm(hidden.transpose(1, 2), grad_states)
+        grad_inputs = torch.bmm(grad_gates, w_ih.transpose(1, 2))
+        grad_w_ih = torch.bmm(inputs.transpose(1, 2), grad_gates)
+        grad_bias = grad_gates.sum(dim=1, keepdim=True)
+        return grad_inputs, grad_w_ih, grad_bias, grad_w_hh, grad_w_hr, None, None, None
+
+
+def sigmoid_slope(activated: torch.Tensor) -> torch.Tensor:
+    """sigmoid'(x) = s (1 - s) = s - s * s from s = sigmoid(x), in one op."""
+    return torch.addcmul(activated, activated, activated, value=-1.0)
+
+
+def previous_rows(sizes: List[int], device: torch.device) -> torch.Tensor:
+    """For every packed position after the first step, the packed position of the same
+    sequence one step earlier: (n - sizes[0],)."""
+    starts = torch.tensor([0, *sizes[:-1]], device=device).cumsum(0)
+    sizes_tensor = torch.tensor(sizes, device=device)
+    step_of = torch.repeat_interleave(torch.arange(1, len(sizes), device=device), sizes_tensor[1:])
+    row_in_step = torch.arange(int(sizes_tensor[1:].sum()), device=device) - (starts[step_of] - sizes[0])
+    return starts[step_of - 1] + row_in_step
+
+
+def packed_clipped_lstm(
+    inputs: torch.Tensor,
+    weights: Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+    lengths: torch.Tensor,
+    cell_clip: Optional[float],
+    proj_clip: Optional[float],
+) -> torch.Tensor:
+    """inputs (directions, batch, timesteps, dim), batch sorted by decreasing `lengths`, weights
+    (w_ih, bias, w_hh, w_hr) as `PackedClippedLstm` takes them -> (directions, batch,
+    timesteps, proj), zero past each length. Only real positions are computed."""
+    directions, batch, timesteps, dim = inputs.shape
+    index, sizes = packed_positions(lengths, timesteps)
+    w_ih, bias, w_hh, w_hr = weights
+    outputs = inputs.new_zeros(directions, batch * timesteps, w_hr.size(2))
+    if sizes:
+        packed = inputs.reshape(directions, batch * timesteps, dim).index_select(1, index)
+        states = PackedClippedLstm.apply(packed, w_ih, bias, w_hh, w_hr, sizes, cell_clip, proj_clip)
+        outputs = outputs.index_copy(1, index, states)
+    return outputs.view(directions, batch, timesteps, -1)
