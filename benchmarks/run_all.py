@@ -45,6 +45,7 @@ BENCHMARKS = [
         "sparse_softmax.py", ["--vocab-size", "60000", "--reference-vocab-size", "20000", "--steps", "1"], r'"dense_over_sparse_step"|"eval_unchunked_over_chunked_MB"'
     ),
     Benchmark("data_pipeline.py", ["--tokens", "150000"], r'"(ours|theirs)_tokens_per_s_0_workers"|"ratio_ours'),
+    Benchmark("quality_table.py", ["--quick"], r'"targets"'),
     Benchmark("gpu_original_elmo.py", ["--steps", "20", "--warmup", "5", "--precisions", "bf16"], r"tokens/s", True),
 ]
 SKIP = re.compile(r"^(SKIP|skipped)\b", re.IGNORECASE | re.MULTILINE)

@@ -5,3 +5,4 @@ from elmo_plugin.data.conllu_tagging_reader import ConlluTaggingReader
 from elmo_plugin.data.elmo_corpus_loader import ElmoCorpusLoader
 from elmo_plugin.data.elmo_manylangs_indexer import ElmoManyLangsIndexer
 from elmo_plugin.data.elmo_manylangs_vocabulary import ElmoManyLangsVocabulary
+from elmo_plugin.data.elmo_streams_loader import ElmoStreamsLoader

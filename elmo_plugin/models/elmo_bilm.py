@@ -12,6 +12,7 @@ from allennlp.modules.sampled_softmax_loss import SampledSoftmaxLoss
 from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 from allennlp.modules.text_field_embedders import TextFieldEmbedder
 from allennlp.nn import InitializerApplicator
+from allennlp.nn.util import get_text_field_mask
 from allennlp_models.lm.models.language_model import LanguageModel
 
 from elmo_plugin.data.elmo_manylangs_files import is_manylangs_folder
@@ -21,7 +22,7 @@ from elmo_plugin.elmo_files.options import check_architecture, read_options
 from elmo_plugin.elmo_files.softmax import export_softmax, import_softmax
 from elmo_plugin.elmo_files.weights import load_weights
 from elmo_plugin.models.language_model_softmax import softmax_matrices
-from elmo_plugin.modules.bilm_contextualizer import BiLmContextualizer
+from elmo_plugin.modules.bilm_contextualizer import BiLmContextualizer, LayerState
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 from elmo_plugin.modules.chunked_sampled_softmax_loss import ChunkedSampledSoftmaxLoss
 from elmo_plugin.modules.elmo_char_cnn import ElmoCharCnn
@@ -68,6 +69,14 @@ class ElmoLanguageModel(LanguageModel):
     `use_amp` is float16 with a scaler and CUDA only). `tf32: true` / `false` lets (or stops)
     float32 matmuls and convolutions on Ampere and later GPUs use TF32 (process-wide torch
     settings, set when the model is built); unset leaves torch's defaults.
+
+    Batches of the `elmo_streams` data loader (bilm-tf's regime) also hold `backward_source`,
+    the backward LM's own text (the stream reversed, read left to right), and `stream_start`:
+    each window's first T tokens are read and its last T predicted, in each direction. With
+    `stateful: true` (elmo_lstm only) every row's LSTM state (all layers, both directions) is
+    carried from one batch to the next, detached (truncated backpropagation through time), and
+    reset to zero where `stream_start` is set; training and evaluation carry separate states.
+    A resumed run (`-r`) starts from zero state. Without `stateful` every window starts from zero.
     """
 
     default_predictor = "elmo_embeddings"
@@ -84,6 +93,7 @@ class ElmoLanguageModel(LanguageModel):
         pretrained_file: Optional[str] = None,
         mixed_precision: Optional[str] = None,
         tf32: Optional[bool] = None,
+        stateful: bool = False,
         **kwargs,
     ) -> None:
         super().__init__(
@@ -107,6 +117,14 @@ class ElmoLanguageModel(LanguageModel):
             self._softmax_loss.__class__ = ChunkedSampledSoftmaxLoss
         if sparse_embeddings:
             synchronize_sparse_gradients(self)
+        if stateful and not contextualizer.supports_state:
+            raise ConfigurationError(
+                f"elmo_bilm: stateful needs a contextualizer that carries state (elmo_lstm), not {type(contextualizer).__name__}"
+            )
+        self.stateful = stateful
+        # The carried LSTM state of each mode (key: self.training), so validation between
+        # training epochs keeps its own streams; None: zero state.
+        self._stream_state: Dict[bool, Optional[List[LayerState]]] = {True: None, False: None}
         self._token_weighted_perplexity = TokenWeightedPerplexity()
         if mixed_precision not in MIXED_PRECISION:
             raise ConfigurationError(
@@ -213,9 +231,17 @@ class ElmoLanguageModel(LanguageModel):
             return contextlib.nullcontext()
         return torch.autocast(next(self.parameters()).device.type, dtype=dtype)
 
-    def forward(self, source: TextFieldTensors) -> Dict[str, torch.Tensor]:  # type: ignore[override]
+    def forward(  # type: ignore[override]
+        self,
+        source: TextFieldTensors,
+        backward_source: Optional[TextFieldTensors] = None,
+        stream_start: Optional[torch.BoolTensor] = None,
+    ) -> Dict[str, torch.Tensor]:
         with self._autocast():
-            output = super().forward(source)
+            if backward_source is None:
+                output = super().forward(source)
+            else:
+                output = self._stream_forward(source, backward_source, stream_start)
         if "loss" in output:
             # allennlp-models returns per-direction losses averaged over this batch's targets
             # and their count as `batch_weight` (absent when a batch has none): weighting the
@@ -230,3 +256,48 @@ class ElmoLanguageModel(LanguageModel):
 
     def get_metrics(self, reset: bool = False) -> Dict[str, float]:
         return self._token_weighted_perplexity.get_metric(reset)
+
+    def _stream_forward(
+        self, source: TextFieldTensors, backward_source: TextFieldTensors, stream_start: Optional[torch.BoolTensor]
+    ) -> Dict[str, torch.Tensor]:
+        """Loss of `elmo_streams` windows (batch, T + 1 tokens) in each direction: positions
+        0..T-1 are read, 1..T are the targets (0: padding, none)."""
+        mask = get_text_field_mask(source)[:, :-1]
+        embeddings = torch.stack([self._text_field_embedder(text)[:, :-1] for text in (source, backward_source)])
+        targets = [text["tokens"]["tokens"][:, 1:] for text in (source, backward_source)]
+        state = self._carried_state(stream_start, mask.size(0)) if self.stateful else None
+        layers, final = self._contextualizer.stream_layers(embeddings, mask, state)
+        if self.stateful:
+            self._stream_state[self.training] = [(h.detach(), c.detach()) for h, c in final]
+        forward_embeddings, backward_embeddings = self._dropout(layers[-1]).chunk(2, -1)
+        losses = [
+            self._loss_helper(direction, direction_embeddings, direction_targets, embeddings[direction])
+            for direction, (direction_embeddings, direction_targets) in enumerate(
+                zip((forward_embeddings, backward_embeddings), targets)
+            )
+        ]
+        count = (targets[0] > 0).sum().float()
+        output = {"lm_embeddings": layers[-1], "noncontextual_token_embeddings": embeddings[0], "mask": mask}
+        if count == 0:
+            zero = layers[-1].new_zeros(())
+            return {**output, "loss": zero, "forward_loss": zero, "backward_loss": zero}
+        average = 0.5 * (losses[0] + losses[1]) / count
+        self._perplexity(average)
+        return {
+            **output,
+            "loss": average,
+            "forward_loss": losses[0] / count,
+            "backward_loss": losses[1] / count,
+            "batch_weight": count,
+        }
+
+    def _carried_state(self, stream_start: Optional[torch.BoolTensor], batch: int) -> Optional[List[LayerState]]:
+        """This mode's carried state, zero in the rows whose stream starts (all rows when the
+        batch size changed); None when nothing is carried."""
+        state = self._stream_state[self.training]
+        if state is None or state[0][0].size(1) != batch:
+            return None
+        if stream_start is None:
+            return state
+        keep = (~stream_start.bool()).view(1, -1, 1)
+        return [(h * keep.to(h.dtype), c * keep.to(c.dtype)) for h, c in state]

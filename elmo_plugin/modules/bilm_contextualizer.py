@@ -1,9 +1,13 @@
 """The contextualizer interface of a biLM (what `BiLmEncoder` needs of `elmo_lstm` and
 `elmo_transformer`)."""
-from typing import List, Union
+from typing import List, Optional, Tuple, Union
 
 import torch
+from allennlp.common.checks import ConfigurationError
 from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
+
+# One layer's carried state for both directions: (state (2, batch, dim), memory (2, batch, cells)).
+LayerState = Tuple[torch.Tensor, torch.Tensor]
 
 
 class BiLmContextualizer(Seq2SeqEncoder):
@@ -37,6 +41,17 @@ class BiLmContextualizer(Seq2SeqEncoder):
     def top_layer(self, inputs: torch.Tensor, mask: torch.BoolTensor) -> torch.Tensor:
         """The top layer alone; subclasses may skip work the lower layers' outputs need."""
         return self.all_layers(inputs, mask)[-1]
+
+    # Whether `stream_layers` carries state across batches (elmo_bilm's `stateful`).
+    supports_state = False
+
+    def stream_layers(
+        self, inputs: torch.Tensor, mask: torch.BoolTensor, state: Optional[List[LayerState]] = None
+    ) -> Tuple[List[torch.Tensor], List[LayerState]]:
+        """Each direction over its own stream with state carried in and out (see `elmo_lstm`)."""
+        raise ConfigurationError(
+            f"{type(self).__name__} cannot read elmo_streams batches (stateful training): use the elmo_lstm contextualizer"
+        )
 
     def forward(self, inputs: torch.Tensor, mask: torch.BoolTensor) -> Union[torch.Tensor, List[torch.Tensor]]:
         if self._return_all_layers:

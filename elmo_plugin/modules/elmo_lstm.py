@@ -6,7 +6,7 @@ import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 
-from elmo_plugin.modules.bilm_contextualizer import BiLmContextualizer
+from elmo_plugin.modules.bilm_contextualizer import BiLmContextualizer, LayerState
 from elmo_plugin.modules.directions import both_directions, join_directions, reverse_within_length
 from elmo_plugin.modules.packed_clipped_lstm import packed_clipped_lstm
 
@@ -138,15 +138,30 @@ def clipped_lstm_fixed_shape(
     steps past its length compute unused values that are zeroed in the output, so neither
     they nor their (zero) gradients reach any real position."""
     timesteps = inputs.size(2)
+    outputs, _ = lstm_steps(inputs, lstms, initial_state(inputs, lstms), cell_clip, proj_clip, step)
+    keep = torch.arange(timesteps, device=lengths.device) < lengths.unsqueeze(1)  # (batch, timesteps)
+    return outputs * keep.unsqueeze(-1).to(outputs.dtype)
+
+
+def lstm_steps(
+    inputs: torch.Tensor,
+    lstms: Sequence[torch.nn.LSTM],
+    initial: Tuple[torch.Tensor, torch.Tensor],
+    cell_clip: Optional[float],
+    proj_clip: Optional[float],
+    step: Callable = lstm_step,
+) -> Tuple[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+    """Every step over the whole batch from `initial` (state, memory) as `initial_state` shapes
+    them: inputs (directions, batch, timesteps, dim) -> (outputs (directions, batch, timesteps,
+    proj_size), padding not zeroed; the (state, memory) after the last step)."""
     input_gates = input_gates_by_step(inputs, lstms)
     recurrent, projection = stacked_weight(lstms, "weight_hh_l0"), stacked_weight(lstms, "weight_hr_l0")
-    state, memory = initial_state(inputs, lstms)
+    state, memory = initial
     outputs = []
     for gates in input_gates:
         state, memory = step(gates, state, memory, recurrent, projection, cell_clip, proj_clip)
         outputs.append(state)
-    keep = torch.arange(timesteps, device=lengths.device) < lengths.unsqueeze(1)  # (batch, timesteps)
-    return torch.stack(outputs, dim=2) * keep.unsqueeze(-1).to(state.dtype)
+    return torch.stack(outputs, dim=2), (state, memory)
 
 
 @Seq2SeqEncoder.register("elmo_lstm")
@@ -232,3 +247,26 @@ class ElmoLstmContextualizer(BiLmContextualizer):
             layers.append(join_directions(output, reverse_index, keep)[restore])
             layer_input = output
         return layers
+
+    supports_state = True
+
+    def stream_layers(
+        self, inputs: torch.Tensor, mask: torch.BoolTensor, state: Optional[List[LayerState]] = None
+    ) -> Tuple[List[torch.Tensor], List[LayerState]]:
+        """Stateful streams (bilm-tf's training): inputs (2, batch, timesteps, input_dim), each
+        direction's own text in its reading order, right-padded as `mask` (batch, timesteps)
+        says; `state`: every layer's (state, memory) to start from (`initial_state` shapes),
+        None for zero. -> (every layer's (batch, timesteps, 2 * input_dim) [forward; backward]
+        output, each direction at its own input's positions, zero at padding; every layer's
+        state after the last timestep, meaningful for rows without padding)."""
+        keep = mask.unsqueeze(-1).to(inputs.dtype)
+        layer_input, layers, final = inputs, [], []
+        for index, lstms in enumerate(zip(self.forward_layers, self.backward_layers)):
+            initial = state[index] if state is not None else initial_state(layer_input, lstms)
+            output, last = lstm_steps(self._dropout(layer_input), lstms, initial, self.cell_clip, self.proj_clip)
+            if index > 0:
+                output = output + layer_input
+            layers.append(torch.cat([output[0], output[1]], dim=-1) * keep)
+            final.append(last)
+            layer_input = output
+        return layers, final

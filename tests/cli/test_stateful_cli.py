@@ -1,0 +1,123 @@
+"""bilm-tf's stateful regime through the CLI: elmo_lstm_stateful.jsonnet shrunk trains (1 process
+and 2 gloo DDP processes, every token predicted once per epoch in each direction), evaluates as
+validation did (the held-out text streamed in order, state carried), and a run killed mid-epoch
+resumes with `-r` at exactly the batch after its checkpoint."""
+import json
+from pathlib import Path
+from typing import Dict, Optional
+
+import pytest
+from allennlp.common import Params
+from allennlp.data import DatasetReader
+
+from tests.cli.test_exact_resume_cli import recorded
+from tests.helpers import CONFIG_DIR, REPO_ROOT, TINY_LSTM_OVERRIDES, free_port, overrides, run_allennlp
+
+CONFIG = str(CONFIG_DIR / "elmo_lstm_stateful.jsonnet")
+STREAMS = 8
+
+
+def shrunk(corpus: Path, processes: int = 1, **extra) -> Dict:
+    values = {k: v for k, v in TINY_LSTM_OVERRIDES.items() if not k.startswith("data_loader")}
+    values.update(
+        {
+            "train_data_path": str(corpus / "train" / "*.txt"),
+            "validation_data_path": str(corpus / "valid.txt"),
+            "data_loader.batch_size": STREAMS,
+            "data_loader.window_size": 10,
+            "data_loader.chunk_bytes": 4000,
+            "validation_data_loader.batch_size": STREAMS,
+            "validation_data_loader.window_size": 10,
+            "trainer.num_epochs": 2,
+            "trainer.callbacks": [{"type": "elmo_corpus_resume"}, {"type": "target_counter"}, {"type": "batch_recorder"}],
+            **extra,
+        }
+    )
+    if processes > 1:
+        values["distributed"] = {"cuda_devices": [-1] * processes, "master_port": free_port()}
+    return values
+
+
+def train(values: Dict, out: Path, record: Path, kill: Optional[str] = None, resume: bool = False):
+    record.mkdir(exist_ok=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTHONPATH", str(REPO_ROOT))
+        patch.setenv("TARGET_COUNTER_DIR", str(record))
+        patch.setenv("BATCH_RECORDER_DIR", str(record))
+        if kill:
+            patch.setenv("BATCH_RECORDER_KILL", kill)
+        args = ["train", CONFIG, "-s", str(out), "-o", overrides(values), "--include-package", "tests.cli.probes"]
+        return run_allennlp(args + (["-r"] if resume else []), check=not kill)
+
+
+def corpus_tokens(corpus: Path) -> int:
+    """Tokens (<S> and </S> included) the stateful config's reader makes of the training text."""
+    reader = DatasetReader.from_params(Params.from_file(CONFIG).pop("dataset_reader"))
+    return sum(len(instance["source"].tokens) for instance in reader.read(str(corpus / "train" / "*.txt")))
+
+
+@pytest.mark.parametrize("processes", [1, 2], ids=["1-process", "2-processes"])
+def test_stateful_training_predicts_every_token_once_per_epoch_and_evaluates_as_validation(tiny_corpus, tmp_path, processes):
+    out, record = tmp_path / "out", tmp_path / "record"
+    train(shrunk(tiny_corpus, processes), out, record)
+    counts = [json.loads((record / f"rank{rank}.json").read_text()) for rank in range(processes)]
+    # Each stream's first token is read, never predicted forward (its last, never backward).
+    for epoch in ("0", "1"):
+        assert sum(count[epoch] for count in counts) == corpus_tokens(tiny_corpus) - STREAMS * processes
+    batches = [len(recorded(record, rank, 0)) for rank in range(processes)]
+    assert len(set(batches)) == 1
+    if processes == 1:
+        metrics = json.loads((out / "metrics.json").read_text())
+        evaluated = tmp_path / "evaluated.json"
+        archive, valid = str(out / "model.tar.gz"), str(tiny_corpus / "valid.txt")
+        run_allennlp(["evaluate", archive, valid, "--output-file", str(evaluated)])
+        assert json.loads(evaluated.read_text())["perplexity"] == pytest.approx(metrics["validation_perplexity"], rel=1e-5)
+        # The carried state is used: the same windows from zero state score otherwise.
+        stateless = tmp_path / "stateless.json"
+        run_allennlp(["evaluate", archive, valid, "--output-file", str(stateless), "-o", overrides({"model.stateful": False})])
+        assert json.loads(stateless.read_text())["perplexity"] != pytest.approx(metrics["validation_perplexity"], rel=1e-3)
+
+
+@pytest.mark.parametrize("processes", [1, 2], ids=["1-process", "2-processes"])
+def test_killed_stateful_run_resumes_at_the_batch_after_its_checkpoint(tiny_corpus, tmp_path, processes):
+    values = shrunk(tiny_corpus, processes, **{"trainer.checkpointer.save_every_num_batches": 3})
+    train(values, tmp_path / "whole", tmp_path / "whole-record")
+    killed = train(values, tmp_path / "cut", tmp_path / "killed-record", kill="1,8")
+    assert killed.returncode != 0 and (tmp_path / "cut" / "model_state_e1_b6.th").is_file()
+    train(values, tmp_path / "cut", tmp_path / "resumed-record", resume=True)
+    for rank in range(processes):
+        whole = recorded(tmp_path / "whole-record", rank, 1)
+        before = recorded(tmp_path / "killed-record", rank, 1, up_to=6)
+        after = recorded(tmp_path / "resumed-record", rank, 1)
+        assert min(after) == 7 and {**before, **after} == whole
+        assert recorded(tmp_path / "resumed-record", rank, 0) == {}
+
+
+def test_original_stateful_config_is_bilm_tfs_regime_and_trains_when_shrunk(tiny_corpus, tmp_path):
+    """elmo_lstm_original_stateful.jsonnet: the original's model, stateful, 128 streams of
+    20-token windows; shrunk (sizes, negatives, streams, device) it trains and then predicts
+    the held-out text, streamed with state, better than uniformly."""
+    config = str(CONFIG_DIR / "elmo_lstm_original_stateful.jsonnet")
+    params = Params.from_file(config).as_dict()
+    assert params["model"]["stateful"] and params["model"]["contextualizer"]["cell_size"] == 4096
+    for loader in (params["data_loader"], params["validation_data_loader"]):
+        assert (loader["type"], loader["batch_size"], loader["window_size"]) == ("elmo_streams", 128, 20)
+    values = {
+        "train_data_path": str(tiny_corpus / "train" / "*.txt"),
+        "validation_data_path": str(tiny_corpus / "valid.txt"),
+        "vocabulary.min_count.tokens": 1,
+        "model.text_field_embedder.token_embedders.elmo.filters": [[1, 8], [2, 8], [3, 16]],
+        "model.text_field_embedder.token_embedders.elmo.projection_dim": 16,
+        "model.contextualizer.input_dim": 16,
+        "model.contextualizer.cell_size": 32,
+        "model.num_samples": 20,
+        "data_loader.batch_size": STREAMS,
+        "validation_data_loader.batch_size": STREAMS,
+        "trainer.num_epochs": 2,
+        "trainer.cuda_device": -1,
+    }
+    out = tmp_path / "out"
+    run_allennlp(["train", config, "-s", str(out), "-o", overrides(values)])
+    metrics = json.loads((out / "metrics.json").read_text())
+    vocab_size = len((out / "vocabulary" / "tokens.txt").read_text().splitlines())
+    assert 1 < metrics["validation_perplexity"] < vocab_size

@@ -1,0 +1,120 @@
+"""`elmo_bilm` on `elmo_streams` batches: the stateful model carries each row's state from one
+batch to the next (detached), resets it where a stream starts, keeps training and evaluation
+states apart, and never sees the token it predicts across a window boundary."""
+import json
+
+import pytest
+import torch
+from allennlp.common import Params
+from allennlp.common.checks import ConfigurationError
+from allennlp.data import DatasetReader, Vocabulary
+from allennlp.models import Model
+
+from elmo_plugin.data.elmo_streams_loader import ElmoStreamsLoader
+from tests.helpers import CONFIG_DIR, TINY_LSTM_OVERRIDES, TINY_TRANSFORMER_OVERRIDES
+
+TINY = {k: v for k, v in TINY_LSTM_OVERRIDES.items() if not k.startswith("data_loader")}
+
+
+def build(config: str, sizes: dict, vocab: Vocabulary, **model_options) -> Model:
+    params = Params.from_file(str(CONFIG_DIR / config), json.dumps(sizes))
+    model_params = params.pop("model")
+    for key, value in model_options.items():
+        model_params[key] = value
+    model_params["dropout"] = 0.0
+    torch.manual_seed(0)
+    return Model.from_params(vocab=vocab, params=model_params).eval()
+
+
+@pytest.fixture(scope="module")
+def loader_and_vocab(tiny_corpus):
+    reader = DatasetReader.from_params(Params({"type": "elmo_corpus", "max_sequence_length": 40}))
+    loader = ElmoStreamsLoader(reader, str(tiny_corpus / "valid.txt"), batch_size=4, window_size=5)
+    vocab = Vocabulary.from_instances(loader.iter_instances())
+    loader.index_with(vocab)
+    return loader, vocab
+
+
+@pytest.fixture(scope="module")
+def batches(loader_and_vocab):
+    return list(loader_and_vocab[0])[:3]
+
+
+def test_stateful_state_is_carried_detached_and_reset_where_a_stream_starts(loader_and_vocab, batches):
+    vocab = loader_and_vocab[1]
+    stateful = build("elmo_lstm.jsonnet", TINY, vocab, stateful=True)
+    stateless = build("elmo_lstm.jsonnet", TINY, vocab)
+    with torch.no_grad():
+        first = [m(**batches[0])["lm_embeddings"] for m in (stateful, stateless)]
+        assert torch.equal(*first)  # window 0 starts every stream: zero state
+        carried = stateful(**batches[1])["lm_embeddings"]
+        fresh = stateless(**batches[1])["lm_embeddings"]
+    assert not torch.allclose(carried, fresh)
+    assert all(not h.requires_grad and not c.requires_grad for h, c in stateful._stream_state[False])
+    # Row 1 restarts: its outputs are those of zero state, the others' still carried.
+    restart = dict(batches[1], stream_start=torch.tensor([False, True, False, False]))
+    stateful(**batches[0])
+    with torch.no_grad():
+        mixed = stateful(**restart)["lm_embeddings"]
+    assert torch.equal(mixed[1], fresh[1]) and torch.equal(mixed[0], carried[0])
+
+
+def test_state_carried_over_windows_equals_one_long_window(loader_and_vocab, batches):
+    """Two consecutive windows with state carried = their joined text read in one window."""
+    vocab = loader_and_vocab[1]
+    model = build("elmo_lstm.jsonnet", TINY, vocab, stateful=True)
+    with torch.no_grad():
+        parts = [model(**batch)["lm_embeddings"] for batch in batches[:2]]
+        joined = {
+            name: {
+                indexer: {key: torch.cat([batches[0][name][indexer][key], batches[1][name][indexer][key][:, 1:]], dim=1)
+                          for key in batches[0][name][indexer]}
+                for indexer in batches[0][name]
+            }
+            for name in ("source", "backward_source")
+        }
+        whole = model(**joined, stream_start=batches[0]["stream_start"])["lm_embeddings"]
+    assert torch.allclose(torch.cat(parts, dim=1), whole, atol=1e-5)
+
+
+def test_no_leak_of_the_predicted_token_across_two_consecutive_batches(loader_and_vocab, batches):
+    """The last token of window k (predicted there, read first in window k + 1) changed, in one
+    direction's text at a time: window k's outputs and the state it carries are unchanged."""
+    vocab = loader_and_vocab[1]
+    model = build("elmo_lstm.jsonnet", TINY, vocab, stateful=True)
+    with torch.no_grad():
+        base = model(**batches[0])["lm_embeddings"]
+        base_state = model._stream_state[False]
+        for name in ("source", "backward_source"):
+            changed = {**batches[0], name: {k: dict(v) for k, v in batches[0][name].items()}}
+            chars = changed[name]["elmo"]["elmo_tokens"].clone()
+            chars[:, -1] = chars[:, 0]  # another token in the last place
+            changed[name]["elmo"]["elmo_tokens"] = chars
+            # Float noise only (1e-8: the character CNN's matmuls see other rows); a leak
+            # would move the outputs by about their size (1e-2).
+            assert torch.allclose(model(**changed)["lm_embeddings"], base, rtol=0, atol=1e-7)
+            for (h, c), (h2, c2) in zip(base_state, model._stream_state[False]):
+                assert torch.allclose(h, h2, rtol=0, atol=1e-7) and torch.allclose(c, c2, rtol=0, atol=1e-7)
+        # The changed token does change what follows it: window k + 1 reads it first.
+        changed = {**batches[1], "source": {k: dict(v) for k, v in batches[1]["source"].items()}}
+        chars = changed["source"]["elmo"]["elmo_tokens"].clone()
+        chars[:, 0] = chars[:, 2]
+        changed["source"]["elmo"]["elmo_tokens"] = chars
+        model(**batches[0])
+        next_base = model(**batches[1])["lm_embeddings"]
+        model(**batches[0])
+        assert not torch.allclose(model(**changed)["lm_embeddings"][..., :16], next_base[..., :16], rtol=0, atol=1e-4)
+
+
+def test_training_and_evaluation_carry_separate_states(loader_and_vocab, batches):
+    model = build("elmo_lstm.jsonnet", TINY, loader_and_vocab[1], stateful=True)
+    model.train()
+    model(**batches[0])
+    model.eval()
+    assert model._stream_state[False] is None and model._stream_state[True] is not None
+
+
+def test_stateful_transformer_is_a_configuration_error(loader_and_vocab):
+    sizes = {k: v for k, v in TINY_TRANSFORMER_OVERRIDES.items() if not k.startswith("data_loader")}
+    with pytest.raises(ConfigurationError, match="stateful needs a contextualizer that carries state"):
+        build("elmo_transformer.jsonnet", sizes, loader_and_vocab[1], stateful=True)

@@ -1,0 +1,101 @@
+"""`elmo_lstm`'s stateful streams: a window read in two halves with the state carried equals the
+whole window (values and gradients within it), and the state carried out never holds a token
+after the window, in either direction."""
+import pytest
+import torch
+
+from elmo_plugin.modules.elmo_lstm import ElmoLstmContextualizer
+
+DIM = 6
+CLIPS = [{}, {"cell_clip": 0.5, "proj_clip": 0.3}]
+
+
+def make_lstm(**kwargs) -> ElmoLstmContextualizer:
+    torch.manual_seed(0)
+    return ElmoLstmContextualizer(input_dim=DIM, cell_size=10, num_layers=2, **kwargs).eval()
+
+
+def streams(timesteps: int = 8) -> torch.Tensor:
+    """(2 directions, 3 rows, timesteps, DIM): each direction its own text."""
+    torch.manual_seed(1)
+    return torch.randn(2, 3, timesteps, DIM, requires_grad=True)
+
+
+def full_mask(inputs: torch.Tensor) -> torch.Tensor:
+    return torch.ones(inputs.shape[1:3], dtype=torch.bool)
+
+
+@pytest.mark.parametrize("clips", CLIPS)
+def test_two_half_windows_with_carried_state_equal_one_full_window(clips):
+    lstm = make_lstm(**clips)
+    inputs = streams()
+    whole, _ = lstm.stream_layers(inputs, full_mask(inputs))
+    first, second = inputs[:, :, :4], inputs[:, :, 4:]
+    halves_first, carried = lstm.stream_layers(first, full_mask(first))
+    detached = [(h.detach(), c.detach()) for h, c in carried]
+    halves_second, _ = lstm.stream_layers(second, full_mask(second), detached)
+    for layer, a, b in zip(whole, halves_first, halves_second):
+        assert torch.allclose(layer, torch.cat([a, b], dim=1), atol=1e-6)
+    # Gradients within each half window: a loss on the half's outputs, w.r.t. the half's inputs.
+    weights = torch.randn_like(whole[-1][:, 4:])
+    (grad_whole,) = torch.autograd.grad((whole[-1][:, 4:] * weights).sum(), inputs)
+    (grad_half,) = torch.autograd.grad((halves_second[-1] * weights).sum(), inputs)
+    assert torch.allclose(grad_whole[:, :, 4:], grad_half[:, :, 4:], atol=1e-6)
+    assert torch.all(grad_half[:, :, :4] == 0)  # detached: nothing flows into the earlier window
+
+
+@pytest.mark.parametrize("clips", CLIPS)
+def test_zero_state_is_the_stateless_start(clips):
+    lstm = make_lstm(**clips)
+    inputs = streams()
+    fresh, _ = lstm.stream_layers(inputs, full_mask(inputs))
+    zero_state = [
+        (torch.zeros(2, 3, DIM), torch.zeros(2, 3, 10)) for _ in range(2)
+    ]
+    assert all(torch.equal(a, b) for a, b in zip(fresh, lstm.stream_layers(inputs, full_mask(inputs), zero_state)[0]))
+
+
+@pytest.mark.parametrize("clips", CLIPS)
+def test_no_future_token_leak_across_two_consecutive_windows(clips):
+    """Windows k and k + 1 of each direction's stream: changing the input at any position of
+    window k + 1 leaves every output of window k and the earlier outputs of window k + 1
+    unchanged, in both directions and every layer (each direction reads its own stream)."""
+    lstm = make_lstm(**clips)
+    inputs = streams(10).detach()
+    mask = full_mask(inputs[:, :, :5])
+
+    def run(changed: torch.Tensor):
+        first, state = lstm.stream_layers(changed[:, :, :5], mask)
+        second, _ = lstm.stream_layers(changed[:, :, 5:], mask, state)
+        return [torch.cat(pair, dim=1) for pair in zip(first, second)]
+
+    base = run(inputs)
+    for t in range(1, 10):
+        changed = inputs.clone()
+        changed[:, :, t] += 5.0
+        for layer, new in zip(base, run(changed)):
+            assert torch.equal(layer[:, :t], new[:, :t])
+            assert not torch.equal(layer[:, t:], new[:, t:])
+
+
+def test_the_transformer_refuses_stateful_streams():
+    from allennlp.common.checks import ConfigurationError
+    from elmo_plugin.modules.elmo_transformer import ElmoTransformerContextualizer
+
+    transformer = ElmoTransformerContextualizer(input_dim=DIM, num_layers=1, num_attention_heads=2, feedforward_hidden_dim=8)
+    with pytest.raises(ConfigurationError, match="use the elmo_lstm contextualizer"):
+        transformer.stream_layers(torch.zeros(2, 1, 3, DIM), torch.ones(1, 3, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("clips", CLIPS)
+def test_streams_from_zero_state_equal_the_stateless_layers(clips):
+    """Forward stream = the text, backward stream = the text reversed: the same numbers as
+    `all_layers` on the text (whose backward half is at the text's positions)."""
+    lstm = make_lstm(**clips)
+    text = streams()[0].detach()
+    mask = torch.ones(text.shape[:2], dtype=torch.bool)
+    stateless = lstm.all_layers(text, mask)
+    stream, _ = lstm.stream_layers(torch.stack([text, text.flip(1)]), mask)
+    for plain, streamed in zip(stateless, stream):
+        assert torch.allclose(plain[..., :DIM], streamed[..., :DIM], atol=1e-6)
+        assert torch.allclose(plain[..., DIM:], streamed[..., DIM:].flip(1), atol=1e-6)

@@ -1,0 +1,15 @@
+// The published original ELMo (elmo_lstm_original.jsonnet) in its own training regime, as
+// bilm-tf trained it: <S> ... </S> per sentence, 128 continuous streams per GPU (one per batch
+// row) read in windows of 20 tokens without padding, the backward LM on the reversed streams,
+// each row's LSTM state (every layer) carried across batches, detached. Under
+// `distributed` each process reads its own 128 streams; every process has as many batches.
+// Validation / `allennlp evaluate`: the held-out text streamed in order, state carried.
+// `allennlp train -r` resumes at the checkpoint's batch (elmo_corpus_resume) with zero state.
+local base = import 'elmo_lstm_original.jsonnet';
+
+base {
+  dataset_reader+: { max_sequence_length: null },
+  model+: { stateful: true },
+  data_loader: { type: 'elmo_streams', batch_size: 128, window_size: 20, shuffle: true, chunk_bytes: 1024 * 1024 },
+  validation_data_loader: { type: 'elmo_streams', batch_size: 128, window_size: 20 },
+}
