@@ -14,7 +14,7 @@ base {
   data_loader: { type: 'elmo_streams', batch_size: 32, window_size: 20, shuffle: true, chunk_bytes: 64 * 1024 },
   validation_data_loader: { type: 'elmo_streams', batch_size: 32, window_size: 20 },
   trainer+: {
-    checkpointer: { save_every_num_batches: 200 },
+    checkpointer+: { save_every_num_batches: 200 },
     callbacks+: [{ type: 'elmo_corpus_resume' }],  // exact mid-epoch resume (see README)
   },
 }
