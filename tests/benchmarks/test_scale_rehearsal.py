@@ -1,0 +1,36 @@
+"""benchmarks/scale_rehearsal.py end to end at tiny sizes (the corpus and its 793,471-line
+tokens.txt are real, the model shrunk): corpus -> elmo-vocab -> train, kill -9 at a checkpoint,
+-r, evaluate (1 and 2 processes) -> the 793k vs 50k step-time ratio."""
+import json
+import math
+import os
+import subprocess
+import sys
+
+from tests.helpers import REPO_ROOT
+
+TINY = {
+    "model.text_field_embedder.token_embedders.elmo.filters": [[1, 8], [2, 8], [3, 16]],
+    "model.text_field_embedder.token_embedders.elmo.projection_dim": 16,
+    "model.contextualizer.input_dim": 16,
+    "model.num_samples": 64,
+    "data_loader.batch_size": 16,
+}
+
+
+def test_rehearsal_kills_resumes_and_evaluates_in_one_and_two_processes(tmp_path):
+    command = [sys.executable, "-m", "benchmarks.scale_rehearsal", "--tokens", "60000", "--shards", "3",
+               "--train-tokens", "20000", "--heldout-tokens", "300", "--cell-size", "32",
+               "--workdir", str(tmp_path), "--model-overrides", json.dumps(TINY)]
+    result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=1200,
+                            env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore"))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    stages = {stage["stage"]: stage for stage in summary["stages"]}
+    assert len(list((tmp_path / "corpus" / "train").iterdir())) == 3
+    assert sum(1 for _ in open(tmp_path / "corpus" / "tokens.txt", encoding="utf-8")) == 793_471
+    for name in ("train_1proc", "train_2proc"):
+        stage = stages[name]
+        assert stage["killed_after_batch"] > 0 and stage["checkpoint_mib"] > 0
+        assert (tmp_path / name / "model.tar.gz").is_file() and math.isfinite(stage["heldout_perplexity"])
+    assert summary["step_time_ratio_793k_vs_50k"] > 0
