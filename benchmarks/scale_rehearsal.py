@@ -7,7 +7,7 @@
    its 793,471-line `tokens.txt`, and a held-out shard (another seed).
 2. `allennlp elmo-vocab --workers 2` over the whole corpus: seconds, tokens/s, peak RSS.
 3. `allennlp train training_config/elmo_lstm_original.jsonnet` with that `tokens.txt`
-   (`elmo_tokens_file`), the LSTM shrunk to 2 x `--cell-size`/512 (the softmax stays 512 wide)
+   (`elmo_tokens_file`), the LSTM shrunk to 2 x `--cell-size`/512 (1024/512: the softmax stays 512 wide)
    and everything else at full size: the 2048-filter character CNN, 8192 sampled negatives,
    batch 128 x 20, the sparse softmax, Adagrad, the `elmo_corpus` loader. One epoch of the first
    `--train-tokens` tokens of the corpus (500k: about 300 steps), in 1 process and in 2 CPU DDP
@@ -230,7 +230,7 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     parser.add_argument("--shards", type=int, default=100)
     parser.add_argument("--train-tokens", type=int, default=500_000, help="train one epoch on the corpus' first N tokens")
     parser.add_argument("--heldout-tokens", type=int, default=5_000)
-    parser.add_argument("--cell-size", type=int, default=512)
+    parser.add_argument("--cell-size", type=int, default=1024, help="LSTM cells (more than the 512-wide projection)")
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--workdir", type=Path, default=REPO_ROOT / "scale_rehearsal")
     parser.add_argument("--model-overrides", type=json.loads, default={}, help="JSON overrides on top")
