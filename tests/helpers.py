@@ -51,6 +51,23 @@ def overrides(values: Dict) -> str:
     return json.dumps(values)
 
 
+def train_with_probes(
+    config: str, values: Dict, out: Path, record: Path, kill: Optional[str] = None, resume: bool = False
+) -> subprocess.CompletedProcess:
+    """`allennlp train CONFIG -s OUT -o VALUES` (with `-r` when `resume`) and the probe callbacks
+    of tests/cli/probes.py writing into `record` (`batch_recorder`, `target_counter`);
+    `kill="epoch,batch"` makes `batch_recorder` kill the run there (the failed run is returned)."""
+    record.mkdir(exist_ok=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTHONPATH", str(REPO_ROOT))
+        patch.setenv("TARGET_COUNTER_DIR", str(record))
+        patch.setenv("BATCH_RECORDER_DIR", str(record))
+        if kill:
+            patch.setenv("BATCH_RECORDER_KILL", kill)
+        args = ["train", config, "-s", str(out), "-o", overrides(values), "--include-package", "tests.cli.probes"]
+        return run_allennlp(args + (["-r"] if resume else []), check=not kill)
+
+
 # Tiny sizes for CLI tests: same architecture as the demo, seconds per epoch.
 TINY_INPUT_OVERRIDES = {
     "model.text_field_embedder.token_embedders.elmo.filters": [[1, 8], [2, 8], [3, 16]],

@@ -1,18 +1,20 @@
 """Exact mid-epoch resume through the CLI: elmo_lstm_original.jsonnet shrunk, with the
 `elmo_corpus` data loader shuffling; a run killed (SIGKILL) mid-epoch after a checkpoint and
 then resumed with `allennlp train -r` trains exactly the batches of one uninterrupted run."""
+import functools
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import pytest
 from allennlp.common import Params
 from allennlp.data import DatasetReader, Vocabulary
 
-from tests.helpers import CONFIG_DIR, REPO_ROOT, free_port, overrides, run_allennlp
+from tests.helpers import CONFIG_DIR, free_port, run_allennlp, train_with_probes
 
 CONFIG = str(CONFIG_DIR / "elmo_lstm_original.jsonnet")
+train = functools.partial(train_with_probes, CONFIG)
 KILLED_AT = (1, 11)  # epoch, batch: 2 batches after the checkpoint at batch 9 of the second epoch
 SAVED_AT = 9
 
@@ -38,17 +40,6 @@ def shrunk_original(corpus: Path, num_workers: int, processes: int) -> Dict:
     if processes > 1:
         values["distributed"] = {"cuda_devices": [-1] * processes, "master_port": free_port()}
     return values
-
-
-def train(values: Dict, out: Path, record: Path, kill: Optional[str] = None, resume: bool = False):
-    record.mkdir(exist_ok=True)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PYTHONPATH", str(REPO_ROOT))
-        patch.setenv("BATCH_RECORDER_DIR", str(record))
-        if kill:
-            patch.setenv("BATCH_RECORDER_KILL", kill)
-        args = ["train", CONFIG, "-s", str(out), "-o", overrides(values), "--include-package", "tests.cli.probes"]
-        return run_allennlp(args + (["-r"] if resume else []), check=not kill)
 
 
 def recorded(record: Path, rank: int, epoch: int, up_to: int = 10**9) -> Dict[int, List]:

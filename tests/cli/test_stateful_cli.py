@@ -2,18 +2,20 @@
 and 2 gloo DDP processes, every token predicted once per epoch in each direction), evaluates as
 validation did (the held-out text streamed in order, state carried), and a run killed mid-epoch
 resumes with `-r` at exactly the batch after its checkpoint."""
+import functools
 import json
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict
 
 import pytest
 from allennlp.common import Params
 from allennlp.data import DatasetReader
 
 from tests.cli.test_exact_resume_cli import recorded
-from tests.helpers import CONFIG_DIR, REPO_ROOT, TINY_LSTM_OVERRIDES, free_port, overrides, run_allennlp
+from tests.helpers import CONFIG_DIR, TINY_LSTM_OVERRIDES, free_port, overrides, run_allennlp, train_with_probes
 
 CONFIG = str(CONFIG_DIR / "elmo_lstm_stateful.jsonnet")
+train = functools.partial(train_with_probes, CONFIG)
 STREAMS = 8
 
 
@@ -36,18 +38,6 @@ def shrunk(corpus: Path, processes: int = 1, **extra) -> Dict:
     if processes > 1:
         values["distributed"] = {"cuda_devices": [-1] * processes, "master_port": free_port()}
     return values
-
-
-def train(values: Dict, out: Path, record: Path, kill: Optional[str] = None, resume: bool = False):
-    record.mkdir(exist_ok=True)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PYTHONPATH", str(REPO_ROOT))
-        patch.setenv("TARGET_COUNTER_DIR", str(record))
-        patch.setenv("BATCH_RECORDER_DIR", str(record))
-        if kill:
-            patch.setenv("BATCH_RECORDER_KILL", kill)
-        args = ["train", CONFIG, "-s", str(out), "-o", overrides(values), "--include-package", "tests.cli.probes"]
-        return run_allennlp(args + (["-r"] if resume else []), check=not kill)
 
 
 def corpus_tokens(corpus: Path) -> int:
