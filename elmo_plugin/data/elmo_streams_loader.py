@@ -2,8 +2,10 @@
 line wrapped in `<S>` ... `</S>`) are concatenated in line order and cut into continuous streams,
 one per batch row, read in fixed windows with no padding but at each stream's end; every batch
 also holds the backward direction's own stream (the same text reversed)."""
+import bisect
+import itertools
 import math
-from typing import Iterator, List, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 import torch
 from allennlp.common.checks import ConfigurationError
@@ -11,9 +13,13 @@ from allennlp.data import Instance
 from allennlp.data.data_loaders.data_loader import DataLoader, TensorDict
 from allennlp.data.fields import TensorField
 
-from elmo_plugin.data.elmo_corpus_loader import ElmoCorpusLoader
+from elmo_plugin.data.elmo_corpus_loader import CorpusChunk, ElmoCorpusLoader
 from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
 from elmo_plugin.data.elmo_text_field import ElmoTextField
+
+# The unit a stream reads at a time (bytes of a plain shard): a loader holds at most one piece's
+# tokens per stream and direction, whatever the corpus size.
+PIECE_BYTES = 1 << 16
 
 
 def stream_bounds(total: int, streams: int) -> List[int]:
@@ -27,12 +33,25 @@ def window_count(length: int, window_size: int) -> int:
     return math.ceil(max(length - 1, 0) / window_size)
 
 
-def stream_window(tokens: List[str], k: int, window_size: int) -> List[str]:
-    """Window k of a stream: tokens [kT, kT + T] (T + 1 tokens, fewer at the end): the first T
-    are read, the last T are predicted, so the last token is the next window's first. A stream
-    that has ended gives its last token alone (read, nothing predicted), so no row is empty."""
-    start = min(k * window_size, len(tokens) - 1)
-    return tokens[start : start + window_size + 1]
+def stream_windows(texts: Iterator[str], window_size: int) -> Iterator[List[str]]:
+    """The windows of the stream `texts`, endlessly: window k is tokens [kT, kT + T] (T + 1
+    tokens, fewer at the end): the first T are read, the last T predicted, so a window's last
+    token is the next one's first. Once the stream has ended, its last token alone (read,
+    nothing predicted), so no row is ever empty."""
+    window = list(itertools.islice(texts, window_size + 1))
+    while True:
+        yield window
+        window = window[-1:] + list(itertools.islice(texts, window_size))
+
+
+def split_chunk(chunk: CorpusChunk, piece_bytes: int) -> List[CorpusChunk]:
+    """A chunk as consecutive pieces of about `piece_bytes` (a compressed shard stays whole:
+    it cannot be seeked)."""
+    if chunk.end is None:
+        return [chunk]
+    count = max(1, round((chunk.end - chunk.start) / piece_bytes))
+    span = chunk.end - chunk.start
+    return [CorpusChunk(chunk.path, chunk.start + span * i // count, chunk.start + span * (i + 1) // count) for i in range(count)]
 
 
 @DataLoader.register("elmo_streams")
@@ -52,9 +71,14 @@ class ElmoStreamsLoader(ElmoCorpusLoader):
     With `shuffle`, the chunks (of about `chunk_bytes`, as in `elmo_corpus`) are read in an
     order drawn from (seed, epoch); lines keep their order within a chunk. Under distributed
     training process p takes streams p * batch_size ... (p + 1) * batch_size - 1, and every
-    process has the same number of batches (that of the longest stream); every process reads
-    the whole corpus to find its streams. Exact resume (`elmo_corpus_resume`) restarts at the
-    checkpoint's batch; a model's carried state then starts from zero.
+    process has the same number of batches (that of the longest stream).
+
+    Memory grows with `batch_size`, not with the corpus: every process counts the tokens of
+    each piece of the corpus (about 64 KiB of a plain shard) once, on its first epoch, and
+    from then on reads only its own streams, one piece per stream and direction at a time (a
+    compressed shard is one piece: keep those shards small). Exact resume
+    (`elmo_corpus_resume`) restarts at the checkpoint's batch, reading each stream from that
+    window on; a model's carried state then starts from zero.
     """
 
     def __init__(
@@ -75,49 +99,78 @@ class ElmoStreamsLoader(ElmoCorpusLoader):
         if self.num_workers:
             raise ConfigurationError("data_loader elmo_streams: num_workers must be 0 (streams are read in order)")
         self.window_size = window_size
+        self.pieces = [split_chunk(chunk, min(chunk_bytes, PIECE_BYTES)) for chunk in self.chunks]
+        self._piece_counts: Optional[List[List[int]]] = None
 
     def layout(self) -> str:
         return f"{super().layout()}, window_size {self.window_size} (elmo_streams)"
 
-    def epoch_tokens(self, epoch: int) -> List[str]:
-        """Every token's text in the order epoch `epoch` reads the corpus (strings: no Token
-        objects for the whole corpus)."""
-        tokens: List[str] = []
-        for chunk_index in self.chunk_order(epoch):
-            chunk = self.chunks[chunk_index]
-            for instance in self.reader.range_instances(chunk.path, chunk.start, chunk.end):
-                field = instance["source"]
-                tokens.extend(field.texts if isinstance(field, ElmoTextField) else [t.text for t in field.tokens])
-        return tokens
+    def piece_texts(self, piece: CorpusChunk) -> List[str]:
+        """Every token's text of one piece, in order (strings: no Token objects)."""
+        texts: List[str] = []
+        for instance in self.reader.range_instances(piece.path, piece.start, piece.end):
+            field = instance["source"]
+            texts.extend(field.texts if isinstance(field, ElmoTextField) else [t.text for t in field.tokens])
+        return texts
 
-    def streams(self, epoch: int) -> Tuple[List[List[str]], int]:
-        """(this process's `batch_size` streams of epoch `epoch`, the number of batches every
-        process yields: the windows of the longest stream of all processes)."""
-        tokens = self.epoch_tokens(epoch)
-        if len(tokens) < 2 * self.batch_size * self.world_size:
+    def piece_counts(self) -> List[List[int]]:
+        """Tokens per piece of each chunk (`self.pieces[c][i]` has `counts[c][i]`), counted by
+        one read of the corpus on first use; an epoch's order only permutes the chunks."""
+        if self._piece_counts is None:
+            self._piece_counts = [[len(self.piece_texts(piece)) for piece in pieces] for pieces in self.pieces]
+        return self._piece_counts
+
+    def epoch_pieces(self, epoch: int) -> Tuple[List[CorpusChunk], List[int]]:
+        """(the pieces in the order epoch `epoch` reads them, the token offset where each starts
+        in the epoch's text, plus the total at the end)."""
+        counts = self.piece_counts()
+        order = self.chunk_order(epoch)
+        pieces = [piece for c in order for piece in self.pieces[c]]
+        offsets = [0, *itertools.accumulate(n for c in order for n in counts[c])]
+        return pieces, offsets
+
+    def stream_texts(self, pieces: List[CorpusChunk], offsets: List[int], start: int, stop: int, backward: bool) -> Iterator[str]:
+        """The epoch's tokens [start, stop) in order, or from stop - 1 down to start with
+        `backward`: one piece read at a time."""
+        if start >= stop:
+            return
+        first, last = bisect.bisect_right(offsets, start) - 1, bisect.bisect_right(offsets, stop - 1) - 1
+        for i in range(last, first - 1, -1) if backward else range(first, last + 1):
+            texts = self.piece_texts(pieces[i])[max(start - offsets[i], 0) : stop - offsets[i]]
+            yield from reversed(texts) if backward else texts
+
+    def stream_bounds(self, total: int) -> Tuple[List[Tuple[int, int]], int]:
+        """(this process's `batch_size` streams as [start, stop) token offsets of an epoch of
+        `total` tokens, the number of batches every process yields: the windows of the longest
+        stream of all processes)."""
+        if total < 2 * self.batch_size * self.world_size:
             raise ConfigurationError(
-                f"data_loader elmo_streams: {self.data_path} has {len(tokens)} tokens, too few for "
+                f"data_loader elmo_streams: {self.data_path} has {total} tokens, too few for "
                 f"{self.batch_size * self.world_size} streams of at least 2: lower batch_size"
             )
-        bounds = stream_bounds(len(tokens), self.batch_size * self.world_size)
-        first = self.rank * self.batch_size
+        bounds = stream_bounds(total, self.batch_size * self.world_size)
         longest = max(end - start for start, end in zip(bounds, bounds[1:]))
-        streams = [tokens[bounds[s] : bounds[s + 1]] for s in range(first, first + self.batch_size)]
-        return streams, window_count(longest, self.window_size)
+        first = self.rank * self.batch_size
+        return [(bounds[s], bounds[s + 1]) for s in range(first, first + self.batch_size)], window_count(longest, self.window_size)
 
     def _batches(self, epoch: int, first_ordinal: int, skip: int) -> Iterator[tuple]:
         """(0, batch) for batches `skip`, `skip` + 1, ... of the epoch: the whole epoch is one
-        ordinal of the inherited position bookkeeping, so `skip` is the batch to resume at."""
-        streams, batches = self.streams(epoch)
-        reversed_streams = [stream[::-1] for stream in streams]
+        ordinal of the inherited position bookkeeping, so `skip` is the batch to resume at.
+        Resuming reads from each stream's window `skip` on: nothing before it."""
+        pieces, offsets = self.epoch_pieces(epoch)
+        streams, batches = self.stream_bounds(offsets[-1])
+        directions = []
+        for start, stop in streams:
+            done = min(skip * self.window_size, stop - start - 1)  # tokens before window `skip`
+            forward = self.stream_texts(pieces, offsets, start + done, stop, backward=False)
+            backward = self.stream_texts(pieces, offsets, start, stop - done, backward=True)
+            directions.append((stream_windows(forward, self.window_size), stream_windows(backward, self.window_size)))
         for k in range(skip, batches):
-            instances = [self._window_instance(*pair, k) for pair in zip(streams, reversed_streams)]
+            instances = [self._window_instance(next(forward), next(backward), k) for forward, backward in directions]
             yield 0, self.collate_fn([self._indexed(instance) for instance in instances])
 
-    def _window_instance(self, stream: List[str], reversed_stream: List[str], k: int) -> Instance:
+    def _window_instance(self, forward: List[str], backward: List[str], k: int) -> Instance:
         """Window k of a stream, forward and backward (read from the stream's reversed text)."""
-        forward = stream_window(stream, k, self.window_size)
-        backward = stream_window(reversed_stream, k, self.window_size)
         return Instance(
             {
                 "source": ElmoTextField(forward),

@@ -1,6 +1,7 @@
 """The `elmo_streams` loader's layout: every token of every line once per epoch, in line order
 within its stream, backward windows reading the same stream reversed, the same number of
 batches in every distributed process, and a resume that yields exactly the remaining batches."""
+import tracemalloc
 from pathlib import Path
 from typing import List, Tuple
 
@@ -10,7 +11,8 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
 
 from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
-from elmo_plugin.data.elmo_streams_loader import ElmoStreamsLoader
+from elmo_plugin.data import elmo_streams_loader
+from elmo_plugin.data.elmo_streams_loader import ElmoStreamsLoader, stream_bounds, window_count
 from tests.data.test_elmo_corpus_loader import write_corpus
 
 WINDOW = 6
@@ -120,3 +122,98 @@ def test_too_few_tokens_for_the_streams_is_an_error(tmp_path):
     loader = make_loader(str(tmp_path / "tiny.txt"), batch_size=4)
     with pytest.raises(ConfigurationError, match="too few for 4 streams"):
         list(loader)
+
+
+def plain_windows(loader: ElmoStreamsLoader, epoch: int) -> List[Tuple[List[List[str]], List[List[str]]]]:
+    """The layout computed the plain way: the whole epoch's tokens in memory, cut into streams,
+    window k of a stream (reversed for backward) = tokens [kT, kT + T], the last token alone
+    once the stream has ended."""
+    tokens = [
+        t.text
+        for c in loader.chunk_order(epoch)
+        for instance in loader.reader.range_instances(loader.chunks[c].path, loader.chunks[c].start, loader.chunks[c].end)
+        for t in instance["source"].tokens
+    ]
+    bounds = stream_bounds(len(tokens), loader.batch_size * loader.world_size)
+    mine = range(loader.rank * loader.batch_size, (loader.rank + 1) * loader.batch_size)
+    streams = [tokens[bounds[s] : bounds[s + 1]] for s in mine]
+    batches = max(window_count(b - a, loader.window_size) for a, b in zip(bounds, bounds[1:]))
+
+    def window(stream: List[str], k: int) -> List[str]:
+        start = min(k * loader.window_size, len(stream) - 1)
+        return stream[start : start + loader.window_size + 1]
+
+    return [([window(s, k) for s in streams], [window(s[::-1], k) for s in streams]) for k in range(batches)]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(),
+        dict(shuffle=True),
+        dict(shuffle=True, world=(2, 1), window_size=4),
+        dict(chunk_bytes=2500, piece_bytes=150, shuffle=True),  # many pieces per chunk
+        dict(chunk_bytes=2500, piece_bytes=150, world=(3, 2), batch_size=2, window_size=11),
+    ],
+)
+def test_streamed_windows_equal_the_plain_in_memory_layout_also_when_resumed(pattern, monkeypatch, options):
+    options = dict(options)
+    monkeypatch.setattr(elmo_streams_loader, "PIECE_BYTES", options.pop("piece_bytes", elmo_streams_loader.PIECE_BYTES))
+    loader = make_loader(pattern, **options)
+    for epoch in range(2):
+        expected = plain_windows(loader, epoch)
+        batches = list(loader)
+        assert [(rows(loader, b, "source"), rows(loader, b, "backward_source")) for b in batches] == expected
+    resumed = make_loader(pattern, **options)
+    resumed.resume_from({**loader.state_dict(), "epoch": 1, "batches": 3, "chunk_ordinal": 0, "chunk_batch": 3, "epoch_batches": [len(batches)]})
+    list(resumed)  # epoch 0: placeholders
+    again = [b for b in resumed if b]
+    assert [(rows(resumed, b, "source"), rows(resumed, b, "backward_source")) for b in again] == expected[3:]
+
+
+def test_a_resumed_epoch_reads_nothing_before_each_streams_window(pattern, monkeypatch):
+    monkeypatch.setattr(elmo_streams_loader, "PIECE_BYTES", 150)
+    loader = make_loader(pattern, chunk_bytes=2500)
+    loader.piece_counts()  # the one counting read
+    read = []
+    original = loader.piece_texts
+    monkeypatch.setattr(loader, "piece_texts", lambda piece: read.append(piece) or original(piece))
+    batches = list(loader)
+    full = len(read)
+    read.clear()
+    resumed = make_loader(pattern, chunk_bytes=2500)
+    resumed.piece_counts()
+    monkeypatch.setattr(resumed, "piece_texts", lambda piece: read.append(piece) or original(piece))
+    resumed.resume_from({**loader.state_dict(), "epoch": 0, "batches": len(batches) - 1, "chunk_batch": len(batches) - 1, "epoch_batches": []})
+    assert len([b for b in resumed if b]) == 1
+    # The last window of each stream and direction: one or two pieces each, not the whole epoch.
+    assert len(read) <= 2 * 2 * ROWS < full
+
+
+def corpus_of(folder: Path, lines: int) -> str:
+    folder.mkdir()
+    # The same 500 words whatever the size: the indexer's cache grows with the vocabulary.
+    text = "\n".join(" ".join(f"w{(line * 7 + t) % 500}" for t in range(10)) for line in range(lines)) + "\n"
+    (folder / "corpus.txt").write_text(text)
+    return str(folder / "corpus.txt")
+
+
+def epoch_peak_bytes(pattern: str) -> int:
+    """Python memory peak while one epoch is read (after the counting read), in bytes."""
+    loader = make_loader(pattern, batch_size=8, window_size=20, chunk_bytes=1 << 20)
+    loader.piece_counts()
+    tracemalloc.start()
+    try:
+        for _ in loader:
+            pass
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_memory_grows_with_the_batch_not_with_the_corpus(tmp_path, monkeypatch):
+    monkeypatch.setattr(elmo_streams_loader, "PIECE_BYTES", 4096)  # both corpora: streams of many pieces
+    small = epoch_peak_bytes(corpus_of(tmp_path / "small", 3_000))
+    large = epoch_peak_bytes(corpus_of(tmp_path / "large", 24_000))  # 8x the tokens: 1.3 MB of text
+    # Holding the epoch's tokens would take about 8x; a piece per stream and direction keeps it flat.
+    assert large < 1.5 * small, (small, large)
