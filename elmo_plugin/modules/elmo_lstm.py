@@ -219,7 +219,7 @@ class ElmoLstmContextualizer(BiLmContextualizer):
         if self.cell_clip is None and self.proj_clip is None:
             return torch.stack([lstm(direction)[0] for lstm, direction in zip(lstms, inputs)])
         if can_pack(inputs):
-            return packed_clipped_lstm(inputs, packed_weights(lstms), lengths, self.cell_clip, self.proj_clip)
+            return packed_clipped_lstm(inputs, packed_weights(lstms), lengths, self.cell_clip, self.proj_clip)[0]
         if inputs.device.type == "cpu":
             return clipped_lstm(inputs, lstms, lengths, self.cell_clip, self.proj_clip)
         # On a GPU the loop is launch-bound: fixed shapes, no host syncs, fused gate kernels.
@@ -250,6 +250,21 @@ class ElmoLstmContextualizer(BiLmContextualizer):
 
     supports_state = True
 
+    def _run_stream_layer(
+        self, lstms: Sequence[torch.nn.LSTM], inputs: torch.Tensor, lengths: torch.Tensor, initial: LayerState
+    ) -> Tuple[torch.Tensor, LayerState]:
+        """inputs (directions, batch, timesteps, input_dim) in any row order, `initial` (state,
+        memory) -> (outputs (directions, batch, timesteps, input_dim), the (state, memory) after
+        the last step)."""
+        if not can_pack(inputs) or any(part.requires_grad for part in initial):
+            return lstm_steps(inputs, lstms, initial, self.cell_clip, self.proj_clip)
+        order = torch.argsort(lengths, descending=True, stable=True)  # the packed LSTM's row order
+        restore = torch.argsort(order)
+        outputs, final = packed_clipped_lstm(
+            inputs[:, order], packed_weights(lstms), lengths[order], self.cell_clip, self.proj_clip, tuple(part[:, order] for part in initial)
+        )
+        return outputs[:, restore], tuple(part[:, restore] for part in final)
+
     def stream_layers(
         self, inputs: torch.Tensor, mask: torch.BoolTensor, state: Optional[List[LayerState]] = None
     ) -> Tuple[List[torch.Tensor], List[LayerState]]:
@@ -258,12 +273,15 @@ class ElmoLstmContextualizer(BiLmContextualizer):
         says; `state`: every layer's (state, memory) to start from (`initial_state` shapes),
         None for zero. -> (every layer's (batch, timesteps, 2 * input_dim) [forward; backward]
         output, each direction at its own input's positions, zero at padding; every layer's
-        state after the last timestep, meaningful for rows without padding)."""
+        state after the last timestep, meaningful for rows without padding).
+        float32 CPU runs the packed LSTM (a row's state is then the one at its own last
+        position), other devices and dtypes the step loop."""
         keep = mask.unsqueeze(-1).to(inputs.dtype)
+        lengths = mask.sum(dim=1)
         layer_input, layers, final = inputs, [], []
         for index, lstms in enumerate(zip(self.forward_layers, self.backward_layers)):
             initial = state[index] if state is not None else initial_state(layer_input, lstms)
-            output, last = lstm_steps(self._dropout(layer_input), lstms, initial, self.cell_clip, self.proj_clip)
+            output, last = self._run_stream_layer(lstms, self._dropout(layer_input), lengths, initial)
             if index > 0:
                 output = output + layer_input
             layers.append(torch.cat([output[0], output[1]], dim=-1) * keep)

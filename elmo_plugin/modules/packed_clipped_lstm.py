@@ -32,8 +32,10 @@ class PackedClippedLstm(torch.autograd.Function):
     All directions of one layer over packed sequences: inputs (directions, n, in) in time-major
     packed order (`packed_positions`), w_ih (directions, in, 4 * cells), bias (directions, 1,
     4 * cells), w_hh (directions, proj, 4 * cells), w_hr (directions, cells, proj), gates in
-    torch's order i, f, g, o -> states (directions, n, proj), from zero state, memory clipped to
-    +-cell_clip and states to +-proj_clip.
+    torch's order i, f, g, o, and the state (directions, sizes[0], proj) and memory
+    (directions, sizes[0], cells) before the first step (None: zero; constants: no gradient
+    reaches them) -> (states (directions, n, proj), memory (directions, n, cells), no gradient
+    through it), memory clipped to +-cell_clip and states to +-proj_clip.
 
     Forward: x W_ih + b for every position in one matmul, then per step only the recurrent and
     the projection matmuls, gate arithmetic in place in preallocated buffers. Backward: per step
@@ -42,7 +44,7 @@ class PackedClippedLstm(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, inputs, w_ih, bias, w_hh, w_hr, sizes, cell_clip, proj_clip):  # type: ignore[override]
+    def forward(ctx, inputs, w_ih, bias, w_hh, w_hr, sizes, cell_clip, proj_clip, state0, memory0):  # type: ignore[override]
         cells = w_hr.size(1)
         gates = torch.baddbmm(bias, inputs, w_ih)  # (directions, n, 4 * cells), activated in place below
         memory = inputs.new_empty(gates.shape[:2] + (cells,))
@@ -55,6 +57,8 @@ class PackedClippedLstm(torch.autograd.Function):
             step_gates = gates[:, rows]
             if step > 0:  # the previous step's first `size` rows are these sequences' states
                 step_gates.baddbmm_(states[:, previous][:, :size], w_hh)
+            elif state0 is not None:
+                step_gates.baddbmm_(state0, w_hh)
             # candidate tanh(z) = 2 sigmoid(2 z) - 1: all four gates in one sigmoid
             step_gates[..., 2 * cells : 3 * cells].mul_(2.0)
             step_gates.sigmoid_()
@@ -64,6 +68,8 @@ class PackedClippedLstm(torch.autograd.Function):
             torch.mul(input_gate, candidate, out=step_memory)
             if step > 0:
                 step_memory.addcmul_(forget_gate, memory[:, previous][:, :size])
+            elif memory0 is not None:
+                step_memory.addcmul_(forget_gate, memory0)
             if cell_clip is not None:
                 step_memory.clamp_(-cell_clip, cell_clip)
             torch.mul(tanh_via_sigmoid(step_memory, out=tanh_memory[:, rows]), output_gate, out=hidden[:, rows])
@@ -71,13 +77,14 @@ class PackedClippedLstm(torch.autograd.Function):
             if proj_clip is not None:
                 states[:, rows].clamp_(-proj_clip, proj_clip)
             previous, start = rows, start + size
-        ctx.save_for_backward(inputs, w_ih, w_hh, w_hr, gates, memory, tanh_memory, hidden, states)
+        ctx.save_for_backward(inputs, w_ih, w_hh, w_hr, gates, memory, tanh_memory, hidden, states, state0, memory0)
         ctx.sizes, ctx.cell_clip, ctx.proj_clip = sizes, cell_clip, proj_clip
-        return states
+        ctx.mark_non_differentiable(memory)
+        return states, memory
 
     @staticmethod
-    def backward(ctx, grad_states):  # type: ignore[override]
-        inputs, w_ih, w_hh, w_hr, gates, memory, tanh_memory, hidden, states = ctx.saved_tensors
+    def backward(ctx, grad_states, _):  # type: ignore[override]
+        inputs, w_ih, w_hh, w_hr, gates, memory, tanh_memory, hidden, states, state0, memory0 = ctx.saved_tensors
         sizes = ctx.sizes
         memory_passes, state_passes = clip_mask(memory, ctx.cell_clip), clip_mask(states, ctx.proj_clip)
         grad_gates = torch.empty_like(gates)  # w.r.t. the pre-activation gates
@@ -110,17 +117,21 @@ class PackedClippedLstm(torch.autograd.Function):
                 torch.mul(grad_cell, memory[:, previous][:, :size], out=d_forget).mul_(sigmoid_slope(forget_gate))
                 grad_memory = grad_cell.mul_(forget_gate)
                 grad_states[:, previous][:, :size].baddbmm_(grad_gates[:, rows], w_hh_t)
+            elif memory0 is not None:
+                torch.mul(grad_cell, memory0, out=d_forget).mul_(sigmoid_slope(forget_gate))
             else:
                 d_forget.zero_()  # the memory before the first step is zero
         # Weight and input gradients: one matmul each over every position.
         first = sizes[0]
         previous_states = states[:, previous_rows(sizes, states.device)]
         grad_w_hh = torch.bmm(previous_states.transpose(1, 2), grad_gates[:, first:])
+        if state0 is not None:
+            grad_w_hh.baddbmm_(state0.transpose(1, 2), grad_gates[:, :first])
         grad_w_hr = torch.bmm(hidden.transpose(1, 2), grad_states)
         grad_inputs = torch.bmm(grad_gates, w_ih.transpose(1, 2))
         grad_w_ih = torch.bmm(inputs.transpose(1, 2), grad_gates)
         grad_bias = grad_gates.sum(dim=1, keepdim=True)
-        return grad_inputs, grad_w_ih, grad_bias, grad_w_hh, grad_w_hr, None, None, None
+        return grad_inputs, grad_w_ih, grad_bias, grad_w_hh, grad_w_hr, None, None, None, None, None
 
 
 def sigmoid_slope(activated: torch.Tensor) -> torch.Tensor:
@@ -144,16 +155,35 @@ def packed_clipped_lstm(
     lengths: torch.Tensor,
     cell_clip: Optional[float],
     proj_clip: Optional[float],
-) -> torch.Tensor:
+    initial: Optional[Tuple[torch.Tensor, torch.Tensor]] = None,
+) -> Tuple[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """inputs (directions, batch, timesteps, dim), batch sorted by decreasing `lengths`, weights
-    (w_ih, bias, w_hh, w_hr) as `PackedClippedLstm` takes them -> (directions, batch,
-    timesteps, proj), zero past each length. Only real positions are computed."""
+    (w_ih, bias, w_hh, w_hr) as `PackedClippedLstm` takes them, `initial` (state (directions,
+    batch, proj), memory (directions, batch, cells)) to start from, None for zero; it gets no
+    gradient, so it must not need one (state carried between batches is detached) ->
+    (outputs (directions, batch, timesteps, proj), zero past each length; (state, memory) at
+    each row's last position, `initial` for a row of length 0). Only real positions are
+    computed."""
     directions, batch, timesteps, dim = inputs.shape
     index, sizes = packed_positions(lengths, timesteps)
     w_ih, bias, w_hh, w_hr = weights
+    if initial is None:
+        initial = (inputs.new_zeros(directions, batch, w_hr.size(2)), inputs.new_zeros(directions, batch, w_hr.size(1)))
+        state0 = memory0 = None
+    elif any(part.requires_grad for part in initial):
+        raise ValueError("packed_clipped_lstm: the initial state must not require grad (detach it)")
+    else:
+        state0, memory0 = (part[:, : sizes[0]] if sizes else part for part in initial)
     outputs = inputs.new_zeros(directions, batch * timesteps, w_hr.size(2))
-    if sizes:
-        packed = inputs.reshape(directions, batch * timesteps, dim).index_select(1, index)
-        states = PackedClippedLstm.apply(packed, w_ih, bias, w_hh, w_hr, sizes, cell_clip, proj_clip)
-        outputs = outputs.index_copy(1, index, states)
-    return outputs.view(directions, batch, timesteps, -1)
+    if not sizes:
+        return outputs.view(directions, batch, timesteps, -1), initial
+    packed = inputs.reshape(directions, batch * timesteps, dim).index_select(1, index)
+    states, memory = PackedClippedLstm.apply(packed, w_ih, bias, w_hh, w_hr, sizes, cell_clip, proj_clip, state0, memory0)
+    outputs = outputs.index_copy(1, index, states)
+    # Row r's last position in the packed order: the start of step lengths[r] - 1, plus r.
+    step_starts = torch.tensor([0, *sizes[:-1]], device=lengths.device).cumsum(0)
+    ended = lengths > 0
+    last = torch.where(ended, step_starts[(lengths - 1).clamp(min=0)] + torch.arange(batch, device=lengths.device), 0)
+    keep = ended.view(1, batch, 1)
+    final = (torch.where(keep, states[:, last], initial[0]), torch.where(keep, memory[:, last], initial[1]))
+    return outputs.view(directions, batch, timesteps, -1), final

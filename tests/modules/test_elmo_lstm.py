@@ -238,7 +238,7 @@ def test_packed_hand_differentiated_lstm_equals_the_step_loop_in_values_and_grad
     inputs = torch.randn(2, len(lengths), max(int(lengths.max()), 1), DIM, requires_grad=True)
     cell_clip, proj_clip = clips.get("cell_clip"), clips.get("proj_clip")
     loop = clipped_lstm(inputs, lstms, lengths, cell_clip, proj_clip)
-    packed = packed_clipped_lstm(inputs, packed_weights(lstms), lengths, cell_clip, proj_clip)
+    packed, _ = packed_clipped_lstm(inputs, packed_weights(lstms), lengths, cell_clip, proj_clip)
     assert torch.allclose(packed, loop, atol=1e-6)
     if clips.get("proj_clip"):
         assert packed.abs().max() <= clips["proj_clip"]

@@ -99,3 +99,47 @@ def test_streams_from_zero_state_equal_the_stateless_layers(clips):
     for plain, streamed in zip(stateless, stream):
         assert torch.allclose(plain[..., :DIM], streamed[..., :DIM], atol=1e-6)
         assert torch.allclose(plain[..., DIM:], streamed[..., DIM:].flip(1), atol=1e-6)
+
+
+@pytest.mark.parametrize("clips", CLIPS)
+def test_packed_stream_layers_equal_the_step_loop_values_states_and_gradients(clips, monkeypatch):
+    """CPU float32 runs the packed LSTM from the carried state; the step loop is the plain
+    computation. Rows in any length order (one of length 1), a random carried state."""
+    lstm = make_lstm(**clips)
+    torch.manual_seed(2)
+    inputs = torch.randn(2, 4, 7, DIM, requires_grad=True)
+    mask = torch.arange(7) < torch.tensor([5, 7, 1, 6]).unsqueeze(1)
+    state = [(torch.randn(2, 4, DIM) * 0.3, torch.randn(2, 4, 10) * 0.3) for _ in range(2)]
+    weights = torch.randn(4, 7, 2 * DIM)
+
+    def run():
+        layers, final = lstm.stream_layers(inputs, mask, state)
+        grads = torch.autograd.grad((layers[-1] * weights).sum(), [inputs, *lstm.parameters()])
+        return layers, final, grads
+
+    packed = run()
+    monkeypatch.setattr("elmo_plugin.modules.elmo_lstm.can_pack", lambda inputs: False)
+    plain = run()
+    for a, b in zip(packed[0], plain[0]):
+        assert torch.allclose(a, b, atol=1e-6)
+    full = mask.all(dim=1)  # the step loop's state is the last real step's only without padding
+    for (h, c), (h_plain, c_plain) in zip(packed[1], plain[1]):
+        assert torch.allclose(h[:, full], h_plain[:, full], atol=1e-6)
+        assert torch.allclose(c[:, full], c_plain[:, full], atol=1e-6)
+    for a, b in zip(packed[2], plain[2]):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
+@pytest.mark.parametrize("clips", CLIPS)
+def test_packed_final_state_is_each_rows_state_at_its_last_position(clips):
+    """A row with padding carries the state after its own last token: reading it on from there
+    equals reading the row's real tokens and the next ones in one window."""
+    lstm = make_lstm(**clips)
+    inputs = streams(timesteps=8).detach()
+    short = torch.arange(5) < torch.tensor([5, 3, 4]).unsqueeze(1)
+    _, carried = lstm.stream_layers(inputs[:, :, :5], short)
+    for row, length in enumerate([5, 3, 4]):
+        whole, _ = lstm.stream_layers(torch.cat([inputs[:, row:row + 1, :length], inputs[:, row:row + 1, 5:]], dim=2), torch.ones(1, length + 3, dtype=torch.bool))
+        state = [(h[:, row:row + 1], c[:, row:row + 1]) for h, c in carried]
+        rest, _ = lstm.stream_layers(inputs[:, row:row + 1, 5:], torch.ones(1, 3, dtype=torch.bool), state)
+        assert torch.allclose(whole[-1][:, length:], rest[-1], atol=1e-6)
