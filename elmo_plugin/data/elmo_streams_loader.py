@@ -10,7 +10,7 @@ from typing import Iterator, List, Optional, Tuple
 import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.data import Instance
-from allennlp.data.data_loaders.data_loader import DataLoader, TensorDict
+from allennlp.data.data_loaders.data_loader import DataLoader
 from allennlp.data.fields import TensorField
 
 from elmo_plugin.data.elmo_corpus_loader import CorpusChunk, ElmoCorpusLoader
