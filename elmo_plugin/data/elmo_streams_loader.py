@@ -139,7 +139,7 @@ class ElmoStreamsLoader(ElmoCorpusLoader):
             texts = self.piece_texts(pieces[i])[max(start - offsets[i], 0) : stop - offsets[i]]
             yield from reversed(texts) if backward else texts
 
-    def stream_bounds(self, total: int) -> Tuple[List[Tuple[int, int]], int]:
+    def process_streams(self, total: int) -> Tuple[List[Tuple[int, int]], int]:
         """(this process's `batch_size` streams as [start, stop) token offsets of an epoch of
         `total` tokens, the number of batches every process yields: the windows of the longest
         stream of all processes)."""
@@ -158,7 +158,7 @@ class ElmoStreamsLoader(ElmoCorpusLoader):
         ordinal of the inherited position bookkeeping, so `skip` is the batch to resume at.
         Resuming reads from each stream's window `skip` on: nothing before it."""
         pieces, offsets = self.epoch_pieces(epoch)
-        streams, batches = self.stream_bounds(offsets[-1])
+        streams, batches = self.process_streams(offsets[-1])
         directions = []
         for start, stop in streams:
             done = min(skip * self.window_size, stop - start - 1)  # tokens before window `skip`
