@@ -7,10 +7,13 @@ from allennlp.data.token_indexers.elmo_indexer import ELMoCharacterMapper
 from allennlp.modules.highway import Highway
 from allennlp.modules.token_embedders import TokenEmbedder
 
+from elmo_plugin.modules.onednn_matmul import linear, uses_onednn
+
 ACTIVATIONS = {"relu": torch.nn.functional.relu, "tanh": torch.tanh}
 PADDING_CHAR_ID = ELMoCharacterMapper.padding_character + 1
 # Upper bounds of token lengths (characters up to the last non-padding one) encoded together.
 LENGTH_GROUPS = (5, 7, 9, 12, 16, 24, 50)
+HASH_POWERS = [pow(1_000_003, position, 2**61 - 1) for position in range(256)]
 
 
 def token_lengths(char_ids: torch.Tensor) -> torch.Tensor:
@@ -19,6 +22,24 @@ def token_lengths(char_ids: torch.Tensor) -> torch.Tensor:
     positions = torch.arange(1, char_ids.size(-1) + 1, device=char_ids.device)
     last = (positions * (char_ids != PADDING_CHAR_ID)).amax(dim=-1).clamp(min=1)
     return last * (char_ids > 0).any(dim=-1)
+
+
+def distinct_rows(char_ids: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(n, chars) ids -> (distinct rows (m, chars), inverse (n,)): distinct[inverse] == char_ids.
+    Rows are told apart by a polynomial hash of their ids (a 1-D unique, several times faster
+    than torch.unique over rows); if two different rows ever share a hash, the check below sees
+    it and torch.unique over rows decides."""
+    if char_ids.size(-1) > len(HASH_POWERS):
+        return torch.unique(char_ids, dim=0, return_inverse=True)
+    powers = torch.tensor(HASH_POWERS[: char_ids.size(-1)], device=char_ids.device)
+    keys = (char_ids.long() * powers).sum(dim=-1)  # wraps around in int64: still a hash
+    _, inverse = torch.unique(keys, return_inverse=True)
+    first = torch.empty(int(inverse.max()) + 1 if len(inverse) else 0, dtype=torch.long, device=char_ids.device)
+    first.scatter_(0, inverse, torch.arange(len(inverse), device=char_ids.device))  # a row of each key
+    distinct = char_ids[first]
+    if not torch.equal(distinct[inverse], char_ids):
+        return torch.unique(char_ids, dim=0, return_inverse=True)
+    return distinct, inverse
 
 
 @TokenEmbedder.register("elmo_char_cnn")
@@ -122,11 +143,24 @@ class ElmoCharCnn(TokenEmbedder):
             if end > start:
                 pooled.append(self.pooled_convolutions(char_ids[start:end], lengths[start:end], padding_windows))
             start = end
-        return self.projection(self.highways(torch.cat(pooled)))
+        return self.highway_projection(torch.cat(pooled))
+
+    def highway_projection(self, pooled: torch.Tensor) -> torch.Tensor:
+        """(n, total filters) -> (n, projection_dim): the highway layers, then the projection.
+        Where no gradient is needed on a float32 CPU (inference, or a frozen ELMo), the same
+        computation as allennlp's `Highway` runs its matmuls through oneDNN (`onednn_matmul`)."""
+        layers = [*self.highways._layers, self.projection]
+        if not uses_onednn(pooled, *(parameter for layer in layers for parameter in layer.parameters())):
+            return self.projection(self.highways(pooled))
+        for layer in self.highways._layers:
+            nonlinear, gate = linear(pooled, layer.weight, layer.bias).chunk(2, dim=-1)
+            gate = torch.sigmoid(gate)
+            pooled = gate * pooled + (1 - gate) * self.highways._activation(nonlinear)
+        return linear(pooled, self.projection.weight, self.projection.bias)
 
     def forward(self, elmo_tokens: torch.Tensor) -> torch.Tensor:
         """(..., chars) ids -> (..., projection_dim)."""
-        distinct, inverse = torch.unique(elmo_tokens.reshape(-1, elmo_tokens.size(-1)), dim=0, return_inverse=True)
+        distinct, inverse = distinct_rows(elmo_tokens.reshape(-1, elmo_tokens.size(-1)))
         lengths = token_lengths(distinct)
         order = torch.argsort(lengths)  # the padding token (length 0), if any, comes first
         num_padding = int((lengths == 0).sum())  # 0 or 1

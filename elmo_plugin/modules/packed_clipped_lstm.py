@@ -4,6 +4,8 @@ from typing import List, Optional, Tuple
 
 import torch
 
+from elmo_plugin.modules.onednn_matmul import linear, right_matrices, transposed_matmul
+
 
 def packed_positions(lengths: torch.Tensor, timesteps: int) -> Tuple[torch.Tensor, List[int]]:
     """(batch,) lengths sorted decreasingly -> (flat index into batch * timesteps of every real
@@ -40,13 +42,17 @@ class PackedClippedLstm(torch.autograd.Function):
     Forward: x W_ih + b for every position in one matmul, then per step only the recurrent and
     the projection matmuls, gate arithmetic in place in preallocated buffers. Backward: per step
     only the two matmuls that carry the gradient back in time; the weight and input gradients
-    are one matmul each over all steps. The same numbers as autograd through the plain loop.
+    are one matmul each over all steps. Every matmul goes through `onednn_matmul` (per direction;
+    the per-step weights prepacked once per call). The same numbers as autograd through the
+    plain loop, within float32 rounding.
     """
 
     @staticmethod
     def forward(ctx, inputs, w_ih, bias, w_hh, w_hr, sizes, cell_clip, proj_clip, state0, memory0):  # type: ignore[override]
-        cells = w_hr.size(1)
-        gates = torch.baddbmm(bias, inputs, w_ih)  # (directions, n, 4 * cells), activated in place below
+        cells, directions = w_hr.size(1), inputs.size(0)
+        w_hh_, w_hr_ = right_matrices(w_hh), right_matrices(w_hr)
+        # (directions, n, 4 * cells), activated in place below
+        gates = torch.stack([linear(inputs[d], w_ih[d].t(), bias[d, 0]) for d in range(directions)])
         memory = inputs.new_empty(gates.shape[:2] + (cells,))
         tanh_memory = torch.empty_like(memory)
         hidden = torch.empty_like(memory)  # o * tanh(memory), the projection's input
@@ -55,10 +61,11 @@ class PackedClippedLstm(torch.autograd.Function):
         for step, size in enumerate(sizes):
             rows = slice(start, start + size)
             step_gates = gates[:, rows]
-            if step > 0:  # the previous step's first `size` rows are these sequences' states
-                step_gates.baddbmm_(states[:, previous][:, :size], w_hh)
-            elif state0 is not None:
-                step_gates.baddbmm_(state0, w_hh)
+            # the previous step's first `size` rows are these sequences' states
+            step_state0 = states[:, previous][:, :size] if step > 0 else state0
+            if step_state0 is not None:
+                for d in range(directions):
+                    step_gates[d] += w_hh_[d](step_state0[d])
             # candidate tanh(z) = 2 sigmoid(2 z) - 1: all four gates in one sigmoid
             step_gates[..., 2 * cells : 3 * cells].mul_(2.0)
             step_gates.sigmoid_()
@@ -73,7 +80,8 @@ class PackedClippedLstm(torch.autograd.Function):
             if cell_clip is not None:
                 step_memory.clamp_(-cell_clip, cell_clip)
             torch.mul(tanh_via_sigmoid(step_memory, out=tanh_memory[:, rows]), output_gate, out=hidden[:, rows])
-            torch.bmm(hidden[:, rows], w_hr, out=states[:, rows])
+            for d in range(directions):
+                states[d, rows] = w_hr_[d](hidden[d, rows])
             if proj_clip is not None:
                 states[:, rows].clamp_(-proj_clip, proj_clip)
             previous, start = rows, start + size
@@ -89,7 +97,9 @@ class PackedClippedLstm(torch.autograd.Function):
         memory_passes, state_passes = clip_mask(memory, ctx.cell_clip), clip_mask(states, ctx.proj_clip)
         grad_gates = torch.empty_like(gates)  # w.r.t. the pre-activation gates
         grad_states = grad_states.clone()  # plus, step by step, what flows back through time
-        w_hh_t, w_hr_t = w_hh.transpose(1, 2), w_hr.transpose(1, 2)
+        directions = gates.size(0)
+        # gradients flow back through the transposed weights
+        w_hh_t, w_hr_t = right_matrices(w_hh.transpose(1, 2)), right_matrices(w_hr.transpose(1, 2))
         grad_memory = None  # w.r.t. this step's memory, through the next step's forget gate
         ends = torch.tensor(sizes).cumsum(0).tolist()
         for step in range(len(sizes) - 1, -1, -1):
@@ -98,7 +108,7 @@ class PackedClippedLstm(torch.autograd.Function):
             grad_state = grad_states[:, rows]
             if state_passes is not None:
                 grad_state.mul_(state_passes[:, rows])
-            grad_hidden = torch.bmm(grad_state, w_hr_t)
+            grad_hidden = torch.stack([w_hr_t[d](grad_state[d]) for d in range(directions)])
             input_gate, forget_gate, candidate, output_gate = gates[:, rows].chunk(4, dim=-1)
             d_input, d_forget, d_candidate, d_output = grad_gates[:, rows].chunk(4, dim=-1)
             step_tanh = tanh_memory[:, rows]
@@ -116,7 +126,8 @@ class PackedClippedLstm(torch.autograd.Function):
                 previous = slice(end - size - sizes[step - 1], end - size)
                 torch.mul(grad_cell, memory[:, previous][:, :size], out=d_forget).mul_(sigmoid_slope(forget_gate))
                 grad_memory = grad_cell.mul_(forget_gate)
-                grad_states[:, previous][:, :size].baddbmm_(grad_gates[:, rows], w_hh_t)
+                for d in range(directions):
+                    grad_states[d, previous][:size] += w_hh_t[d](grad_gates[d, rows])
             elif memory0 is not None:
                 torch.mul(grad_cell, memory0, out=d_forget).mul_(sigmoid_slope(forget_gate))
             else:
@@ -124,12 +135,12 @@ class PackedClippedLstm(torch.autograd.Function):
         # Weight and input gradients: one matmul each over every position.
         first = sizes[0]
         previous_states = states[:, previous_rows(sizes, states.device)]
-        grad_w_hh = torch.bmm(previous_states.transpose(1, 2), grad_gates[:, first:])
+        grad_w_hh = torch.stack([transposed_matmul(previous_states[d], grad_gates[d, first:]) for d in range(directions)])
         if state0 is not None:
             grad_w_hh.baddbmm_(state0.transpose(1, 2), grad_gates[:, :first])
-        grad_w_hr = torch.bmm(hidden.transpose(1, 2), grad_states)
-        grad_inputs = torch.bmm(grad_gates, w_ih.transpose(1, 2))
-        grad_w_ih = torch.bmm(inputs.transpose(1, 2), grad_gates)
+        grad_w_hr = torch.stack([transposed_matmul(hidden[d], grad_states[d]) for d in range(directions)])
+        grad_inputs = torch.stack([linear(grad_gates[d], w_ih[d]) for d in range(directions)])
+        grad_w_ih = torch.stack([transposed_matmul(inputs[d], grad_gates[d]) for d in range(directions)])
         grad_bias = grad_gates.sum(dim=1, keepdim=True)
         return grad_inputs, grad_w_ih, grad_bias, grad_w_hh, grad_w_hr, None, None, None, None, None
 

@@ -1,0 +1,68 @@
+"""Float32 CPU matmuls through oneDNN, the CPU fast path of the LSTM and the character CNN.
+
+torch's own CPU matmul calls MKL, which on some CPUs (AMD EPYC among them) runs several times
+below the machine's rate; oneDNN, which torch also ships (its convolutions use it), does not.
+`torch.ops.mkldnn._linear_pointwise` is the linear that torch.compile's CPU backend emits: x W^T
+(+ b) with W either a plain (N, K) tensor or one prepacked by `_reorder_linear_weight` into
+oneDNN's blocked layout (fastest for a weight used many times, as in a time loop). Where torch
+was built without oneDNN, or for other devices and dtypes, the same calls run torch.matmul.
+Results equal torch.matmul's within float32 rounding (the summation order differs).
+"""
+import functools
+from typing import List, Optional
+
+import torch
+
+
+@functools.lru_cache(maxsize=None)
+def onednn_built() -> bool:
+    """Whether this torch has oneDNN's linear (asked once)."""
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+def uses_onednn(*tensors: torch.Tensor) -> bool:
+    """oneDNN takes float32 CPU tensors that need no autograd graph (its linear has no
+    derivative: where one is needed, the caller differentiates by hand)."""
+    needs_graph = torch.is_grad_enabled() and any(tensor.requires_grad for tensor in tensors)
+    return onednn_built() and not needs_graph and all(
+        tensor.device.type == "cpu" and tensor.dtype == torch.float32 for tensor in tensors
+    )
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """x (..., K) W^T (+ bias (N,)) for a plain (N, K) `weight` (any strides) -> (..., N)."""
+    if x.numel() and weight.numel() and uses_onednn(x, weight):  # oneDNN refuses empty operands
+        return onednn_linear(x, weight, bias)
+    return torch.nn.functional.linear(x, weight, bias)
+
+
+def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """`linear` through oneDNN; `weight` plain or prepacked."""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+def transposed_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a^T b for a (n, K), b (n, N) -> (K, N): the weight gradients, summed over n positions."""
+    return linear(a.t(), b.t())
+
+
+class RightMatrix:
+    """A (K, N) matrix that many x @ matrix products share, prepacked once for oneDNN."""
+
+    def __init__(self, matrix: torch.Tensor) -> None:
+        weight = matrix.t().contiguous()  # linear's (N, K) layout
+        self.prepacked = uses_onednn(matrix) and matrix.numel() > 0
+        self.weight = torch.ops.mkldnn._reorder_linear_weight(weight) if self.prepacked else weight
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """x (..., K) -> x @ matrix: (..., N)."""
+        if not self.prepacked:
+            return torch.nn.functional.linear(x, self.weight)
+        if not x.numel():  # oneDNN refuses empty inputs; only oneDNN reads the prepacked weight
+            return x.new_zeros(*x.shape[:-1], self.weight.size(0))
+        return onednn_linear(x, self.weight, None)
+
+
+def right_matrices(stacked: torch.Tensor) -> List[RightMatrix]:
+    """(directions, K, N) -> one prepacked `RightMatrix` per direction."""
+    return [RightMatrix(matrix) for matrix in stacked]

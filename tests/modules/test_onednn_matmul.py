@@ -1,0 +1,61 @@
+import pytest
+import torch
+
+from elmo_plugin.modules import onednn_matmul
+from elmo_plugin.modules.elmo_lstm import packed_weights
+from elmo_plugin.modules.onednn_matmul import RightMatrix, linear, transposed_matmul, uses_onednn
+from elmo_plugin.modules.packed_clipped_lstm import packed_clipped_lstm
+
+
+def close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal within float32 rounding, relative to the largest value (sums of many products)."""
+    if a.shape != b.shape:
+        return False
+    return not b.numel() or float((a - b).abs().max()) <= 1e-5 * max(1.0, float(b.abs().max()))
+
+
+@pytest.mark.parametrize("rows", [0, 1, 7, 300])
+def test_products_equal_torch_matmul(rows):
+    """Prepacked, plain (also a transposed view) and a^T b products equal torch's, for empty
+    inputs, one row and many; a bias is added."""
+    torch.manual_seed(0)
+    x, matrix, bias = torch.randn(rows, 24), torch.randn(24, 40), torch.randn(40)
+    with torch.no_grad():
+        assert close(RightMatrix(matrix)(x), x @ matrix)
+        assert close(RightMatrix(matrix)(x.view(1, rows, 24))[0], x @ matrix)
+        assert close(linear(x, matrix.t(), bias), x @ matrix + bias)
+        other = torch.randn(rows, 40)
+        assert close(transposed_matmul(x, other), x.t() @ other)
+
+
+def test_onednn_runs_on_this_machine_and_stays_out_of_autograd_graphs():
+    matrix = torch.randn(4, 3, requires_grad=True)
+    assert uses_onednn(torch.randn(2, 4), matrix.detach())
+    assert not uses_onednn(torch.randn(2, 4), matrix)  # a graph is needed: torch's matmul
+    assert not uses_onednn(torch.randn(2, 4, dtype=torch.float64))
+    x = torch.randn(2, 4)
+    linear(x, matrix.t()).sum().backward()
+    assert torch.allclose(matrix.grad, x.sum(0, keepdim=True).t().expand(4, 3))
+
+
+@pytest.mark.parametrize("lengths", [[9, 6, 6, 1, 0], [1]])
+def test_packed_lstm_through_onednn_equals_it_through_torch_matmul(lengths, monkeypatch):
+    """The CPU LSTM's forward and hand-written backward give the same values and gradients with
+    oneDNN as with torch's matmul (oneDNN switched off)."""
+    torch.manual_seed(0)
+    lstms = [torch.nn.LSTM(6, 10, proj_size=6, batch_first=True) for _ in range(2)]
+    lengths = torch.tensor(lengths)
+    inputs = torch.randn(2, len(lengths), int(lengths.max()), 6, requires_grad=True)
+    initial = (torch.randn(2, len(lengths), 6), torch.randn(2, len(lengths), 10))
+    wrt = [inputs, *(p for lstm in lstms for p in lstm.parameters())]
+
+    def run():
+        outputs, final = packed_clipped_lstm(inputs, packed_weights(lstms), lengths, 0.5, 0.3, initial)
+        weights = torch.linspace(-1, 1, outputs.numel()).view_as(outputs)
+        return [outputs, *final, *torch.autograd.grad((outputs * weights).sum(), wrt)]
+
+    fast = run()
+    monkeypatch.setattr(onednn_matmul, "onednn_built", lambda: False)
+    plain = run()
+    for got, want in zip(fast, plain):
+        assert close(got, want)
