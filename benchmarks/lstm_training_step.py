@@ -14,7 +14,8 @@ that need gradients (as the character CNN's output does). Contenders, timed in a
 - `matmul_torch`: one fp32 2048 x 2048 x 2048 `torch.mm` (MKL);
 - `matmul_onednn`: the same product through oneDNN's linear (`onednn_matmul`), which our CPU
   LSTM uses; on some CPUs (AMD EPYC) it runs at twice MKL's rate.
-The machine's matmul rate is the faster of the two.
+The machine's matmul rate is the faster of the two (`ours_clipped_of_matmul_torch` also
+gives our rate against torch.mm's alone, the yardstick before oneDNN was used).
 FLOPs come from the LSTM equations: per token, direction and layer the forward pass does
 x W_ih (2 * in * 4 cells), h W_hh (2 * proj * 4 cells) and the projection (2 * cells * proj);
 the backward pass twice that (input and weight gradients), so a step is 3 x forward. Elementwise
@@ -135,6 +136,7 @@ def main() -> None:
         "rounds": args.rounds,
         **{f"{name}_gflops": round(rate, 1) for name, rate in rates.items()},
         **{f"{name}_of_matmul": round(rates[name] / rates["matmul"], 3) for name in contenders if not name.startswith("matmul")},
+        "ours_clipped_of_matmul_torch": round(rates["ours_clipped"] / rates["matmul_torch"], 3),
         "clipped_vs_unclipped": round(rates["ours_clipped"] / rates["ours_unclipped"], 3),
         "clipped_vs_allennlp": round(rates["ours_clipped"] / rates["allennlp_elmo_lstm"], 3),
         "stateful_vs_clipped": round(rates["ours_stateful"] / rates["ours_clipped"], 3),

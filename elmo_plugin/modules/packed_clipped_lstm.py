@@ -150,10 +150,15 @@ def sigmoid_slope(activated: torch.Tensor) -> torch.Tensor:
     return torch.addcmul(activated, activated, activated, value=-1.0)
 
 
+def step_starts(sizes: List[int], device: torch.device) -> torch.Tensor:
+    """(steps,) the packed position where each step's rows begin."""
+    return torch.tensor([0, *sizes[:-1]], device=device).cumsum(0)
+
+
 def previous_rows(sizes: List[int], device: torch.device) -> torch.Tensor:
     """For every packed position after the first step, the packed position of the same
     sequence one step earlier: (n - sizes[0],)."""
-    starts = torch.tensor([0, *sizes[:-1]], device=device).cumsum(0)
+    starts = step_starts(sizes, device)
     sizes_tensor = torch.tensor(sizes, device=device)
     step_of = torch.repeat_interleave(torch.arange(1, len(sizes), device=device), sizes_tensor[1:])
     row_in_step = torch.arange(int(sizes_tensor[1:].sum()), device=device) - (starts[step_of] - sizes[0])
@@ -192,9 +197,9 @@ def packed_clipped_lstm(
     states, memory = PackedClippedLstm.apply(packed, w_ih, bias, w_hh, w_hr, sizes, cell_clip, proj_clip, state0, memory0)
     outputs = outputs.index_copy(1, index, states)
     # Row r's last position in the packed order: the start of step lengths[r] - 1, plus r.
-    step_starts = torch.tensor([0, *sizes[:-1]], device=lengths.device).cumsum(0)
+    starts = step_starts(sizes, lengths.device)
     ended = lengths > 0
-    last = torch.where(ended, step_starts[(lengths - 1).clamp(min=0)] + torch.arange(batch, device=lengths.device), 0)
+    last = torch.where(ended, starts[(lengths - 1).clamp(min=0)] + torch.arange(batch, device=lengths.device), 0)
     keep = ended.view(1, batch, 1)
     final = (torch.where(keep, states[:, last], initial[0]), torch.where(keep, memory[:, last], initial[1]))
     return outputs.view(directions, batch, timesteps, -1), final
