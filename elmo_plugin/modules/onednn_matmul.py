@@ -22,9 +22,10 @@ def onednn_built() -> bool:
 
 def uses_onednn(*tensors: torch.Tensor) -> bool:
     """oneDNN takes float32 CPU tensors that need no autograd graph (its linear has no
-    derivative: where one is needed, the caller differentiates by hand)."""
+    derivative: where one is needed, the caller differentiates by hand), outside CPU autocast
+    (which would not see the call: torch's matmul keeps autocast's bf16)."""
     needs_graph = torch.is_grad_enabled() and any(tensor.requires_grad for tensor in tensors)
-    return onednn_built() and not needs_graph and all(
+    return onednn_built() and not needs_graph and not torch.is_autocast_enabled("cpu") and all(
         tensor.device.type == "cpu" and tensor.dtype == torch.float32 for tensor in tensors
     )
 

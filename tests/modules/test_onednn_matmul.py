@@ -33,6 +33,9 @@ def test_onednn_runs_on_this_machine_and_stays_out_of_autograd_graphs():
     assert uses_onednn(torch.randn(2, 4), matrix.detach())
     assert not uses_onednn(torch.randn(2, 4), matrix)  # a graph is needed: torch's matmul
     assert not uses_onednn(torch.randn(2, 4, dtype=torch.float64))
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast's bf16 matmuls stay torch's
+        assert not uses_onednn(torch.randn(2, 4))
+        assert linear(torch.randn(2, 4), matrix.detach().t()).dtype == torch.bfloat16
     x = torch.randn(2, 4)
     linear(x, matrix.t()).sum().backward()
     assert torch.allclose(matrix.grad, x.sum(0, keepdim=True).t().expand(4, 3))
