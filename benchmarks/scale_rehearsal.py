@@ -1,7 +1,7 @@
 """The 1B Word-shaped pretraining job, end to end on this machine, through the real CLI.
 
     python -m benchmarks.scale_rehearsal [--tokens 50000000] [--shards 100] [--train-tokens 500000]
-                                         [--heldout-tokens 5000] [--workdir scale_rehearsal] [--processes 1 2]
+                                         [--heldout-tokens 5000] [--workdir scale_rehearsal] [--processes [1 2]]
 
 1. `scripts/make_scale_corpus.py`: `--tokens` in `--shards` shards with 1B Word's statistics,
    its 793,471-line `tokens.txt`, and a held-out shard (another seed).
@@ -231,7 +231,9 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     parser.add_argument("--train-tokens", type=int, default=500_000, help="train one epoch on the corpus' first N tokens")
     parser.add_argument("--heldout-tokens", type=int, default=5_000)
     parser.add_argument("--cell-size", type=int, default=1024, help="LSTM cells (more than the 512-wide projection)")
-    parser.add_argument("--processes", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--processes", type=int, nargs="*", default=[1, 2],
+                        help="kill/resume runs with this many processes each; none (a bare --processes): "
+                             "only the corpus, elmo-vocab and the timing epochs")
     parser.add_argument("--workdir", type=Path, default=REPO_ROOT / "scale_rehearsal")
     parser.add_argument("--model-overrides", type=json.loads, default={}, help="JSON overrides on top")
     parser.add_argument("--dry-run", action="store_true")
