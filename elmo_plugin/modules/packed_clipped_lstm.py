@@ -54,8 +54,11 @@ class PackedClippedLstm(torch.autograd.Function):
         # (directions, n, 4 * cells), activated in place below
         gates = torch.stack([linear(inputs[d], w_ih[d].t(), bias[d, 0]) for d in range(directions)])
         memory = inputs.new_empty(gates.shape[:2] + (cells,))
-        tanh_memory = torch.empty_like(memory)
-        hidden = torch.empty_like(memory)  # o * tanh(memory), the projection's input
+        # Without a backward pass (inference) only the memory is kept for every position; the
+        # tanh of the memory and the projection's input o * tanh(memory) live in one step's rows.
+        every_step = any(ctx.needs_input_grad)
+        tanh_memory = torch.empty_like(memory) if every_step else memory.new_empty(directions, sizes[0], cells)
+        hidden = torch.empty_like(tanh_memory)
         states = inputs.new_empty(gates.shape[:2] + (w_hr.size(2),))
         start = 0
         for step, size in enumerate(sizes):
@@ -79,9 +82,10 @@ class PackedClippedLstm(torch.autograd.Function):
                 step_memory.addcmul_(forget_gate, memory0)
             if cell_clip is not None:
                 step_memory.clamp_(-cell_clip, cell_clip)
-            torch.mul(tanh_via_sigmoid(step_memory, out=tanh_memory[:, rows]), output_gate, out=hidden[:, rows])
+            kept = rows if every_step else slice(0, size)
+            torch.mul(tanh_via_sigmoid(step_memory, out=tanh_memory[:, kept]), output_gate, out=hidden[:, kept])
             for d in range(directions):
-                states[d, rows] = w_hr_[d](hidden[d, rows])
+                states[d, rows] = w_hr_[d](hidden[d, kept])
             if proj_clip is not None:
                 states[:, rows].clamp_(-proj_clip, proj_clip)
             previous, start = rows, start + size

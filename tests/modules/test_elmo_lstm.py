@@ -253,3 +253,19 @@ def test_packed_hand_differentiated_lstm_equals_the_step_loop_in_values_and_grad
         a = torch.zeros_like(wrt[0]) if a is None else a
         b = torch.zeros_like(a) if b is None else b
         assert torch.allclose(a, b, atol=1e-5, rtol=1e-4), name
+
+
+@pytest.mark.parametrize("lengths", [[7, 5, 3, 3, 0], [1], [4, 1], [0, 0]])
+def test_packed_lstm_without_a_backward_pass_gives_the_same_outputs_and_final_states(lengths):
+    """Inference keeps only one step of the packed LSTM's intermediates: the same outputs and final
+    (state, memory) as when every step is kept for the backward pass, from a given initial state."""
+    torch.manual_seed(0)
+    lstms = [torch.nn.LSTM(DIM, 10, proj_size=DIM, batch_first=True) for _ in range(2)]
+    lengths = torch.tensor(lengths)
+    inputs = torch.randn(2, len(lengths), max(int(lengths.max()), 1), DIM)
+    initial = (torch.randn(2, len(lengths), DIM), torch.randn(2, len(lengths), 10))
+    training = packed_clipped_lstm(inputs.requires_grad_(), packed_weights(lstms), lengths, 0.5, 0.3, initial)
+    with torch.no_grad():
+        inference = packed_clipped_lstm(inputs, packed_weights(lstms), lengths, 0.5, 0.3, initial)
+    for got, want in zip([inference[0], *inference[1]], [training[0], *training[1]]):
+        assert not got.requires_grad and torch.allclose(got, want.detach(), atol=1e-6)
