@@ -69,12 +69,13 @@ def train_with_probes(
 
 
 # Tiny sizes for CLI tests: same architecture as the demo, seconds per epoch.
-TINY_INPUT_OVERRIDES = {
+TINY_CHAR_CNN_OVERRIDES = {
     "model.text_field_embedder.token_embedders.elmo.filters": [[1, 8], [2, 8], [3, 16]],
     "model.text_field_embedder.token_embedders.elmo.projection_dim": 16,
     "model.contextualizer.input_dim": 16,
-    "data_loader.batch_sampler.batch_size": 16,
 }
+
+TINY_INPUT_OVERRIDES = {**TINY_CHAR_CNN_OVERRIDES, "data_loader.batch_sampler.batch_size": 16}
 
 TINY_LSTM_OVERRIDES = {**TINY_INPUT_OVERRIDES, "model.contextualizer.cell_size": 32}
 

@@ -7,12 +7,10 @@ import os
 import subprocess
 import sys
 
-from tests.helpers import REPO_ROOT
+from tests.helpers import REPO_ROOT, TINY_CHAR_CNN_OVERRIDES
 
 TINY = {
-    "model.text_field_embedder.token_embedders.elmo.filters": [[1, 8], [2, 8], [3, 16]],
-    "model.text_field_embedder.token_embedders.elmo.projection_dim": 16,
-    "model.contextualizer.input_dim": 16,
+    **TINY_CHAR_CNN_OVERRIDES,
     "model.num_samples": 64,
     "data_loader.batch_size": 16,
 }

@@ -11,7 +11,7 @@ import pytest
 from allennlp.common import Params
 from allennlp.data import DatasetReader, Vocabulary
 
-from tests.helpers import CONFIG_DIR, free_port, run_allennlp, train_with_probes
+from tests.helpers import CONFIG_DIR, TINY_CHAR_CNN_OVERRIDES, free_port, run_allennlp, train_with_probes
 
 CONFIG = str(CONFIG_DIR / "elmo_lstm_original.jsonnet")
 train = functools.partial(train_with_probes, CONFIG)
@@ -24,9 +24,7 @@ def shrunk_original(corpus: Path, num_workers: int, processes: int) -> Dict:
         "train_data_path": str(corpus / "train" / "*.txt"),
         "validation_data_path": str(corpus / "valid.txt"),
         "vocabulary.min_count.tokens": 1,
-        "model.text_field_embedder.token_embedders.elmo.filters": [[1, 8], [2, 8], [3, 16]],
-        "model.text_field_embedder.token_embedders.elmo.projection_dim": 16,
-        "model.contextualizer.input_dim": 16,
+        **TINY_CHAR_CNN_OVERRIDES,
         "model.contextualizer.cell_size": 32,
         "model.num_samples": 20,
         "data_loader.batch_size": 8,

@@ -12,7 +12,7 @@ from allennlp.common import Params
 from allennlp.data import DatasetReader
 
 from tests.cli.test_exact_resume_cli import recorded
-from tests.helpers import CONFIG_DIR, TINY_LSTM_OVERRIDES, free_port, overrides, run_allennlp, train_with_probes
+from tests.helpers import CONFIG_DIR, TINY_CHAR_CNN_OVERRIDES, TINY_LSTM_OVERRIDES, free_port, overrides, run_allennlp, train_with_probes
 
 CONFIG = str(CONFIG_DIR / "elmo_lstm_stateful.jsonnet")
 train = functools.partial(train_with_probes, CONFIG)
@@ -96,9 +96,7 @@ def test_original_stateful_config_is_bilm_tfs_regime_and_trains_when_shrunk(tiny
         "train_data_path": str(tiny_corpus / "train" / "*.txt"),
         "validation_data_path": str(tiny_corpus / "valid.txt"),
         "vocabulary.min_count.tokens": 1,
-        "model.text_field_embedder.token_embedders.elmo.filters": [[1, 8], [2, 8], [3, 16]],
-        "model.text_field_embedder.token_embedders.elmo.projection_dim": 16,
-        "model.contextualizer.input_dim": 16,
+        **TINY_CHAR_CNN_OVERRIDES,
         "model.contextualizer.cell_size": 32,
         "model.num_samples": 20,
         "data_loader.batch_size": STREAMS,

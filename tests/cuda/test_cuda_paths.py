@@ -26,6 +26,7 @@ from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder  # n
 from elmo_plugin.modules.elmo_lstm import ElmoLstmContextualizer  # noqa: E402
 from tests.helpers import (  # noqa: E402
     CONFIG_DIR,
+    TINY_CHAR_CNN_OVERRIDES,
     TINY_LSTM_OVERRIDES,
     TINY_TRANSFORMER_OVERRIDES,
     overrides,
@@ -217,9 +218,7 @@ def test_elmo_embed_with_cuda_device_equals_cpu(tiny_bilm_archive, tiny_corpus, 
         (
             "elmo_lstm_original.jsonnet",  # sparse softmax gradients with Adagrad, shrunk
             {
-                "model.text_field_embedder.token_embedders.elmo.filters": [[1, 8], [2, 8], [3, 16]],
-                "model.text_field_embedder.token_embedders.elmo.projection_dim": 16,
-                "model.contextualizer.input_dim": 16,
+                **TINY_CHAR_CNN_OVERRIDES,
                 "model.contextualizer.cell_size": 32,
                 "model.num_samples": 40,
                 "model.sparse_embeddings": True,
