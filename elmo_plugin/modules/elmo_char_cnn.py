@@ -24,6 +24,15 @@ def token_lengths(char_ids: torch.Tensor) -> torch.Tensor:
     return last * (char_ids > 0).any(dim=-1)
 
 
+def windows_times_filters(characters: torch.Tensor, conv: torch.nn.Conv1d) -> torch.Tensor:
+    """(n, positions + width - 1, char_dim) embedded characters -> (n, positions, filters): `conv`
+    as one oneDNN matmul of every window of `width` characters (im2col) with its filters. For
+    these narrow inputs (16 channels) that is several times faster than torch's CPU convolution,
+    and it uses every thread; the same numbers within float32 rounding. No gradient."""
+    windows = characters.unfold(1, conv.kernel_size[0], 1)  # (n, positions, char_dim, width): conv's weight order
+    return linear(windows.flatten(2), conv.weight.flatten(1), conv.bias)
+
+
 def distinct_rows(char_ids: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """(n, chars) ids -> (distinct rows (m, chars), inverse (n,)): distinct[inverse] == char_ids.
     Rows are told apart by a polynomial hash of their ids (a 1-D unique, several times faster
@@ -122,11 +131,16 @@ class ElmoCharCnn(TokenEmbedder):
         """(n, chars) ids of real tokens, (n,) their lengths -> (n, total filters): every
         filter's max over positions, activated."""
         num_chars, longest = char_ids.size(-1), int(lengths.max())
-        embedded = self.char_embedding(char_ids[:, : longest + self._widest - 1]).transpose(1, 2)
+        characters = self.char_embedding(char_ids[:, : longest + self._widest - 1])  # (n, chars, char_dim)
+        as_matmuls = uses_onednn(characters, *(parameter for conv in self.convolutions for parameter in conv.parameters()))
         pooled = []
         for (width, _), conv, padding_window in zip(self.filters, self.convolutions, padding_windows):
+            windows = characters[:, : longest + width - 1]
             # amax, not max: no argmax indices (several times faster); tied windows share the gradient
-            best = conv(embedded[:, :, : longest + width - 1]).amax(dim=-1)
+            if as_matmuls:
+                best = windows_times_filters(windows, conv).amax(dim=1)
+            else:
+                best = conv(windows.transpose(1, 2)).amax(dim=-1)
             if longest <= num_chars - width:  # some tokens have an all-padding window
                 has_padding_window = (lengths <= num_chars - width).unsqueeze(1)
                 best = torch.where(has_padding_window, torch.maximum(best, padding_window), best)

@@ -100,16 +100,21 @@ def test_initialized_as_bilm_tf(activation):
     assert cnn.projection.bias.abs().max() == 0
 
 
-def test_inference_fast_path_equals_allennlps_highway_and_the_full_computation():
-    """Without a gradient to compute, the highway and projection matmuls run through oneDNN:
-    the same vectors as allennlp's `Highway` and `Linear` (the path that training takes)."""
-    cnn = make_cnn()
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+def test_inference_fast_path_equals_allennlps_highway_and_the_full_computation(activation):
+    """Without a gradient to compute, the convolutions (as matmuls over character windows), the
+    highway and the projection run through oneDNN: the same vectors as allennlp's `Highway` and
+    `Linear` and as torch's convolutions over all 50 positions (the path that training takes),
+    for tokens of every length, with and without an all-padding window, and a batch of one."""
+    torch.manual_seed(0)
+    cnn = ElmoCharCnn(filters=[[1, 4], [2, 6], [3, 8], [7, 5]], num_highway=2, projection_dim=5, activation=activation)
     ids = awkward_tokens()
     with torch.no_grad():
-        fast = cnn(ids)
+        fast, one = cnn(ids), cnn(ids[:1, :1])
         pooled = torch.randn(9, cnn.projection.in_features)
         assert torch.allclose(cnn.highway_projection(pooled), cnn.projection(cnn.highways(pooled)), atol=1e-6)
     assert torch.allclose(fast, reference_cnn(cnn, ids), atol=1e-6)
+    assert torch.allclose(one, reference_cnn(cnn, ids[:1, :1]), atol=1e-6)
 
 
 def test_distinct_rows_are_exact_even_when_hashes_collide(monkeypatch):
