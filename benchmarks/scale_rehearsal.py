@@ -17,6 +17,7 @@
    softmax over 793k rows costs about 1.6 GFLOP per token: keep `--heldout-tokens` small on CPU).
 4. The same epoch (1 process, no validation) with the full `tokens.txt` and with its first
    50,000 lines as the vocabulary: step time at 793k words / step time at 50k (goal <= 1.25).
+   A bare `--processes` (no values) skips stage 3.
 Peak RSS is the largest process's the script waited for (the main process; DDP workers report
 theirs as metrics.json's `peak_worker_N_memory_MB`, in `metrics`).
 Prints one JSON object per stage and a summary object last (also in WORKDIR/summary.json).
