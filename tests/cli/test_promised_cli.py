@@ -48,7 +48,7 @@ def test_elmo_embed_of_a_transformer_archive_equals_the_archived_model(tiny_tran
         char_ids = torch.tensor([[indexer.char_ids(token) for token in ["<S>", *sentence.split(), "</S>"]]])
         with torch.no_grad():
             layers, _ = encoder(char_ids)
-        torch.testing.assert_close(ours[line], torch.stack([layer[0, 1:-1] for layer in layers]), rtol=0, atol=1e-6)
+        torch.testing.assert_close(ours[line], torch.stack([layer[0, 1:-1] for layer in layers]), rtol=0, atol=1e-5)
 
 
 def test_elmo_embeddings_is_the_bilms_default_predictor(tiny_bilm_archive, tmp_path, plugin_cwd):

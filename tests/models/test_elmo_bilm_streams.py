@@ -53,10 +53,10 @@ def test_stateful_state_is_carried_detached_and_reset_where_a_stream_starts(load
     assert all(not h.requires_grad and not c.requires_grad for h, c in stateful._stream_state[False])
     # Row 1 restarts: its outputs are those of zero state, the others' still carried.
     restart = dict(batches[1], stream_start=torch.tensor([False, True, False, False]))
-    stateful(**batches[0])
+    stateful(**batches[0])  # with grad: the training path, whose float32 rounding differs from inference's
     with torch.no_grad():
         mixed = stateful(**restart)["lm_embeddings"]
-    assert torch.equal(mixed[1], fresh[1]) and torch.equal(mixed[0], carried[0])
+    assert torch.equal(mixed[1], fresh[1]) and torch.allclose(mixed[0], carried[0], atol=1e-6)
 
 
 def test_state_carried_over_windows_equals_one_long_window(loader_and_vocab, batches):
