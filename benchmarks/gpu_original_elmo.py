@@ -231,7 +231,8 @@ def corpus_sentences(corpus: Path, max_tokens: int) -> List[List[str]]:
 
 
 def measure_embedding(args, corpus: Path, device: torch.device) -> Dict:
-    """`elmo-embed`'s embed_file vs allennlp's Elmo, same random original-size weights."""
+    """`elmo-embed`'s embed_file vs allennlp's Elmo, same random original-size weights; its files
+    go in corpus/embedding (inside main's temporary folder, removed with it)."""
     from allennlp.modules.elmo import Elmo, batch_to_ids
 
     from elmo_plugin.commands.elmo_embed import embed_file
@@ -248,7 +249,8 @@ def measure_embedding(args, corpus: Path, device: torch.device) -> Dict:
                                           "n_characters": 262, "max_characters_per_token": 50, "filters": filters}}
     sentences = corpus_sentences(corpus, args.embed_tokens)
     tokens = sum(len(s) for s in sentences)
-    folder = Path(tempfile.mkdtemp(prefix="elmo_original_random_"))
+    folder = corpus / "embedding"
+    folder.mkdir()
     torch.manual_seed(0)
     encoder = BiLmEncoder.from_architecture(architecture_from_options(options))
     write_bilm_encoder(encoder, str(folder / "options.json"), str(folder / "weights.hdf5"))

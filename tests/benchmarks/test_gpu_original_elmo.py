@@ -9,8 +9,8 @@ from tests.helpers import REPO_ROOT
 SCRIPT = str(REPO_ROOT / "benchmarks" / "gpu_original_elmo.py")
 
 
-def run(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", PYTHONWARNINGS="ignore")
+def run(*args: str, **env_overrides: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", PYTHONWARNINGS="ignore", **env_overrides)
     return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, env=env, timeout=600)
 
 
@@ -21,10 +21,13 @@ def test_help_names_every_measurement():
         assert words in result.stdout
 
 
-def test_dry_run_trains_both_configs_and_embeds_on_cpu(tmp_path):
-    result = run("--dry-run", "--precisions", "fp32,bf16", "--out", str(tmp_path))
+def test_dry_run_trains_both_configs_and_embeds_on_cpu_and_leaves_no_temporary_files(tmp_path):
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    result = run("--dry-run", "--precisions", "fp32,bf16", "--out", str(tmp_path / "out"), TMPDIR=str(temporary))
     assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads((tmp_path / "results.json").read_text())
+    assert list(temporary.iterdir()) == []
+    report = json.loads((tmp_path / "out" / "results.json").read_text())
     training = [r for r in report["results"] if "config" in r]
     assert {(r["config"], r["precision"]) for r in training} == {
         (config, precision)
