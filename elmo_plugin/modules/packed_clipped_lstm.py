@@ -1,10 +1,12 @@
 """The clipped LSTM-with-projection over packed sequences, with a hand-written backward: the CPU
 fast path of `elmo_lstm` (inference and training)."""
+import functools
 from typing import List, Optional, Tuple
 
 import torch
 
 from elmo_plugin.modules.onednn_matmul import linear, right_matrices, transposed_matmul
+from elmo_plugin.modules.side_by_side import side_by_side
 
 
 def packed_positions(lengths: torch.Tensor, timesteps: int) -> Tuple[torch.Tensor, List[int]]:
@@ -43,8 +45,9 @@ class PackedClippedLstm(torch.autograd.Function):
     the projection matmuls, gate arithmetic in place in preallocated buffers. Backward: per step
     only the two matmuls that carry the gradient back in time; the weight and input gradients
     are one matmul each over all steps. Every matmul goes through `onednn_matmul` (per direction;
-    the per-step weights prepacked once per call). The same numbers as autograd through the
-    plain loop, within float32 rounding.
+    the per-step weights prepacked once per call). At inference with 2 or more torch threads the
+    directions' loops run side by side, one per thread (`side_by_side`). The same numbers as
+    autograd through the plain loop, within float32 rounding.
     """
 
     @staticmethod
@@ -60,35 +63,15 @@ class PackedClippedLstm(torch.autograd.Function):
         tanh_memory = torch.empty_like(memory) if every_step else memory.new_empty(directions, sizes[0], cells)
         hidden = torch.empty_like(tanh_memory)
         states = inputs.new_empty(gates.shape[:2] + (w_hr.size(2),))
-        start = 0
-        for step, size in enumerate(sizes):
-            rows = slice(start, start + size)
-            step_gates = gates[:, rows]
-            # the previous step's first `size` rows are these sequences' states
-            step_state0 = states[:, previous][:, :size] if step > 0 else state0
-            if step_state0 is not None:
-                for d in range(directions):
-                    step_gates[d] += w_hh_[d](step_state0[d])
-            # candidate tanh(z) = 2 sigmoid(2 z) - 1: all four gates in one sigmoid
-            step_gates[..., 2 * cells : 3 * cells].mul_(2.0)
-            step_gates.sigmoid_()
-            step_gates[..., 2 * cells : 3 * cells].mul_(2.0).sub_(1.0)
-            input_gate, forget_gate, candidate, output_gate = step_gates.chunk(4, dim=-1)
-            step_memory = memory[:, rows]
-            torch.mul(input_gate, candidate, out=step_memory)
-            if step > 0:
-                step_memory.addcmul_(forget_gate, memory[:, previous][:, :size])
-            elif memory0 is not None:
-                step_memory.addcmul_(forget_gate, memory0)
-            if cell_clip is not None:
-                step_memory.clamp_(-cell_clip, cell_clip)
-            kept = rows if every_step else slice(0, size)
-            torch.mul(tanh_via_sigmoid(step_memory, out=tanh_memory[:, kept]), output_gate, out=hidden[:, kept])
-            for d in range(directions):
-                states[d, rows] = w_hr_[d](hidden[d, kept])
-            if proj_clip is not None:
-                states[:, rows].clamp_(-proj_clip, proj_clip)
-            previous, start = rows, start + size
+        loop = functools.partial(forward_steps, sizes=sizes, cell_clip=cell_clip, proj_clip=proj_clip, every_step=every_step)
+        buffers = (gates, memory, tanh_memory, hidden, states)
+        if every_step or directions < 2 or not w_hh_[0].prepacked or torch.get_num_threads() < 2:
+            loop(buffers, w_hh_, w_hr_, state0, memory0)
+        else:  # inference: the directions are independent, so each runs its loop on its own thread
+            side_by_side([
+                functools.partial(loop, *direction_views(d, buffers, w_hh_, w_hr_, state0, memory0))
+                for d in range(directions)
+            ])
         ctx.save_for_backward(inputs, w_ih, w_hh, w_hr, gates, memory, tanh_memory, hidden, states, state0, memory0)
         ctx.sizes, ctx.cell_clip, ctx.proj_clip = sizes, cell_clip, proj_clip
         ctx.mark_non_differentiable(memory)
@@ -147,6 +130,51 @@ class PackedClippedLstm(torch.autograd.Function):
         grad_w_ih = torch.stack([transposed_matmul(inputs[d], grad_gates[d]) for d in range(directions)])
         grad_bias = grad_gates.sum(dim=1, keepdim=True)
         return grad_inputs, grad_w_ih, grad_bias, grad_w_hh, grad_w_hr, None, None, None, None, None
+
+
+def forward_steps(buffers, w_hh_, w_hr_, state0, memory0, sizes, cell_clip, proj_clip, every_step) -> None:
+    """`PackedClippedLstm`'s time loop for the directions of the buffers (gates (directions, n,
+    4 * cells) holding x W_ih + b, memory, tanh_memory, hidden, states), filled in place."""
+    gates, memory, tanh_memory, hidden, states = buffers
+    cells, directions = memory.size(-1), gates.size(0)
+    start = 0
+    for step, size in enumerate(sizes):
+        rows = slice(start, start + size)
+        step_gates = gates[:, rows]
+        # the previous step's first `size` rows are these sequences' states
+        step_state0 = states[:, previous][:, :size] if step > 0 else state0
+        if step_state0 is not None:
+            for d in range(directions):
+                step_gates[d] += w_hh_[d](step_state0[d])
+        # candidate tanh(z) = 2 sigmoid(2 z) - 1: all four gates in one sigmoid
+        step_gates[..., 2 * cells : 3 * cells].mul_(2.0)
+        step_gates.sigmoid_()
+        step_gates[..., 2 * cells : 3 * cells].mul_(2.0).sub_(1.0)
+        input_gate, forget_gate, candidate, output_gate = step_gates.chunk(4, dim=-1)
+        step_memory = memory[:, rows]
+        torch.mul(input_gate, candidate, out=step_memory)
+        if step > 0:
+            step_memory.addcmul_(forget_gate, memory[:, previous][:, :size])
+        elif memory0 is not None:
+            step_memory.addcmul_(forget_gate, memory0)
+        if cell_clip is not None:
+            step_memory.clamp_(-cell_clip, cell_clip)
+        kept = rows if every_step else slice(0, size)
+        torch.mul(tanh_via_sigmoid(step_memory, out=tanh_memory[:, kept]), output_gate, out=hidden[:, kept])
+        for d in range(directions):
+            states[d, rows] = w_hr_[d](hidden[d, kept])
+        if proj_clip is not None:
+            states[:, rows].clamp_(-proj_clip, proj_clip)
+        previous, start = rows, start + size
+
+
+def direction_views(d: int, buffers, w_hh_, w_hr_, state0, memory0) -> tuple:
+    """`forward_steps`' arguments for direction d alone (views: its loop writes into the buffers)."""
+    one = slice(d, d + 1)
+    return (
+        tuple(buffer[one] for buffer in buffers), w_hh_[one], w_hr_[one],
+        None if state0 is None else state0[one], None if memory0 is None else memory0[one],
+    )
 
 
 def sigmoid_slope(activated: torch.Tensor) -> torch.Tensor:

@@ -11,6 +11,7 @@ from elmo_plugin.modules.elmo_lstm import (
     packed_weights,
 )
 from elmo_plugin.modules.packed_clipped_lstm import packed_clipped_lstm
+from elmo_plugin.modules.side_by_side import side_by_side as packed_side_by_side
 from elmo_plugin.modules.directions import gather_timesteps, reverse_within_length
 
 DIM = 6
@@ -269,3 +270,31 @@ def test_packed_lstm_without_a_backward_pass_gives_the_same_outputs_and_final_st
         inference = packed_clipped_lstm(inputs, packed_weights(lstms), lengths, 0.5, 0.3, initial)
     for got, want in zip([inference[0], *inference[1]], [training[0], *training[1]]):
         assert not got.requires_grad and torch.allclose(got, want.detach(), atol=1e-6)
+
+
+@pytest.mark.parametrize("grad_mode", [torch.no_grad, torch.inference_mode])
+@pytest.mark.parametrize("with_initial", [False, True])
+@pytest.mark.parametrize("lengths", [[7, 5, 3, 3, 0], [1], [4, 1], [0, 0]])
+def test_packed_lstm_inference_with_each_direction_on_its_own_thread_equals_one_loop(lengths, with_initial, grad_mode, monkeypatch):
+    """With 2 torch threads, inference runs the two directions' loops side by side on two threads:
+    the same outputs and final (state, memory) as the one loop over both directions on 1 thread,
+    with padding, length-1 and empty rows, a batch of one, under no_grad and inference_mode."""
+    import elmo_plugin.modules.packed_clipped_lstm as packed
+
+    torch.manual_seed(0)
+    lstms = [torch.nn.LSTM(DIM, 10, proj_size=DIM, batch_first=True) for _ in range(2)]
+    lengths = torch.tensor(lengths)
+    inputs = torch.randn(2, len(lengths), max(int(lengths.max()), 1), DIM)
+    initial = (torch.randn(2, len(lengths), DIM), torch.randn(2, len(lengths), 10)) if with_initial else None
+    calls = []
+    monkeypatch.setattr(packed, "side_by_side", lambda tasks: calls.append(len(tasks)) or packed_side_by_side(tasks))
+    results = {}
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        with grad_mode():
+            results[threads] = packed_clipped_lstm(inputs, packed_weights(lstms), lengths, 0.5, 0.3, initial)
+    assert torch.get_num_threads() == 2
+    assert calls == ([2] if int(lengths.max()) > 0 else [])
+    one_loop, side_by_side = results[1], results[2]
+    for got, want in zip([side_by_side[0], *side_by_side[1]], [one_loop[0], *one_loop[1]]):
+        assert torch.allclose(got, want, atol=1e-6, rtol=0)

@@ -1,0 +1,45 @@
+"""Independent CPU work on several threads at once: the directions of a biLM layer's recurrent
+loop at inference. Each step is a few small torch calls; on one thread the Python that dispatches
+them leaves cores idle between kernels however many intra-op threads torch has. On their own
+threads the directions overlap, each dispatching while the other computes (torch releases the GIL
+inside its kernels)."""
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, List, Optional
+
+import torch
+
+_pool: Optional[ThreadPoolExecutor] = None
+_pool_pid = -1
+_pool_lock = threading.Lock()
+
+
+def thread_pool(workers: int) -> ThreadPoolExecutor:
+    """The process's pool (made again after a fork: a forked child has none of its threads)."""
+    global _pool, _pool_pid
+    with _pool_lock:
+        if _pool is None or _pool_pid != os.getpid() or _pool._max_workers < workers:
+            _pool, _pool_pid = ThreadPoolExecutor(workers, thread_name_prefix="elmo_plugin"), os.getpid()
+        return _pool
+
+
+def on_thread(task: Callable[[], None], threads: int, inference: bool) -> bool:
+    """Runs task with `threads` intra-op threads and the caller's no-grad / inference mode (both
+    thread-local in torch); True where it changed this thread's intra-op thread count."""
+    changed = torch.get_num_threads() != threads
+    if changed:  # OpenMP's count is per thread; torch also keeps it as the default of new threads
+        torch.set_num_threads(threads)
+    with torch.inference_mode(inference), torch.no_grad():
+        task()
+    return changed
+
+
+def side_by_side(tasks: List[Callable[[], None]]) -> None:
+    """Runs the tasks at once, one per pool thread, the caller's intra-op threads split between
+    them (at least one each); returns when all are done, raising the first task's error."""
+    threads = torch.get_num_threads()
+    inference = torch.is_inference_mode_enabled()
+    futures = [thread_pool(len(tasks)).submit(on_thread, task, max(1, threads // len(tasks)), inference) for task in tasks]
+    if any([future.result() for future in futures]):
+        torch.set_num_threads(threads)  # the process default again (this thread's count is unchanged)
