@@ -6,7 +6,7 @@ from typing import List, Optional, Tuple
 import torch
 
 from elmo_plugin.modules.onednn_matmul import linear, right_matrices, transposed_matmul
-from elmo_plugin.modules.side_by_side import side_by_side
+from elmo_plugin.modules import side_by_side
 
 
 def packed_positions(lengths: torch.Tensor, timesteps: int) -> Tuple[torch.Tensor, List[int]]:
@@ -65,10 +65,10 @@ class PackedClippedLstm(torch.autograd.Function):
         states = inputs.new_empty(gates.shape[:2] + (w_hr.size(2),))
         loop = functools.partial(forward_steps, sizes=sizes, cell_clip=cell_clip, proj_clip=proj_clip, every_step=every_step)
         buffers = (gates, memory, tanh_memory, hidden, states)
-        if every_step or directions < 2 or not w_hh_[0].prepacked or torch.get_num_threads() < 2:
+        if every_step or directions < 2 or not w_hh_[0].prepacked or not side_by_side.worth_it():
             loop(buffers, w_hh_, w_hr_, state0, memory0)
         else:  # inference: the directions are independent, so each runs its loop on its own thread
-            side_by_side([
+            side_by_side.side_by_side([
                 functools.partial(loop, *direction_views(d, buffers, w_hh_, w_hr_, state0, memory0))
                 for d in range(directions)
             ])
@@ -137,7 +137,7 @@ def forward_steps(buffers, w_hh_, w_hr_, state0, memory0, sizes, cell_clip, proj
     4 * cells) holding x W_ih + b, memory, tanh_memory, hidden, states), filled in place."""
     gates, memory, tanh_memory, hidden, states = buffers
     cells, directions = memory.size(-1), gates.size(0)
-    start = 0
+    start, previous = 0, slice(0, 0)  # previous: the rows of the step before
     for step, size in enumerate(sizes):
         rows = slice(start, start + size)
         step_gates = gates[:, rows]

@@ -3,6 +3,7 @@ loop at inference. Each step is a few small torch calls; on one thread the Pytho
 them leaves cores idle between kernels however many intra-op threads torch has. On their own
 threads the directions overlap, each dispatching while the other computes (torch releases the GIL
 inside its kernels)."""
+import functools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -13,6 +14,19 @@ import torch
 _pool: Optional[ThreadPoolExecutor] = None
 _pool_pid = -1
 _pool_lock = threading.Lock()
+
+
+@functools.lru_cache(maxsize=None)
+def openmp_backend() -> bool:
+    """Whether torch's intra-op threads are OpenMP's, whose count is set per thread (torch's
+    native backend has one process-wide pool, fixed once used)."""
+    return "ATen parallel backend: OpenMP" in torch.__config__.parallel_info()
+
+
+def worth_it() -> bool:
+    """Whether side_by_side can give each of two tasks its own thread: 2 or more intra-op threads
+    to split, set per thread."""
+    return torch.get_num_threads() >= 2 and openmp_backend()
 
 
 def thread_pool(workers: int) -> ThreadPoolExecutor:

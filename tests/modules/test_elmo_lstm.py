@@ -11,7 +11,8 @@ from elmo_plugin.modules.elmo_lstm import (
     packed_weights,
 )
 from elmo_plugin.modules.packed_clipped_lstm import packed_clipped_lstm
-from elmo_plugin.modules.side_by_side import side_by_side as packed_side_by_side
+from elmo_plugin.modules import side_by_side as side_by_side_module
+from elmo_plugin.modules.side_by_side import side_by_side
 from elmo_plugin.modules.directions import gather_timesteps, reverse_within_length
 
 DIM = 6
@@ -279,15 +280,13 @@ def test_packed_lstm_inference_with_each_direction_on_its_own_thread_equals_one_
     """With 2 torch threads, inference runs the two directions' loops side by side on two threads:
     the same outputs and final (state, memory) as the one loop over both directions on 1 thread,
     with padding, length-1 and empty rows, a batch of one, under no_grad and inference_mode."""
-    import elmo_plugin.modules.packed_clipped_lstm as packed
-
     torch.manual_seed(0)
     lstms = [torch.nn.LSTM(DIM, 10, proj_size=DIM, batch_first=True) for _ in range(2)]
     lengths = torch.tensor(lengths)
     inputs = torch.randn(2, len(lengths), max(int(lengths.max()), 1), DIM)
     initial = (torch.randn(2, len(lengths), DIM), torch.randn(2, len(lengths), 10)) if with_initial else None
     calls = []
-    monkeypatch.setattr(packed, "side_by_side", lambda tasks: calls.append(len(tasks)) or packed_side_by_side(tasks))
+    monkeypatch.setattr(side_by_side_module, "side_by_side", lambda tasks: calls.append(len(tasks)) or side_by_side(tasks))
     results = {}
     for threads in (1, 2):
         torch.set_num_threads(threads)
@@ -295,6 +294,17 @@ def test_packed_lstm_inference_with_each_direction_on_its_own_thread_equals_one_
             results[threads] = packed_clipped_lstm(inputs, packed_weights(lstms), lengths, 0.5, 0.3, initial)
     assert torch.get_num_threads() == 2
     assert calls == ([2] if int(lengths.max()) > 0 else [])
-    one_loop, side_by_side = results[1], results[2]
-    for got, want in zip([side_by_side[0], *side_by_side[1]], [one_loop[0], *one_loop[1]]):
+    one_loop, two_threads = results[1], results[2]
+    for got, want in zip([two_threads[0], *two_threads[1]], [one_loop[0], *one_loop[1]]):
         assert torch.allclose(got, want, atol=1e-6, rtol=0)
+
+
+def test_packed_lstm_keeps_one_loop_where_torchs_threads_are_not_openmps(monkeypatch):
+    """torch's native thread pool has one process-wide size: there the directions stay in one loop."""
+    monkeypatch.setattr(side_by_side_module, "openmp_backend", lambda: False)
+    monkeypatch.setattr(side_by_side_module, "side_by_side", lambda tasks: pytest.fail("ran side by side"))
+    torch.set_num_threads(2)
+    lstms = [torch.nn.LSTM(DIM, 10, proj_size=DIM, batch_first=True) for _ in range(2)]
+    with torch.no_grad():
+        outputs, _ = packed_clipped_lstm(torch.randn(2, 3, 4, DIM), packed_weights(lstms), torch.tensor([4, 2, 1]), 0.5, 0.3)
+    assert outputs.shape == (2, 3, 4, DIM)

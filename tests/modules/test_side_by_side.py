@@ -21,8 +21,8 @@ def thread_counts_seen(tasks: int):
 @pytest.mark.parametrize("threads, tasks, each", [(2, 2, 1), (4, 2, 2), (1, 2, 1), (3, 3, 1)])
 def test_side_by_side_splits_the_callers_threads_and_leaves_its_setting_and_the_process_default(threads, tasks, each):
     """Each task runs on a pool thread with the caller's intra-op threads divided among the tasks
-    (at least one), without gradients; afterwards the caller and a brand-new thread still see the
-    caller's count (torch.set_num_threads also sets the default of threads made later)."""
+    (at least one), without gradients; afterwards the caller, MKL and a brand-new thread still see
+    the caller's count (torch.set_num_threads also sets MKL's and the default of threads made later)."""
     torch.set_num_threads(threads)
     seen, work = thread_counts_seen(tasks)
     side_by_side(work)
@@ -30,6 +30,8 @@ def test_side_by_side_splits_the_callers_threads_and_leaves_its_setting_and_the_
     assert [count for _, count, _, _ in seen] == [each] * tasks
     assert not any(grad for _, _, grad, _ in seen)
     assert torch.get_num_threads() == threads
+    mkl = [line for line in torch.__config__.parallel_info().splitlines() if "mkl_get_max_threads" in line]
+    assert all(line.split(":")[-1].strip() == str(threads) for line in mkl)  # MKL's count is process-wide
     fresh = []
     thread = threading.Thread(target=lambda: fresh.append(torch.get_num_threads()))
     thread.start()
