@@ -168,8 +168,8 @@ class ElmoCharCnn(TokenEmbedder):
             return self.projection(self.highways(pooled))
         for layer in self.highways._layers:
             nonlinear, gate = linear(pooled, layer.weight, layer.bias).chunk(2, dim=-1)
-            gate = torch.sigmoid(gate)
-            pooled = gate * pooled + (1 - gate) * self.highways._activation(nonlinear)
+            # gate * pooled + (1 - gate) * activation(nonlinear) in one pass: lerp(a, b, w) = a + w (b - a)
+            pooled = torch.lerp(self.highways._activation(nonlinear), pooled, gate.sigmoid_())
         return linear(pooled, self.projection.weight, self.projection.bias)
 
     def forward(self, elmo_tokens: torch.Tensor) -> torch.Tensor:
