@@ -52,26 +52,24 @@ class PackedClippedLstm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, inputs, w_ih, bias, w_hh, w_hr, sizes, cell_clip, proj_clip, state0, memory0):  # type: ignore[override]
-        cells, directions = w_hr.size(1), inputs.size(0)
-        w_hh_, w_hr_ = right_matrices(w_hh), right_matrices(w_hr)
-        # (directions, n, 4 * cells), activated in place below
-        gates = torch.stack([linear(inputs[d], w_ih[d].t(), bias[d, 0]) for d in range(directions)])
-        memory = inputs.new_empty(gates.shape[:2] + (cells,))
+        (directions, n, _), cells = inputs.shape, w_hr.size(1)
+        memory = inputs.new_empty(directions, n, cells)
         # Without a backward pass (inference) only the memory is kept for every position; the
         # tanh of the memory and the projection's input o * tanh(memory) live in one step's rows.
         every_step = any(ctx.needs_input_grad)
         tanh_memory = torch.empty_like(memory) if every_step else memory.new_empty(directions, sizes[0], cells)
         hidden = torch.empty_like(tanh_memory)
-        states = inputs.new_empty(gates.shape[:2] + (w_hr.size(2),))
-        loop = functools.partial(forward_steps, sizes=sizes, cell_clip=cell_clip, proj_clip=proj_clip, every_step=every_step)
-        buffers = (gates, memory, tanh_memory, hidden, states)
-        if every_step or directions < 2 or not w_hh_[0].prepacked or not side_by_side.worth_it():
-            loop(buffers, w_hh_, w_hr_, state0, memory0)
-        else:  # inference: the directions are independent, so each runs its loop on its own thread
-            side_by_side.side_by_side([
-                functools.partial(loop, *direction_views(d, buffers, w_hh_, w_hr_, state0, memory0))
-                for d in range(directions)
-            ])
+        states = inputs.new_empty(directions, n, w_hr.size(2))
+        weights = (w_ih, bias, right_matrices(w_hh), right_matrices(w_hr))
+        run = functools.partial(
+            run_directions, inputs=inputs, weights=weights, outputs=(memory, tanh_memory, hidden, states),
+            initial=(state0, memory0), sizes=sizes, clips=(cell_clip, proj_clip), every_step=every_step,
+        )
+        if every_step or directions < 2 or not weights[2][0].prepacked or not side_by_side.worth_it():
+            gates = run(slice(0, directions))
+        else:  # inference: the directions are independent, so each runs on its own thread
+            side_by_side.side_by_side([functools.partial(run, slice(d, d + 1)) for d in range(directions)])
+            gates = None  # only a backward pass reads them
         ctx.save_for_backward(inputs, w_ih, w_hh, w_hr, gates, memory, tanh_memory, hidden, states, state0, memory0)
         ctx.sizes, ctx.cell_clip, ctx.proj_clip = sizes, cell_clip, proj_clip
         ctx.mark_non_differentiable(memory)
@@ -132,10 +130,21 @@ class PackedClippedLstm(torch.autograd.Function):
         return grad_inputs, grad_w_ih, grad_bias, grad_w_hh, grad_w_hr, None, None, None, None, None
 
 
-def forward_steps(buffers, w_hh_, w_hr_, state0, memory0, sizes, cell_clip, proj_clip, every_step) -> None:
-    """`PackedClippedLstm`'s time loop for the directions of the buffers (gates (directions, n,
-    4 * cells) holding x W_ih + b, memory, tanh_memory, hidden, states), filled in place."""
-    gates, memory, tanh_memory, hidden, states = buffers
+def run_directions(ds: slice, inputs, weights, outputs, initial, sizes, clips, every_step) -> torch.Tensor:
+    """`PackedClippedLstm.forward` for the directions ds: their input gates x W_ih + b, then
+    their time loop, into the (memory, tanh_memory, hidden, states) outputs' rows ds -> the
+    activated gates (len(ds), n, 4 * cells)."""
+    w_ih, bias, w_hh_, w_hr_ = weights
+    each = [linear(inputs[d], w_ih[d].t(), bias[d, 0]) for d in range(inputs.size(0))[ds]]
+    gates = torch.stack(each) if len(each) > 1 else each[0].unsqueeze(0)  # one direction: no copy
+    state0, memory0 = (None if part is None else part[ds] for part in initial)
+    forward_steps(gates, *(output[ds] for output in outputs), w_hh_[ds], w_hr_[ds], state0, memory0, sizes, *clips, every_step)
+    return gates
+
+
+def forward_steps(gates, memory, tanh_memory, hidden, states, w_hh_, w_hr_, state0, memory0, sizes, cell_clip, proj_clip, every_step) -> None:
+    """`PackedClippedLstm`'s time loop, filling memory, tanh_memory, hidden and states in place
+    from gates (directions, n, 4 * cells) holding x W_ih + b (activated in place)."""
     cells, directions = memory.size(-1), gates.size(0)
     start, previous = 0, slice(0, 0)  # previous: the rows of the step before
     for step, size in enumerate(sizes):
@@ -166,15 +175,6 @@ def forward_steps(buffers, w_hh_, w_hr_, state0, memory0, sizes, cell_clip, proj
         if proj_clip is not None:
             states[:, rows].clamp_(-proj_clip, proj_clip)
         previous, start = rows, start + size
-
-
-def direction_views(d: int, buffers, w_hh_, w_hr_, state0, memory0) -> tuple:
-    """`forward_steps`' arguments for direction d alone (views: its loop writes into the buffers)."""
-    one = slice(d, d + 1)
-    return (
-        tuple(buffer[one] for buffer in buffers), w_hh_[one], w_hr_[one],
-        None if state0 is None else state0[one], None if memory0 is None else memory0[one],
-    )
 
 
 def sigmoid_slope(activated: torch.Tensor) -> torch.Tensor:
