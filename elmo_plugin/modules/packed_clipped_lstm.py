@@ -1,7 +1,7 @@
 """The clipped LSTM-with-projection over packed sequences, with a hand-written backward: the CPU
 fast path of `elmo_lstm` (inference and training)."""
 import functools
-from typing import List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 
@@ -62,75 +62,43 @@ class PackedClippedLstm(torch.autograd.Function):
         states = inputs.new_empty(directions, n, w_hr.size(2))
         weights = (w_ih, bias, right_matrices(w_hh), right_matrices(w_hr))
         run = functools.partial(
-            run_directions, inputs=inputs, weights=weights, outputs=(memory, tanh_memory, hidden, states),
+            forward_directions, inputs=inputs, weights=weights, outputs=(memory, tanh_memory, hidden, states),
             initial=(state0, memory0), sizes=sizes, clips=(cell_clip, proj_clip), every_step=every_step,
         )
-        if every_step or directions < 2 or not weights[2][0].prepacked or not side_by_side.worth_it():
-            gates = run(slice(0, directions))
-        else:  # inference: the directions are independent, so each runs on its own thread
-            side_by_side.side_by_side([functools.partial(run, slice(d, d + 1)) for d in range(directions)])
-            gates = None  # only a backward pass reads them
-        ctx.save_for_backward(inputs, w_ih, w_hh, w_hr, gates, memory, tanh_memory, hidden, states, state0, memory0)
+        gates = each_direction(run, directions, weights[2][0].prepacked)  # per direction (1, n, 4 * cells)
+        kept = gates if every_step else []  # only a backward pass reads the gates
+        ctx.save_for_backward(inputs, w_ih, w_hh, w_hr, memory, tanh_memory, hidden, states, state0, memory0, *kept)
         ctx.sizes, ctx.cell_clip, ctx.proj_clip = sizes, cell_clip, proj_clip
         ctx.mark_non_differentiable(memory)
         return states, memory
 
     @staticmethod
     def backward(ctx, grad_states, _):  # type: ignore[override]
-        inputs, w_ih, w_hh, w_hr, gates, memory, tanh_memory, hidden, states, state0, memory0 = ctx.saved_tensors
-        sizes = ctx.sizes
-        memory_passes, state_passes = clip_mask(memory, ctx.cell_clip), clip_mask(states, ctx.proj_clip)
-        grad_gates = torch.empty_like(gates)  # w.r.t. the pre-activation gates
-        grad_states = grad_states.clone()  # plus, step by step, what flows back through time
-        directions = gates.size(0)
+        inputs, w_ih, w_hh, w_hr, memory, tanh_memory, hidden, states, state0, memory0, *gates = ctx.saved_tensors
         # gradients flow back through the transposed weights
-        w_hh_t, w_hr_t = right_matrices(w_hh.transpose(1, 2)), right_matrices(w_hr.transpose(1, 2))
-        grad_memory = None  # w.r.t. this step's memory, through the next step's forget gate
-        ends = torch.tensor(sizes).cumsum(0).tolist()
-        for step in range(len(sizes) - 1, -1, -1):
-            size, end = sizes[step], ends[step]
-            rows = slice(end - size, end)
-            grad_state = grad_states[:, rows]
-            if state_passes is not None:
-                grad_state.mul_(state_passes[:, rows])
-            grad_hidden = torch.stack([w_hr_t[d](grad_state[d]) for d in range(directions)])
-            input_gate, forget_gate, candidate, output_gate = gates[:, rows].chunk(4, dim=-1)
-            d_input, d_forget, d_candidate, d_output = grad_gates[:, rows].chunk(4, dim=-1)
-            step_tanh = tanh_memory[:, rows]
-            torch.mul(grad_hidden, step_tanh, out=d_output).mul_(sigmoid_slope(output_gate))
-            # d(memory) = d(hidden) * o * (1 - tanh^2) = d(hidden) * (o - (o tanh) tanh)
-            grad_cell = grad_hidden.mul_(torch.addcmul(output_gate, output_gate * step_tanh, step_tanh, value=-1.0))
-            if grad_memory is not None:
-                grad_cell[:, : grad_memory.size(1)] += grad_memory
-            if memory_passes is not None:
-                grad_cell.mul_(memory_passes[:, rows])
-            torch.mul(grad_cell, candidate, out=d_input).mul_(sigmoid_slope(input_gate))
-            # d(candidate) = d(memory) * i * (1 - g^2) = d(memory) * (i - (i g) g)
-            torch.mul(grad_cell, torch.addcmul(input_gate, input_gate * candidate, candidate, value=-1.0), out=d_candidate)
-            if step > 0:
-                previous = slice(end - size - sizes[step - 1], end - size)
-                torch.mul(grad_cell, memory[:, previous][:, :size], out=d_forget).mul_(sigmoid_slope(forget_gate))
-                grad_memory = grad_cell.mul_(forget_gate)
-                for d in range(directions):
-                    grad_states[d, previous][:size] += w_hh_t[d](grad_gates[d, rows])
-            elif memory0 is not None:
-                torch.mul(grad_cell, memory0, out=d_forget).mul_(sigmoid_slope(forget_gate))
-            else:
-                d_forget.zero_()  # the memory before the first step is zero
-        # Weight and input gradients: one matmul each over every position.
-        first = sizes[0]
-        previous_states = states[:, previous_rows(sizes, states.device)]
-        grad_w_hh = torch.stack([transposed_matmul(previous_states[d], grad_gates[d, first:]) for d in range(directions)])
-        if state0 is not None:
-            grad_w_hh.baddbmm_(state0.transpose(1, 2), grad_gates[:, :first])
-        grad_w_hr = torch.stack([transposed_matmul(hidden[d], grad_states[d]) for d in range(directions)])
-        grad_inputs = torch.stack([linear(grad_gates[d], w_ih[d]) for d in range(directions)])
-        grad_w_ih = torch.stack([transposed_matmul(inputs[d], grad_gates[d]) for d in range(directions)])
-        grad_bias = grad_gates.sum(dim=1, keepdim=True)
+        weights = (w_ih, right_matrices(w_hh.transpose(1, 2)), right_matrices(w_hr.transpose(1, 2)))
+        run = functools.partial(
+            backward_directions, gates=gates, saved=(inputs, memory, tanh_memory, hidden, states),
+            weights=weights, initial=(state0, memory0), grad_states=grad_states, sizes=ctx.sizes,
+            clips=(ctx.cell_clip, ctx.proj_clip),
+        )
+        grads = each_direction(run, len(gates), weights[1][0].prepacked)  # per direction
+        grad_inputs, grad_w_ih, grad_bias, grad_w_hh, grad_w_hr = (torch.cat(parts) for parts in zip(*grads))
         return grad_inputs, grad_w_ih, grad_bias, grad_w_hh, grad_w_hr, None, None, None, None, None
 
 
-def run_directions(ds: slice, inputs, weights, outputs, initial, sizes, clips, every_step) -> torch.Tensor:
+def each_direction(run: Callable[[slice], Any], directions: int, can_thread: bool) -> List[Any]:
+    """[run(slice(d, d + 1)) for every direction]: the directions are independent, so each runs
+    on its own thread where threads can be spared (`side_by_side`). Only for oneDNN's prepacked
+    matmuls (torch's own could be autocast, which is per thread) and without a graph to record
+    (a backward with create_graph)."""
+    each = [functools.partial(run, slice(d, d + 1)) for d in range(directions)]
+    if directions > 1 and can_thread and not torch.is_grad_enabled() and side_by_side.worth_it():
+        return side_by_side.side_by_side(each)
+    return [direction() for direction in each]
+
+
+def forward_directions(ds: slice, inputs, weights, outputs, initial, sizes, clips, every_step) -> torch.Tensor:
     """`PackedClippedLstm.forward` for the directions ds: their input gates x W_ih + b, then
     their time loop, into the (memory, tanh_memory, hidden, states) outputs' rows ds -> the
     activated gates (len(ds), n, 4 * cells)."""
@@ -176,6 +144,73 @@ def forward_steps(gates, memory, tanh_memory, hidden, states, w_hh_, w_hr_, stat
             states[:, rows].clamp_(-proj_clip, proj_clip)
         previous, start = rows, start + size
 
+
+
+def backward_directions(ds: slice, gates, saved, weights, initial, grad_states, sizes, clips) -> Tuple[torch.Tensor, ...]:
+    """`PackedClippedLstm.backward` for the directions ds -> their gradients (inputs, w_ih, bias,
+    w_hh, w_hr), each with a leading dimension len(ds)."""
+    inputs, memory, tanh_memory, hidden, states = (tensor[ds] for tensor in saved)
+    w_ih, w_hh_t, w_hr_t = weights[0][ds], weights[1][ds], weights[2][ds]
+    state0, memory0 = (None if part is None else part[ds] for part in initial)
+    gates = gates[ds][0] if len(gates[ds]) == 1 else torch.cat(gates[ds])  # (len(ds), n, 4 * cells)
+    cell_clip, proj_clip = clips
+    passes = (clip_mask(memory, cell_clip), clip_mask(states, proj_clip))
+    # what flows into each state: its output's gradient plus, step by step, what flows back through time
+    grad_states = grad_states[ds].clone()
+    grad_gates = backward_steps(gates, memory, tanh_memory, grad_states, passes, w_hh_t, w_hr_t, memory0, sizes)
+    # Weight and input gradients: one matmul each over every position.
+    directions, first = gates.size(0), sizes[0]
+    previous_states = states[:, previous_rows(sizes, states.device)]
+    grad_w_hh = torch.stack([transposed_matmul(previous_states[d], grad_gates[d, first:]) for d in range(directions)])
+    if state0 is not None:
+        grad_w_hh.baddbmm_(state0.transpose(1, 2), grad_gates[:, :first])
+    grad_w_hr = torch.stack([transposed_matmul(hidden[d], grad_states[d]) for d in range(directions)])
+    grad_inputs = torch.stack([linear(grad_gates[d], w_ih[d]) for d in range(directions)])
+    grad_w_ih = torch.stack([transposed_matmul(inputs[d], grad_gates[d]) for d in range(directions)])
+    return grad_inputs, grad_w_ih, grad_gates.sum(dim=1, keepdim=True), grad_w_hh, grad_w_hr
+
+
+def backward_steps(gates, memory, tanh_memory, grad_states, passes, w_hh_t, w_hr_t, memory0, sizes) -> torch.Tensor:
+    """`PackedClippedLstm`'s time loop backwards: grad_states (directions, n, proj) of the states'
+    outputs, added to in place as the gradient flows back through time, memory_passes and
+    state_passes (`clip_mask`) -> the gradient w.r.t. the pre-activation gates (directions, n,
+    4 * cells)."""
+    memory_passes, state_passes = passes
+    grad_gates = torch.empty_like(gates)
+    directions = gates.size(0)
+    grad_memory = None  # w.r.t. this step's memory, through the next step's forget gate
+    ends = torch.tensor(sizes).cumsum(0).tolist()
+    for step in range(len(sizes) - 1, -1, -1):
+        size, end = sizes[step], ends[step]
+        rows = slice(end - size, end)
+        grad_state = grad_states[:, rows]
+        if state_passes is not None:
+            grad_state.mul_(state_passes[:, rows])
+        grad_hidden = torch.stack([w_hr_t[d](grad_state[d]) for d in range(directions)])
+        input_gate, forget_gate, candidate, output_gate = gates[:, rows].chunk(4, dim=-1)
+        d_input, d_forget, d_candidate, d_output = grad_gates[:, rows].chunk(4, dim=-1)
+        step_tanh = tanh_memory[:, rows]
+        torch.mul(grad_hidden, step_tanh, out=d_output).mul_(sigmoid_slope(output_gate))
+        # d(memory) = d(hidden) * o * (1 - tanh^2) = d(hidden) * (o - (o tanh) tanh)
+        grad_cell = grad_hidden.mul_(torch.addcmul(output_gate, output_gate * step_tanh, step_tanh, value=-1.0))
+        if grad_memory is not None:
+            grad_cell[:, : grad_memory.size(1)] += grad_memory
+        if memory_passes is not None:
+            grad_cell.mul_(memory_passes[:, rows])
+        torch.mul(grad_cell, candidate, out=d_input).mul_(sigmoid_slope(input_gate))
+        # d(candidate) = d(memory) * i * (1 - g^2) = d(memory) * (i - (i g) g)
+        torch.mul(grad_cell, torch.addcmul(input_gate, input_gate * candidate, candidate, value=-1.0), out=d_candidate)
+        if step > 0:
+            previous = slice(end - size - sizes[step - 1], end - size)
+            torch.mul(grad_cell, memory[:, previous][:, :size], out=d_forget).mul_(sigmoid_slope(forget_gate))
+            grad_memory = grad_cell.mul_(forget_gate)
+            for d in range(directions):
+                grad_states[d, previous][:size] += w_hh_t[d](grad_gates[d, rows])
+        elif memory0 is not None:
+            torch.mul(grad_cell, memory0, out=d_forget).mul_(sigmoid_slope(forget_gate))
+        else:
+            d_forget.zero_()  # the memory before the first step is zero
+    return grad_gates
 
 def sigmoid_slope(activated: torch.Tensor) -> torch.Tensor:
     """sigmoid'(x) = s (1 - s) = s - s * s from s = sigmoid(x), in one op."""

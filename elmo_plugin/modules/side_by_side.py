@@ -7,7 +7,7 @@ import functools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, List, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 
@@ -38,22 +38,23 @@ def thread_pool(workers: int) -> ThreadPoolExecutor:
         return _pool
 
 
-def on_thread(task: Callable[[], None], threads: int, inference: bool) -> bool:
+def on_thread(task: Callable[[], Any], threads: int, inference: bool) -> Tuple[bool, Any]:
     """Runs task with `threads` intra-op threads and the caller's no-grad / inference mode (both
-    thread-local in torch); True where it changed this thread's intra-op thread count."""
+    thread-local in torch) -> (whether it changed this thread's intra-op thread count, its result)."""
     changed = torch.get_num_threads() != threads
     if changed:  # OpenMP's count is per thread; torch also keeps it as the default of new threads
         torch.set_num_threads(threads)
     with torch.inference_mode(inference), torch.no_grad():
-        task()
-    return changed
+        return changed, task()
 
 
-def side_by_side(tasks: List[Callable[[], None]]) -> None:
+def side_by_side(tasks: List[Callable[[], Any]]) -> List[Any]:
     """Runs the tasks at once, one per pool thread, the caller's intra-op threads split between
-    them (at least one each); returns when all are done, raising the first task's error."""
+    them (at least one each) -> their results, when all are done (raising the first task's error)."""
     threads = torch.get_num_threads()
     inference = torch.is_inference_mode_enabled()
     futures = [thread_pool(len(tasks)).submit(on_thread, task, max(1, threads // len(tasks)), inference) for task in tasks]
-    if any([future.result() for future in futures]):
+    changed, results = zip(*[future.result() for future in futures])
+    if any(changed):
         torch.set_num_threads(threads)  # the process default again (this thread's count is unchanged)
+    return list(results)

@@ -308,3 +308,27 @@ def test_packed_lstm_keeps_one_loop_where_torchs_threads_are_not_openmps(monkeyp
     with torch.no_grad():
         outputs, _ = packed_clipped_lstm(torch.randn(2, 3, 4, DIM), packed_weights(lstms), torch.tensor([4, 2, 1]), 0.5, 0.3)
     assert outputs.shape == (2, 3, 4, DIM)
+
+
+@pytest.mark.parametrize("with_initial", [False, True])
+@pytest.mark.parametrize("lengths", [[7, 5, 3, 3, 0], [1], [4, 1]])
+def test_packed_lstm_training_with_each_direction_on_its_own_thread_equals_one_thread(lengths, with_initial, monkeypatch):
+    """With 2 torch threads the forward and the hand-written backward run the two directions side
+    by side: the same outputs, final states and gradients (inputs and every weight) as on 1 thread."""
+    torch.manual_seed(0)
+    lstms = [torch.nn.LSTM(DIM, 10, proj_size=DIM, batch_first=True) for _ in range(2)]
+    lengths = torch.tensor(lengths)
+    inputs = torch.randn(2, len(lengths), int(lengths.max()), DIM, requires_grad=True)
+    initial = (torch.randn(2, len(lengths), DIM), torch.randn(2, len(lengths), 10)) if with_initial else None
+    calls = []
+    monkeypatch.setattr(side_by_side_module, "side_by_side", lambda tasks: calls.append(len(tasks)) or side_by_side(tasks))
+    results = {}
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        outputs, (state, memory) = packed_clipped_lstm(inputs, packed_weights(lstms), lengths, 0.5, 0.3, initial)
+        loss = (outputs * torch.linspace(-1, 1, outputs.size(-1))).sum() + (state ** 2).sum()
+        parameters = [inputs, *(p for lstm in lstms for p in lstm.parameters())]
+        results[threads] = [outputs, state, memory, *torch.autograd.grad(loss, parameters)]
+    assert calls == [2, 2]  # the forward and the backward, on 2 threads only
+    for got, want in zip(results[2], results[1]):
+        assert torch.allclose(got, want, atol=1e-6, rtol=0)
