@@ -41,13 +41,14 @@ class PackedClippedLstm(torch.autograd.Function):
     reaches them) -> (states (directions, n, proj), memory (directions, n, cells), no gradient
     through it), memory clipped to +-cell_clip and states to +-proj_clip.
 
-    Forward: x W_ih + b for every position in one matmul, then per step only the recurrent and
-    the projection matmuls, gate arithmetic in place in preallocated buffers. Backward: per step
-    only the two matmuls that carry the gradient back in time; the weight and input gradients
-    are one matmul each over all steps. Every matmul goes through `onednn_matmul` (per direction;
-    the per-step weights prepacked once per call). At inference with 2 or more torch threads the
-    directions' loops run side by side, one per thread (`side_by_side`). The same numbers as
-    autograd through the plain loop, within float32 rounding.
+    One direction at a time (each direction's tensors contiguous; with 2 or more torch threads
+    the directions run side by side, one per thread: `side_by_side`). Forward: x W_ih + b for
+    every position in one matmul, then per step only the recurrent and the projection matmuls,
+    gate arithmetic in place in preallocated buffers. Backward: per step only the two matmuls
+    that carry the gradient back in time; the weight and input gradients are one matmul each
+    over all steps. Every matmul goes through `onednn_matmul` (the per-step weights prepacked
+    once per call). The same numbers as autograd through the plain loop, within float32
+    rounding.
     """
 
     @staticmethod
@@ -62,10 +63,10 @@ class PackedClippedLstm(torch.autograd.Function):
         states = inputs.new_empty(directions, n, w_hr.size(2))
         weights = (w_ih, bias, right_matrices(w_hh), right_matrices(w_hr))
         run = functools.partial(
-            forward_directions, inputs=inputs, weights=weights, outputs=(memory, tanh_memory, hidden, states),
+            forward_direction, inputs=inputs, weights=weights, outputs=(memory, tanh_memory, hidden, states),
             initial=(state0, memory0), sizes=sizes, clips=(cell_clip, proj_clip), every_step=every_step,
         )
-        gates = each_direction(run, directions, weights[2][0].prepacked)  # per direction (1, n, 4 * cells)
+        gates = each_direction(run, directions, weights[2][0].prepacked)  # per direction (n, 4 * cells)
         kept = gates if every_step else []  # only a backward pass reads the gates
         ctx.save_for_backward(inputs, w_ih, w_hh, w_hr, memory, tanh_memory, hidden, states, state0, memory0, *kept)
         ctx.sizes, ctx.cell_clip, ctx.proj_clip = sizes, cell_clip, proj_clip
@@ -78,134 +79,125 @@ class PackedClippedLstm(torch.autograd.Function):
         # gradients flow back through the transposed weights
         weights = (w_ih, right_matrices(w_hh.transpose(1, 2)), right_matrices(w_hr.transpose(1, 2)))
         run = functools.partial(
-            backward_directions, gates=gates, saved=(inputs, memory, tanh_memory, hidden, states),
+            backward_direction, gates=gates, saved=(inputs, memory, tanh_memory, hidden, states),
             weights=weights, initial=(state0, memory0), grad_states=grad_states, sizes=ctx.sizes,
             clips=(ctx.cell_clip, ctx.proj_clip),
         )
         grads = each_direction(run, len(gates), weights[1][0].prepacked)  # per direction
-        grad_inputs, grad_w_ih, grad_bias, grad_w_hh, grad_w_hr = (torch.cat(parts) for parts in zip(*grads))
+        grad_inputs, grad_w_ih, grad_bias, grad_w_hh, grad_w_hr = (torch.stack(parts) for parts in zip(*grads))
         return grad_inputs, grad_w_ih, grad_bias, grad_w_hh, grad_w_hr, None, None, None, None, None
 
 
-def each_direction(run: Callable[[slice], Any], directions: int, can_thread: bool) -> List[Any]:
-    """[run(slice(d, d + 1)) for every direction]: the directions are independent, so each runs
+def each_direction(run: Callable[[int], Any], directions: int, can_thread: bool) -> List[Any]:
+    """[run(d) for every direction d]: the directions are independent, so each runs
     on its own thread where threads can be spared (`side_by_side`). Only for oneDNN's prepacked
     matmuls (torch's own could be autocast, which is per thread) and without a graph to record
     (a backward with create_graph)."""
-    each = [functools.partial(run, slice(d, d + 1)) for d in range(directions)]
+    each = [functools.partial(run, d) for d in range(directions)]
     if directions > 1 and can_thread and not torch.is_grad_enabled() and side_by_side.worth_it():
         return side_by_side.side_by_side(each)
     return [direction() for direction in each]
 
 
-def forward_directions(ds: slice, inputs, weights, outputs, initial, sizes, clips, every_step) -> torch.Tensor:
-    """`PackedClippedLstm.forward` for the directions ds: their input gates x W_ih + b, then
-    their time loop, into the (memory, tanh_memory, hidden, states) outputs' rows ds -> the
-    activated gates (len(ds), n, 4 * cells)."""
-    w_ih, bias, w_hh_, w_hr_ = weights
-    each = [linear(inputs[d], w_ih[d].t(), bias[d, 0]) for d in range(inputs.size(0))[ds]]
-    gates = torch.stack(each) if len(each) > 1 else each[0].unsqueeze(0)  # one direction: no copy
-    state0, memory0 = (None if part is None else part[ds] for part in initial)
-    forward_steps(gates, *(output[ds] for output in outputs), w_hh_[ds], w_hr_[ds], state0, memory0, sizes, *clips, every_step)
+def forward_direction(d: int, inputs, weights, outputs, initial, sizes, clips, every_step) -> torch.Tensor:
+    """`PackedClippedLstm.forward` for direction d: its input gates x W_ih + b, then its time
+    loop, into row d of the (memory, tanh_memory, hidden, states) outputs -> its activated gates
+    (n, 4 * cells)."""
+    w_ih, bias, w_hh, w_hr = weights
+    gates = linear(inputs[d], w_ih[d].t(), bias[d, 0])
+    state0, memory0 = (None if part is None else part[d] for part in initial)
+    forward_steps(gates, *(output[d] for output in outputs), w_hh[d], w_hr[d], state0, memory0, sizes, *clips, every_step)
     return gates
 
 
-def forward_steps(gates, memory, tanh_memory, hidden, states, w_hh_, w_hr_, state0, memory0, sizes, cell_clip, proj_clip, every_step) -> None:
-    """`PackedClippedLstm`'s time loop, filling memory, tanh_memory, hidden and states in place
-    from gates (directions, n, 4 * cells) holding x W_ih + b (activated in place)."""
-    cells, directions = memory.size(-1), gates.size(0)
+def forward_steps(gates, memory, tanh_memory, hidden, states, w_hh, w_hr, state0, memory0, sizes, cell_clip, proj_clip, every_step) -> None:
+    """One direction's time loop: gates (n, 4 * cells) holding x W_ih + b, activated in place;
+    fills memory (n, cells), tanh_memory and hidden (n or sizes[0], cells) and states (n, proj)
+    in place; w_hh and w_hr are `RightMatrix`es."""
+    cells = memory.size(-1)
     start, previous = 0, slice(0, 0)  # previous: the rows of the step before
     for step, size in enumerate(sizes):
         rows = slice(start, start + size)
-        step_gates = gates[:, rows]
+        step_gates = gates[rows]
         # the previous step's first `size` rows are these sequences' states
-        step_state0 = states[:, previous][:, :size] if step > 0 else state0
+        step_state0 = states[previous][:size] if step > 0 else state0
         if step_state0 is not None:
-            for d in range(directions):
-                step_gates[d] += w_hh_[d](step_state0[d])
+            step_gates += w_hh(step_state0)
         # candidate tanh(z) = 2 sigmoid(2 z) - 1: all four gates in one sigmoid
-        step_gates[..., 2 * cells : 3 * cells].mul_(2.0)
+        step_gates[:, 2 * cells : 3 * cells].mul_(2.0)
         step_gates.sigmoid_()
-        step_gates[..., 2 * cells : 3 * cells].mul_(2.0).sub_(1.0)
+        step_gates[:, 2 * cells : 3 * cells].mul_(2.0).sub_(1.0)
         input_gate, forget_gate, candidate, output_gate = step_gates.chunk(4, dim=-1)
-        step_memory = memory[:, rows]
+        step_memory = memory[rows]
         torch.mul(input_gate, candidate, out=step_memory)
         if step > 0:
-            step_memory.addcmul_(forget_gate, memory[:, previous][:, :size])
+            step_memory.addcmul_(forget_gate, memory[previous][:size])
         elif memory0 is not None:
             step_memory.addcmul_(forget_gate, memory0)
         if cell_clip is not None:
             step_memory.clamp_(-cell_clip, cell_clip)
         kept = rows if every_step else slice(0, size)
-        torch.mul(tanh_via_sigmoid(step_memory, out=tanh_memory[:, kept]), output_gate, out=hidden[:, kept])
-        for d in range(directions):
-            states[d, rows] = w_hr_[d](hidden[d, kept])
+        torch.mul(tanh_via_sigmoid(step_memory, out=tanh_memory[kept]), output_gate, out=hidden[kept])
+        states[rows] = w_hr(hidden[kept])
         if proj_clip is not None:
-            states[:, rows].clamp_(-proj_clip, proj_clip)
+            states[rows].clamp_(-proj_clip, proj_clip)
         previous, start = rows, start + size
 
 
-
-def backward_directions(ds: slice, gates, saved, weights, initial, grad_states, sizes, clips) -> Tuple[torch.Tensor, ...]:
-    """`PackedClippedLstm.backward` for the directions ds -> their gradients (inputs, w_ih, bias,
-    w_hh, w_hr), each with a leading dimension len(ds)."""
-    inputs, memory, tanh_memory, hidden, states = (tensor[ds] for tensor in saved)
-    w_ih, w_hh_t, w_hr_t = weights[0][ds], weights[1][ds], weights[2][ds]
-    state0, memory0 = (None if part is None else part[ds] for part in initial)
-    gates = gates[ds][0] if len(gates[ds]) == 1 else torch.cat(gates[ds])  # (len(ds), n, 4 * cells)
-    cell_clip, proj_clip = clips
-    passes = (clip_mask(memory, cell_clip), clip_mask(states, proj_clip))
+def backward_direction(d: int, gates, saved, weights, initial, grad_states, sizes, clips) -> Tuple[torch.Tensor, ...]:
+    """`PackedClippedLstm.backward` for direction d -> its gradients (inputs, w_ih, bias, w_hh,
+    w_hr), each without the directions dimension."""
+    inputs, memory, tanh_memory, hidden, states = (tensor[d] for tensor in saved)
+    w_ih, w_hh_t, w_hr_t = (weight[d] for weight in weights)
+    state0, memory0 = (None if part is None else part[d] for part in initial)
+    passes = (clip_mask(memory, clips[0]), clip_mask(states, clips[1]))
     # what flows into each state: its output's gradient plus, step by step, what flows back through time
-    grad_states = grad_states[ds].clone()
-    grad_gates = backward_steps(gates, memory, tanh_memory, grad_states, passes, w_hh_t, w_hr_t, memory0, sizes)
+    grad_states = grad_states[d].clone()
+    grad_gates = backward_steps(gates[d], memory, tanh_memory, grad_states, passes, w_hh_t, w_hr_t, memory0, sizes)
     # Weight and input gradients: one matmul each over every position.
-    directions, first = gates.size(0), sizes[0]
-    previous_states = states[:, previous_rows(sizes, states.device)]
-    grad_w_hh = torch.stack([transposed_matmul(previous_states[d], grad_gates[d, first:]) for d in range(directions)])
+    first = sizes[0]
+    grad_w_hh = transposed_matmul(states[previous_rows(sizes, states.device)], grad_gates[first:])
     if state0 is not None:
-        grad_w_hh.baddbmm_(state0.transpose(1, 2), grad_gates[:, :first])
-    grad_w_hr = torch.stack([transposed_matmul(hidden[d], grad_states[d]) for d in range(directions)])
-    grad_inputs = torch.stack([linear(grad_gates[d], w_ih[d]) for d in range(directions)])
-    grad_w_ih = torch.stack([transposed_matmul(inputs[d], grad_gates[d]) for d in range(directions)])
-    return grad_inputs, grad_w_ih, grad_gates.sum(dim=1, keepdim=True), grad_w_hh, grad_w_hr
+        grad_w_hh.addmm_(state0.t(), grad_gates[:first])
+    grad_w_hr = transposed_matmul(hidden, grad_states)
+    grad_inputs = linear(grad_gates, w_ih)
+    grad_w_ih = transposed_matmul(inputs, grad_gates)
+    return grad_inputs, grad_w_ih, grad_gates.sum(dim=0, keepdim=True), grad_w_hh, grad_w_hr
 
 
 def backward_steps(gates, memory, tanh_memory, grad_states, passes, w_hh_t, w_hr_t, memory0, sizes) -> torch.Tensor:
-    """`PackedClippedLstm`'s time loop backwards: grad_states (directions, n, proj) of the states'
-    outputs, added to in place as the gradient flows back through time, memory_passes and
-    state_passes (`clip_mask`) -> the gradient w.r.t. the pre-activation gates (directions, n,
-    4 * cells)."""
+    """One direction's time loop backwards: grad_states (n, proj), the gradient of the states'
+    outputs, gets in place what flows back through time; passes: (memory, states) `clip_mask`s
+    -> the gradient w.r.t. the pre-activation gates (n, 4 * cells)."""
     memory_passes, state_passes = passes
     grad_gates = torch.empty_like(gates)
-    directions = gates.size(0)
     grad_memory = None  # w.r.t. this step's memory, through the next step's forget gate
     ends = torch.tensor(sizes).cumsum(0).tolist()
     for step in range(len(sizes) - 1, -1, -1):
         size, end = sizes[step], ends[step]
         rows = slice(end - size, end)
-        grad_state = grad_states[:, rows]
+        grad_state = grad_states[rows]
         if state_passes is not None:
-            grad_state.mul_(state_passes[:, rows])
-        grad_hidden = torch.stack([w_hr_t[d](grad_state[d]) for d in range(directions)])
-        input_gate, forget_gate, candidate, output_gate = gates[:, rows].chunk(4, dim=-1)
-        d_input, d_forget, d_candidate, d_output = grad_gates[:, rows].chunk(4, dim=-1)
-        step_tanh = tanh_memory[:, rows]
+            grad_state.mul_(state_passes[rows])
+        grad_hidden = w_hr_t(grad_state)
+        input_gate, forget_gate, candidate, output_gate = gates[rows].chunk(4, dim=-1)
+        d_input, d_forget, d_candidate, d_output = grad_gates[rows].chunk(4, dim=-1)
+        step_tanh = tanh_memory[rows]
         torch.mul(grad_hidden, step_tanh, out=d_output).mul_(sigmoid_slope(output_gate))
         # d(memory) = d(hidden) * o * (1 - tanh^2) = d(hidden) * (o - (o tanh) tanh)
         grad_cell = grad_hidden.mul_(torch.addcmul(output_gate, output_gate * step_tanh, step_tanh, value=-1.0))
         if grad_memory is not None:
-            grad_cell[:, : grad_memory.size(1)] += grad_memory
+            grad_cell[: grad_memory.size(0)] += grad_memory
         if memory_passes is not None:
-            grad_cell.mul_(memory_passes[:, rows])
+            grad_cell.mul_(memory_passes[rows])
         torch.mul(grad_cell, candidate, out=d_input).mul_(sigmoid_slope(input_gate))
         # d(candidate) = d(memory) * i * (1 - g^2) = d(memory) * (i - (i g) g)
         torch.mul(grad_cell, torch.addcmul(input_gate, input_gate * candidate, candidate, value=-1.0), out=d_candidate)
         if step > 0:
             previous = slice(end - size - sizes[step - 1], end - size)
-            torch.mul(grad_cell, memory[:, previous][:, :size], out=d_forget).mul_(sigmoid_slope(forget_gate))
+            torch.mul(grad_cell, memory[previous][:size], out=d_forget).mul_(sigmoid_slope(forget_gate))
             grad_memory = grad_cell.mul_(forget_gate)
-            for d in range(directions):
-                grad_states[d, previous][:size] += w_hh_t[d](grad_gates[d, rows])
+            grad_states[previous][:size] += w_hh_t(grad_gates[rows])
         elif memory0 is not None:
             torch.mul(grad_cell, memory0, out=d_forget).mul_(sigmoid_slope(forget_gate))
         else:
