@@ -1,18 +1,18 @@
 """Independent CPU work on several threads at once: the directions of a biLM layer's recurrent
-loop at inference. Each step is a few small torch calls; on one thread the Python that dispatches
-them leaves cores idle between kernels however many intra-op threads torch has. On their own
-threads the directions overlap, each dispatching while the other computes (torch releases the GIL
-inside its kernels)."""
+loop, forward and backward. Each step is a few small torch calls; on one thread the Python that
+dispatches them leaves cores idle between kernels however many intra-op threads torch has. On
+their own threads the directions overlap, each dispatching while the other computes (torch
+releases the GIL inside its kernels)."""
 import functools
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 
 _pool: Optional[ThreadPoolExecutor] = None
-_pool_pid = -1
+_pool_key = (-1, 0)  # (the process that made it, its number of threads)
 _pool_lock = threading.Lock()
 
 
@@ -30,11 +30,12 @@ def worth_it() -> bool:
 
 
 def thread_pool(workers: int) -> ThreadPoolExecutor:
-    """The process's pool (made again after a fork: a forked child has none of its threads)."""
-    global _pool, _pool_pid
+    """The process's pool of at least `workers` threads (made again after a fork: a forked child
+    has none of its parent's threads)."""
+    global _pool, _pool_key
     with _pool_lock:
-        if _pool is None or _pool_pid != os.getpid() or _pool._max_workers < workers:
-            _pool, _pool_pid = ThreadPoolExecutor(workers, thread_name_prefix="elmo_plugin"), os.getpid()
+        if _pool is None or _pool_key[0] != os.getpid() or _pool_key[1] < workers:
+            _pool, _pool_key = ThreadPoolExecutor(workers, thread_name_prefix="elmo_plugin"), (os.getpid(), workers)
         return _pool
 
 
@@ -50,11 +51,13 @@ def on_thread(task: Callable[[], Any], threads: int, inference: bool) -> Tuple[b
 
 def side_by_side(tasks: List[Callable[[], Any]]) -> List[Any]:
     """Runs the tasks at once, one per pool thread, the caller's intra-op threads split between
-    them (at least one each) -> their results, when all are done (raising the first task's error)."""
+    them (at least one each) -> their results, once all are done (then raising the first failed
+    task's error). Without gradients: a task's tensors record no graph."""
     threads = torch.get_num_threads()
     inference = torch.is_inference_mode_enabled()
     futures = [thread_pool(len(tasks)).submit(on_thread, task, max(1, threads // len(tasks)), inference) for task in tasks]
-    changed, results = zip(*[future.result() for future in futures])
-    if any(changed):
-        torch.set_num_threads(threads)  # the process default again (this thread's count is unchanged)
-    return list(results)
+    wait(futures)
+    # torch.set_num_threads on a pool thread also set MKL's (process-wide) count and the default
+    # of threads made later: both are set back to the caller's
+    torch.set_num_threads(threads)
+    return [future.result()[1] for future in futures]
