@@ -273,20 +273,27 @@ def test_packed_lstm_without_a_backward_pass_gives_the_same_outputs_and_final_st
         assert not got.requires_grad and torch.allclose(got, want.detach(), atol=1e-6)
 
 
-@pytest.mark.parametrize("grad_mode", [torch.no_grad, torch.inference_mode])
-@pytest.mark.parametrize("with_initial", [False, True])
-@pytest.mark.parametrize("lengths", [[7, 5, 3, 3, 0], [1], [4, 1], [0, 0]])
-def test_packed_lstm_inference_with_each_direction_on_its_own_thread_equals_one_loop(lengths, with_initial, grad_mode, monkeypatch):
-    """With 2 torch threads, inference runs the two directions' loops side by side on two threads:
-    the same outputs and final (state, memory) as the one loop over both directions on 1 thread,
-    with padding, length-1 and empty rows, a batch of one, under no_grad and inference_mode."""
+def two_directions_counting_side_by_side(lengths: List[int], with_initial: bool, monkeypatch):
+    """Two directions' LSTMs, a batch of the given lengths, an initial state or None, and the list
+    that records each side_by_side call's number of tasks."""
     torch.manual_seed(0)
     lstms = [torch.nn.LSTM(DIM, 10, proj_size=DIM, batch_first=True) for _ in range(2)]
     lengths = torch.tensor(lengths)
     inputs = torch.randn(2, len(lengths), max(int(lengths.max()), 1), DIM)
     initial = (torch.randn(2, len(lengths), DIM), torch.randn(2, len(lengths), 10)) if with_initial else None
-    calls = []
+    calls: List[int] = []
     monkeypatch.setattr(side_by_side_module, "side_by_side", lambda tasks: calls.append(len(tasks)) or side_by_side(tasks))
+    return lstms, lengths, inputs, initial, calls
+
+
+@pytest.mark.parametrize("grad_mode", [torch.no_grad, torch.inference_mode])
+@pytest.mark.parametrize("with_initial", [False, True])
+@pytest.mark.parametrize("lengths", [[7, 5, 3, 3, 0], [1], [4, 1], [0, 0]])
+def test_packed_lstm_inference_with_each_direction_on_its_own_thread_equals_one_loop(lengths, with_initial, grad_mode, monkeypatch):
+    """With 2 torch threads, inference runs the two directions' loops side by side on two threads:
+    the same outputs and final (state, memory) as the directions in turn on 1 thread,
+    with padding, length-1 and empty rows, a batch of one, under no_grad and inference_mode."""
+    lstms, lengths, inputs, initial, calls = two_directions_counting_side_by_side(lengths, with_initial, monkeypatch)
     results = {}
     for threads in (1, 2):
         torch.set_num_threads(threads)
@@ -315,13 +322,8 @@ def test_packed_lstm_keeps_one_loop_where_torchs_threads_are_not_openmps(monkeyp
 def test_packed_lstm_training_with_each_direction_on_its_own_thread_equals_one_thread(lengths, with_initial, monkeypatch):
     """With 2 torch threads the forward and the hand-written backward run the two directions side
     by side: the same outputs, final states and gradients (inputs and every weight) as on 1 thread."""
-    torch.manual_seed(0)
-    lstms = [torch.nn.LSTM(DIM, 10, proj_size=DIM, batch_first=True) for _ in range(2)]
-    lengths = torch.tensor(lengths)
-    inputs = torch.randn(2, len(lengths), int(lengths.max()), DIM, requires_grad=True)
-    initial = (torch.randn(2, len(lengths), DIM), torch.randn(2, len(lengths), 10)) if with_initial else None
-    calls = []
-    monkeypatch.setattr(side_by_side_module, "side_by_side", lambda tasks: calls.append(len(tasks)) or side_by_side(tasks))
+    lstms, lengths, inputs, initial, calls = two_directions_counting_side_by_side(lengths, with_initial, monkeypatch)
+    inputs.requires_grad_()
     results = {}
     for threads in (1, 2):
         torch.set_num_threads(threads)
