@@ -204,6 +204,7 @@ def backward_steps(gates, memory, tanh_memory, grad_states, passes, w_hh_t, w_hr
             d_forget.zero_()  # the memory before the first step is zero
     return grad_gates
 
+
 def sigmoid_slope(activated: torch.Tensor) -> torch.Tensor:
     """sigmoid'(x) = s (1 - s) = s - s * s from s = sigmoid(x), in one op."""
     return torch.addcmul(activated, activated, activated, value=-1.0)

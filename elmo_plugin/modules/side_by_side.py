@@ -7,7 +7,7 @@ import functools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional
 
 import torch
 
@@ -39,25 +39,24 @@ def thread_pool(workers: int) -> ThreadPoolExecutor:
         return _pool
 
 
-def on_thread(task: Callable[[], Any], threads: int, inference: bool) -> Tuple[bool, Any]:
+def on_thread(task: Callable[[], Any], threads: int, inference: bool) -> Any:
     """Runs task with `threads` intra-op threads and the caller's no-grad / inference mode (both
-    thread-local in torch) -> (whether it changed this thread's intra-op thread count, its result)."""
-    changed = torch.get_num_threads() != threads
-    if changed:  # OpenMP's count is per thread; torch also keeps it as the default of new threads
+    thread-local in torch) -> its result."""
+    if torch.get_num_threads() != threads:  # OpenMP's count is per thread (side_by_side sets the rest back)
         torch.set_num_threads(threads)
     with torch.inference_mode(inference), torch.no_grad():
-        return changed, task()
+        return task()
 
 
 def side_by_side(tasks: List[Callable[[], Any]]) -> List[Any]:
     """Runs the tasks at once, one per pool thread, the caller's intra-op threads split between
     them (at least one each) -> their results, once all are done (then raising the first failed
     task's error). Without gradients: a task's tensors record no graph."""
-    threads = torch.get_num_threads()
-    inference = torch.is_inference_mode_enabled()
-    futures = [thread_pool(len(tasks)).submit(on_thread, task, max(1, threads // len(tasks)), inference) for task in tasks]
+    threads, inference = torch.get_num_threads(), torch.is_inference_mode_enabled()
+    pool, each = thread_pool(len(tasks)), max(1, threads // len(tasks))
+    futures = [pool.submit(on_thread, task, each, inference) for task in tasks]
     wait(futures)
     # torch.set_num_threads on a pool thread also set MKL's (process-wide) count and the default
     # of threads made later: both are set back to the caller's
     torch.set_num_threads(threads)
-    return [future.result()[1] for future in futures]
+    return [future.result() for future in futures]
