@@ -9,7 +9,7 @@ was built without oneDNN, or for other devices and dtypes, the same calls run to
 Results equal torch.matmul's within float32 rounding (the summation order differs).
 """
 import functools
-from typing import List, Optional
+from typing import List, Optional, Union
 
 import torch
 
@@ -38,8 +38,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
 
 
 def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
-    """`linear` through oneDNN; `weight` plain or prepacked."""
-    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+    """`linear` through oneDNN; `weight` plain or prepacked. TorchScript compiles it."""
+    no_scalars = torch.jit.annotate(List[Optional[Union[int, float, complex]]], [])  # `[]` typed for TorchScript
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", no_scalars, "")
 
 
 def transposed_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -57,11 +58,17 @@ class RightMatrix:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """x (..., K) -> x @ matrix: (..., N)."""
-        if not self.prepacked:
-            return torch.nn.functional.linear(x, self.weight)
-        if not x.numel():  # oneDNN refuses empty inputs; only oneDNN reads the prepacked weight
-            return x.new_zeros(*x.shape[:-1], self.weight.size(0))
-        return onednn_linear(x, self.weight, None)
+        return right_product(x, self.weight, self.prepacked)
+
+
+def right_product(x: torch.Tensor, weight: torch.Tensor, prepacked: bool) -> torch.Tensor:
+    """x (..., K) @ the matrix of a `RightMatrix` given as its (weight, prepacked) -> (..., N).
+    TorchScript compiles it."""
+    if not prepacked:
+        return torch.nn.functional.linear(x, weight)
+    if x.numel() == 0:  # oneDNN refuses empty inputs; only oneDNN reads the prepacked weight
+        return x.new_zeros(list(x.shape[:-1]) + [weight.size(0)])
+    return onednn_linear(x, weight, None)
 
 
 def right_matrices(stacked: torch.Tensor) -> List[RightMatrix]:

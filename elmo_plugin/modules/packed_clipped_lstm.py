@@ -1,12 +1,16 @@
 """The clipped LSTM-with-projection over packed sequences, with a hand-written backward: the CPU
 fast path of `elmo_lstm` (inference and training)."""
 import functools
+import logging
+import warnings
 from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 
-from elmo_plugin.modules.onednn_matmul import linear, right_matrices, transposed_matmul
+from elmo_plugin.modules.onednn_matmul import linear, right_matrices, right_product, transposed_matmul
 from elmo_plugin.modules import side_by_side
+
+logger = logging.getLogger(__name__)
 
 
 def packed_positions(lengths: torch.Tensor, timesteps: int) -> Tuple[torch.Tensor, List[int]]:
@@ -106,42 +110,54 @@ def forward_direction(d: int, inputs, weights, outputs, initial, sizes, clips, e
     w_ih, bias, w_hh, w_hr = weights
     gates = linear(inputs[d], w_ih[d].t(), bias[d, 0])
     state0, memory0 = (None if part is None else part[d] for part in initial)
-    forward_steps(gates, *(output[d] for output in outputs), w_hh[d], w_hr[d], state0, memory0, sizes, *clips, every_step)
+    recurrent, projection = w_hh[d], w_hr[d]
+    loop = scripted(forward_steps) if recurrent.prepacked else forward_steps
+    loop(
+        gates, *(output[d] for output in outputs), recurrent.weight, projection.weight, recurrent.prepacked,
+        state0, memory0, sizes, clips[0], clips[1], every_step,
+    )
     return gates
 
 
-def forward_steps(gates, memory, tanh_memory, hidden, states, w_hh, w_hr, state0, memory0, sizes, cell_clip, proj_clip, every_step) -> None:
-    """One direction's time loop: gates (n, 4 * cells) holding x W_ih + b, activated in place;
-    fills memory (n, cells), tanh_memory and hidden (n or sizes[0], cells) and states (n, proj)
-    in place; w_hh and w_hr are `RightMatrix`es."""
+def forward_steps(
+    gates: torch.Tensor, memory: torch.Tensor, tanh_memory: torch.Tensor, hidden: torch.Tensor,
+    states: torch.Tensor, w_hh: torch.Tensor, w_hr: torch.Tensor, prepacked: bool,
+    state0: Optional[torch.Tensor], memory0: Optional[torch.Tensor], sizes: List[int],
+    cell_clip: Optional[float], proj_clip: Optional[float], every_step: bool,
+) -> None:
+    """One direction's time loop (TorchScript compiles it): gates (n, 4 * cells) holding
+    x W_ih + b, activated in place; fills memory (n, cells), tanh_memory and hidden (n or
+    sizes[0], cells) and states (n, proj) in place; w_hh and w_hr are `RightMatrix` weights,
+    `prepacked` both or neither. Step t's rows are [start, start + sizes[t])."""
     cells = memory.size(-1)
-    start, previous = 0, slice(0, 0)  # previous: the rows of the step before
+    start, previous = 0, 0  # previous: where the step before began
     for step, size in enumerate(sizes):
-        rows = slice(start, start + size)
-        step_gates = gates[rows]
+        end = start + size
+        step_gates = gates[start:end]
         # the previous step's first `size` rows are these sequences' states
-        step_state0 = states[previous][:size] if step > 0 else state0
+        step_state0 = states[previous : previous + size] if step > 0 else state0
         if step_state0 is not None:
-            step_gates += w_hh(step_state0)
+            step_gates.add_(right_product(step_state0, w_hh, prepacked))
         # candidate tanh(z) = 2 sigmoid(2 z) - 1: all four gates in one sigmoid
         step_gates[:, 2 * cells : 3 * cells].mul_(2.0)
         step_gates.sigmoid_()
         step_gates[:, 2 * cells : 3 * cells].mul_(2.0).sub_(1.0)
         input_gate, forget_gate, candidate, output_gate = step_gates.chunk(4, dim=-1)
-        step_memory = memory[rows]
+        step_memory = memory[start:end]
         torch.mul(input_gate, candidate, out=step_memory)
-        if step > 0:
-            step_memory.addcmul_(forget_gate, memory[previous][:size])
-        elif memory0 is not None:
-            step_memory.addcmul_(forget_gate, memory0)
+        step_memory0 = memory[previous : previous + size] if step > 0 else memory0
+        if step_memory0 is not None:
+            step_memory.addcmul_(forget_gate, step_memory0)
         if cell_clip is not None:
             step_memory.clamp_(-cell_clip, cell_clip)
-        kept = rows if every_step else slice(0, size)
-        torch.mul(tanh_via_sigmoid(step_memory, out=tanh_memory[kept]), output_gate, out=hidden[kept])
-        states[rows] = w_hr(hidden[kept])
+        kept = start if every_step else 0  # where this step's tanh_memory and hidden rows begin
+        step_hidden = hidden[kept : kept + size]
+        torch.mul(tanh_via_sigmoid(step_memory, out=tanh_memory[kept : kept + size]), output_gate, out=step_hidden)
+        step_states = states[start:end]
+        step_states.copy_(right_product(step_hidden, w_hr, prepacked))
         if proj_clip is not None:
-            states[rows].clamp_(-proj_clip, proj_clip)
-        previous, start = rows, start + size
+            step_states.clamp_(-proj_clip, proj_clip)
+        previous, start = start, end
 
 
 def backward_direction(d: int, gates, saved, weights, initial, grad_states, sizes, clips) -> Tuple[torch.Tensor, ...]:
@@ -150,10 +166,13 @@ def backward_direction(d: int, gates, saved, weights, initial, grad_states, size
     inputs, memory, tanh_memory, hidden, states = (tensor[d] for tensor in saved)
     w_ih, w_hh_t, w_hr_t = (weight[d] for weight in weights)
     state0, memory0 = (None if part is None else part[d] for part in initial)
-    passes = (clip_mask(memory, clips[0]), clip_mask(states, clips[1]))
     # what flows into each state: its output's gradient plus, step by step, what flows back through time
     grad_states = grad_states[d].clone()
-    grad_gates = backward_steps(gates[d], memory, tanh_memory, grad_states, passes, w_hh_t, w_hr_t, memory0, sizes)
+    loop = scripted(backward_steps) if w_hh_t.prepacked else backward_steps
+    grad_gates = loop(
+        gates[d], memory, tanh_memory, grad_states, clip_mask(memory, clips[0]), clip_mask(states, clips[1]),
+        w_hh_t.weight, w_hr_t.weight, w_hh_t.prepacked, memory0, sizes,
+    )
     # Weight and input gradients: one matmul each over every position.
     first = sizes[0]
     grad_w_hh = transposed_matmul(states[previous_rows(sizes, states.device)], grad_gates[first:])
@@ -165,49 +184,69 @@ def backward_direction(d: int, gates, saved, weights, initial, grad_states, size
     return grad_inputs, grad_w_ih, grad_gates.sum(dim=0, keepdim=True), grad_w_hh, grad_w_hr
 
 
-def backward_steps(gates, memory, tanh_memory, grad_states, passes, w_hh_t, w_hr_t, memory0, sizes) -> torch.Tensor:
-    """One direction's time loop backwards: grad_states (n, proj), the gradient of the states'
-    outputs, gets in place what flows back through time; passes: (memory, states) `clip_mask`s
-    -> the gradient w.r.t. the pre-activation gates (n, 4 * cells)."""
-    memory_passes, state_passes = passes
+def backward_steps(
+    gates: torch.Tensor, memory: torch.Tensor, tanh_memory: torch.Tensor, grad_states: torch.Tensor,
+    memory_passes: Optional[torch.Tensor], state_passes: Optional[torch.Tensor], w_hh_t: torch.Tensor,
+    w_hr_t: torch.Tensor, prepacked: bool, memory0: Optional[torch.Tensor], sizes: List[int],
+) -> torch.Tensor:
+    """One direction's time loop backwards (TorchScript compiles it): grad_states (n, proj), the
+    gradient of the states' outputs, gets in place what flows back through time; memory_passes
+    and state_passes: `clip_mask`s; w_hh_t and w_hr_t: the transposed weights as `RightMatrix`
+    weights -> the gradient w.r.t. the pre-activation gates (n, 4 * cells)."""
     grad_gates = torch.empty_like(gates)
-    grad_memory = None  # w.r.t. this step's memory, through the next step's forget gate
-    ends = torch.tensor(sizes).cumsum(0).tolist()
+    grad_memory: Optional[torch.Tensor] = None  # w.r.t. this step's memory, through the next step's forget gate
+    end = gates.size(0)
     for step in range(len(sizes) - 1, -1, -1):
-        size, end = sizes[step], ends[step]
-        rows = slice(end - size, end)
-        grad_state = grad_states[rows]
+        size = sizes[step]
+        start = end - size
+        grad_state = grad_states[start:end]
         if state_passes is not None:
-            grad_state.mul_(state_passes[rows])
-        grad_hidden = w_hr_t(grad_state)
-        input_gate, forget_gate, candidate, output_gate = gates[rows].chunk(4, dim=-1)
-        d_input, d_forget, d_candidate, d_output = grad_gates[rows].chunk(4, dim=-1)
-        step_tanh = tanh_memory[rows]
+            grad_state.mul_(state_passes[start:end])
+        grad_hidden = right_product(grad_state, w_hr_t, prepacked)
+        input_gate, forget_gate, candidate, output_gate = gates[start:end].chunk(4, dim=-1)
+        d_input, d_forget, d_candidate, d_output = grad_gates[start:end].chunk(4, dim=-1)
+        step_tanh = tanh_memory[start:end]
         torch.mul(grad_hidden, step_tanh, out=d_output).mul_(sigmoid_slope(output_gate))
         # d(memory) = d(hidden) * o * (1 - tanh^2) = d(hidden) * (o - (o tanh) tanh)
         grad_cell = grad_hidden.mul_(torch.addcmul(output_gate, output_gate * step_tanh, step_tanh, value=-1.0))
         if grad_memory is not None:
-            grad_cell[: grad_memory.size(0)] += grad_memory
+            grad_cell[: grad_memory.size(0)].add_(grad_memory)
         if memory_passes is not None:
-            grad_cell.mul_(memory_passes[rows])
+            grad_cell.mul_(memory_passes[start:end])
         torch.mul(grad_cell, candidate, out=d_input).mul_(sigmoid_slope(input_gate))
         # d(candidate) = d(memory) * i * (1 - g^2) = d(memory) * (i - (i g) g)
         torch.mul(grad_cell, torch.addcmul(input_gate, input_gate * candidate, candidate, value=-1.0), out=d_candidate)
         if step > 0:
-            previous = slice(end - size - sizes[step - 1], end - size)
-            torch.mul(grad_cell, memory[previous][:size], out=d_forget).mul_(sigmoid_slope(forget_gate))
+            previous = start - sizes[step - 1]  # where the step before began
+            torch.mul(grad_cell, memory[previous : previous + size], out=d_forget).mul_(sigmoid_slope(forget_gate))
             grad_memory = grad_cell.mul_(forget_gate)
-            grad_states[previous][:size] += w_hh_t(grad_gates[rows])
+            grad_states[previous : previous + size].add_(right_product(grad_gates[start:end], w_hh_t, prepacked))
         elif memory0 is not None:
             torch.mul(grad_cell, memory0, out=d_forget).mul_(sigmoid_slope(forget_gate))
         else:
             d_forget.zero_()  # the memory before the first step is zero
+        end = start
     return grad_gates
 
 
 def sigmoid_slope(activated: torch.Tensor) -> torch.Tensor:
     """sigmoid'(x) = s (1 - s) = s - s * s from s = sigmoid(x), in one op."""
     return torch.addcmul(activated, activated, activated, value=-1.0)
+
+
+@functools.lru_cache(maxsize=None)
+def scripted(loop: Callable[..., Any]) -> Callable[..., Any]:
+    """The time loop compiled by TorchScript, whose interpreter runs it without holding the GIL:
+    two directions side by side compute at once instead of taking turns to dispatch each small
+    op from Python, and one thread dispatches faster. The loop itself where TorchScript cannot
+    compile it (it is deprecated in torch 2.14; the numbers are the same either way)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch.jit.script's deprecation notice
+            return torch.jit.script(loop)
+    except Exception as error:  # noqa: BLE001  (any failure to compile: run the Python loop)
+        logger.warning("TorchScript cannot compile %s (%s): it runs as Python, slower", loop.__name__, error)
+        return loop
 
 
 def step_starts(sizes: List[int], device: torch.device) -> torch.Tensor:

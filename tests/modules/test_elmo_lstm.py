@@ -11,6 +11,7 @@ from elmo_plugin.modules.elmo_lstm import (
     packed_weights,
 )
 from elmo_plugin.modules.packed_clipped_lstm import packed_clipped_lstm
+from elmo_plugin.modules import packed_clipped_lstm as packed_module
 from elmo_plugin.modules import side_by_side as side_by_side_module
 from elmo_plugin.modules.side_by_side import side_by_side
 from elmo_plugin.modules.directions import gather_timesteps, reverse_within_length
@@ -334,3 +335,41 @@ def test_packed_lstm_training_with_each_direction_on_its_own_thread_equals_one_t
     assert calls == [2, 2]  # the forward and the backward, on 2 threads only
     for got, want in zip(results[2], results[1]):
         assert torch.allclose(got, want, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("with_initial", [False, True])
+@pytest.mark.parametrize("lengths", [[7, 5, 3, 3, 0], [1], [4, 1]])
+def test_packed_lstm_time_loops_compiled_by_torchscript_equal_them_run_as_python(lengths, with_initial, monkeypatch):
+    """The packed LSTM's time loops, forward and backward, run compiled by TorchScript: the same
+    outputs, final states and gradients (inputs and every weight) as the same loops run as Python,
+    with padding, length-1 rows, a batch of one and an initial state."""
+    assert isinstance(packed_module.scripted(packed_module.forward_steps), torch.jit.ScriptFunction)
+    assert isinstance(packed_module.scripted(packed_module.backward_steps), torch.jit.ScriptFunction)
+    lstms, lengths, inputs, initial, _ = two_directions_counting_side_by_side(lengths, with_initial, monkeypatch)
+    inputs.requires_grad_()
+    compiled = packed_module.scripted
+    results = {}
+    for mode, scripted in (("python", lambda loop: loop), ("torchscript", compiled)):
+        monkeypatch.setattr(packed_module, "scripted", scripted)
+        outputs, (state, memory) = packed_clipped_lstm(inputs, packed_weights(lstms), lengths, 0.5, 0.3, initial)
+        loss = (outputs * torch.linspace(-1, 1, outputs.size(-1))).sum() + (state ** 2).sum()
+        parameters = [inputs, *(p for lstm in lstms for p in lstm.parameters())]
+        with torch.no_grad():
+            inference = packed_clipped_lstm(inputs, packed_weights(lstms), lengths, 0.5, 0.3, initial)
+        results[mode] = [outputs, state, memory, *torch.autograd.grad(loss, parameters), inference[0], *inference[1]]
+    for got, want in zip(results["torchscript"], results["python"]):
+        assert torch.equal(got, want)
+
+
+def test_packed_lstm_time_loops_run_as_python_where_torchscript_cannot_compile_them(monkeypatch, caplog):
+    """Where torch.jit.script fails (TorchScript is deprecated), the loop runs as Python, with a
+    warning naming it."""
+
+    def no_torchscript(function):
+        raise RuntimeError("TorchScript is gone")
+
+    monkeypatch.setattr(torch.jit, "script", no_torchscript)
+    with caplog.at_level("WARNING"):
+        loop = packed_module.scripted.__wrapped__(packed_module.forward_steps)
+    assert loop is packed_module.forward_steps
+    assert "cannot compile forward_steps (TorchScript is gone)" in caplog.text
