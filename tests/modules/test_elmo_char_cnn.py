@@ -102,10 +102,11 @@ def test_initialized_as_bilm_tf(activation):
 
 @pytest.mark.parametrize("activation", ["relu", "tanh"])
 def test_inference_fast_path_equals_allennlps_highway_and_the_full_computation(activation):
-    """Without a gradient to compute, the convolutions (as matmuls over character windows), the
-    highway and the projection run through oneDNN: the same vectors as allennlp's `Highway` and
-    `Linear` and as torch's convolutions over all 50 positions (the path that training takes),
-    for tokens of every length, with and without an all-padding window, and a batch of one."""
+    """Without a gradient to compute, the convolutions (every width in one matmul over character
+    windows, the windows past a 50-character token's end masked), the highway and the projection
+    run through oneDNN: the same vectors as allennlp's `Highway` and `Linear` and as torch's
+    convolutions over all 50 positions (the path that training takes), for tokens of every
+    length, with and without an all-padding window, and a batch of one."""
     torch.manual_seed(0)
     cnn = ElmoCharCnn(filters=[[1, 4], [2, 6], [3, 8], [7, 5]], num_highway=2, projection_dim=5, activation=activation)
     ids = awkward_tokens()
