@@ -66,11 +66,13 @@ class PackedClippedLstm(torch.autograd.Function):
         hidden = torch.empty_like(tanh_memory)
         states = inputs.new_empty(directions, n, w_hr.size(2))
         weights = (w_ih, bias, right_matrices(w_hh), right_matrices(w_hr))
+        prepacked = weights[2][0].prepacked
         run = functools.partial(
-            forward_direction, inputs=inputs, weights=weights, outputs=(memory, tanh_memory, hidden, states),
-            initial=(state0, memory0), sizes=sizes, clips=(cell_clip, proj_clip), every_step=every_step,
+            forward_direction, loop=time_loop(forward_steps, prepacked), inputs=inputs, weights=weights,
+            outputs=(memory, tanh_memory, hidden, states), initial=(state0, memory0), sizes=sizes,
+            clips=(cell_clip, proj_clip), every_step=every_step,
         )
-        gates = each_direction(run, directions, weights[2][0].prepacked)  # per direction (n, 4 * cells)
+        gates = each_direction(run, directions, prepacked)  # per direction (n, 4 * cells)
         kept = gates if every_step else []  # only a backward pass reads the gates
         ctx.save_for_backward(inputs, w_ih, w_hh, w_hr, memory, tanh_memory, hidden, states, state0, memory0, *kept)
         ctx.sizes, ctx.cell_clip, ctx.proj_clip = sizes, cell_clip, proj_clip
@@ -82,12 +84,13 @@ class PackedClippedLstm(torch.autograd.Function):
         inputs, w_ih, w_hh, w_hr, memory, tanh_memory, hidden, states, state0, memory0, *gates = ctx.saved_tensors
         # gradients flow back through the transposed weights
         weights = (w_ih, right_matrices(w_hh.transpose(1, 2)), right_matrices(w_hr.transpose(1, 2)))
+        prepacked = weights[1][0].prepacked
         run = functools.partial(
-            backward_direction, gates=gates, saved=(inputs, memory, tanh_memory, hidden, states),
-            weights=weights, initial=(state0, memory0), grad_states=grad_states, sizes=ctx.sizes,
-            clips=(ctx.cell_clip, ctx.proj_clip),
+            backward_direction, loop=time_loop(backward_steps, prepacked), gates=gates,
+            saved=(inputs, memory, tanh_memory, hidden, states), weights=weights, initial=(state0, memory0),
+            grad_states=grad_states, sizes=ctx.sizes, clips=(ctx.cell_clip, ctx.proj_clip),
         )
-        grads = each_direction(run, len(gates), weights[1][0].prepacked)  # per direction
+        grads = each_direction(run, len(gates), prepacked)  # per direction
         grad_inputs, grad_w_ih, grad_bias, grad_w_hh, grad_w_hr = (torch.stack(parts) for parts in zip(*grads))
         return grad_inputs, grad_w_ih, grad_bias, grad_w_hh, grad_w_hr, None, None, None, None, None
 
@@ -103,15 +106,14 @@ def each_direction(run: Callable[[int], Any], directions: int, can_thread: bool)
     return [direction() for direction in each]
 
 
-def forward_direction(d: int, inputs, weights, outputs, initial, sizes, clips, every_step) -> torch.Tensor:
+def forward_direction(d: int, loop, inputs, weights, outputs, initial, sizes, clips, every_step) -> torch.Tensor:
     """`PackedClippedLstm.forward` for direction d: its input gates x W_ih + b, then its time
-    loop, into row d of the (memory, tanh_memory, hidden, states) outputs -> its activated gates
+    loop (`forward_steps` as `time_loop` gives it), into row d of the (memory, tanh_memory, hidden, states) outputs -> its activated gates
     (n, 4 * cells)."""
     w_ih, bias, w_hh, w_hr = weights
     gates = linear(inputs[d], w_ih[d].t(), bias[d, 0])
     state0, memory0 = (None if part is None else part[d] for part in initial)
     recurrent, projection = w_hh[d], w_hr[d]
-    loop = scripted(forward_steps) if recurrent.prepacked else forward_steps
     loop(
         gates, *(output[d] for output in outputs), recurrent.weight, projection.weight, recurrent.prepacked,
         state0, memory0, sizes, clips[0], clips[1], every_step,
@@ -160,15 +162,15 @@ def forward_steps(
         previous, start = start, end
 
 
-def backward_direction(d: int, gates, saved, weights, initial, grad_states, sizes, clips) -> Tuple[torch.Tensor, ...]:
-    """`PackedClippedLstm.backward` for direction d -> its gradients (inputs, w_ih, bias, w_hh,
-    w_hr), each without the directions dimension."""
+def backward_direction(d: int, loop, gates, saved, weights, initial, grad_states, sizes, clips) -> Tuple[torch.Tensor, ...]:
+    """`PackedClippedLstm.backward` for direction d, its time loop `backward_steps` as
+    `time_loop` gives it -> its gradients (inputs, w_ih, bias, w_hh, w_hr), each without the
+    directions dimension."""
     inputs, memory, tanh_memory, hidden, states = (tensor[d] for tensor in saved)
     w_ih, w_hh_t, w_hr_t = (weight[d] for weight in weights)
     state0, memory0 = (None if part is None else part[d] for part in initial)
     # what flows into each state: its output's gradient plus, step by step, what flows back through time
     grad_states = grad_states[d].clone()
-    loop = scripted(backward_steps) if w_hh_t.prepacked else backward_steps
     grad_gates = loop(
         gates[d], memory, tanh_memory, grad_states, clip_mask(memory, clips[0]), clip_mask(states, clips[1]),
         w_hh_t.weight, w_hr_t.weight, w_hh_t.prepacked, memory0, sizes,
@@ -232,6 +234,13 @@ def backward_steps(
 def sigmoid_slope(activated: torch.Tensor) -> torch.Tensor:
     """sigmoid'(x) = s (1 - s) = s - s * s from s = sigmoid(x), in one op."""
     return torch.addcmul(activated, activated, activated, value=-1.0)
+
+
+def time_loop(loop: Callable[..., Any], prepacked: bool) -> Callable[..., Any]:
+    """The time loop to run: compiled (`scripted`) for oneDNN's prepacked weights, else as Python
+    (torch's own matmuls could be autocast, which TorchScript would not see). Asked on the
+    caller's thread, before the directions go side by side: TorchScript compiles on one thread."""
+    return scripted(loop) if prepacked else loop
 
 
 @functools.lru_cache(maxsize=None)
