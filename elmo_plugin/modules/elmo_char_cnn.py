@@ -132,7 +132,9 @@ class ElmoCharCnn(TokenEmbedder):
         """(total filters,) each filter's width."""
         return torch.tensor([width for width, count in self.filters for _ in range(count)], device=device)
 
-    def pooled_convolutions(self, char_ids: torch.Tensor, lengths: torch.Tensor, padding_windows: torch.Tensor) -> torch.Tensor:
+    def pooled_convolutions(
+        self, char_ids: torch.Tensor, lengths: torch.Tensor, padding_windows: torch.Tensor
+    ) -> torch.Tensor:
         """(n, chars) ids of real tokens, (n,) their lengths, `padding_windows` -> (n, total
         filters): every filter's max over positions, activated."""
         num_chars, longest = char_ids.size(-1), int(lengths.max())

@@ -108,8 +108,8 @@ def each_direction(run: Callable[[int], Any], directions: int, can_thread: bool)
 
 def forward_direction(d: int, loop, inputs, weights, outputs, initial, sizes, clips, every_step) -> torch.Tensor:
     """`PackedClippedLstm.forward` for direction d: its input gates x W_ih + b, then its time
-    loop (`forward_steps` as `time_loop` gives it), into row d of the (memory, tanh_memory, hidden, states) outputs -> its activated gates
-    (n, 4 * cells)."""
+    loop (`forward_steps` as `time_loop` gives it), into row d of the (memory, tanh_memory,
+    hidden, states) outputs -> its activated gates (n, 4 * cells)."""
     w_ih, bias, w_hh, w_hr = weights
     gates = linear(inputs[d], w_ih[d].t(), bias[d, 0])
     state0, memory0 = (None if part is None else part[d] for part in initial)
