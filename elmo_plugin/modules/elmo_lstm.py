@@ -63,10 +63,11 @@ def can_compile_step(device: torch.device) -> bool:
 
 
 def packed_weights(lstms: Sequence[torch.nn.LSTM]) -> Tuple[torch.Tensor, ...]:
-    """(w_ih, bias, w_hh, w_hr) of all directions as `PackedClippedLstm` takes them."""
+    """(w_ih, bias, w_hh, w_hr) of all directions as `PackedClippedLstm` takes them: torch's
+    layout, stacked (the gradients reach each weight contiguous)."""
     bias = torch.stack([lstm.bias_ih_l0 + lstm.bias_hh_l0 for lstm in lstms]).unsqueeze(1)
     names = ("weight_ih_l0", "weight_hh_l0", "weight_hr_l0")
-    w_ih, w_hh, w_hr = (stacked_weight(lstms, name) for name in names)
+    w_ih, w_hh, w_hr = (torch.stack([getattr(lstm, name) for lstm in lstms]) for name in names)
     return w_ih, bias, w_hh, w_hr
 
 

@@ -29,18 +29,12 @@ def tanh_via_sigmoid(values: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     return torch.mul(values, 2.0, out=out).sigmoid_().mul_(2.0).sub_(1.0)
 
 
-def clip_mask(values: torch.Tensor, clip: Optional[float]) -> Optional[torch.Tensor]:
-    """1.0 where a clamp to +-clip passed the gradient, 0.0 where it bound (values are already
-    clamped), or None without a clip."""
-    return None if clip is None else (values.abs() < clip).to(values.dtype)
-
-
 class PackedClippedLstm(torch.autograd.Function):
     """
     All directions of one layer over packed sequences: inputs (directions, n, in) in time-major
-    packed order (`packed_positions`), w_ih (directions, in, 4 * cells), bias (directions, 1,
-    4 * cells), w_hh (directions, proj, 4 * cells), w_hr (directions, cells, proj), gates in
-    torch's order i, f, g, o, and the state (directions, sizes[0], proj) and memory
+    packed order (`packed_positions`), the weights in `torch.nn.LSTM`'s layout, stacked: w_ih
+    (directions, 4 * cells, in), bias (directions, 1, 4 * cells), w_hh (directions, 4 * cells,
+    proj), w_hr (directions, proj, cells), gates in torch's order i, f, g, o, and the state (directions, sizes[0], proj) and memory
     (directions, sizes[0], cells) before the first step (None: zero; constants: no gradient
     reaches them) -> (states (directions, n, proj), memory (directions, n, cells), no gradient
     through it), memory clipped to +-cell_clip and states to +-proj_clip.
@@ -50,22 +44,23 @@ class PackedClippedLstm(torch.autograd.Function):
     every position in one matmul, then per step only the recurrent and the projection matmuls,
     gate arithmetic in place in preallocated buffers. Backward: per step only the two matmuls
     that carry the gradient back in time; the weight and input gradients are one matmul each
-    over all steps. Every matmul goes through `onednn_matmul` (the per-step weights prepacked
-    once per call). The same numbers as autograd through the plain loop, within float32
-    rounding.
+    over all steps, and the weight gradients come out contiguous in the weights' own layout
+    (what `AccumulateGrad` adds without a strided copy). Every matmul goes through
+    `onednn_matmul` (the per-step weights prepacked once per call). The same numbers as autograd
+    through the plain loop, within float32 rounding.
     """
 
     @staticmethod
     def forward(ctx, inputs, w_ih, bias, w_hh, w_hr, sizes, cell_clip, proj_clip, state0, memory0):  # type: ignore[override]
-        (directions, n, _), cells = inputs.shape, w_hr.size(1)
+        (directions, n, _), (proj, cells) = inputs.shape, w_hr.shape[1:]
         memory = inputs.new_empty(directions, n, cells)
         # Without a backward pass (inference) only the memory is kept for every position; the
         # tanh of the memory and the projection's input o * tanh(memory) live in one step's rows.
         every_step = any(ctx.needs_input_grad)
         tanh_memory = torch.empty_like(memory) if every_step else memory.new_empty(directions, sizes[0], cells)
         hidden = torch.empty_like(tanh_memory)
-        states = inputs.new_empty(directions, n, w_hr.size(2))
-        weights = (w_ih, bias, right_matrices(w_hh), right_matrices(w_hr))
+        states = inputs.new_empty(directions, n, proj)
+        weights = (w_ih, bias, right_matrices(w_hh.transpose(1, 2)), right_matrices(w_hr.transpose(1, 2)))
         prepacked = weights[2][0].prepacked
         run = functools.partial(
             forward_direction, loop=time_loop(forward_steps, prepacked), inputs=inputs, weights=weights,
@@ -82,8 +77,8 @@ class PackedClippedLstm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_states, _):  # type: ignore[override]
         inputs, w_ih, w_hh, w_hr, memory, tanh_memory, hidden, states, state0, memory0, *gates = ctx.saved_tensors
-        # gradients flow back through the transposed weights
-        weights = (w_ih, right_matrices(w_hh.transpose(1, 2)), right_matrices(w_hr.transpose(1, 2)))
+        # gradients flow back through the transposed weights: x @ W for torch's (out, in) W
+        weights = (w_ih, right_matrices(w_hh), right_matrices(w_hr))
         prepacked = weights[1][0].prepacked
         run = functools.partial(
             backward_direction, loop=time_loop(backward_steps, prepacked), gates=gates,
@@ -111,7 +106,7 @@ def forward_direction(d: int, loop, inputs, weights, outputs, initial, sizes, cl
     loop (`forward_steps` as `time_loop` gives it), into row d of the (memory, tanh_memory,
     hidden, states) outputs -> its activated gates (n, 4 * cells)."""
     w_ih, bias, w_hh, w_hr = weights
-    gates = linear(inputs[d], w_ih[d].t(), bias[d, 0])
+    gates = linear(inputs[d], w_ih[d], bias[d, 0])
     state0, memory0 = (None if part is None else part[d] for part in initial)
     recurrent, projection = w_hh[d], w_hr[d]
     loop(
@@ -165,45 +160,50 @@ def forward_steps(
 def backward_direction(d: int, loop, gates, saved, weights, initial, grad_states, sizes, clips) -> Tuple[torch.Tensor, ...]:
     """`PackedClippedLstm.backward` for direction d, its time loop `backward_steps` as
     `time_loop` gives it -> its gradients (inputs, w_ih, bias, w_hh, w_hr), each without the
-    directions dimension."""
+    directions dimension; w_ih's and w_hh's as transposed views (`torch.stack` lays them out)."""
     inputs, memory, tanh_memory, hidden, states = (tensor[d] for tensor in saved)
     w_ih, w_hh_t, w_hr_t = (weight[d] for weight in weights)
     state0, memory0 = (None if part is None else part[d] for part in initial)
     # what flows into each state: its output's gradient plus, step by step, what flows back through time
     grad_states = grad_states[d].clone()
-    grad_gates = loop(
-        gates[d], memory, tanh_memory, grad_states, clip_mask(memory, clips[0]), clip_mask(states, clips[1]),
+    grad_gates, grad_bias = loop(
+        gates[d], memory, tanh_memory, states, grad_states, clips[0], clips[1],
         w_hh_t.weight, w_hr_t.weight, w_hh_t.prepacked, memory0, sizes,
     )
-    # Weight and input gradients: one matmul each over every position.
+    # Weight and input gradients: one matmul each over every position. The big operand of
+    # each is the weight side of `linear` (read in place, any strides); w_ih's and w_hh's
+    # gradients come out transposed (in, 4 * cells), the cheaper of the two to lay out.
     first = sizes[0]
     grad_w_hh = transposed_matmul(states[previous_rows(sizes, states.device)], grad_gates[first:])
     if state0 is not None:
         grad_w_hh.addmm_(state0.t(), grad_gates[:first])
-    grad_w_hr = transposed_matmul(hidden, grad_states)
-    grad_inputs = linear(grad_gates, w_ih)
+    grad_w_hr = transposed_matmul(grad_states, hidden)
+    grad_inputs = linear(grad_gates, w_ih.t())
     grad_w_ih = transposed_matmul(inputs, grad_gates)
-    return grad_inputs, grad_w_ih, grad_gates.sum(dim=0, keepdim=True), grad_w_hh, grad_w_hr
+    return grad_inputs, grad_w_ih.t(), grad_bias.unsqueeze(0), grad_w_hh.t(), grad_w_hr
 
 
 def backward_steps(
-    gates: torch.Tensor, memory: torch.Tensor, tanh_memory: torch.Tensor, grad_states: torch.Tensor,
-    memory_passes: Optional[torch.Tensor], state_passes: Optional[torch.Tensor], w_hh_t: torch.Tensor,
+    gates: torch.Tensor, memory: torch.Tensor, tanh_memory: torch.Tensor, states: torch.Tensor,
+    grad_states: torch.Tensor, cell_clip: Optional[float], proj_clip: Optional[float], w_hh_t: torch.Tensor,
     w_hr_t: torch.Tensor, prepacked: bool, memory0: Optional[torch.Tensor], sizes: List[int],
-) -> torch.Tensor:
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """One direction's time loop backwards (TorchScript compiles it): grad_states (n, proj), the
-    gradient of the states' outputs, gets in place what flows back through time; memory_passes
-    and state_passes: `clip_mask`s; w_hh_t and w_hr_t: the transposed weights as `RightMatrix`
-    weights -> the gradient w.r.t. the pre-activation gates (n, 4 * cells)."""
+    gradient of the states' outputs, gets in place what flows back through time; memory and
+    states (clamped) tell where the clips passed the gradient; w_hh_t and w_hr_t: the
+    transposed weights as `RightMatrix` weights -> the gradients w.r.t. the pre-activation gates
+    (n, 4 * cells) and the bias (4 * cells,). Masks and bias sums are taken a step at a time,
+    while the step's rows are in cache."""
     grad_gates = torch.empty_like(gates)
+    grad_bias = gates.new_zeros(gates.size(1))
     grad_memory: Optional[torch.Tensor] = None  # w.r.t. this step's memory, through the next step's forget gate
     end = gates.size(0)
     for step in range(len(sizes) - 1, -1, -1):
         size = sizes[step]
         start = end - size
         grad_state = grad_states[start:end]
-        if state_passes is not None:
-            grad_state.mul_(state_passes[start:end])
+        if proj_clip is not None:  # a clamp passes the gradient where it did not bind
+            grad_state.mul_(states[start:end].abs() < proj_clip)
         grad_hidden = right_product(grad_state, w_hr_t, prepacked)
         input_gate, forget_gate, candidate, output_gate = gates[start:end].chunk(4, dim=-1)
         d_input, d_forget, d_candidate, d_output = grad_gates[start:end].chunk(4, dim=-1)
@@ -213,8 +213,8 @@ def backward_steps(
         grad_cell = grad_hidden.mul_(torch.addcmul(output_gate, output_gate * step_tanh, step_tanh, value=-1.0))
         if grad_memory is not None:
             grad_cell[: grad_memory.size(0)].add_(grad_memory)
-        if memory_passes is not None:
-            grad_cell.mul_(memory_passes[start:end])
+        if cell_clip is not None:
+            grad_cell.mul_(memory[start:end].abs() < cell_clip)
         torch.mul(grad_cell, candidate, out=d_input).mul_(sigmoid_slope(input_gate))
         # d(candidate) = d(memory) * i * (1 - g^2) = d(memory) * (i - (i g) g)
         torch.mul(grad_cell, torch.addcmul(input_gate, input_gate * candidate, candidate, value=-1.0), out=d_candidate)
@@ -227,8 +227,9 @@ def backward_steps(
             torch.mul(grad_cell, memory0, out=d_forget).mul_(sigmoid_slope(forget_gate))
         else:
             d_forget.zero_()  # the memory before the first step is zero
+        grad_bias.add_(grad_gates[start:end].sum(dim=0))
         end = start
-    return grad_gates
+    return grad_gates, grad_bias
 
 
 def sigmoid_slope(activated: torch.Tensor) -> torch.Tensor:
@@ -292,13 +293,13 @@ def packed_clipped_lstm(
     index, sizes = packed_positions(lengths, timesteps)
     w_ih, bias, w_hh, w_hr = weights
     if initial is None:
-        initial = (inputs.new_zeros(directions, batch, w_hr.size(2)), inputs.new_zeros(directions, batch, w_hr.size(1)))
+        initial = (inputs.new_zeros(directions, batch, w_hr.size(1)), inputs.new_zeros(directions, batch, w_hr.size(2)))
         state0 = memory0 = None
     elif any(part.requires_grad for part in initial):
         raise ValueError("packed_clipped_lstm: the initial state must not require grad (detach it)")
     else:
         state0, memory0 = (part[:, : sizes[0]] if sizes else part for part in initial)
-    outputs = inputs.new_zeros(directions, batch * timesteps, w_hr.size(2))
+    outputs = inputs.new_zeros(directions, batch * timesteps, w_hr.size(1))
     if not sizes:
         return outputs.view(directions, batch, timesteps, -1), initial
     packed = inputs.reshape(directions, batch * timesteps, dim).index_select(1, index)

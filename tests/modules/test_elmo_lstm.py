@@ -258,6 +258,22 @@ def test_packed_hand_differentiated_lstm_equals_the_step_loop_in_values_and_grad
         assert torch.allclose(a, b, atol=1e-5, rtol=1e-4), name
 
 
+def test_packed_lstm_gradients_reach_every_weight_contiguous_in_its_own_layout():
+    """The hand-written backward hands each LSTM weight a gradient laid out like the weight, so
+    accumulating it (`AccumulateGrad`) needs no strided copy."""
+    torch.manual_seed(0)
+    lstms = [torch.nn.LSTM(DIM, 10, proj_size=DIM, batch_first=True) for _ in range(2)]
+    arriving = {}
+    for index, lstm in enumerate(lstms):
+        for name, parameter in lstm.named_parameters():
+            parameter.register_hook(lambda grad, key=(index, name): arriving.setdefault(key, grad))
+    inputs = torch.randn(2, 3, 4, DIM)
+    packed_clipped_lstm(inputs, packed_weights(lstms), torch.tensor([4, 2, 1]), 0.5, 0.3)[0].sum().backward()
+    assert len(arriving) == 2 * 5
+    for (index, name), grad in arriving.items():
+        assert grad.shape == getattr(lstms[index], name).shape and grad.is_contiguous(), name
+
+
 @pytest.mark.parametrize("lengths", [[7, 5, 3, 3, 0], [1], [4, 1], [0, 0]])
 def test_packed_lstm_without_a_backward_pass_gives_the_same_outputs_and_final_states(lengths):
     """Inference keeps only one step of the packed LSTM's intermediates: the same outputs and final
