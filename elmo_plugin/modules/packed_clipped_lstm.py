@@ -7,6 +7,7 @@ from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 
+from elmo_plugin.modules.glibc_heap import keep_freed_heap
 from elmo_plugin.modules.onednn_matmul import linear, right_matrices, right_product, transposed_matmul
 from elmo_plugin.modules import side_by_side
 
@@ -288,7 +289,8 @@ def packed_clipped_lstm(
     gradient, so it must not need one (state carried between batches is detached) ->
     (outputs (directions, batch, timesteps, proj), zero past each length; (state, memory) at
     each row's last position, `initial` for a row of length 0). Only real positions are
-    computed."""
+    computed. Keeps freed CPU memory in the process from the first call (`keep_freed_heap`)."""
+    keep_freed_heap()
     directions, batch, timesteps, dim = inputs.shape
     index, sizes = packed_positions(lengths, timesteps)
     w_ih, bias, w_hh, w_hr = weights
