@@ -173,14 +173,17 @@ def backward_direction(d: int, loop, gates, saved, weights, initial, grad_states
     )
     # Weight and input gradients: one matmul each over every position. The big operand of
     # each is the weight side of `linear` (read in place, any strides); w_ih's and w_hh's
-    # gradients come out transposed (in, 4 * cells), the cheaper of the two to lay out.
-    first = sizes[0]
-    grad_w_hh = transposed_matmul(states[previous_rows(sizes, states.device)], grad_gates[first:])
-    if state0 is not None:
-        grad_w_hh.addmm_(state0.t(), grad_gates[:first])
+    # gradients come out transposed (in, 4 * cells), the cheaper of the two to lay out, and
+    # in one matmul: what multiplies each position's gates is [its input, the state before
+    # it] (zero or state0 before the first step), so grad_gates is read once.
+    first, proj = sizes[0], states.size(1)
+    before = state0 if state0 is not None else states.new_zeros(first, proj)
+    states_before = torch.cat([before, states[previous_rows(sizes, states.device)]])
+    grad_w_ih, grad_w_hh = transposed_matmul(torch.cat([inputs, states_before], dim=1), grad_gates).split(
+        [inputs.size(1), proj]
+    )
     grad_w_hr = transposed_matmul(grad_states, hidden)
-    grad_inputs = linear(grad_gates, w_ih.t())
-    grad_w_ih = transposed_matmul(inputs, grad_gates)
+    grad_inputs = linear(grad_gates, w_ih.t().contiguous())  # oneDNN reads a contiguous weight faster
     return grad_inputs, grad_w_ih.t(), grad_bias.unsqueeze(0), grad_w_hh.t(), grad_w_hr
 
 
