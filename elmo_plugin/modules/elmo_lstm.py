@@ -11,9 +11,14 @@ from elmo_plugin.modules.directions import both_directions, join_directions, rev
 from elmo_plugin.modules.packed_clipped_lstm import packed_clipped_lstm
 
 
+def stacked_parameter(lstms: Sequence[torch.nn.LSTM], name: str) -> torch.Tensor:
+    """The named parameter of each direction's LSTM in torch's layout: (directions, ...)."""
+    return torch.stack([getattr(lstm, name) for lstm in lstms])
+
+
 def stacked_weight(lstms: Sequence[torch.nn.LSTM], name: str) -> torch.Tensor:
     """The named weight of each direction's LSTM, transposed for x @ W: (directions, in, out)."""
-    return torch.stack([getattr(lstm, name) for lstm in lstms]).transpose(1, 2)
+    return stacked_parameter(lstms, name).transpose(1, 2)
 
 
 def lstm_step(
@@ -67,7 +72,7 @@ def packed_weights(lstms: Sequence[torch.nn.LSTM]) -> Tuple[torch.Tensor, ...]:
     layout, stacked (the gradients reach each weight contiguous)."""
     bias = torch.stack([lstm.bias_ih_l0 + lstm.bias_hh_l0 for lstm in lstms]).unsqueeze(1)
     names = ("weight_ih_l0", "weight_hh_l0", "weight_hr_l0")
-    w_ih, w_hh, w_hr = (torch.stack([getattr(lstm, name) for lstm in lstms]) for name in names)
+    w_ih, w_hh, w_hr = (stacked_parameter(lstms, name) for name in names)
     return w_ih, bias, w_hh, w_hr
 
 

@@ -35,10 +35,11 @@ class PackedClippedLstm(torch.autograd.Function):
     All directions of one layer over packed sequences: inputs (directions, n, in) in time-major
     packed order (`packed_positions`), the weights in `torch.nn.LSTM`'s layout, stacked: w_ih
     (directions, 4 * cells, in), bias (directions, 1, 4 * cells), w_hh (directions, 4 * cells,
-    proj), w_hr (directions, proj, cells), gates in torch's order i, f, g, o, and the state (directions, sizes[0], proj) and memory
-    (directions, sizes[0], cells) before the first step (None: zero; constants: no gradient
-    reaches them) -> (states (directions, n, proj), memory (directions, n, cells), no gradient
-    through it), memory clipped to +-cell_clip and states to +-proj_clip.
+    proj), w_hr (directions, proj, cells), gates in torch's order i, f, g, o, and the state
+    (directions, sizes[0], proj) and memory (directions, sizes[0], cells) before the first step
+    (None: zero; constants: no gradient reaches them) -> (states (directions, n, proj), memory
+    (directions, n, cells), no gradient through it), memory clipped to +-cell_clip and states
+    to +-proj_clip.
 
     One direction at a time (each direction's tensors contiguous; with 2 or more torch threads
     the directions run side by side, one per thread: `side_by_side`). Forward: x W_ih + b for
