@@ -207,8 +207,8 @@ def backward_steps(
         size = sizes[step]
         start = end - size
         grad_state = grad_states[start:end]
-        if proj_clip is not None:  # a clamp passes the gradient where it did not bind
-            grad_state.mul_(states[start:end].abs() < proj_clip)
+        if proj_clip is not None:
+            passed_by_clamp(grad_state, states[start:end], proj_clip)
         grad_hidden = right_product(grad_state, w_hr_t, prepacked)
         input_gate, forget_gate, candidate, output_gate = gates[start:end].chunk(4, dim=-1)
         d_input, d_forget, d_candidate, d_output = grad_gates[start:end].chunk(4, dim=-1)
@@ -219,7 +219,7 @@ def backward_steps(
         if grad_memory is not None:
             grad_cell[: grad_memory.size(0)].add_(grad_memory)
         if cell_clip is not None:
-            grad_cell.mul_(memory[start:end].abs() < cell_clip)
+            passed_by_clamp(grad_cell, memory[start:end], cell_clip)
         torch.mul(grad_cell, candidate, out=d_input).mul_(sigmoid_slope(input_gate))
         # d(candidate) = d(memory) * i * (1 - g^2) = d(memory) * (i - (i g) g)
         torch.mul(grad_cell, torch.addcmul(input_gate, input_gate * candidate, candidate, value=-1.0), out=d_candidate)
@@ -235,6 +235,13 @@ def backward_steps(
         grad_bias.add_(grad_gates[start:end].sum(dim=0))
         end = start
     return grad_gates, grad_bias
+
+
+def passed_by_clamp(grad: torch.Tensor, clamped: torch.Tensor, clip: float) -> None:
+    """grad *= (|clamped| < clip) in place, in one op: a clamp to +-clip passes the gradient
+    where it did not bind. hardtanh is that clamp; its backward makes the mask and multiplies
+    (a bool mask times floats took four ops, the mask cast to float among them)."""
+    torch.ops.aten.hardtanh_backward(grad, clamped, -clip, clip, grad_input=grad)
 
 
 def sigmoid_slope(activated: torch.Tensor) -> torch.Tensor:
