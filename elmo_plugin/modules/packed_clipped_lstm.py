@@ -24,10 +24,13 @@ def packed_positions(lengths: torch.Tensor, timesteps: int) -> Tuple[torch.Tenso
     return row * timesteps + step, sizes[sizes > 0].tolist()
 
 
-def tanh_via_sigmoid(values: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """tanh(values) = 2 sigmoid(2 values) - 1 into `out` (may be `values`): torch's CPU sigmoid
-    is several times faster than its tanh; equal within float32 rounding (about 1e-7)."""
-    return torch.mul(values, 2.0, out=out).sigmoid_().mul_(2.0).sub_(1.0)
+def tanh_via_sigmoid(values: torch.Tensor, out: torch.Tensor, one: torch.Tensor) -> torch.Tensor:
+    """tanh(values) = 2 sigmoid(2 values) - 1 into `out` (may be `values`), `one` a 0-dim 1:
+    torch's CPU sigmoid is several times faster than its tanh; equal within float32 rounding
+    (about 1e-7). Doubling as x + x and subtracting a tensor are exact and keep TorchScript from
+    turning a Python number into a tensor (three more ops) on every call."""
+    torch.add(values, values, out=out).sigmoid_()
+    return out.add_(out).sub_(one)
 
 
 class PackedClippedLstm(torch.autograd.Function):
@@ -139,6 +142,7 @@ def forward_steps(
     sizes[0], cells) and states (n, proj) in place; w_hh and w_hr are `RightMatrix` weights,
     `prepacked` both or neither. Step t's rows are [start, start + sizes[t])."""
     cells = memory.size(-1)
+    one = torch.ones((), dtype=gates.dtype, device=gates.device)
     start, previous = 0, 0  # previous: where the step before began
     for step, size in enumerate(sizes):
         end = start + size
@@ -147,10 +151,11 @@ def forward_steps(
         step_state0 = states[previous : previous + size] if step > 0 else state0
         if step_state0 is not None:
             step_gates.add_(right_product(step_state0, w_hh, prepacked))
-        # candidate tanh(z) = 2 sigmoid(2 z) - 1: all four gates in one sigmoid
-        step_gates[:, 2 * cells : 3 * cells].mul_(2.0)
+        # candidate tanh(z) = 2 sigmoid(2 z) - 1 (as in `tanh_via_sigmoid`): all four gates in one sigmoid
+        candidate = step_gates[:, 2 * cells : 3 * cells]
+        candidate.add_(candidate)
         step_gates.sigmoid_()
-        step_gates[:, 2 * cells : 3 * cells].mul_(2.0).sub_(1.0)
+        candidate.add_(candidate).sub_(one)
         input_gate, forget_gate, candidate, output_gate = step_gates.chunk(4, dim=-1)
         step_memory = memory[start:end]
         torch.mul(input_gate, candidate, out=step_memory)
@@ -161,7 +166,7 @@ def forward_steps(
             step_memory.clamp_(-cell_clip, cell_clip)
         kept = start if every_step else 0  # where this step's tanh_memory and hidden rows begin
         step_hidden = hidden[kept : kept + size]
-        torch.mul(tanh_via_sigmoid(step_memory, out=tanh_memory[kept : kept + size]), output_gate, out=step_hidden)
+        torch.mul(tanh_via_sigmoid(step_memory, tanh_memory[kept : kept + size], one), output_gate, out=step_hidden)
         step_states = states[start:end]
         step_states.copy_(right_product(step_hidden, w_hr, prepacked))
         if proj_clip is not None:
