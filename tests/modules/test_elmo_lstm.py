@@ -274,6 +274,24 @@ def test_packed_lstm_gradients_reach_every_weight_contiguous_in_its_own_layout()
         assert grad.shape == getattr(lstms[index], name).shape and grad.is_contiguous(), name
 
 
+def test_clip_gradient_mask_in_one_op_equals_autograd_through_the_clamp():
+    """`passed_by_clamp` (hardtanh's backward, in place, on a strided view as the backward loop
+    uses it) gives what autograd gives through clamp(-clip, clip): zero where it bound, exactly
+    at the bound included."""
+    torch.manual_seed(0)
+    values = torch.randn(5, 8) * 2
+    values[0, :3] = torch.tensor([0.5, -0.5, 0.4999])  # at and just inside the bound
+    leaf = values.clone().requires_grad_()
+    grad = torch.randn(5, 8)
+    leaf.clamp(-0.5, 0.5).backward(grad)
+    buffer = torch.randn(5, 16)
+    view = buffer[:, 4:12]
+    view.copy_(grad)
+    packed_module.passed_by_clamp(view, values.clamp(-0.5, 0.5), 0.5)
+    assert torch.equal(view, leaf.grad)
+    assert torch.count_nonzero(view[0, :2]) == 0 and view[0, 2] == grad[0, 2]
+
+
 @pytest.mark.parametrize("lengths", [[7, 5, 3, 3, 0], [1], [4, 1], [0, 0]])
 def test_packed_lstm_without_a_backward_pass_gives_the_same_outputs_and_final_states(lengths):
     """Inference keeps only one step of the packed LSTM's intermediates: the same outputs and final
