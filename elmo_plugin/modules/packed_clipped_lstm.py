@@ -141,7 +141,6 @@ def forward_steps(
     x W_ih + b, activated in place; fills memory (n, cells), tanh_memory and hidden (n or
     sizes[0], cells) and states (n, proj) in place; w_hh and w_hr are `RightMatrix` weights,
     `prepacked` both or neither. Step t's rows are [start, start + sizes[t])."""
-    cells = memory.size(-1)
     one = torch.ones((), dtype=gates.dtype, device=gates.device)
     start, previous = 0, 0  # previous: where the step before began
     for step, size in enumerate(sizes):
@@ -151,12 +150,11 @@ def forward_steps(
         step_state0 = states[previous : previous + size] if step > 0 else state0
         if step_state0 is not None:
             step_gates.add_(right_product(step_state0, w_hh, prepacked))
+        input_gate, forget_gate, candidate, output_gate = step_gates.chunk(4, dim=-1)
         # candidate tanh(z) = 2 sigmoid(2 z) - 1 (as in `tanh_via_sigmoid`): all four gates in one sigmoid
-        candidate = step_gates[:, 2 * cells : 3 * cells]
         candidate.add_(candidate)
         step_gates.sigmoid_()
         candidate.add_(candidate).sub_(one)
-        input_gate, forget_gate, candidate, output_gate = step_gates.chunk(4, dim=-1)
         step_memory = memory[start:end]
         torch.mul(input_gate, candidate, out=step_memory)
         step_memory0 = memory[previous : previous + size] if step > 0 else memory0
