@@ -7,13 +7,13 @@ from allennlp.data.token_indexers.elmo_indexer import ELMoCharacterMapper
 from allennlp.modules.highway import Highway
 from allennlp.modules.token_embedders import TokenEmbedder
 
+from elmo_plugin.modules.distinct_rows import distinct_rows
 from elmo_plugin.modules.onednn_matmul import linear, uses_onednn
 
 ACTIVATIONS = {"relu": torch.nn.functional.relu, "tanh": torch.tanh}
 PADDING_CHAR_ID = ELMoCharacterMapper.padding_character + 1
 # Upper bounds of token lengths (characters up to the last non-padding one) encoded together.
 LENGTH_GROUPS = (5, 7, 9, 12, 16, 24, 50)
-HASH_POWERS = [pow(1_000_003, position, 2**61 - 1) for position in range(256)]
 
 
 def token_lengths(char_ids: torch.Tensor) -> torch.Tensor:
@@ -34,24 +34,6 @@ def windows_times_filters(characters: torch.Tensor, weight: torch.Tensor, bias: 
     within float32 rounding. No gradient."""
     windows = characters.unfold(1, weight.size(-1), 1)  # (n, positions, char_dim, width): conv's weight order
     return linear(windows.flatten(2), weight.flatten(1), bias)
-
-
-def distinct_rows(char_ids: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(n, chars) ids -> (distinct rows (m, chars), inverse (n,)): distinct[inverse] == char_ids.
-    Rows are told apart by a polynomial hash of their ids (a 1-D unique, several times faster
-    than torch.unique over rows); if two different rows ever share a hash, the check below sees
-    it and torch.unique over rows decides."""
-    if char_ids.size(-1) > len(HASH_POWERS):
-        return torch.unique(char_ids, dim=0, return_inverse=True)
-    powers = torch.tensor(HASH_POWERS[: char_ids.size(-1)], device=char_ids.device)
-    keys = (char_ids.long() * powers).sum(dim=-1)  # wraps around in int64: still a hash
-    _, inverse = torch.unique(keys, return_inverse=True)
-    first = torch.empty(int(inverse.max()) + 1 if len(inverse) else 0, dtype=torch.long, device=char_ids.device)
-    first.scatter_(0, inverse, torch.arange(len(inverse), device=char_ids.device))  # a row of each key
-    distinct = char_ids[first]
-    if not torch.equal(distinct[inverse], char_ids):
-        return torch.unique(char_ids, dim=0, return_inverse=True)
-    return distinct, inverse
 
 
 @TokenEmbedder.register("elmo_char_cnn")

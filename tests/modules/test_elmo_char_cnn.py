@@ -4,8 +4,7 @@ from allennlp.common import Params
 from allennlp.modules.elmo import batch_to_ids
 from allennlp.modules.token_embedders import TokenEmbedder
 
-from elmo_plugin.modules import elmo_char_cnn
-from elmo_plugin.modules.elmo_char_cnn import ACTIVATIONS, PADDING_CHAR_ID, ElmoCharCnn, distinct_rows
+from elmo_plugin.modules.elmo_char_cnn import ACTIVATIONS, PADDING_CHAR_ID, ElmoCharCnn
 
 
 def make_cnn(**kwargs) -> ElmoCharCnn:
@@ -116,16 +115,3 @@ def test_inference_fast_path_equals_allennlps_highway_and_the_full_computation(a
         assert torch.allclose(cnn.highway_projection(pooled), cnn.projection(cnn.highways(pooled)), atol=1e-6)
     assert torch.allclose(fast, reference_cnn(cnn, ids), atol=1e-6)
     assert torch.allclose(one, reference_cnn(cnn, ids[:1, :1]), atol=1e-6)
-
-
-def test_distinct_rows_are_exact_even_when_hashes_collide(monkeypatch):
-    ids = awkward_tokens().view(-1, 50)
-    distinct, inverse = distinct_rows(ids)
-    assert torch.equal(distinct[inverse], ids)
-    assert len(distinct) == len(torch.unique(ids, dim=0))
-    # every row hashing alike: the check sees it and torch.unique over rows decides
-    monkeypatch.setattr(elmo_char_cnn, "HASH_POWERS", [0] * 256)
-    distinct, inverse = distinct_rows(ids)
-    assert torch.equal(distinct[inverse], ids) and len(distinct) == len(torch.unique(ids, dim=0))
-    empty, empty_inverse = distinct_rows(ids[:0])
-    assert empty.shape == (0, 50) and empty_inverse.shape == (0,)

@@ -308,6 +308,32 @@ def test_packed_lstm_without_a_backward_pass_gives_the_same_outputs_and_final_st
         assert not got.requires_grad and torch.allclose(got, want.detach(), atol=1e-6)
 
 
+@pytest.mark.parametrize("vectors", [2, None])
+@pytest.mark.parametrize("lengths", [[7, 5, 3, 3, 0], [4, 1], [1]])
+def test_packed_lstm_inference_computes_input_gates_once_per_distinct_input_vector(lengths, vectors, monkeypatch):
+    """Where the inputs repeat a few vectors (a first layer sees one per token type), inference
+    computes x W_ih + b once per distinct vector for each direction and gathers it: the step
+    loop's outputs and the training path's final states. All-different inputs (and fewer than
+    4/3 positions per distinct vector) keep the matmul over every position."""
+    torch.manual_seed(0)
+    lstms = [torch.nn.LSTM(DIM, 10, proj_size=DIM, batch_first=True) for _ in range(2)]
+    lengths = torch.tensor(lengths)
+    shape = (2, len(lengths), int(lengths.max()))
+    inputs = torch.randn(*shape, DIM) if vectors is None else torch.randn(vectors, DIM)[torch.randint(0, vectors, shape)]
+    rows_multiplied: List[int] = []
+    plain_linear = packed_module.linear
+    monkeypatch.setattr(packed_module, "linear", lambda x, *rest: rows_multiplied.append(len(x)) or plain_linear(x, *rest))
+    with torch.no_grad():
+        packed, final = packed_clipped_lstm(inputs, packed_weights(lstms), lengths, 0.5, 0.3)
+    positions = int(lengths.sum())
+    shared = vectors is not None and 4 * vectors <= 3 * positions
+    assert rows_multiplied == ([vectors] if shared else [positions]) * 2
+    assert torch.allclose(packed, clipped_lstm(inputs, lstms, lengths, 0.5, 0.3), atol=1e-6)
+    _, training_final = packed_clipped_lstm(inputs.requires_grad_(), packed_weights(lstms), lengths, 0.5, 0.3)
+    for got, want in zip(final, training_final):
+        assert torch.allclose(got, want.detach(), atol=1e-6)
+
+
 def two_directions_counting_side_by_side(lengths: List[int], with_initial: bool, monkeypatch):
     """Two directions' LSTMs, a batch of the given lengths, an initial state or None, and the list
     that records each side_by_side call's number of tasks."""
