@@ -1,7 +1,7 @@
 """A batch's distinct rows, found by hashing: the character CNN's distinct tokens and the packed
 LSTM's repeated input vectors."""
 import functools
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 
@@ -21,15 +21,20 @@ def as_bits(rows: torch.Tensor) -> torch.Tensor:
     return rows.view(INTEGERS_OF_SIZE[rows.element_size()]) if rows.dtype.is_floating_point else rows
 
 
-def distinct_rows(rows: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(n, width) rows -> (distinct rows (m, width), inverse (n,)): distinct[inverse] == rows,
-    bit for bit. Rows are told apart by a polynomial hash of their values (a 1-D unique,
-    several times faster than torch.unique over rows); if two different rows ever share a hash,
-    the check below sees it and torch.unique over rows decides."""
-    bits = as_bits(rows)
+def row_hashes(rows: torch.Tensor) -> torch.Tensor:
+    """(n, width) rows -> (n,) a polynomial hash of each row's values (bits, for floats):
+    equal rows hash alike."""
     powers = torch.tensor(hash_powers(rows.size(-1)), device=rows.device)
-    keys = (bits.long() * powers).sum(dim=-1)  # wraps around in int64: still a hash
-    _, inverse = torch.unique(keys, return_inverse=True)
+    return (as_bits(rows).long() * powers).sum(dim=-1)  # wraps around in int64: still a hash
+
+
+def distinct_rows(rows: torch.Tensor, hashes: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(n, width) rows, their `row_hashes` if already known -> (distinct rows (m, width),
+    inverse (n,)): distinct[inverse] == rows, bit for bit. Rows are told apart by their hashes
+    (a 1-D unique, several times faster than torch.unique over rows); if two different rows
+    ever share a hash, the check below sees it and torch.unique over rows decides."""
+    bits = as_bits(rows)
+    _, inverse = torch.unique(row_hashes(rows) if hashes is None else hashes, return_inverse=True)
     first = torch.empty(int(inverse.max()) + 1 if len(inverse) else 0, dtype=torch.long, device=rows.device)
     first.scatter_(0, inverse, torch.arange(len(inverse), device=rows.device))  # a row of each key
     if not torch.equal(bits[first][inverse], bits):

@@ -48,12 +48,17 @@ def transposed_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return linear(a.t(), b.t())
 
 
+def prepackable(matrix: torch.Tensor) -> bool:
+    """Whether `RightMatrix` prepacks this matrix (or others like it) for oneDNN."""
+    return uses_onednn(matrix) and matrix.numel() > 0
+
+
 class RightMatrix:
     """A (K, N) matrix that many x @ matrix products share, prepacked once for oneDNN."""
 
     def __init__(self, matrix: torch.Tensor) -> None:
         weight = matrix.t().contiguous()  # linear's (N, K) layout
-        self.prepacked = uses_onednn(matrix) and matrix.numel() > 0
+        self.prepacked = prepackable(matrix)
         self.weight = torch.ops.mkldnn._reorder_linear_weight(weight) if self.prepacked else weight
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -69,8 +74,3 @@ def right_product(x: torch.Tensor, weight: torch.Tensor, prepacked: bool) -> tor
     if x.numel() == 0:  # oneDNN refuses empty inputs; only oneDNN reads the prepacked weight
         return x.new_zeros(list(x.shape[:-1]) + [weight.size(0)])
     return onednn_linear(x, weight, None)
-
-
-def right_matrices(stacked: torch.Tensor) -> List[RightMatrix]:
-    """(directions, K, N) -> one prepacked `RightMatrix` per direction."""
-    return [RightMatrix(matrix) for matrix in stacked]

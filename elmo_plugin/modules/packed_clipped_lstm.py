@@ -7,9 +7,9 @@ from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 
-from elmo_plugin.modules.distinct_rows import distinct_rows
+from elmo_plugin.modules.distinct_rows import distinct_rows, row_hashes
 from elmo_plugin.modules.glibc_heap import keep_freed_heap
-from elmo_plugin.modules.onednn_matmul import linear, right_matrices, right_product, transposed_matmul
+from elmo_plugin.modules.onednn_matmul import RightMatrix, linear, prepackable, right_product, transposed_matmul
 from elmo_plugin.modules import side_by_side
 
 logger = logging.getLogger(__name__)
@@ -25,13 +25,14 @@ def packed_positions(lengths: torch.Tensor, timesteps: int) -> Tuple[torch.Tenso
     return row * timesteps + step, sizes[sizes > 0].tolist()
 
 
-def tanh_via_sigmoid(values: torch.Tensor, out: torch.Tensor, one: torch.Tensor) -> torch.Tensor:
-    """tanh(values) = 2 sigmoid(2 values) - 1 into `out` (may be `values`), `one` a 0-dim 1:
-    torch's CPU sigmoid is several times faster than its tanh; equal within float32 rounding
-    (about 1e-7). Doubling as x + x and subtracting a tensor are exact and keep TorchScript from
-    turning a Python number into a tensor (three more ops) on every call."""
+def tanh_via_sigmoid(values: torch.Tensor, out: torch.Tensor, minus_one: torch.Tensor) -> torch.Tensor:
+    """tanh(values) = 2 sigmoid(2 values) - 1 into `out` (may be `values`), `minus_one` a 0-dim
+    -1: torch's CPU sigmoid is several times faster than its tanh; equal within float32
+    rounding (about 1e-7). Doubling as x + x and -1 + 2 s in one add (2 s is exact, so one
+    rounding either way) keep TorchScript from turning a Python number into a tensor (three
+    more ops) on every call."""
     torch.add(values, values, out=out).sigmoid_()
-    return out.add_(out).sub_(one)
+    return torch.add(minus_one, out, alpha=2, out=out)
 
 
 class PackedClippedLstm(torch.autograd.Function):
@@ -52,8 +53,8 @@ class PackedClippedLstm(torch.autograd.Function):
     that carry the gradient back in time; the weight and input gradients are one matmul each
     over all steps, and the weight gradients come out contiguous in the weights' own layout
     (what `AccumulateGrad` adds without a strided copy). Every matmul goes through
-    `onednn_matmul` (the per-step weights prepacked once per call). The same numbers as autograd
-    through the plain loop, within float32 rounding.
+    `onednn_matmul` (the per-step weights prepacked once per call, by each direction on its own
+    thread). The same numbers as autograd through the plain loop, within float32 rounding.
     """
 
     @staticmethod
@@ -66,11 +67,10 @@ class PackedClippedLstm(torch.autograd.Function):
         tanh_memory = torch.empty_like(memory) if every_step else memory.new_empty(directions, sizes[0], cells)
         hidden = torch.empty_like(tanh_memory)
         states = inputs.new_empty(directions, n, proj)
-        weights = (w_ih, bias, right_matrices(w_hh.transpose(1, 2)), right_matrices(w_hr.transpose(1, 2)))
-        prepacked = weights[2][0].prepacked
+        prepacked = prepackable(w_hh)  # each direction prepacks its weights on its own thread
         run = functools.partial(
             forward_direction, loop=time_loop(forward_steps, prepacked), inputs=inputs,
-            repeated=None if every_step else repeated_rows(inputs), weights=weights,
+            repeated=None if every_step else repeated_rows(inputs), weights=(w_ih, bias, w_hh, w_hr),
             outputs=(memory, tanh_memory, hidden, states), initial=(state0, memory0), sizes=sizes,
             clips=(cell_clip, proj_clip), every_step=every_step,
         )
@@ -84,12 +84,10 @@ class PackedClippedLstm(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_states, _):  # type: ignore[override]
         inputs, w_ih, w_hh, w_hr, memory, tanh_memory, hidden, states, state0, memory0, *gates = ctx.saved_tensors
-        # gradients flow back through the transposed weights: x @ W for torch's (out, in) W
-        weights = (w_ih, right_matrices(w_hh), right_matrices(w_hr))
-        prepacked = weights[1][0].prepacked
+        prepacked = prepackable(w_hh)
         run = functools.partial(
             backward_direction, loop=time_loop(backward_steps, prepacked), gates=gates,
-            saved=(inputs, memory, tanh_memory, hidden, states), weights=weights, initial=(state0, memory0),
+            saved=(inputs, memory, tanh_memory, hidden, states), weights=(w_ih, w_hh, w_hr), initial=(state0, memory0),
             grad_states=grad_states, sizes=ctx.sizes, clips=(ctx.cell_clip, ctx.proj_clip),
         )
         grads = each_direction(run, len(gates), prepacked)  # per direction
@@ -124,7 +122,11 @@ def repeated_rows(inputs: torch.Tensor) -> Optional[Tuple[torch.Tensor, torch.Te
     vector per token type (a batch of WikiText has about 2.6 positions per type), and x W_ih + b
     on the distinct rows followed by a gather costs less than on every position."""
     directions, n, dim = inputs.shape
-    distinct, inverse = distinct_rows(inputs.reshape(-1, dim))
+    rows = inputs.reshape(-1, dim)
+    hashes = row_hashes(rows)
+    if 4 * len(torch.unique(hashes)) > 3 * n:  # at least as many distinct rows: not worth it
+        return None
+    distinct, inverse = distinct_rows(rows, hashes)
     return (distinct, inverse.view(directions, n)) if 4 * len(distinct) <= 3 * n else None
 
 
@@ -140,7 +142,8 @@ def forward_direction(d: int, loop, inputs, repeated, weights, outputs, initial,
     else:
         gates = linear(inputs[d], w_ih[d], bias[d, 0])
     state0, memory0 = (None if part is None else part[d] for part in initial)
-    recurrent, projection = w_hh[d], w_hr[d]
+    # states @ W_hh^T and hidden @ W_hr^T at every step: torch's (out, in) weights, transposed
+    recurrent, projection = RightMatrix(w_hh[d].t()), RightMatrix(w_hr[d].t())
     loop(
         gates, *(output[d] for output in outputs), recurrent.weight, projection.weight, recurrent.prepacked,
         state0, memory0, sizes, clips[0], clips[1], every_step,
@@ -158,7 +161,7 @@ def forward_steps(
     x W_ih + b, activated in place; fills memory (n, cells), tanh_memory and hidden (n or
     sizes[0], cells) and states (n, proj) in place; w_hh and w_hr are `RightMatrix` weights,
     `prepacked` both or neither. Step t's rows are [start, start + sizes[t])."""
-    one = torch.ones((), dtype=gates.dtype, device=gates.device)
+    minus_one = torch.full((), -1.0, dtype=gates.dtype, device=gates.device)
     start, previous = 0, 0  # previous: where the step before began
     for step, size in enumerate(sizes):
         end = start + size
@@ -171,7 +174,7 @@ def forward_steps(
         # candidate tanh(z) = 2 sigmoid(2 z) - 1 (as in `tanh_via_sigmoid`): all four gates in one sigmoid
         candidate.add_(candidate)
         step_gates.sigmoid_()
-        candidate.add_(candidate).sub_(one)
+        torch.add(minus_one, candidate, alpha=2, out=candidate)
         step_memory = memory[start:end]
         torch.mul(input_gate, candidate, out=step_memory)
         step_memory0 = memory[previous : previous + size] if step > 0 else memory0
@@ -181,7 +184,7 @@ def forward_steps(
             step_memory.clamp_(-cell_clip, cell_clip)
         kept = start if every_step else 0  # where this step's tanh_memory and hidden rows begin
         step_hidden = hidden[kept : kept + size]
-        torch.mul(tanh_via_sigmoid(step_memory, tanh_memory[kept : kept + size], one), output_gate, out=step_hidden)
+        torch.mul(tanh_via_sigmoid(step_memory, tanh_memory[kept : kept + size], minus_one), output_gate, out=step_hidden)
         step_states = states[start:end]
         step_states.copy_(right_product(step_hidden, w_hr, prepacked))
         if proj_clip is not None:
@@ -194,7 +197,9 @@ def backward_direction(d: int, loop, gates, saved, weights, initial, grad_states
     `time_loop` gives it -> its gradients (inputs, w_ih, bias, w_hh, w_hr), each without the
     directions dimension; w_ih's and w_hh's as transposed views (`torch.stack` lays them out)."""
     inputs, memory, tanh_memory, hidden, states = (tensor[d] for tensor in saved)
-    w_ih, w_hh_t, w_hr_t = (weight[d] for weight in weights)
+    w_ih, w_hh, w_hr = (weight[d] for weight in weights)
+    # gradients flow back through the weights themselves: grad @ W for torch's (out, in) W
+    w_hh_t, w_hr_t = RightMatrix(w_hh), RightMatrix(w_hr)
     state0, memory0 = (None if part is None else part[d] for part in initial)
     # what flows into each state: its output's gradient plus, step by step, what flows back through time
     grad_states = grad_states[d].clone()
