@@ -124,7 +124,7 @@ def repeated_rows(inputs: torch.Tensor) -> Optional[Tuple[torch.Tensor, torch.Te
     directions, n, dim = inputs.shape
     rows = inputs.reshape(-1, dim)
     hashes = row_hashes(rows)
-    if 4 * len(torch.unique(hashes)) > 3 * n:  # at least as many distinct rows: not worth it
+    if 4 * len(torch.unique(hashes)) > 3 * n:  # distinct rows are at least as many as hashes: give up
         return None
     distinct, inverse = distinct_rows(rows, hashes)
     return (distinct, inverse.view(directions, n)) if 4 * len(distinct) <= 3 * n else None
