@@ -7,7 +7,7 @@ import torch
 
 HASH_MODULUS = 2**61 - 1
 # Floats are compared bit for bit, as the integers of their size (0.0 and -0.0 differ).
-INTEGERS_OF_SIZE = {2: torch.int16, 4: torch.int32, 8: torch.int64}
+INTEGERS_OF_SIZE = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 @functools.lru_cache(maxsize=None)
@@ -24,7 +24,7 @@ def as_bits(rows: torch.Tensor) -> torch.Tensor:
 def row_hashes(rows: torch.Tensor) -> torch.Tensor:
     """(n, width) rows -> (n,) a polynomial hash of each row's values (bits, for floats):
     equal rows hash alike."""
-    powers = torch.tensor(hash_powers(rows.size(-1)), device=rows.device)
+    powers = torch.tensor(hash_powers(rows.size(-1)), dtype=torch.long, device=rows.device)
     return (as_bits(rows).long() * powers).sum(dim=-1)  # wraps around in int64: still a hash
 
 

@@ -11,6 +11,7 @@ from elmo_plugin.modules.elmo_lstm import (
     packed_weights,
 )
 from elmo_plugin.modules.packed_clipped_lstm import packed_clipped_lstm
+from elmo_plugin.modules import distinct_rows as distinct_rows_module
 from elmo_plugin.modules import packed_clipped_lstm as packed_module
 from elmo_plugin.modules import side_by_side as side_by_side_module
 from elmo_plugin.modules.side_by_side import side_by_side
@@ -308,18 +309,24 @@ def test_packed_lstm_without_a_backward_pass_gives_the_same_outputs_and_final_st
         assert not got.requires_grad and torch.allclose(got, want.detach(), atol=1e-6)
 
 
+@pytest.mark.parametrize("colliding_hashes", [False, True])
 @pytest.mark.parametrize("vectors", [2, None])
 @pytest.mark.parametrize("lengths", [[7, 5, 3, 3, 0], [4, 1], [1]])
-def test_packed_lstm_inference_computes_input_gates_once_per_distinct_input_vector(lengths, vectors, monkeypatch):
+def test_packed_lstm_inference_computes_input_gates_once_per_distinct_input_vector(lengths, vectors, colliding_hashes, monkeypatch):
     """Where the inputs repeat a few vectors (a first layer sees one per token type), inference
     computes x W_ih + b once per distinct vector for each direction and gathers it: the step
     loop's outputs and the training path's final states. All-different inputs (and fewer than
-    4/3 positions per distinct vector) keep the matmul over every position."""
+    4/3 positions per distinct vector) keep the matmul over every position, also when every
+    row hashes alike (the rows themselves are then counted)."""
     torch.manual_seed(0)
     lstms = [torch.nn.LSTM(DIM, 10, proj_size=DIM, batch_first=True) for _ in range(2)]
     lengths = torch.tensor(lengths)
     shape = (2, len(lengths), int(lengths.max()))
-    inputs = torch.randn(*shape, DIM) if vectors is None else torch.randn(vectors, DIM)[torch.randint(0, vectors, shape)]
+    # vectors taken in turn along each row: every one of them sits at a real position
+    which = torch.arange(shape[0] * shape[1] * shape[2]).view(shape) % (vectors or 1)
+    inputs = torch.randn(*shape, DIM) if vectors is None else torch.randn(vectors, DIM)[which]
+    if colliding_hashes:
+        monkeypatch.setattr(distinct_rows_module, "hash_powers", lambda width: [0] * width)
     rows_multiplied: List[int] = []
     plain_linear = packed_module.linear
     monkeypatch.setattr(packed_module, "linear", lambda x, *rest: rows_multiplied.append(len(x)) or plain_linear(x, *rest))
