@@ -48,8 +48,9 @@ class PackedClippedLstm(torch.autograd.Function):
 
     One direction at a time (each direction's tensors contiguous; with 2 or more torch threads
     the directions run side by side, one per thread: `side_by_side`). Forward: x W_ih + b for
-    every position in one matmul (at inference, once per distinct input row, gathered), then per step only the recurrent and the projection matmuls,
-    gate arithmetic in place in preallocated buffers. Backward: per step only the two matmuls
+    every position in one matmul (at inference, once per distinct input row, gathered), then
+    per step only the recurrent and the projection matmuls, gate arithmetic in place in
+    preallocated buffers. Backward: per step only the two matmuls
     that carry the gradient back in time; the weight and input gradients are one matmul each
     over all steps, and the weight gradients come out contiguous in the weights' own layout
     (what `AccumulateGrad` adds without a strided copy). Every matmul goes through
