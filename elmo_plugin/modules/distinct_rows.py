@@ -28,13 +28,14 @@ def row_hashes(rows: torch.Tensor) -> torch.Tensor:
     return (as_bits(rows).long() * powers).sum(dim=-1)  # wraps around in int64: still a hash
 
 
-def distinct_rows(rows: torch.Tensor, hashes: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(n, width) rows, their `row_hashes` if already known -> (distinct rows (m, width),
-    inverse (n,)): distinct[inverse] == rows, bit for bit. Rows are told apart by their hashes
-    (a 1-D unique, several times faster than torch.unique over rows); if two different rows
-    ever share a hash, the check below sees it and torch.unique over rows decides."""
+def distinct_rows(rows: torch.Tensor, hash_inverse: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(n, width) rows, the inverse of torch.unique over their `row_hashes` if already known ->
+    (distinct rows (m, width), inverse (n,)): distinct[inverse] == rows, bit for bit. Rows are
+    told apart by their hashes (a 1-D unique, several times faster than torch.unique over rows);
+    if two different rows ever share a hash, the check below sees it and torch.unique over rows
+    decides."""
     bits = as_bits(rows)
-    _, inverse = torch.unique(row_hashes(rows) if hashes is None else hashes, return_inverse=True)
+    inverse = torch.unique(row_hashes(rows), return_inverse=True)[1] if hash_inverse is None else hash_inverse
     first = torch.empty(int(inverse.max()) + 1 if len(inverse) else 0, dtype=torch.long, device=rows.device)
     first.scatter_(0, inverse, torch.arange(len(inverse), device=rows.device))  # a row of each key
     if not torch.equal(bits[first][inverse], bits):

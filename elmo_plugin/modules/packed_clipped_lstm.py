@@ -48,14 +48,14 @@ class PackedClippedLstm(torch.autograd.Function):
 
     One direction at a time (each direction's tensors contiguous; with 2 or more torch threads
     the directions run side by side, one per thread: `side_by_side`). Forward: x W_ih + b for
-    every position in one matmul (at inference, once per distinct input row, gathered), then
-    per step only the recurrent and the projection matmuls, gate arithmetic in place in
-    preallocated buffers. Backward: per step only the two matmuls
-    that carry the gradient back in time; the weight and input gradients are one matmul each
-    over all steps, and the weight gradients come out contiguous in the weights' own layout
-    (what `AccumulateGrad` adds without a strided copy). Every matmul goes through
-    `onednn_matmul` (the per-step weights prepacked once per call, by each direction on its own
-    thread). The same numbers as autograd through the plain loop, within float32 rounding.
+    every position in one matmul (at inference, once per distinct input row, each step gathering
+    its rows), then per step only the recurrent and the projection matmuls, gate arithmetic in
+    place in preallocated buffers. Backward: per step only the two matmuls that carry the
+    gradient back in time; the weight and input gradients are one matmul each over all steps,
+    and the weight gradients come out contiguous in the weights' own layout (what
+    `AccumulateGrad` adds without a strided copy). Every matmul goes through `onednn_matmul`
+    (the per-step weights prepacked once per call, by each direction on its own thread). The
+    same numbers as autograd through the plain loop, within float32 rounding.
     """
 
     @staticmethod
@@ -124,49 +124,57 @@ def repeated_rows(inputs: torch.Tensor) -> Optional[Tuple[torch.Tensor, torch.Te
     on the distinct rows followed by a gather costs less than on every position."""
     directions, n, dim = inputs.shape
     rows = inputs.reshape(-1, dim)
-    hashes = row_hashes(rows)
-    if 4 * len(torch.unique(hashes)) > 3 * n:  # distinct rows are at least as many as hashes: give up
+    hashes, hash_inverse = torch.unique(row_hashes(rows), return_inverse=True)
+    if 4 * len(hashes) > 3 * n:  # distinct rows are at least as many as hashes: give up
         return None
-    distinct, inverse = distinct_rows(rows, hashes)
+    distinct, inverse = distinct_rows(rows, hash_inverse)
     return (distinct, inverse.view(directions, n)) if 4 * len(distinct) <= 3 * n else None
 
 
 def forward_direction(d: int, loop, inputs, repeated, weights, outputs, initial, sizes, clips, every_step) -> torch.Tensor:
-    """`PackedClippedLstm.forward` for direction d: its input gates x W_ih + b (from the
-    distinct rows where `repeated_rows` found them), then its time loop (`forward_steps` as
+    """`PackedClippedLstm.forward` for direction d: its input gates x W_ih + b (of the distinct
+    rows only, where `repeated_rows` found them), then its time loop (`forward_steps` as
     `time_loop` gives it), into row d of the (memory, tanh_memory, hidden, states) outputs ->
-    its activated gates (n, 4 * cells)."""
+    its gates (n, 4 * cells), activated (the distinct rows' (m, 4 * cells), not activated)."""
     w_ih, bias, w_hh, w_hr = weights
-    if repeated is not None:
+    if repeated is not None:  # the distinct rows' gates; each step gathers its rows
         distinct, rows = repeated
-        gates = linear(distinct, w_ih[d], bias[d, 0]).index_select(0, rows[d])
+        gates, gate_rows = linear(distinct, w_ih[d], bias[d, 0]), rows[d]
     else:
-        gates = linear(inputs[d], w_ih[d], bias[d, 0])
+        gates, gate_rows = linear(inputs[d], w_ih[d], bias[d, 0]), None
     state0, memory0 = (None if part is None else part[d] for part in initial)
     # states @ W_hh^T and hidden @ W_hr^T at every step: torch's (out, in) weights, transposed
     recurrent, projection = RightMatrix(w_hh[d].t()), RightMatrix(w_hr[d].t())
     loop(
-        gates, *(output[d] for output in outputs), recurrent.weight, projection.weight, recurrent.prepacked,
+        gates, gate_rows, *(output[d] for output in outputs), recurrent.weight, projection.weight, recurrent.prepacked,
         state0, memory0, sizes, clips[0], clips[1], every_step,
     )
     return gates
 
 
 def forward_steps(
-    gates: torch.Tensor, memory: torch.Tensor, tanh_memory: torch.Tensor, hidden: torch.Tensor,
-    states: torch.Tensor, w_hh: torch.Tensor, w_hr: torch.Tensor, prepacked: bool,
+    gates: torch.Tensor, gate_rows: Optional[torch.Tensor], memory: torch.Tensor, tanh_memory: torch.Tensor,
+    hidden: torch.Tensor, states: torch.Tensor, w_hh: torch.Tensor, w_hr: torch.Tensor, prepacked: bool,
     state0: Optional[torch.Tensor], memory0: Optional[torch.Tensor], sizes: List[int],
     cell_clip: Optional[float], proj_clip: Optional[float], every_step: bool,
 ) -> None:
     """One direction's time loop (TorchScript compiles it): gates (n, 4 * cells) holding
-    x W_ih + b, activated in place; fills memory (n, cells), tanh_memory and hidden (n or
-    sizes[0], cells) and states (n, proj) in place; w_hh and w_hr are `RightMatrix` weights,
-    `prepacked` both or neither. Step t's rows are [start, start + sizes[t])."""
+    x W_ih + b, activated in place, or with `gate_rows` (n,) the distinct rows' x W_ih + b (m,
+    4 * cells), position i's gates in row gate_rows[i], left as they are; fills memory (n,
+    cells), tanh_memory and hidden (n or sizes[0], cells) and states (n, proj) in place; w_hh and
+    w_hr are `RightMatrix` weights, `prepacked` both or neither. Step t's rows are [start, start +
+    sizes[t])."""
     minus_one = torch.full((), -1.0, dtype=gates.dtype, device=gates.device)
+    # One step's gathered gates: gathering all n positions' up front would write them out of
+    # the cache and read them back (14 MB per direction for a WikiText batch of 32).
+    gathered = gates.new_empty(sizes[0] if gate_rows is not None else 0, gates.size(1))
     start, previous = 0, 0  # previous: where the step before began
     for step, size in enumerate(sizes):
         end = start + size
-        step_gates = gates[start:end]
+        if gate_rows is None:
+            step_gates = gates[start:end]
+        else:
+            step_gates = torch.index_select(gates, 0, gate_rows[start:end], out=gathered[:size])
         # the previous step's first `size` rows are these sequences' states
         step_state0 = states[previous : previous + size] if step > 0 else state0
         if step_state0 is not None:

@@ -12,6 +12,7 @@ from elmo_plugin.modules.elmo_lstm import (
 )
 from elmo_plugin.modules.packed_clipped_lstm import packed_clipped_lstm
 from elmo_plugin.modules import distinct_rows as distinct_rows_module
+from elmo_plugin.modules import onednn_matmul as onednn_matmul_module
 from elmo_plugin.modules import packed_clipped_lstm as packed_module
 from elmo_plugin.modules import side_by_side as side_by_side_module
 from elmo_plugin.modules.side_by_side import side_by_side
@@ -309,15 +310,21 @@ def test_packed_lstm_without_a_backward_pass_gives_the_same_outputs_and_final_st
         assert not got.requires_grad and torch.allclose(got, want.detach(), atol=1e-6)
 
 
+@pytest.mark.parametrize("onednn", [True, False])
 @pytest.mark.parametrize("colliding_hashes", [False, True])
 @pytest.mark.parametrize("vectors", [2, None])
 @pytest.mark.parametrize("lengths", [[7, 5, 3, 3, 0], [4, 1], [1]])
-def test_packed_lstm_inference_computes_input_gates_once_per_distinct_input_vector(lengths, vectors, colliding_hashes, monkeypatch):
+def test_packed_lstm_inference_computes_input_gates_once_per_distinct_input_vector(
+    lengths, vectors, colliding_hashes, onednn, monkeypatch
+):
     """Where the inputs repeat a few vectors (a first layer sees one per token type), inference
-    computes x W_ih + b once per distinct vector for each direction and gathers it: the step
-    loop's outputs and the training path's final states. All-different inputs (and fewer than
-    4/3 positions per distinct vector) keep the matmul over every position, also when every
-    row hashes alike (the rows themselves are then counted)."""
+    computes x W_ih + b once per distinct vector for each direction and each step gathers its
+    rows: the step loop's outputs and the training path's final states, also from a given
+    initial state, with oneDNN (the compiled loop) and without (the Python loop). All-different
+    inputs (and fewer than 4/3 positions per distinct vector) keep the matmul over every
+    position, also when every row hashes alike (the rows themselves are then counted)."""
+    if not onednn:
+        monkeypatch.setattr(onednn_matmul_module, "onednn_built", lambda: False)
     torch.manual_seed(0)
     lstms = [torch.nn.LSTM(DIM, 10, proj_size=DIM, batch_first=True) for _ in range(2)]
     lengths = torch.tensor(lengths)
@@ -336,8 +343,14 @@ def test_packed_lstm_inference_computes_input_gates_once_per_distinct_input_vect
     shared = vectors is not None and 4 * vectors <= 3 * positions
     assert rows_multiplied == ([vectors] if shared else [positions]) * 2
     assert torch.allclose(packed, clipped_lstm(inputs, lstms, lengths, 0.5, 0.3), atol=1e-6)
-    _, training_final = packed_clipped_lstm(inputs.requires_grad_(), packed_weights(lstms), lengths, 0.5, 0.3)
+    _, training_final = packed_clipped_lstm(inputs.clone().requires_grad_(), packed_weights(lstms), lengths, 0.5, 0.3)
     for got, want in zip(final, training_final):
+        assert torch.allclose(got, want.detach(), atol=1e-6)
+    initial = (torch.randn(2, len(lengths), DIM), torch.randn(2, len(lengths), 10))
+    with torch.no_grad():
+        from_initial = packed_clipped_lstm(inputs, packed_weights(lstms), lengths, 0.5, 0.3, initial)
+    training = packed_clipped_lstm(inputs.clone().requires_grad_(), packed_weights(lstms), lengths, 0.5, 0.3, initial)
+    for got, want in zip([from_initial[0], *from_initial[1]], [training[0], *training[1]]):
         assert torch.allclose(got, want.detach(), atol=1e-6)
 
 
