@@ -1,5 +1,5 @@
 """TokenEmbedder `elmo_char_cnn`: ELMo's character CNN input layer, built without a weight file."""
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 from allennlp.common.checks import ConfigurationError
@@ -8,7 +8,7 @@ from allennlp.modules.highway import Highway
 from allennlp.modules.token_embedders import TokenEmbedder
 
 from elmo_plugin.modules.distinct_rows import distinct_rows
-from elmo_plugin.modules.onednn_matmul import linear, uses_onednn
+from elmo_plugin.modules.onednn_matmul import RightMatrix, linear, uses_onednn
 
 ACTIVATIONS = {"relu": torch.nn.functional.relu, "tanh": torch.tanh}
 PADDING_CHAR_ID = ELMoCharacterMapper.padding_character + 1
@@ -24,16 +24,18 @@ def token_lengths(char_ids: torch.Tensor) -> torch.Tensor:
     return last * (char_ids > 0).any(dim=-1)
 
 
-def windows_times_filters(characters: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """(n, positions + width - 1, char_dim) embedded characters, every filter's weight (filters,
-    char_dim, width) (narrower filters padded with zero taps) and bias (filters,) -> (n,
-    positions, filters): all convolutions as one oneDNN matmul of every window of `width`
+def windows_times_filters(
+    characters: torch.Tensor, width: int, filters: RightMatrix, bias: torch.Tensor
+) -> torch.Tensor:
+    """(n, positions + width - 1, char_dim) embedded characters, every filter as a (char_dim *
+    width, filters) `RightMatrix` (`ElmoCharCnn.filters_as_one_matrix`) and their bias (filters,)
+    -> (n, positions, filters): all convolutions as one oneDNN matmul of every window of `width`
     characters (im2col) with the filters. For these narrow inputs (16 channels) that is several
     times faster than torch's CPU convolutions, one call instead of one per width (oneDNN sets up
     a kernel per shape); the zero taps cost about 16% more multiplications. The same numbers
     within float32 rounding. No gradient."""
-    windows = characters.unfold(1, weight.size(-1), 1)  # (n, positions, char_dim, width): conv's weight order
-    return linear(windows.flatten(2), weight.flatten(1), bias)
+    windows = characters.unfold(1, width, 1)  # (n, positions, char_dim, width): conv's weight order
+    return filters(windows.flatten(2), bias)
 
 
 @TokenEmbedder.register("elmo_char_cnn")
@@ -114,15 +116,32 @@ class ElmoCharCnn(TokenEmbedder):
         """(total filters,) each filter's width."""
         return torch.tensor([width for width, count in self.filters for _ in range(count)], device=device)
 
+    def filters_as_one_matrix(self) -> Optional[Tuple[RightMatrix, torch.Tensor]]:
+        """Every filter as one (char_dim * widest, total filters) matrix, narrower filters
+        padded with zero taps, prepacked for oneDNN once for all of a batch's length groups
+        (a plain weight is reordered inside every call), and their biases (total filters,);
+        None where oneDNN is not used (gradients, other dtypes and devices)."""
+        if not uses_onednn(self.char_embedding.weight, *self.convolutions.parameters()):
+            return None
+        weight = torch.cat(
+            [torch.nn.functional.pad(conv.weight, (0, self._widest - conv.weight.size(-1))) for conv in self.convolutions]
+        )
+        return RightMatrix(weight.flatten(1).t()), torch.cat([conv.bias for conv in self.convolutions])
+
     def pooled_convolutions(
-        self, char_ids: torch.Tensor, lengths: torch.Tensor, padding_windows: torch.Tensor
+        self,
+        char_ids: torch.Tensor,
+        lengths: torch.Tensor,
+        padding_windows: torch.Tensor,
+        filters: Optional[Tuple[RightMatrix, torch.Tensor]],
     ) -> torch.Tensor:
-        """(n, chars) ids of real tokens, (n,) their lengths, `padding_windows` -> (n, total
-        filters): every filter's max over positions, activated."""
+        """(n, chars) ids of real tokens, (n,) their lengths, `padding_windows`,
+        `filters_as_one_matrix` -> (n, total filters): every filter's max over positions,
+        activated."""
         num_chars, longest = char_ids.size(-1), int(lengths.max())
         widths = self.filter_widths(char_ids.device)
-        if uses_onednn(self.char_embedding.weight, *self.convolutions.parameters()):
-            best = self.best_windows_in_one_matmul(char_ids, longest, widths)
+        if filters is not None:
+            best = self.best_windows_in_one_matmul(char_ids, longest, widths, filters)
         else:
             characters = self.char_embedding(char_ids[:, : longest + self._widest - 1])  # (n, chars, char_dim)
             # amax, not max: no argmax indices (several times faster); tied windows share the gradient
@@ -136,19 +155,18 @@ class ElmoCharCnn(TokenEmbedder):
         has_padding_window = lengths.unsqueeze(1) <= num_chars - widths  # (n, total filters)
         return self._activation(torch.where(has_padding_window, torch.maximum(best, padding_windows), best))
 
-    def best_windows_in_one_matmul(self, char_ids: torch.Tensor, longest: int, widths: torch.Tensor) -> torch.Tensor:
-        """(n, chars) ids of tokens no longer than `longest` -> (n, total filters): each filter's
-        max over the windows starting at positions 0 .. longest - 1 (those that exist: a window of
-        width w ends by the last character), through `windows_times_filters` with the widest
-        window at every position. No gradient."""
+    def best_windows_in_one_matmul(
+        self, char_ids: torch.Tensor, longest: int, widths: torch.Tensor, filters: Tuple[RightMatrix, torch.Tensor]
+    ) -> torch.Tensor:
+        """(n, chars) ids of tokens no longer than `longest`, `filters_as_one_matrix` -> (n, total
+        filters): each filter's max over the windows starting at positions 0 .. longest - 1
+        (those that exist: a window of width w ends by the last character), through
+        `windows_times_filters` with the widest window at every position. No gradient."""
         num_chars, reach = char_ids.size(-1), longest + self._widest - 1
         if reach > num_chars:  # windows past the last character: read padding, masked out below
             char_ids = torch.nn.functional.pad(char_ids, (0, reach - num_chars), value=PADDING_CHAR_ID)
-        weight = torch.cat(
-            [torch.nn.functional.pad(conv.weight, (0, self._widest - conv.weight.size(-1))) for conv in self.convolutions]
-        )
-        bias = torch.cat([conv.bias for conv in self.convolutions])
-        products = windows_times_filters(self.char_embedding(char_ids[:, :reach]), weight, bias)  # (n, longest, filters)
+        characters = self.char_embedding(char_ids[:, :reach])
+        products = windows_times_filters(characters, self._widest, *filters)  # (n, longest, filters)
         if reach > num_chars:
             exists = torch.arange(longest, device=widths.device).unsqueeze(1) + widths <= num_chars  # (longest, filters)
             products = products.masked_fill(~exists, float("-inf"))
@@ -158,11 +176,11 @@ class ElmoCharCnn(TokenEmbedder):
         """(n, chars) ids of real tokens sorted by length, (n,) lengths -> (n, projection_dim),
         one group of similar lengths at a time."""
         bounds = torch.searchsorted(lengths, torch.tensor(LENGTH_GROUPS, device=lengths.device), right=True)
-        padding_windows = self.padding_windows()
+        padding_windows, filters = self.padding_windows(), self.filters_as_one_matrix()
         pooled, start = [self.projection.weight.new_zeros(0, self.projection.in_features)], 0
         for end in bounds.tolist():
             if end > start:
-                pooled.append(self.pooled_convolutions(char_ids[start:end], lengths[start:end], padding_windows))
+                pooled.append(self.pooled_convolutions(char_ids[start:end], lengths[start:end], padding_windows, filters))
             start = end
         return self.highway_projection(torch.cat(pooled))
 

@@ -61,16 +61,18 @@ class RightMatrix:
         self.prepacked = prepackable(matrix)
         self.weight = torch.ops.mkldnn._reorder_linear_weight(weight) if self.prepacked else weight
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        """x (..., K) -> x @ matrix: (..., N)."""
-        return right_product(x, self.weight, self.prepacked)
+    def __call__(self, x: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """x (..., K) -> x @ matrix (+ bias (N,)): (..., N)."""
+        return right_product(x, self.weight, self.prepacked, bias)
 
 
-def right_product(x: torch.Tensor, weight: torch.Tensor, prepacked: bool) -> torch.Tensor:
-    """x (..., K) @ the matrix of a `RightMatrix` given as its (weight, prepacked) -> (..., N).
-    TorchScript compiles it."""
+def right_product(
+    x: torch.Tensor, weight: torch.Tensor, prepacked: bool, bias: Optional[torch.Tensor] = None
+) -> torch.Tensor:
+    """x (..., K) @ the matrix of a `RightMatrix` given as its (weight, prepacked) (+ bias (N,))
+    -> (..., N). TorchScript compiles it."""
     if not prepacked:
-        return torch.nn.functional.linear(x, weight)
+        return torch.nn.functional.linear(x, weight, bias)
     if x.numel() == 0:  # oneDNN refuses empty inputs; only oneDNN reads the prepacked weight
         return x.new_zeros(list(x.shape[:-1]) + [weight.size(0)])
-    return onednn_linear(x, weight, None)
+    return onednn_linear(x, weight, bias)

@@ -23,6 +23,7 @@ def test_products_equal_torch_matmul(rows):
     with torch.no_grad():
         assert close(RightMatrix(matrix)(x), x @ matrix)
         assert close(RightMatrix(matrix)(x.view(1, rows, 24))[0], x @ matrix)
+        assert close(RightMatrix(matrix)(x, bias), x @ matrix + bias)
         assert close(linear(x, matrix.t(), bias), x @ matrix + bias)
         other = torch.randn(rows, 40)
         assert close(transposed_matmul(x, other), x.t() @ other)
