@@ -5,7 +5,8 @@ import threading
 import pytest
 import torch
 
-from elmo_plugin.modules.side_by_side import side_by_side
+from elmo_plugin.modules import side_by_side as side_by_side_module
+from elmo_plugin.modules.side_by_side import openmp_pause, release_idle_openmp_threads, side_by_side
 
 
 def thread_counts_seen(tasks: int):
@@ -37,6 +38,33 @@ def test_side_by_side_splits_the_callers_threads_and_leaves_its_setting_and_the_
     thread.start()
     thread.join()
     assert fresh == [threads]
+
+
+@pytest.mark.skipif(not side_by_side_module.openmp_backend(), reason="torch without OpenMP threads")
+def test_idle_openmp_threads_are_released_before_and_after_the_tasks_and_parallel_ops_still_agree(monkeypatch):
+    """torch's OpenMP runtime has OpenMP 5.0's pause; releasing this thread's idle workers keeps
+    its thread count, and the next parallel op (which starts them again) gives the same numbers.
+    side_by_side releases the caller's before any task starts, and a task's own after it
+    where the task had more than one thread."""
+    assert openmp_pause() is not None and openmp_pause()() == 0
+    torch.set_num_threads(2)
+    x = torch.randn(300, 300, dtype=torch.float64)
+    before = x @ x
+    release_idle_openmp_threads()
+    assert torch.get_num_threads() == 2 and torch.equal(x @ x, before)
+    events, lock = [], threading.Lock()
+
+    def record(event):
+        with lock:
+            events.append((event, threading.current_thread().name == threading.main_thread().name))
+
+    monkeypatch.setattr(side_by_side_module, "release_idle_openmp_threads", lambda: record("release"))
+    for threads, released_by_tasks in ((2, 0), (4, 2)):
+        events.clear()
+        torch.set_num_threads(threads)
+        side_by_side([lambda: record("task")] * 2)
+        assert events[0] == ("release", True)
+        assert sorted(events[1:]) == [("release", False)] * released_by_tasks + [("task", False)] * 2
 
 
 def test_side_by_side_carries_the_callers_inference_mode():
