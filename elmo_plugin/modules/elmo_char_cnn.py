@@ -123,9 +123,8 @@ class ElmoCharCnn(TokenEmbedder):
         None where oneDNN is not used (gradients, other dtypes and devices)."""
         if not uses_onednn(self.char_embedding.weight, *self.convolutions.parameters()):
             return None
-        weight = torch.cat(
-            [torch.nn.functional.pad(conv.weight, (0, self._widest - conv.weight.size(-1))) for conv in self.convolutions]
-        )
+        pad = torch.nn.functional.pad
+        weight = torch.cat([pad(conv.weight, (0, self._widest - conv.weight.size(-1))) for conv in self.convolutions])
         return RightMatrix(weight.flatten(1).t()), torch.cat([conv.bias for conv in self.convolutions])
 
     def pooled_convolutions(
@@ -180,7 +179,8 @@ class ElmoCharCnn(TokenEmbedder):
         pooled, start = [self.projection.weight.new_zeros(0, self.projection.in_features)], 0
         for end in bounds.tolist():
             if end > start:
-                pooled.append(self.pooled_convolutions(char_ids[start:end], lengths[start:end], padding_windows, filters))
+                group = char_ids[start:end], lengths[start:end]
+                pooled.append(self.pooled_convolutions(*group, padding_windows, filters))
             start = end
         return self.highway_projection(torch.cat(pooled))
 

@@ -75,7 +75,7 @@ class PackedClippedLstm(torch.autograd.Function):
             outputs=(memory, tanh_memory, hidden, states), initial=(state0, memory0), sizes=sizes,
             clips=(cell_clip, proj_clip), every_step=every_step,
         )
-        gates = each_direction(run, directions, prepacked)  # per direction (n, 4 * cells)
+        gates = each_direction(run, directions, prepacked)  # per direction (n, 4 * cells) when every_step
         kept = gates if every_step else []  # only a backward pass reads the gates
         ctx.save_for_backward(inputs, w_ih, w_hh, w_hr, memory, tanh_memory, hidden, states, state0, memory0, *kept)
         ctx.sizes, ctx.cell_clip, ctx.proj_clip = sizes, cell_clip, proj_clip
@@ -124,6 +124,7 @@ def repeated_rows(inputs: torch.Tensor) -> Optional[Tuple[torch.Tensor, torch.Te
     on the distinct rows followed by a gather costs less than on every position."""
     directions, n, dim = inputs.shape
     rows = inputs.reshape(-1, dim)
+    # the inverse also where it gives up (later layers): a fraction of the unique's own sort
     hashes, hash_inverse = torch.unique(row_hashes(rows), return_inverse=True)
     if 4 * len(hashes) > 3 * n:  # distinct rows are at least as many as hashes: give up
         return None

@@ -5,6 +5,7 @@ their own threads the directions overlap, each dispatching while the other compu
 releases the GIL inside its kernels)."""
 import ctypes
 import functools
+import logging
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -14,6 +15,9 @@ import torch
 
 OMP_PAUSE_SOFT = 1  # OpenMP 5.0's omp_pause_resource_t for "stop idle threads; they restart when needed"
 
+logger = logging.getLogger(__name__)
+
+_forked_child = False  # in a forked child, OpenMP's record of the parent's threads is stale
 _pool: Optional[ThreadPoolExecutor] = None
 _pool_key = (-1, 0)  # (the process that made it, its number of threads)
 _pool_lock = threading.Lock()
@@ -34,24 +38,37 @@ def worth_it() -> bool:
 
 @functools.lru_cache(maxsize=None)
 def openmp_pause() -> Optional[Callable[[], int]]:
-    """OpenMP 5.0's omp_pause_resource_all(omp_pause_soft) from the OpenMP runtime torch loaded
-    (libgomp in torch's Linux wheels), or None where the process has none."""
+    """OpenMP 5.0's omp_pause_resource_all(omp_pause_soft) of the OpenMP runtime torch itself
+    links (looked up through torch's extension module, which searches its dependencies:
+    libgomp in torch's Linux wheels), or None where it has none."""
     try:
-        pause = ctypes.CDLL(None).omp_pause_resource_all
-    except (AttributeError, OSError, TypeError):  # no such symbol; no process handle (Windows)
+        pause = ctypes.CDLL(torch._C.__file__).omp_pause_resource_all
+    except (AttributeError, OSError):  # no such symbol (no OpenMP, an OpenMP before 5.0)
+        logger.debug("no omp_pause_resource_all in torch's OpenMP runtime: idle OpenMP threads stay")
         return None
     pause.argtypes, pause.restype = [ctypes.c_int], ctypes.c_int
     return functools.partial(pause, OMP_PAUSE_SOFT)
 
 
 def release_idle_openmp_threads() -> None:
-    """Stops this thread's idle OpenMP worker threads. After a parallel op each of them spins
-    for a while (milliseconds with libgomp's defaults) before it sleeps, on the very cores the
-    tasks going side by side need; the next parallel op on this thread starts them again
-    (about 0.1 ms)."""
+    """Stops this thread's idle OpenMP worker threads (libgomp: this thread's only; LLVM's
+    runtime puts all idle ones to sleep). After a parallel op they spin for a while
+    (milliseconds with libgomp's defaults) before they sleep, on the very cores the tasks going
+    side by side need; this thread's next parallel op starts them again (about 0.1 ms). Best
+    effort: where the runtime declines (a nonzero return), they spin as before. Not in a forked
+    child, where libgomp would wait for the parent's threads."""
     pause = openmp_pause()
-    if pause is not None:
+    if pause is not None and not _forked_child:
         pause()
+
+
+def _in_forked_child() -> None:
+    global _forked_child
+    _forked_child = True
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_in_forked_child)
 
 
 def thread_pool(workers: int) -> ThreadPoolExecutor:
@@ -66,16 +83,11 @@ def thread_pool(workers: int) -> ThreadPoolExecutor:
 
 def on_thread(task: Callable[[], Any], threads: int, inference: bool) -> Any:
     """Runs task with `threads` intra-op threads and the caller's no-grad / inference mode (both
-    thread-local in torch) -> its result. The task's own OpenMP workers are released after it:
-    the caller goes on with all the threads."""
+    thread-local in torch) -> its result."""
     if torch.get_num_threads() != threads:  # OpenMP's count is per thread (side_by_side sets the rest back)
         torch.set_num_threads(threads)
-    try:
-        with torch.inference_mode(inference), torch.no_grad():
-            return task()
-    finally:
-        if threads > 1:
-            release_idle_openmp_threads()
+    with torch.inference_mode(inference), torch.no_grad():
+        return task()
 
 
 def side_by_side(tasks: List[Callable[[], Any]]) -> List[Any]:
@@ -83,7 +95,7 @@ def side_by_side(tasks: List[Callable[[], Any]]) -> List[Any]:
     them (at least one each) -> their results, once all are done (then raising the first failed
     task's error). Without gradients: a task's tensors record no graph. The caller's idle OpenMP
     workers are released first (`release_idle_openmp_threads`): spinning, they took a core from
-    the tasks for milliseconds (a quarter of the LSTM directions' time on 2 cores)."""
+    the tasks for milliseconds (a sixth of the LSTM directions' time on 2 cores)."""
     threads, inference = torch.get_num_threads(), torch.is_inference_mode_enabled()
     pool, each = thread_pool(len(tasks)), max(1, threads // len(tasks))
     release_idle_openmp_threads()

@@ -354,27 +354,34 @@ def test_packed_lstm_inference_computes_input_gates_once_per_distinct_input_vect
         assert torch.allclose(got, want.detach(), atol=1e-6)
 
 
-def two_directions_counting_side_by_side(lengths: List[int], with_initial: bool, monkeypatch):
-    """Two directions' LSTMs, a batch of the given lengths, an initial state or None, and the list
-    that records each side_by_side call's number of tasks."""
+def two_directions_counting_side_by_side(lengths: List[int], with_initial: bool, monkeypatch, repeated: bool = False):
+    """Two directions' LSTMs, a batch of the given lengths (inputs all different, or two vectors
+    repeated), an initial state or None, and the list that records each side_by_side call's
+    number of tasks."""
     torch.manual_seed(0)
     lstms = [torch.nn.LSTM(DIM, 10, proj_size=DIM, batch_first=True) for _ in range(2)]
     lengths = torch.tensor(lengths)
-    inputs = torch.randn(2, len(lengths), max(int(lengths.max()), 1), DIM)
+    shape = (2, len(lengths), max(int(lengths.max()), 1))
+    which = torch.arange(shape[0] * shape[1] * shape[2]).view(shape) % 2
+    inputs = torch.randn(2, DIM)[which] if repeated else torch.randn(*shape, DIM)
     initial = (torch.randn(2, len(lengths), DIM), torch.randn(2, len(lengths), 10)) if with_initial else None
     calls: List[int] = []
     monkeypatch.setattr(side_by_side_module, "side_by_side", lambda tasks: calls.append(len(tasks)) or side_by_side(tasks))
     return lstms, lengths, inputs, initial, calls
 
 
+@pytest.mark.parametrize("repeated", [False, True])
 @pytest.mark.parametrize("grad_mode", [torch.no_grad, torch.inference_mode])
 @pytest.mark.parametrize("with_initial", [False, True])
 @pytest.mark.parametrize("lengths", [[7, 5, 3, 3, 0], [1], [4, 1], [0, 0]])
-def test_packed_lstm_inference_with_each_direction_on_its_own_thread_equals_one_loop(lengths, with_initial, grad_mode, monkeypatch):
+def test_packed_lstm_inference_with_each_direction_on_its_own_thread_equals_one_loop(
+    lengths, with_initial, grad_mode, repeated, monkeypatch
+):
     """With 2 torch threads, inference runs the two directions' loops side by side on two threads:
     the same outputs and final (state, memory) as the directions in turn on 1 thread,
-    with padding, length-1 and empty rows, a batch of one, under no_grad and inference_mode."""
-    lstms, lengths, inputs, initial, calls = two_directions_counting_side_by_side(lengths, with_initial, monkeypatch)
+    with padding, length-1 and empty rows, a batch of one, under no_grad and inference_mode,
+    with all-different and with repeated input vectors (each step gathering its gates)."""
+    lstms, lengths, inputs, initial, calls = two_directions_counting_side_by_side(lengths, with_initial, monkeypatch, repeated)
     results = {}
     for threads in (1, 2):
         torch.set_num_threads(threads)

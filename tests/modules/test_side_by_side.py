@@ -1,12 +1,13 @@
 import os
 import signal
 import threading
+import time
 
 import pytest
 import torch
 
 from elmo_plugin.modules import side_by_side as side_by_side_module
-from elmo_plugin.modules.side_by_side import openmp_pause, release_idle_openmp_threads, side_by_side
+from elmo_plugin.modules.side_by_side import release_idle_openmp_threads, side_by_side
 
 
 def thread_counts_seen(tasks: int):
@@ -40,31 +41,46 @@ def test_side_by_side_splits_the_callers_threads_and_leaves_its_setting_and_the_
     assert fresh == [threads]
 
 
-@pytest.mark.skipif(not side_by_side_module.openmp_backend(), reason="torch without OpenMP threads")
-def test_idle_openmp_threads_are_released_before_and_after_the_tasks_and_parallel_ops_still_agree(monkeypatch):
-    """torch's OpenMP runtime has OpenMP 5.0's pause; releasing this thread's idle workers keeps
-    its thread count, and the next parallel op (which starts them again) gives the same numbers.
-    side_by_side releases the caller's before any task starts, and a task's own after it
-    where the task had more than one thread."""
-    assert openmp_pause() is not None and openmp_pause()() == 0
-    torch.set_num_threads(2)
+def threads_in_this_process() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.skipif(
+    side_by_side_module.openmp_pause() is None or not os.path.isdir("/proc/self/task"),
+    reason="torch's OpenMP runtime cannot pause, or no /proc to count threads",
+)
+def test_idle_openmp_threads_are_released_before_tasks_go_side_by_side_and_parallel_ops_still_agree(monkeypatch):
+    """Releasing this thread's idle OpenMP workers ends them (the process has 2 threads fewer
+    after a 3-thread parallel op) and keeps its thread count; the next parallel op starts them
+    again and gives the same numbers. side_by_side releases them before any task starts."""
+    torch.set_num_threads(3)
     x = torch.randn(300, 300, dtype=torch.float64)
     before = x @ x
+    with_workers = threads_in_this_process()
     release_idle_openmp_threads()
-    assert torch.get_num_threads() == 2 and torch.equal(x @ x, before)
-    events, lock = [], threading.Lock()
+    deadline = time.monotonic() + 5.0
+    while threads_in_this_process() > with_workers - 2 and time.monotonic() < deadline:
+        time.sleep(0.01)  # an ended thread may leave /proc a moment after the call returns
+    assert threads_in_this_process() == with_workers - 2
+    assert torch.get_num_threads() == 3 and torch.equal(x @ x, before)
+    assert threads_in_this_process() == with_workers
+    events = []
+    monkeypatch.setattr(side_by_side_module, "release_idle_openmp_threads", lambda: events.append("release"))
+    side_by_side([lambda: events.append("task")] * 2)
+    assert events == ["release", "task", "task"]
 
-    def record(event):
-        with lock:
-            events.append((event, threading.current_thread().name == threading.main_thread().name))
 
-    monkeypatch.setattr(side_by_side_module, "release_idle_openmp_threads", lambda: record("release"))
-    for threads, released_by_tasks in ((2, 0), (4, 2)):
-        events.clear()
-        torch.set_num_threads(threads)
-        side_by_side([lambda: record("task")] * 2)
-        assert events[0] == ("release", True)
-        assert sorted(events[1:]) == [("release", False)] * released_by_tasks + [("task", False)] * 2
+def test_a_forked_child_leaves_its_openmp_threads_alone(monkeypatch):
+    """In a forked child OpenMP's record of the parent's threads is stale (libgomp would wait
+    for them): no release there."""
+    calls = []
+    monkeypatch.setattr(side_by_side_module, "openmp_pause", lambda: lambda: calls.append(1))
+    monkeypatch.setattr(side_by_side_module, "_forked_child", True)
+    release_idle_openmp_threads()
+    assert calls == []
+    monkeypatch.setattr(side_by_side_module, "_forked_child", False)
+    release_idle_openmp_threads()
+    assert calls == [1]
 
 
 def test_side_by_side_carries_the_callers_inference_mode():
@@ -87,7 +103,8 @@ def test_side_by_side_raises_a_tasks_error_after_all_tasks_ran():
 
 def test_a_forked_child_gets_a_pool_of_its_own():
     """A fork keeps the pool object but not its threads: the child makes a new pool (else its
-    tasks would wait forever for threads that do not exist)."""
+    tasks would wait forever for threads that do not exist), and knows it is a forked child
+    (no OpenMP release there)."""
     side_by_side([lambda: None, lambda: None])  # the parent's pool exists
     read, write = os.pipe()
     pid = os.fork()
@@ -96,7 +113,8 @@ def test_a_forked_child_gets_a_pool_of_its_own():
             signal.alarm(60)  # a hang ends the child, and the test fails
             done = []
             side_by_side([lambda: done.append(1), lambda: done.append(2)])
-            os.write(write, b"ok" if sorted(done) == [1, 2] else b"no")
+            ok = sorted(done) == [1, 2] and side_by_side_module._forked_child  # the fork hook ran
+            os.write(write, b"ok" if ok else b"no")
         finally:
             os._exit(0)
     os.close(write)
