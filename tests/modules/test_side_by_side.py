@@ -53,17 +53,24 @@ def test_idle_openmp_threads_are_released_before_tasks_go_side_by_side_and_paral
     """Releasing this thread's idle OpenMP workers ends them (the process has 2 threads fewer
     after a 3-thread parallel op) and keeps its thread count; the next parallel op starts them
     again and gives the same numbers. side_by_side releases them before any task starts."""
+
+    def threads_once_settled(expected: int) -> int:
+        deadline = time.monotonic() + 5.0
+        while threads_in_this_process() != expected and time.monotonic() < deadline:
+            time.sleep(0.01)  # an ended thread may leave /proc a moment after the call returns
+        return threads_in_this_process()
+
+    release_idle_openmp_threads()  # whatever workers earlier tests left (a team of any size)
+    time.sleep(0.1)
+    without_workers = threads_in_this_process()
     torch.set_num_threads(3)
-    x = torch.randn(300, 300, dtype=torch.float64)
-    before = x @ x
-    with_workers = threads_in_this_process()
+    x = torch.randn(3_000_000, dtype=torch.float64)
+    before = x.exp()  # elementwise over millions: one OpenMP team of all 3 threads
+    assert threads_in_this_process() == without_workers + 2
     release_idle_openmp_threads()
-    deadline = time.monotonic() + 5.0
-    while threads_in_this_process() > with_workers - 2 and time.monotonic() < deadline:
-        time.sleep(0.01)  # an ended thread may leave /proc a moment after the call returns
-    assert threads_in_this_process() == with_workers - 2
-    assert torch.get_num_threads() == 3 and torch.equal(x @ x, before)
-    assert threads_in_this_process() == with_workers
+    assert threads_once_settled(without_workers) == without_workers
+    assert torch.get_num_threads() == 3 and torch.equal(x.exp(), before)
+    assert threads_in_this_process() == without_workers + 2
     events = []
     monkeypatch.setattr(side_by_side_module, "release_idle_openmp_threads", lambda: events.append("release"))
     side_by_side([lambda: events.append("task")] * 2)
