@@ -427,25 +427,33 @@ def test_packed_lstm_training_with_each_direction_on_its_own_thread_equals_one_t
 @pytest.mark.parametrize("with_initial", [False, True])
 @pytest.mark.parametrize("lengths", [[7, 5, 3, 3, 0], [1], [4, 1]])
 def test_packed_lstm_time_loops_compiled_by_torchscript_equal_them_run_as_python(lengths, with_initial, monkeypatch):
-    """The packed LSTM's time loops, forward and backward, run compiled by TorchScript: the same
-    outputs, final states and gradients (inputs and every weight) as the same loops run as Python,
-    with padding, length-1 rows, a batch of one and an initial state."""
+    """The packed LSTM's time loops, forward and backward, run compiled by TorchScript (the
+    forward in C++ where it builds: `test_compiled_lstm_steps`): the same outputs, final states
+    and gradients (inputs and every weight) as the same loops run as Python, with padding,
+    length-1 rows, a batch of one and an initial state."""
     assert isinstance(packed_module.scripted(packed_module.forward_steps), torch.jit.ScriptFunction)
     assert isinstance(packed_module.scripted(packed_module.backward_steps), torch.jit.ScriptFunction)
     lstms, lengths, inputs, initial, _ = two_directions_counting_side_by_side(lengths, with_initial, monkeypatch)
     inputs.requires_grad_()
+    monkeypatch.setattr(packed_module, "compiled_forward_steps", lambda: None)
     compiled = packed_module.scripted
     results = {}
     for mode, scripted in (("python", lambda loop: loop), ("torchscript", compiled)):
         monkeypatch.setattr(packed_module, "scripted", scripted)
-        outputs, (state, memory) = packed_clipped_lstm(inputs, packed_weights(lstms), lengths, 0.5, 0.3, initial)
-        loss = (outputs * torch.linspace(-1, 1, outputs.size(-1))).sum() + (state ** 2).sum()
-        parameters = [inputs, *(p for lstm in lstms for p in lstm.parameters())]
-        with torch.no_grad():
-            inference = packed_clipped_lstm(inputs, packed_weights(lstms), lengths, 0.5, 0.3, initial)
-        results[mode] = [outputs, state, memory, *torch.autograd.grad(loss, parameters), inference[0], *inference[1]]
+        results[mode] = outputs_and_gradients(lstms, lengths, inputs, initial)
     for got, want in zip(results["torchscript"], results["python"]):
         assert torch.equal(got, want)
+
+
+def outputs_and_gradients(lstms, lengths, inputs, initial) -> List[torch.Tensor]:
+    """The packed LSTM's outputs, final (state, memory) and gradients (inputs and every weight)
+    for a fixed loss, then its inference outputs and final (state, memory)."""
+    outputs, (state, memory) = packed_clipped_lstm(inputs, packed_weights(lstms), lengths, 0.5, 0.3, initial)
+    loss = (outputs * torch.linspace(-1, 1, outputs.size(-1))).sum() + (state ** 2).sum()
+    parameters = [inputs, *(p for lstm in lstms for p in lstm.parameters())]
+    with torch.no_grad():
+        inference = packed_clipped_lstm(inputs, packed_weights(lstms), lengths, 0.5, 0.3, initial)
+    return [outputs, state, memory, *torch.autograd.grad(loss, parameters), inference[0], *inference[1]]
 
 
 def test_packed_lstm_time_loops_run_as_python_where_torchscript_cannot_compile_them(monkeypatch, caplog):

@@ -1,0 +1,112 @@
+// The inference/training forward time loop of `packed_clipped_lstm` with each step's gate
+// arithmetic fused into one pass over the rows (see packed_clipped_lstm.forward_steps, the
+// same computation as separate torch ops).
+#include <ATen/ATen.h>
+#include <ATen/cpu/vec/vec.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <optional>
+#include <vector>
+
+namespace {
+
+using Vec = at::vec::Vectorized<float>;
+
+// x W^T for W prepacked by torch.ops.mkldnn._reorder_linear_weight
+at::Tensor prepacked_linear(const at::Tensor& x, const at::Tensor& weight) {
+  if (x.numel() == 0) return at::zeros({x.size(0), weight.size(0)}, x.options());
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
+  std::vector<c10::IValue> stack{x, weight, c10::IValue(), c10::IValue(std::string("none")),
+                                 c10::IValue(c10::List<std::optional<at::Scalar>>()), c10::IValue()};
+  op.callBoxed(&stack);
+  return stack[0].toTensor();
+}
+
+Vec sigmoid(Vec x) {
+  const Vec one(1.0f);
+  return one / (one + x.neg().exp());
+}
+
+Vec tanh_via_sigmoid(Vec x) {  // 2 sigmoid(2 x) - 1, as tanh_via_sigmoid in Python
+  return Vec(-1.0f) + Vec(2.0f) * sigmoid(x + x);
+}
+
+// One row's cells: gates (4 * cells) i, f, g, o before activation (+ recurrent when given),
+// written back activated into `activated` unless it is null.
+void cell_row(const float* gates, float* activated, const float* recurrent, const float* memory0, float* memory, float* tanh_memory,
+              float* hidden, int64_t cells, std::optional<double> cell_clip) {
+  const Vec low(cell_clip ? -static_cast<float>(*cell_clip) : 0.0f), high(cell_clip ? static_cast<float>(*cell_clip) : 0.0f);
+  for (int64_t j = 0; j < cells; j += Vec::size()) {
+    const int64_t count = std::min<int64_t>(Vec::size(), cells - j);
+    Vec z[4];
+    for (int k = 0; k < 4; ++k) {
+      z[k] = Vec::loadu(gates + k * cells + j, count);
+      if (recurrent) z[k] = z[k] + Vec::loadu(recurrent + k * cells + j, count);
+    }
+    const Vec i = sigmoid(z[0]), f = sigmoid(z[1]), g = tanh_via_sigmoid(z[2]), o = sigmoid(z[3]);
+    Vec m = i * g;
+    if (memory0) m = m + f * Vec::loadu(memory0 + j, count);
+    if (cell_clip) m = at::vec::clamp(m, low, high);
+    const Vec t = tanh_via_sigmoid(m);
+    m.store(memory + j, count);
+    t.store(tanh_memory + j, count);
+    (o * t).store(hidden + j, count);
+    if (activated) {
+      i.store(activated + j, count);
+      f.store(activated + cells + j, count);
+      g.store(activated + 2 * cells + j, count);
+      o.store(activated + 3 * cells + j, count);
+    }
+  }
+}
+
+void forward_steps(at::Tensor gates, const std::optional<at::Tensor>& gate_rows, at::Tensor memory,
+                   at::Tensor tanh_memory, at::Tensor hidden, at::Tensor states, const at::Tensor& w_hh,
+                   const at::Tensor& w_hr, bool prepacked, const std::optional<at::Tensor>& state0,
+                   const std::optional<at::Tensor>& memory0, c10::IntArrayRef sizes, std::optional<double> cell_clip,
+                   std::optional<double> proj_clip, bool every_step) {
+  const int64_t cells = memory.size(1);
+  TORCH_CHECK(prepacked && gates.scalar_type() == at::kFloat, "clipped_lstm_steps: float32 and prepacked weights only");
+  TORCH_CHECK(gates.is_contiguous() && memory.is_contiguous() && tanh_memory.is_contiguous() &&
+              hidden.is_contiguous() && states.is_contiguous(), "clipped_lstm_steps: outputs must be contiguous");
+  const int64_t* rows = gate_rows ? gate_rows->data_ptr<int64_t>() : nullptr;
+  int64_t start = 0, previous = 0;
+  for (size_t step = 0; step < sizes.size(); ++step) {
+    const int64_t size = sizes[step], end = start + size;
+    std::optional<at::Tensor> step_state0, step_memory0;
+    if (step > 0) {
+      step_state0 = states.narrow(0, previous, size);
+      step_memory0 = memory.narrow(0, previous, size);
+    } else {
+      if (state0) step_state0 = *state0;
+      if (memory0) step_memory0 = memory0->contiguous();
+    }
+    at::Tensor recurrent;
+    if (step_state0) recurrent = prepacked_linear(*step_state0, w_hh).contiguous();
+    const int64_t kept = every_step ? start : 0;
+    for (int64_t r = 0; r < size; ++r) {
+      float* row_gates = gates.data_ptr<float>() + (rows ? rows[start + r] : start + r) * 4 * cells;
+      cell_row(row_gates, every_step && !rows ? row_gates : nullptr, recurrent.defined() ? recurrent.data_ptr<float>() + r * 4 * cells : nullptr,
+               step_memory0 ? step_memory0->data_ptr<float>() + r * cells : nullptr,
+               memory.data_ptr<float>() + (start + r) * cells, tanh_memory.data_ptr<float>() + (kept + r) * cells,
+               hidden.data_ptr<float>() + (kept + r) * cells, cells, cell_clip);
+    }
+    at::Tensor projected = prepacked_linear(hidden.narrow(0, kept, size), w_hr);
+    at::Tensor step_states = states.narrow(0, start, size);
+    if (proj_clip) at::clamp_out(step_states, projected, -*proj_clip, *proj_clip);
+    else step_states.copy_(projected);
+    previous = start;
+    start = end;
+  }
+}
+
+}  // namespace
+
+TORCH_LIBRARY(elmo_plugin, m) {
+  m.def("clipped_lstm_steps(Tensor(a!) gates, Tensor? gate_rows, Tensor(b!) memory, Tensor(c!) tanh_memory, "
+        "Tensor(d!) hidden, Tensor(e!) states, Tensor w_hh, Tensor w_hr, bool prepacked, Tensor? state0, Tensor? memory0, "
+        "int[] sizes, float? cell_clip, float? proj_clip, bool every_step) -> ()",
+        &forward_steps);  // for every backend: the prepacked weights are MkldnnCPU tensors
+}
