@@ -14,9 +14,9 @@ namespace {
 
 using Vec = at::vec::Vectorized<float>;
 
-// x W^T for W prepacked by torch.ops.mkldnn._reorder_linear_weight
+// x (rows >= 1, K) W^T for W prepacked by torch.ops.mkldnn._reorder_linear_weight: the op
+// onednn_matmul.onednn_linear calls, through the dispatcher (it has no C++ header)
 at::Tensor prepacked_linear(const at::Tensor& x, const at::Tensor& weight) {
-  if (x.numel() == 0) return at::zeros({x.size(0), weight.size(0)}, x.options());
   static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
   std::vector<c10::IValue> stack{x, weight, c10::IValue(), c10::IValue(std::string("none")),
                                  c10::IValue(c10::List<std::optional<at::Scalar>>()), c10::IValue()};
@@ -35,9 +35,10 @@ Vec tanh_via_sigmoid(Vec x) {  // 2 sigmoid(2 x) - 1, as tanh_via_sigmoid in Pyt
 
 // One row's cells: gates (4 * cells) i, f, g, o before activation (+ recurrent when given),
 // written back activated into `activated` unless it is null.
-void cell_row(const float* gates, float* activated, const float* recurrent, const float* memory0, float* memory, float* tanh_memory,
-              float* hidden, int64_t cells, std::optional<double> cell_clip) {
-  const Vec low(cell_clip ? -static_cast<float>(*cell_clip) : 0.0f), high(cell_clip ? static_cast<float>(*cell_clip) : 0.0f);
+void cell_row(const float* gates, float* activated, const float* recurrent, const float* memory0, float* memory,
+              float* tanh_memory, float* hidden, int64_t cells, std::optional<double> cell_clip) {
+  const float clip = cell_clip ? static_cast<float>(*cell_clip) : 0.0f;
+  const Vec low(-clip), high(clip);
   for (int64_t j = 0; j < cells; j += Vec::size()) {
     const int64_t count = std::min<int64_t>(Vec::size(), cells - j);
     Vec z[4];
@@ -62,6 +63,9 @@ void cell_row(const float* gates, float* activated, const float* recurrent, cons
   }
 }
 
+// packed_clipped_lstm.forward_steps, the same arguments and shapes: gates (n or distinct rows,
+// 4 * cells), gate_rows (n,) or none, memory (n, cells), tanh_memory and hidden (n or sizes[0],
+// cells), states (n, proj), w_hh and w_hr prepacked; step t's rows are [start, start + sizes[t]).
 void forward_steps(at::Tensor gates, const std::optional<at::Tensor>& gate_rows, at::Tensor memory,
                    at::Tensor tanh_memory, at::Tensor hidden, at::Tensor states, const at::Tensor& w_hh,
                    const at::Tensor& w_hr, bool prepacked, const std::optional<at::Tensor>& state0,
@@ -71,6 +75,8 @@ void forward_steps(at::Tensor gates, const std::optional<at::Tensor>& gate_rows,
   TORCH_CHECK(prepacked && gates.scalar_type() == at::kFloat, "clipped_lstm_steps: float32 and prepacked weights only");
   TORCH_CHECK(gates.is_contiguous() && memory.is_contiguous() && tanh_memory.is_contiguous() &&
               hidden.is_contiguous() && states.is_contiguous(), "clipped_lstm_steps: outputs must be contiguous");
+  TORCH_CHECK(!gate_rows || (gate_rows->is_contiguous() && gate_rows->scalar_type() == at::kLong),
+              "clipped_lstm_steps: gate_rows must be contiguous int64");
   const int64_t* rows = gate_rows ? gate_rows->data_ptr<int64_t>() : nullptr;
   int64_t start = 0, previous = 0;
   for (size_t step = 0; step < sizes.size(); ++step) {
@@ -85,13 +91,17 @@ void forward_steps(at::Tensor gates, const std::optional<at::Tensor>& gate_rows,
     }
     at::Tensor recurrent;
     if (step_state0) recurrent = prepacked_linear(*step_state0, w_hh).contiguous();
-    const int64_t kept = every_step ? start : 0;
+    const int64_t kept = every_step ? start : 0;  // where this step's tanh_memory and hidden rows begin
+    const float* step_recurrent = recurrent.defined() ? recurrent.data_ptr<float>() : nullptr;
+    const float* step_memory0_rows = step_memory0 ? step_memory0->data_ptr<float>() : nullptr;
     for (int64_t r = 0; r < size; ++r) {
       float* row_gates = gates.data_ptr<float>() + (rows ? rows[start + r] : start + r) * 4 * cells;
-      cell_row(row_gates, every_step && !rows ? row_gates : nullptr, recurrent.defined() ? recurrent.data_ptr<float>() + r * 4 * cells : nullptr,
-               step_memory0 ? step_memory0->data_ptr<float>() + r * cells : nullptr,
-               memory.data_ptr<float>() + (start + r) * cells, tanh_memory.data_ptr<float>() + (kept + r) * cells,
-               hidden.data_ptr<float>() + (kept + r) * cells, cells, cell_clip);
+      cell_row(row_gates, every_step && !rows ? row_gates : nullptr,  // the distinct rows' gates stay
+               step_recurrent ? step_recurrent + r * 4 * cells : nullptr,
+               step_memory0_rows ? step_memory0_rows + r * cells : nullptr,
+               memory.data_ptr<float>() + (start + r) * cells,
+               tanh_memory.data_ptr<float>() + (kept + r) * cells, hidden.data_ptr<float>() + (kept + r) * cells, cells,
+               cell_clip);
     }
     at::Tensor projected = prepacked_linear(hidden.narrow(0, kept, size), w_hr);
     at::Tensor step_states = states.narrow(0, start, size);
@@ -106,7 +116,7 @@ void forward_steps(at::Tensor gates, const std::optional<at::Tensor>& gate_rows,
 
 TORCH_LIBRARY(elmo_plugin, m) {
   m.def("clipped_lstm_steps(Tensor(a!) gates, Tensor? gate_rows, Tensor(b!) memory, Tensor(c!) tanh_memory, "
-        "Tensor(d!) hidden, Tensor(e!) states, Tensor w_hh, Tensor w_hr, bool prepacked, Tensor? state0, Tensor? memory0, "
-        "int[] sizes, float? cell_clip, float? proj_clip, bool every_step) -> ()",
+        "Tensor(d!) hidden, Tensor(e!) states, Tensor w_hh, Tensor w_hr, bool prepacked, Tensor? state0, "
+        "Tensor? memory0, int[] sizes, float? cell_clip, float? proj_clip, bool every_step) -> ()",
         &forward_steps);  // for every backend: the prepacked weights are MkldnnCPU tensors
 }
