@@ -136,8 +136,9 @@ def repeated_rows(inputs: torch.Tensor) -> Optional[Tuple[torch.Tensor, torch.Te
 def forward_direction(d: int, loop, inputs, repeated, weights, outputs, initial, sizes, clips, every_step) -> torch.Tensor:
     """`PackedClippedLstm.forward` for direction d: its input gates x W_ih + b (of the distinct
     rows only, where `repeated_rows` found them), then its time loop (`forward_steps` as
-    `time_loop` gives it), into row d of the (memory, tanh_memory, hidden, states) outputs ->
-    its gates (n, 4 * cells), activated (the distinct rows' (m, 4 * cells), not activated)."""
+    `forward_loop` gives it), into row d of the (memory, tanh_memory, hidden, states) outputs ->
+    its gates (n, 4 * cells), activated when `every_step` (the backward reads them); at
+    inference they may be left as they are (the distinct rows' (m, 4 * cells) always are)."""
     w_ih, bias, w_hh, w_hr = weights
     if repeated is not None:  # the distinct rows' gates; each step gathers its rows
         distinct, rows = repeated

@@ -445,14 +445,14 @@ def test_packed_lstm_time_loops_compiled_by_torchscript_equal_them_run_as_python
         assert torch.equal(got, want)
 
 
-def outputs_and_gradients(lstms, lengths, inputs, initial) -> List[torch.Tensor]:
+def outputs_and_gradients(lstms, lengths, inputs, initial, clips=(0.5, 0.3)) -> List[torch.Tensor]:
     """The packed LSTM's outputs, final (state, memory) and gradients (inputs and every weight)
-    for a fixed loss, then its inference outputs and final (state, memory)."""
-    outputs, (state, memory) = packed_clipped_lstm(inputs, packed_weights(lstms), lengths, 0.5, 0.3, initial)
+    for a fixed loss, then its inference outputs and final (state, memory); clips (cell, proj)."""
+    outputs, (state, memory) = packed_clipped_lstm(inputs, packed_weights(lstms), lengths, *clips, initial)
     loss = (outputs * torch.linspace(-1, 1, outputs.size(-1))).sum() + (state ** 2).sum()
     parameters = [inputs, *(p for lstm in lstms for p in lstm.parameters())]
     with torch.no_grad():
-        inference = packed_clipped_lstm(inputs, packed_weights(lstms), lengths, 0.5, 0.3, initial)
+        inference = packed_clipped_lstm(inputs, packed_weights(lstms), lengths, *clips, initial)
     return [outputs, state, memory, *torch.autograd.grad(loss, parameters), inference[0], *inference[1]]
 
 

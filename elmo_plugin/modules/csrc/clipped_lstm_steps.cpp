@@ -72,12 +72,34 @@ void forward_steps(at::Tensor gates, const std::optional<at::Tensor>& gate_rows,
                    const std::optional<at::Tensor>& memory0, c10::IntArrayRef sizes, std::optional<double> cell_clip,
                    std::optional<double> proj_clip, bool every_step) {
   const int64_t cells = memory.size(1);
-  TORCH_CHECK(prepacked && gates.scalar_type() == at::kFloat, "clipped_lstm_steps: float32 and prepacked weights only");
+  int64_t positions = 0;
+  for (size_t t = 0; t < sizes.size(); ++t) {
+    TORCH_CHECK(sizes[t] > 0 && (t == 0 || sizes[t] <= sizes[t - 1]),
+                "clipped_lstm_steps: sizes must be positive and non-increasing");
+    positions += sizes[t];
+  }
+  const int64_t first = sizes.empty() ? 0 : sizes[0], kept_rows = every_step ? positions : first;
+  TORCH_CHECK(prepacked && gates.scalar_type() == at::kFloat && memory.scalar_type() == at::kFloat,
+              "clipped_lstm_steps: float32 and prepacked weights only");
   TORCH_CHECK(gates.is_contiguous() && memory.is_contiguous() && tanh_memory.is_contiguous() &&
               hidden.is_contiguous() && states.is_contiguous(), "clipped_lstm_steps: outputs must be contiguous");
-  TORCH_CHECK(!gate_rows || (gate_rows->is_contiguous() && gate_rows->scalar_type() == at::kLong),
-              "clipped_lstm_steps: gate_rows must be contiguous int64");
+  TORCH_CHECK(gates.dim() == 2 && gates.size(1) == 4 * cells && memory.size(0) == positions &&
+              states.size(0) == positions && tanh_memory.size(0) >= kept_rows && hidden.size(0) >= kept_rows &&
+              tanh_memory.size(1) == cells && hidden.size(1) == cells,
+              "clipped_lstm_steps: gates (rows, 4 * cells), memory and states (n, .), tanh_memory and hidden "
+              "(n or sizes[0], cells) for n = sum(sizes)");
+  TORCH_CHECK(gate_rows || gates.size(0) == positions, "clipped_lstm_steps: gates need n rows");
+  TORCH_CHECK(!gate_rows || (gate_rows->is_contiguous() && gate_rows->scalar_type() == at::kLong &&
+                             gate_rows->numel() == positions),
+              "clipped_lstm_steps: gate_rows must be n contiguous int64");
+  TORCH_CHECK(!state0 || state0->size(0) == first, "clipped_lstm_steps: state0 needs sizes[0] rows");
+  TORCH_CHECK(!memory0 || (memory0->size(0) == first && memory0->size(1) == cells),
+              "clipped_lstm_steps: memory0 needs (sizes[0], cells)");
   const int64_t* rows = gate_rows ? gate_rows->data_ptr<int64_t>() : nullptr;
+  float* const gates_data = gates.data_ptr<float>();
+  float* const memory_data = memory.data_ptr<float>();
+  float* const tanh_memory_data = tanh_memory.data_ptr<float>();
+  float* const hidden_data = hidden.data_ptr<float>();
   int64_t start = 0, previous = 0;
   for (size_t step = 0; step < sizes.size(); ++step) {
     const int64_t size = sizes[step], end = start + size;
@@ -95,13 +117,15 @@ void forward_steps(at::Tensor gates, const std::optional<at::Tensor>& gate_rows,
     const float* step_recurrent = recurrent.defined() ? recurrent.data_ptr<float>() : nullptr;
     const float* step_memory0_rows = step_memory0 ? step_memory0->data_ptr<float>() : nullptr;
     for (int64_t r = 0; r < size; ++r) {
-      float* row_gates = gates.data_ptr<float>() + (rows ? rows[start + r] : start + r) * 4 * cells;
-      cell_row(row_gates, every_step && !rows ? row_gates : nullptr,  // the distinct rows' gates stay
+      const int64_t row = rows ? rows[start + r] : start + r;
+      TORCH_CHECK(row >= 0 && row < gates.size(0), "clipped_lstm_steps: gate_rows[", start + r, "] = ", row,
+                  " is not a row of gates");
+      float* row_gates = gates_data + row * 4 * cells;
+      // training keeps the activated gates (its backward reads them); inference leaves them
+      cell_row(row_gates, every_step && !rows ? row_gates : nullptr,
                step_recurrent ? step_recurrent + r * 4 * cells : nullptr,
-               step_memory0_rows ? step_memory0_rows + r * cells : nullptr,
-               memory.data_ptr<float>() + (start + r) * cells,
-               tanh_memory.data_ptr<float>() + (kept + r) * cells, hidden.data_ptr<float>() + (kept + r) * cells, cells,
-               cell_clip);
+               step_memory0_rows ? step_memory0_rows + r * cells : nullptr, memory_data + (start + r) * cells,
+               tanh_memory_data + (kept + r) * cells, hidden_data + (kept + r) * cells, cells, cell_clip);
     }
     at::Tensor projected = prepacked_linear(hidden.narrow(0, kept, size), w_hr);
     at::Tensor step_states = states.narrow(0, start, size);
