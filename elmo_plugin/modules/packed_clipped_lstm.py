@@ -304,8 +304,9 @@ def time_loop(loop: Callable[..., Any], prepacked: bool) -> Callable[..., Any]:
 
 
 def forward_loop(prepacked: bool) -> Callable[..., Any]:
-    """`forward_steps` to run: in C++ (`compiled_lstm_steps`, the same numbers, faster) for
-    oneDNN's prepacked weights where it can be built, else as `time_loop` gives it."""
+    """`forward_steps` to run: in C++ (`compiled_lstm_steps`: faster, the same numbers within
+    float32 rounding) for oneDNN's prepacked weights where it can be built, else as `time_loop`
+    gives it."""
     compiled = compiled_forward_steps() if prepacked else None
     return compiled if compiled is not None else time_loop(forward_steps, prepacked)
 
