@@ -20,6 +20,7 @@ Prints one JSON with tokens/s for each side and worker count, and `ratio_ours_th
 (goal >= 3; exit status 1 when missed). `--profile N` prints cProfile's top N functions of our
 side at 0 workers instead.
 """
+
 import argparse
 import cProfile
 import json
@@ -29,12 +30,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-import elmo_plugin  # noqa: E402,F401  (registers components)
 from allennlp.common import Params  # noqa: E402
 from allennlp.data import DataLoader, DatasetReader, Vocabulary  # noqa: E402
 from allennlp.data.token_indexers import ELMoTokenCharactersIndexer, SingleIdTokenIndexer  # noqa: E402
@@ -43,16 +42,30 @@ from allennlp_models.lm.dataset_readers.simple_language_modeling import (  # noq
     SimpleLanguageModelingDatasetReader,
 )
 
+import elmo_plugin  # noqa: E402,F401  (registers components)
+
 ORIGINAL_CONFIG = REPO_ROOT / "training_config" / "elmo_lstm_original.jsonnet"
 GOAL = 3.0
 
 
-def generate_corpus(folder: Path, tokens: int) -> Dict[str, str]:
+def generate_corpus(folder: Path, tokens: int) -> dict[str, str]:
     """One shard of `tokens` tokens and its tokens.txt, by scripts/make_scale_corpus.py."""
     script = REPO_ROOT / "scripts" / "make_scale_corpus.py"
-    command = [sys.executable, str(script), "--tokens", str(tokens), "--shards", "1", "--out", str(folder / "corpus")]
+    command = [
+        sys.executable,
+        str(script),
+        "--tokens",
+        str(tokens),
+        "--shards",
+        "1",
+        "--out",
+        str(folder / "corpus"),
+    ]
     subprocess.run(command, check=True, capture_output=True)
-    return {"corpus": str(next((folder / "corpus").iterdir())), "tokens_file": str(folder / "tokens.txt")}
+    return {
+        "corpus": str(next((folder / "corpus").iterdir())),
+        "tokens_file": str(folder / "tokens.txt"),
+    }
 
 
 def our_loader_params(workers: int) -> Params:
@@ -65,8 +78,15 @@ def our_loader_params(workers: int) -> Params:
 def their_loader_params(workers: int) -> Params:
     """allennlp's `multiprocess` loader with the original config's batch size and shuffling."""
     ours = our_loader_params(workers)
-    return Params({"batch_size": ours["batch_size"], "shuffle": ours["shuffle"], "num_workers": workers,
-                   "max_instances_in_memory": ours["batch_size"] * 100, "quiet": True})
+    return Params(
+        {
+            "batch_size": ours["batch_size"],
+            "shuffle": ours["shuffle"],
+            "num_workers": workers,
+            "max_instances_in_memory": ours["batch_size"] * 100,
+            "quiet": True,
+        }
+    )
 
 
 def our_reader() -> DatasetReader:
@@ -76,14 +96,19 @@ def our_reader() -> DatasetReader:
 def their_reader() -> DatasetReader:
     return SimpleLanguageModelingDatasetReader(
         tokenizer=WhitespaceTokenizer(),
-        token_indexers={"tokens": SingleIdTokenIndexer(), "token_characters": ELMoTokenCharactersIndexer()},
+        token_indexers={
+            "tokens": SingleIdTokenIndexer(),
+            "token_characters": ELMoTokenCharactersIndexer(),
+        },
         max_sequence_length=400,
         start_tokens=["<S>"],
         end_tokens=["</S>"],
     )
 
 
-def tokens_per_second(reader: DatasetReader, loader_params: Params, corpus: str, vocab: Vocabulary) -> float:
+def tokens_per_second(
+    reader: DatasetReader, loader_params: Params, corpus: str, vocab: Vocabulary
+) -> float:
     """Target tokens per second of one epoch of batches."""
     loader = DataLoader.from_params(loader_params, reader=reader, data_path=corpus)
     loader.index_with(vocab)
@@ -102,13 +127,21 @@ def profile_ours(corpus: str, vocab: Vocabulary, top: int) -> None:
     pstats.Stats(profiler).sort_stats("tottime").print_stats(top)
 
 
-def main(argv: List[str]) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--tokens", type=int, default=500_000, help="size of the generated corpus")
-    parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2], help="data loader worker counts")
-    parser.add_argument("--corpus", help="a text file to read instead of a generated one (with --tokens-file)")
+    parser.add_argument(
+        "--workers", type=int, nargs="+", default=[0, 1, 2], help="data loader worker counts"
+    )
+    parser.add_argument(
+        "--corpus", help="a text file to read instead of a generated one (with --tokens-file)"
+    )
     parser.add_argument("--tokens-file", help="its ELMo tokens.txt")
-    parser.add_argument("--profile", type=int, metavar="N", help="cProfile our side at 0 workers, top N lines")
+    parser.add_argument(
+        "--profile", type=int, metavar="N", help="cProfile our side at 0 workers, top N lines"
+    )
     args = parser.parse_args(argv)
     if 0 not in args.workers and args.profile is None:
         parser.error("--workers must include 0 (the ratio is taken there)")
@@ -116,17 +149,25 @@ def main(argv: List[str]) -> None:
         data = {"corpus": args.corpus, "tokens_file": args.tokens_file}
         if args.corpus is None:
             data = generate_corpus(Path(folder), args.tokens)
-        vocab = Vocabulary.from_params(Params({"type": "elmo_tokens_file", "tokens_file": data["tokens_file"]}))
+        vocab = Vocabulary.from_params(
+            Params({"type": "elmo_tokens_file", "tokens_file": data["tokens_file"]})
+        )
         if args.profile is not None:
             profile_ours(data["corpus"], vocab, args.profile)
             return
-        result: Dict[str, object] = {"corpus": data["corpus"] if args.corpus else f"generated, {args.tokens} tokens"}
+        result: dict[str, object] = {
+            "corpus": data["corpus"] if args.corpus else f"generated, {args.tokens} tokens"
+        }
         for workers in args.workers:
             # alternate sides so that load from other processes hits both alike
             result[f"theirs_tokens_per_s_{workers}_workers"] = round(
-                tokens_per_second(their_reader(), their_loader_params(workers), data["corpus"], vocab))
+                tokens_per_second(
+                    their_reader(), their_loader_params(workers), data["corpus"], vocab
+                )
+            )
             result[f"ours_tokens_per_s_{workers}_workers"] = round(
-                tokens_per_second(our_reader(), our_loader_params(workers), data["corpus"], vocab))
+                tokens_per_second(our_reader(), our_loader_params(workers), data["corpus"], vocab)
+            )
     ratio = result["ours_tokens_per_s_0_workers"] / result["theirs_tokens_per_s_0_workers"]  # type: ignore
     result["ratio_ours_theirs_0_workers"] = round(ratio, 2)
     result["goal_ratio"] = GOAL

@@ -14,6 +14,7 @@ default on a shared machine) or wall time. Also prints the peak resident memory 
 and after a run on a quarter of the file (flat memory: about equal), and the max abs difference
 of our vectors from allennlp's on the sentences both embedded.
 """
+
 import argparse
 import json
 import os
@@ -21,9 +22,7 @@ import resource
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
-from typing import List
 
 import h5py
 import numpy
@@ -32,9 +31,9 @@ import torch
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-import elmo_plugin  # noqa: E402,F401  (registers components)
 from allennlp.modules.elmo import Elmo, batch_to_ids  # noqa: E402
 
+import elmo_plugin  # noqa: E402,F401  (registers components)
 from benchmarks.embedder_vs_allennlp_elmo import CLOCKS, PUBLISHED_SMALL, wikitext_sentences  # noqa: E402
 from elmo_plugin.commands.elmo_embed import embed_file  # noqa: E402
 from elmo_plugin.elmo_files.options import architecture_from_options  # noqa: E402
@@ -46,7 +45,7 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def write_input(path: str, sentences: List[List[str]], count: int) -> int:
+def write_input(path: str, sentences: list[list[str]], count: int) -> int:
     """`count` sentences, cycling through `sentences`, one per line; returns the tokens."""
     tokens = 0
     with open(path, "w", encoding="utf-8") as text:
@@ -58,7 +57,9 @@ def write_input(path: str, sentences: List[List[str]], count: int) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sentences", type=int, default=100_000)
     parser.add_argument("--allennlp-sentences", type=int, default=2000)
     parser.add_argument("--clock", choices=list(CLOCKS), default="cpu")
@@ -69,11 +70,21 @@ def main() -> None:
     source = wikitext_sentences(10**9)
     folder = tempfile.mkdtemp(prefix="elmo_embed_bench_")
     try:
-        options_file, weights_file = os.path.join(folder, "options.json"), os.path.join(folder, "weights.hdf5")
+        options_file, weights_file = (
+            os.path.join(folder, "options.json"),
+            os.path.join(folder, "weights.hdf5"),
+        )
         torch.manual_seed(args.seed)
-        write_bilm_encoder(BiLmEncoder.from_architecture(architecture_from_options(PUBLISHED_SMALL)), options_file, weights_file)
+        write_bilm_encoder(
+            BiLmEncoder.from_architecture(architecture_from_options(PUBLISHED_SMALL)),
+            options_file,
+            weights_file,
+        )
         encoder = read_bilm_encoder(options_file, weights_file)
-        quarter_file, input_file = os.path.join(folder, "quarter.txt"), os.path.join(folder, "input.txt")
+        quarter_file, input_file = (
+            os.path.join(folder, "quarter.txt"),
+            os.path.join(folder, "input.txt"),
+        )
         write_input(quarter_file, source, args.sentences // 4)
         num_tokens = write_input(input_file, source, args.sentences)
 
@@ -84,8 +95,13 @@ def main() -> None:
         ours_seconds = clock() - start
         rss_whole = peak_rss_mb()
 
-        theirs = Elmo(options_file, weights_file, num_output_representations=1, dropout=0.0,
-                      scalar_mix_parameters=[1.0, 1.0, 1.0]).eval()  # the average of the layers
+        theirs = Elmo(
+            options_file,
+            weights_file,
+            num_output_representations=1,
+            dropout=0.0,
+            scalar_mix_parameters=[1.0, 1.0, 1.0],
+        ).eval()  # the average of the layers
         first = [source[index % len(source)] for index in range(args.allennlp_sentences)]
         their_tokens, their_seconds, max_abs_diff = 0, 0.0, 0.0
         with torch.no_grad(), h5py.File(os.path.join(folder, "out.hdf5"), "r") as ours:
@@ -103,19 +119,24 @@ def main() -> None:
     finally:
         shutil.rmtree(folder)
     ours_rate, their_rate = num_tokens / ours_seconds, their_tokens / their_seconds
-    print(json.dumps({
-        "data": f"{args.sentences} WikiText-2 valid sentences (cycled), {num_tokens} tokens",
-        "model": "published small (2 x 1024/128, 2048 filters, 1 highway, clips 3), random weights",
-        "torch_threads": torch.get_num_threads(),
-        "clock": args.clock,
-        "ours_elmo_embed_tokens_per_s": round(ours_rate, 1),
-        "allennlp_elmo_tokens_per_s": round(their_rate, 1),
-        "allennlp_sentences": args.allennlp_sentences,
-        "end_to_end_speedup": round(ours_rate / their_rate, 2),
-        "max_abs_diff": max_abs_diff,
-        "peak_rss_mb_quarter_file": round(rss_quarter, 1),
-        "peak_rss_mb_whole_file": round(rss_whole, 1),
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "data": f"{args.sentences} WikiText-2 valid sentences (cycled), {num_tokens} tokens",
+                "model": "published small (2 x 1024/128, 2048 filters, 1 highway, clips 3), random weights",
+                "torch_threads": torch.get_num_threads(),
+                "clock": args.clock,
+                "ours_elmo_embed_tokens_per_s": round(ours_rate, 1),
+                "allennlp_elmo_tokens_per_s": round(their_rate, 1),
+                "allennlp_sentences": args.allennlp_sentences,
+                "end_to_end_speedup": round(ours_rate / their_rate, 2),
+                "max_abs_diff": max_abs_diff,
+                "peak_rss_mb_quarter_file": round(rss_quarter, 1),
+                "peak_rss_mb_whole_file": round(rss_whole, 1),
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

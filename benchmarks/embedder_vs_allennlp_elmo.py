@@ -17,6 +17,7 @@ comparison at the published original size (2 x 4096/512, 2 highway) on the first
 --original-tokens tokens (0 skips it: allennlp's side is slow there). Exits 1 if the small
 speedup is under 10 or an output differs by more than 1e-5.
 """
+
 import argparse
 import json
 import os
@@ -25,19 +26,17 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List
 
 import torch
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-import elmo_plugin  # noqa: E402,F401  (registers components)
 from allennlp.data import Vocabulary  # noqa: E402
 from allennlp.modules.elmo import Elmo, batch_to_ids  # noqa: E402
 
+import elmo_plugin  # noqa: E402,F401  (registers components)
 from benchmarks.wikitext_data import wikitext_file  # noqa: E402
-
 from elmo_plugin.elmo_files.options import architecture_from_options  # noqa: E402
 from elmo_plugin.elmo_files.weights import write_bilm_encoder  # noqa: E402
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder  # noqa: E402
@@ -45,11 +44,22 @@ from elmo_plugin.modules.compiled_lstm_steps import compiled_forward_steps  # no
 from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder  # noqa: E402
 
 PUBLISHED_SMALL = {
-    "lstm": {"use_skip_connections": True, "projection_dim": 128, "dim": 1024, "n_layers": 2,
-             "cell_clip": 3, "proj_clip": 3},
-    "char_cnn": {"activation": "relu", "n_highway": 1, "embedding": {"dim": 16}, "n_characters": 262,
-                 "max_characters_per_token": 50,
-                 "filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]},
+    "lstm": {
+        "use_skip_connections": True,
+        "projection_dim": 128,
+        "dim": 1024,
+        "n_layers": 2,
+        "cell_clip": 3,
+        "proj_clip": 3,
+    },
+    "char_cnn": {
+        "activation": "relu",
+        "n_highway": 1,
+        "embedding": {"dim": 16},
+        "n_characters": 262,
+        "max_characters_per_token": 50,
+        "filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]],
+    },
 }
 
 
@@ -60,10 +70,12 @@ PUBLISHED_ORIGINAL = {
 TARGET_SPEEDUP, TOLERANCE = 10.0, 1e-5
 
 
-def wikitext_sentences(max_tokens: int) -> List[List[str]]:
+def wikitext_sentences(max_tokens: int) -> list[list[str]]:
     path = wikitext_file()
     if not path.is_file():
-        raise SystemExit(f"SKIP: real data not found at {path} (set ELMO_PLUGIN_DATA to the shared data folder)")
+        raise SystemExit(
+            f"SKIP: real data not found at {path} (set ELMO_PLUGIN_DATA to the shared data folder)"
+        )
     sentences, total = [], 0
     for line in path.read_text(encoding="utf-8").splitlines():
         line = line.strip()
@@ -80,15 +92,26 @@ def wikitext_sentences(max_tokens: int) -> List[List[str]]:
 CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 
 
-def compare(options: dict, sentences: List[List[str]], batch_size: int, seed: int, clock=time.process_time) -> Dict[str, float]:
+def compare(
+    options: dict, sentences: list[list[str]], batch_size: int, seed: int, clock=time.process_time
+) -> dict[str, float]:
     """Both sides on the same random weights (written as options.json + weights.hdf5) and the same
     batches, alternating batch by batch: tokens/s of each, the ratio and the max abs difference."""
-    batches = [batch_to_ids(sentences[i : i + batch_size]) for i in range(0, len(sentences), batch_size)]
+    batches = [
+        batch_to_ids(sentences[i : i + batch_size]) for i in range(0, len(sentences), batch_size)
+    ]
     num_tokens = sum(len(sentence) for sentence in sentences)
     torch.manual_seed(seed)
     folder = tempfile.mkdtemp(prefix="elmo_random_")
-    options_file, weights_file = os.path.join(folder, "options.json"), os.path.join(folder, "weights.hdf5")
-    write_bilm_encoder(BiLmEncoder.from_architecture(architecture_from_options(options)), options_file, weights_file)
+    options_file, weights_file = (
+        os.path.join(folder, "options.json"),
+        os.path.join(folder, "weights.hdf5"),
+    )
+    write_bilm_encoder(
+        BiLmEncoder.from_architecture(architecture_from_options(options)),
+        options_file,
+        weights_file,
+    )
     ours = ElmoBiLmEmbedder(Vocabulary(), pretrained_file=folder, dropout=0.0).eval()
     theirs = Elmo(options_file, weights_file, num_output_representations=1, dropout=0.0).eval()
     shutil.rmtree(folder)
@@ -118,7 +141,9 @@ def compare(options: dict, sentences: List[List[str]], batch_size: int, seed: in
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--max-tokens", type=int, default=20000)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--original-tokens", type=int, default=1000)
@@ -130,7 +155,7 @@ def main() -> None:
     small = compare(PUBLISHED_SMALL, sentences, args.batch_size, args.seed, CLOCKS[args.clock])
     result = {
         "data": f"{wikitext_file()}: {len(sentences)} sentences, {small.pop('tokens')} tokens, "
-                f"{small.pop('batches')} batches of {args.batch_size}",
+        f"{small.pop('batches')} batches of {args.batch_size}",
         "model": "published small (2 x 1024/128, 2048 filters, 1 highway, clips 3), random weights",
         "torch_threads": torch.get_num_threads(),
         "clock": args.clock,
@@ -139,9 +164,15 @@ def main() -> None:
     }
     if args.original_tokens > 0:
         original = compare(
-            PUBLISHED_ORIGINAL, wikitext_sentences(args.original_tokens), args.batch_size, args.seed, CLOCKS[args.clock]
+            PUBLISHED_ORIGINAL,
+            wikitext_sentences(args.original_tokens),
+            args.batch_size,
+            args.seed,
+            CLOCKS[args.clock],
         )
-        result["original_model"] = "published original (2 x 4096/512, 2048 filters, 2 highway, clips 3)"
+        result["original_model"] = (
+            "published original (2 x 4096/512, 2048 filters, 2 highway, clips 3)"
+        )
         result.update({f"original_{key}": value for key, value in original.items()})
     print(json.dumps(result, indent=2))
     worst = max(result["max_abs_diff"], result.get("original_max_abs_diff", 0.0))

@@ -12,6 +12,7 @@ position's loader state is taken from a first pass (not timed). Prints seconds t
 batch after each position (ours: the median of 5, early and late alternating, after one warm-up; the replay: once)
 and the late / early ratios as JSON.
 """
+
 import argparse
 import json
 import statistics
@@ -19,15 +20,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-import elmo_plugin  # noqa: E402,F401  (registers components)
 from allennlp.data.data_loaders import MultiProcessDataLoader  # noqa: E402
 
+import elmo_plugin  # noqa: E402,F401  (registers components)
 from elmo_plugin.data.elmo_corpus_loader import ElmoCorpusLoader  # noqa: E402
 from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader  # noqa: E402
 from elmo_plugin.data.elmo_tokens_vocabulary import ElmoTokensVocabulary  # noqa: E402
@@ -45,7 +46,9 @@ def seconds_to_batch_after(batches: Iterator, position: int) -> float:
 
 
 def ours(pattern: str, vocab, position: int, state: dict) -> float:
-    loader = ElmoCorpusLoader(ElmoCorpusReader(max_sequence_length=20), pattern, batch_size=BATCH_SIZE, shuffle=True)
+    loader = ElmoCorpusLoader(
+        ElmoCorpusReader(max_sequence_length=20), pattern, batch_size=BATCH_SIZE, shuffle=True
+    )
     loader.index_with(vocab)
     loader.resume_from(state)
     return seconds_to_batch_after(iter(loader), position)
@@ -53,8 +56,12 @@ def ours(pattern: str, vocab, position: int, state: dict) -> float:
 
 def replay(pattern: str, vocab, position: int) -> float:
     loader = MultiProcessDataLoader(
-        ElmoCorpusReader(max_sequence_length=20), pattern, batch_size=BATCH_SIZE, shuffle=True,
-        max_instances_in_memory=BATCH_SIZE * 100, quiet=True,
+        ElmoCorpusReader(max_sequence_length=20),
+        pattern,
+        batch_size=BATCH_SIZE,
+        shuffle=True,
+        max_instances_in_memory=BATCH_SIZE * 100,
+        quiet=True,
     )
     loader.index_with(vocab)
     return seconds_to_batch_after(iter(loader), position)
@@ -62,7 +69,13 @@ def replay(pattern: str, vocab, position: int) -> float:
 
 def states_after_each_batch(pattern: str, vocab) -> list:
     """The loader's state_dict after each batch of epoch 0 (one pass, not timed)."""
-    loader = ElmoCorpusLoader(ElmoCorpusReader(max_sequence_length=20), pattern, batch_size=BATCH_SIZE, shuffle=True, seed=1)
+    loader = ElmoCorpusLoader(
+        ElmoCorpusReader(max_sequence_length=20),
+        pattern,
+        batch_size=BATCH_SIZE,
+        shuffle=True,
+        seed=1,
+    )
     loader.index_with(vocab)
     return [loader.state_dict() for _ in loader]
 
@@ -74,8 +87,20 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         corpus = Path(folder) / "corpus"
-        subprocess.run([sys.executable, str(REPO_ROOT / "scripts/make_scale_corpus.py"), "--tokens", args.tokens,
-                        "--shards", str(args.shards), "--out", str(corpus)], check=True, capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                str(REPO_ROOT / "scripts/make_scale_corpus.py"),
+                "--tokens",
+                args.tokens,
+                "--shards",
+                str(args.shards),
+                "--out",
+                str(corpus),
+            ],
+            check=True,
+            capture_output=True,
+        )
         pattern = str(corpus / "*")
         vocab = ElmoTokensVocabulary.from_elmo_tokens_file(str(Path(folder) / "tokens.txt"))
         states = states_after_each_batch(pattern, vocab)
@@ -84,7 +109,9 @@ def main() -> None:
         figures = {"batches_in_epoch": epoch_length, "early_batch": early, "late_batch": late}
         positions = {"early": early, "late": late}
         ours_seconds = {name: [] for name in positions}
-        ours(pattern, vocab, early, states[early - 1])  # warm-up: the first run after the pass is faster
+        ours(
+            pattern, vocab, early, states[early - 1]
+        )  # warm-up: the first run after the pass is faster
         for _ in range(5):  # alternating, so that load from other processes hits both alike
             for name, position in positions.items():
                 ours_seconds[name].append(ours(pattern, vocab, position, states[position - 1]))
@@ -92,7 +119,9 @@ def main() -> None:
             figures[f"ours_{name}_s"] = round(statistics.median(ours_seconds[name]), 3)
             figures[f"replay_{name}_s"] = round(replay(pattern, vocab, position), 3)
     figures["ours_late_over_early"] = round(figures["ours_late_s"] / figures["ours_early_s"], 2)
-    figures["replay_late_over_early"] = round(figures["replay_late_s"] / figures["replay_early_s"], 2)
+    figures["replay_late_over_early"] = round(
+        figures["replay_late_s"] / figures["replay_early_s"], 2
+    )
     figures["late_replay_over_ours"] = round(figures["replay_late_s"] / figures["ours_late_s"], 1)
     print(json.dumps(figures))
 

@@ -22,6 +22,7 @@ file order) on the same GPU with the same random original-size weights, tokens/s
 Text: `scripts/make_scale_corpus.py` (1B Word's shape) in a temporary folder. Prints one JSON
 object per measurement and a table last; `--out DIR` also writes results.json there.
 """
+
 import argparse
 import json
 import os
@@ -29,20 +30,21 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Dict, Iterator, List
 
 import torch
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-import elmo_plugin  # noqa: E402,F401  (registers components)
 from allennlp.common import Params  # noqa: E402
 from allennlp.data import DataLoader, DatasetReader, Vocabulary  # noqa: E402
 from allennlp.models import Model  # noqa: E402
 from allennlp.nn import util as nn_util  # noqa: E402
 from allennlp.training.optimizers import Optimizer  # noqa: E402
+
+import elmo_plugin  # noqa: E402,F401  (registers components)
 
 CONFIGS = {"lstm": "elmo_lstm_original.jsonnet", "transformer": "elmo_transformer_original.jsonnet"}
 PRECISIONS = {
@@ -68,8 +70,16 @@ SHRUNK_TRANSFORMER = {
 
 def make_corpus(folder: Path, tokens: int) -> Path:
     """Shards of 1B Word's shape in folder/train; returns the 793,471-word tokens.txt."""
-    command = [sys.executable, str(REPO_ROOT / "scripts" / "make_scale_corpus.py"),
-               "--tokens", str(tokens), "--shards", "4", "--out", str(folder / "train")]
+    command = [
+        sys.executable,
+        str(REPO_ROOT / "scripts" / "make_scale_corpus.py"),
+        "--tokens",
+        str(tokens),
+        "--shards",
+        "4",
+        "--out",
+        str(folder / "train"),
+    ]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     return folder / "tokens.txt"
 
@@ -79,7 +89,7 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def endless(loader: DataLoader) -> Iterator[Dict]:
+def endless(loader: DataLoader) -> Iterator[dict]:
     while True:
         yield from loader
 
@@ -87,24 +97,30 @@ def endless(loader: DataLoader) -> Iterator[Dict]:
 class TrainingRun:
     """A config's model, data loader and optimizer, built as `allennlp train` builds them."""
 
-    def __init__(self, config: str, values: Dict, corpus: Path, vocab: Vocabulary, device: torch.device) -> None:
+    def __init__(
+        self, config: str, values: dict, corpus: Path, vocab: Vocabulary, device: torch.device
+    ) -> None:
         params = Params.from_file(str(REPO_ROOT / "training_config" / config), json.dumps(values))
         reader = DatasetReader.from_params(params.pop("dataset_reader"))
         torch.manual_seed(0)
         self.model = Model.from_params(vocab=vocab, params=params.pop("model")).to(device)
         self.loader = DataLoader.from_params(
-            params=params.pop("data_loader"), reader=reader, data_path=str(corpus / "train" / "*.txt")
+            params=params.pop("data_loader"),
+            reader=reader,
+            data_path=str(corpus / "train" / "*.txt"),
         )
         self.loader.index_with(vocab)
         trainer = params.pop("trainer")
         parameters = [[name, p] for name, p in self.model.named_parameters() if p.requires_grad]
-        self.optimizer = Optimizer.from_params(model_parameters=parameters, params=trainer.pop("optimizer"))
+        self.optimizer = Optimizer.from_params(
+            model_parameters=parameters, params=trainer.pop("optimizer")
+        )
         self.grad_norm = trainer.pop("grad_norm", None)
         self.device = device
         self.batches = endless(self.loader)
         self.data_seconds = 0.0
 
-    def next_batch(self) -> Dict:
+    def next_batch(self) -> dict:
         start = time.perf_counter()
         batch = nn_util.move_to_device(next(self.batches), self.device)
         self.data_seconds += time.perf_counter() - start
@@ -117,7 +133,9 @@ class TrainingRun:
         output = self.model(**batch)
         output["loss"].backward()
         if self.grad_norm:
-            torch.nn.utils.clip_grad_norm_([p for p in self.model.parameters() if p.grad is not None], self.grad_norm)
+            torch.nn.utils.clip_grad_norm_(
+                [p for p in self.model.parameters() if p.grad is not None], self.grad_norm
+            )
         self.optimizer.step()
         return output["batch_weight"].detach()
 
@@ -148,11 +166,13 @@ def matmul_rate(device: torch.device, precision: str, size: int) -> float:
     return 2 * size**3 * repeats / (time.perf_counter() - start)
 
 
-def profile_steps(run: TrainingRun, steps: int) -> Dict[str, float]:
+def profile_steps(run: TrainingRun, steps: int) -> dict[str, float]:
     """Wall time of `steps` steps split into GPU kernel time, data loading and the rest."""
     from torch.profiler import ProfilerActivity, profile
 
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if run.device.type == "cuda" else [])
+    activities = [ProfilerActivity.CPU] + (
+        [ProfilerActivity.CUDA] if run.device.type == "cuda" else []
+    )
     run.data_seconds = 0.0
     synchronize(run.device)
     start = time.perf_counter()
@@ -162,7 +182,9 @@ def profile_steps(run: TrainingRun, steps: int) -> Dict[str, float]:
         synchronize(run.device)
     wall = time.perf_counter() - start
     kernel_us = sum(
-        getattr(event, "self_device_time_total", 0.0) for event in prof.key_averages() if event.device_type.name == "CUDA"
+        getattr(event, "self_device_time_total", 0.0)
+        for event in prof.key_averages()
+        if event.device_type.name == "CUDA"
     )
     top = sorted(
         (e for e in prof.key_averages() if e.device_type.name == "CUDA"),
@@ -174,11 +196,15 @@ def profile_steps(run: TrainingRun, steps: int) -> Dict[str, float]:
         "kernel_s_per_step": kernel_us / 1e6 / steps,
         "data_loading_s_per_step": run.data_seconds / steps,
         "other_s_per_step": (wall - kernel_us / 1e6 - run.data_seconds) / steps,
-        "top_kernels": [(e.key[:60], round(e.self_device_time_total / 1e3 / steps, 3)) for e in top],
+        "top_kernels": [
+            (e.key[:60], round(e.self_device_time_total / 1e3 / steps, 3)) for e in top
+        ],
     }
 
 
-def measure_training(name: str, precision: str, args, corpus: Path, vocab: Vocabulary, device, peaks) -> Dict:
+def measure_training(
+    name: str, precision: str, args, corpus: Path, vocab: Vocabulary, device, peaks
+) -> dict:
     values = {"data_loader.num_workers": args.num_workers, **PRECISIONS[precision]}
     if args.dry_run:
         values.update(SHRUNK, **(SHRUNK_TRANSFORMER if name == "transformer" else SHRUNK_LSTM))
@@ -209,7 +235,9 @@ def measure_training(name: str, precision: str, args, corpus: Path, vocab: Vocab
         "achieved_tflop_s": round(flops * args.steps / seconds / 1e12, 2),
         "matmul_tflop_s": round(peaks[precision] / 1e12, 1),
         "fraction_of_matmul_rate": round(flops * args.steps / seconds / peaks[precision], 3),
-        "peak_memory_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2) if device.type == "cuda" else None,
+        "peak_memory_gib": round(torch.cuda.max_memory_allocated(device) / 2**30, 2)
+        if device.type == "cuda"
+        else None,
     }
     if precision == args.profile_precision:
         result["profile"] = profile_steps(run, args.profile_steps)
@@ -219,7 +247,7 @@ def measure_training(name: str, precision: str, args, corpus: Path, vocab: Vocab
     return result
 
 
-def corpus_sentences(corpus: Path, max_tokens: int) -> List[List[str]]:
+def corpus_sentences(corpus: Path, max_tokens: int) -> list[list[str]]:
     sentences, total = [], 0
     for shard in sorted((corpus / "train").glob("*.txt")):
         for line in shard.read_text(encoding="utf-8").splitlines():
@@ -230,7 +258,7 @@ def corpus_sentences(corpus: Path, max_tokens: int) -> List[List[str]]:
     return sentences
 
 
-def measure_embedding(args, corpus: Path, device: torch.device) -> Dict:
+def measure_embedding(args, corpus: Path, device: torch.device) -> dict:
     """`elmo-embed`'s embed_file vs allennlp's Elmo, same random original-size weights; its files
     go in corpus/embedding (inside main's temporary folder, removed with it)."""
     from allennlp.modules.elmo import Elmo, batch_to_ids
@@ -240,13 +268,29 @@ def measure_embedding(args, corpus: Path, device: torch.device) -> Dict:
     from elmo_plugin.elmo_files.weights import write_bilm_encoder
     from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 
-    lstm = {"use_skip_connections": True, "projection_dim": 512, "dim": 4096, "n_layers": 2, "cell_clip": 3, "proj_clip": 3}
+    lstm = {
+        "use_skip_connections": True,
+        "projection_dim": 512,
+        "dim": 4096,
+        "n_layers": 2,
+        "cell_clip": 3,
+        "proj_clip": 3,
+    }
     filters = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
     if args.dry_run:
         lstm.update(projection_dim=16, dim=32)
         filters = SHRUNK["model.text_field_embedder.token_embedders.elmo.filters"]
-    options = {"lstm": lstm, "char_cnn": {"activation": "relu", "n_highway": 2, "embedding": {"dim": 16},
-                                          "n_characters": 262, "max_characters_per_token": 50, "filters": filters}}
+    options = {
+        "lstm": lstm,
+        "char_cnn": {
+            "activation": "relu",
+            "n_highway": 2,
+            "embedding": {"dim": 16},
+            "n_characters": 262,
+            "max_characters_per_token": 50,
+            "filters": filters,
+        },
+    }
     sentences = corpus_sentences(corpus, args.embed_tokens)
     tokens = sum(len(s) for s in sentences)
     folder = corpus / "embedding"
@@ -263,7 +307,11 @@ def measure_embedding(args, corpus: Path, device: torch.device) -> Dict:
     embed_file(encoder, str(text), str(folder / "vectors.hdf5"), "all")
     synchronize(device)
     ours = time.perf_counter() - start
-    theirs_elmo = Elmo(str(folder / "options.json"), str(folder / "weights.hdf5"), 1, dropout=0.0).to(device).eval()
+    theirs_elmo = (
+        Elmo(str(folder / "options.json"), str(folder / "weights.hdf5"), 1, dropout=0.0)
+        .to(device)
+        .eval()
+    )
     batches = [batch_to_ids(sentences[i : i + 32]) for i in range(0, len(sentences), 32)]
     with torch.no_grad():
         theirs_elmo(batches[0].to(device))
@@ -284,16 +332,32 @@ def measure_embedding(args, corpus: Path, device: torch.device) -> Dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dry-run", action="store_true", help="shrunk sizes, few steps; runs on a CPU")
-    parser.add_argument("--steps", type=int, default=200, help="timed optimizer steps per configuration")
-    parser.add_argument("--warmup", type=int, default=20, help="untimed steps first (compilation, allocator)")
-    parser.add_argument("--configs", default="lstm,transformer", help="comma-separated: lstm, transformer")
-    parser.add_argument("--precisions", default="fp32,tf32,bf16", help="comma-separated: fp32, tf32, bf16")
-    parser.add_argument("--profile-precision", default="bf16", help="which precision's runs to profile")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="shrunk sizes, few steps; runs on a CPU"
+    )
+    parser.add_argument(
+        "--steps", type=int, default=200, help="timed optimizer steps per configuration"
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=20, help="untimed steps first (compilation, allocator)"
+    )
+    parser.add_argument(
+        "--configs", default="lstm,transformer", help="comma-separated: lstm, transformer"
+    )
+    parser.add_argument(
+        "--precisions", default="fp32,tf32,bf16", help="comma-separated: fp32, tf32, bf16"
+    )
+    parser.add_argument(
+        "--profile-precision", default="bf16", help="which precision's runs to profile"
+    )
     parser.add_argument("--profile-steps", type=int, default=10)
     parser.add_argument("--num-workers", type=int, default=2, help="data loader worker processes")
-    parser.add_argument("--embed-tokens", type=int, default=100_000, help="tokens embedded by each side")
+    parser.add_argument(
+        "--embed-tokens", type=int, default=100_000, help="tokens embedded by each side"
+    )
     parser.add_argument("--no-embed", action="store_true", help="skip the embedding comparison")
     parser.add_argument("--out", help="folder for results.json")
     args = parser.parse_args()
@@ -302,7 +366,9 @@ def main() -> None:
         args.num_workers = 0
     device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
     if device.type == "cpu" and not args.dry_run:
-        raise SystemExit("gpu_original_elmo: no CUDA device here; --dry-run runs the shrunk version on the CPU")
+        raise SystemExit(
+            "gpu_original_elmo: no CUDA device here; --dry-run runs the shrunk version on the CPU"
+        )
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     print(json.dumps({"device": name, "torch": torch.__version__}), flush=True)
 
@@ -310,14 +376,20 @@ def main() -> None:
     if device.type == "cpu":
         precisions = [p for p in precisions if p != "tf32"]
     peaks = {p: matmul_rate(device, p, 512 if args.dry_run else 8192) for p in precisions}
-    results: List[Dict] = []
+    results: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="elmo_gpu_bench_") as folder:
         # The loader cycles over the corpus: it need not hold every step's tokens.
-        tokens_file = make_corpus(Path(folder), 20_000 if args.dry_run else max(args.embed_tokens, 2_000_000))
-        vocab = Vocabulary.from_params(Params({"type": "elmo_tokens_file", "tokens_file": str(tokens_file)}))
+        tokens_file = make_corpus(
+            Path(folder), 20_000 if args.dry_run else max(args.embed_tokens, 2_000_000)
+        )
+        vocab = Vocabulary.from_params(
+            Params({"type": "elmo_tokens_file", "tokens_file": str(tokens_file)})
+        )
         for name_ in [c for c in args.configs.split(",") if c]:
             for precision in precisions:
-                result = measure_training(name_, precision, args, Path(folder), vocab, device, peaks)
+                result = measure_training(
+                    name_, precision, args, Path(folder), vocab, device, peaks
+                )
                 print(json.dumps(result), flush=True)
                 results.append(result)
         if not args.no_embed:
@@ -326,15 +398,23 @@ def main() -> None:
             results.append(result)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
-        Path(args.out, "results.json").write_text(json.dumps({"device": name, "results": results}, indent=2))
-    print(f"\n{'config':34} {'prec':5} {'tokens/s':>10} {'s/step':>7} {'TFLOP/s':>8} {'of matmul':>9} {'peak GiB':>8}")
+        Path(args.out, "results.json").write_text(
+            json.dumps({"device": name, "results": results}, indent=2)
+        )
+    print(
+        f"\n{'config':34} {'prec':5} {'tokens/s':>10} {'s/step':>7} {'TFLOP/s':>8} {'of matmul':>9} {'peak GiB':>8}"
+    )
     for r in results:
         if "config" in r:
-            print(f"{r['config']:34} {r['precision']:5} {r['tokens_per_s']:>10} {r['s_per_step']:>7} "
-                  f"{r['achieved_tflop_s']:>8} {r['fraction_of_matmul_rate']:>9} {str(r['peak_memory_gib']):>8}")
+            print(
+                f"{r['config']:34} {r['precision']:5} {r['tokens_per_s']:>10} {r['s_per_step']:>7} "
+                f"{r['achieved_tflop_s']:>8} {r['fraction_of_matmul_rate']:>9} {str(r['peak_memory_gib']):>8}"
+            )
         else:
-            print(f"elmo-embed {r['ours_elmo_embed_tokens_per_s']} tokens/s vs allennlp Elmo "
-                  f"{r['allennlp_elmo_tokens_per_s']} tokens/s: {r['speedup']}x")
+            print(
+                f"elmo-embed {r['ours_elmo_embed_tokens_per_s']} tokens/s vs allennlp Elmo "
+                f"{r['allennlp_elmo_tokens_per_s']} tokens/s: {r['speedup']}x"
+            )
 
 
 if __name__ == "__main__":

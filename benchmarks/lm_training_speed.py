@@ -3,11 +3,12 @@
 Both sides of a comparison train on the same batches with the same optimizer loop, one after
 the other in the same process, on the same machine.
 """
+
 import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Optional
 
 import torch
 from allennlp.common import Params
@@ -21,23 +22,33 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO_ROOT / "training_config"
 
 
-def wikitext_split(max_lines: Optional[int] = None) -> Dict[str, List[str]]:
+def wikitext_split(max_lines: Optional[int] = None) -> dict[str, list[str]]:
     """First 90% of WikiText-2 valid.txt lines for training, the last 10% for validation."""
     path = wikitext_file()
     if not path.is_file():
         raise SystemExit(f"SKIP: real data not found at {path} (set ELMO_PLUGIN_DATA)")
     train, valid = split_train_valid(path.read_text(encoding="utf-8").splitlines())
-    description = f"{path}: lines 1-{len(train)} train, {len(train) + 1}-{len(train) + len(valid)} validation"
+    description = (
+        f"{path}: lines 1-{len(train)} train, {len(train) + 1}-{len(train) + len(valid)} validation"
+    )
     if max_lines:
         train = train[:max_lines]
     return {"train": train, "valid": valid, "description": description}
 
 
-def make_batches(lines: List[str], vocab: Optional[Vocabulary], batch_size: int, max_sequence_length: int = 20):
+def make_batches(
+    lines: list[str], vocab: Optional[Vocabulary], batch_size: int, max_sequence_length: int = 20
+):
     """Instances from `elmo_corpus` (headings skipped, windows of `max_sequence_length`), sorted
     into length buckets -> (vocab, list of tensor dicts, number of target tokens)."""
     reader = DatasetReader.from_params(
-        Params({"type": "elmo_corpus", "max_sequence_length": max_sequence_length, "skip_headings": True})
+        Params(
+            {
+                "type": "elmo_corpus",
+                "max_sequence_length": max_sequence_length,
+                "skip_headings": True,
+            }
+        )
     )
     instances = []
     for line in lines:
@@ -58,12 +69,12 @@ def make_batches(lines: List[str], vocab: Optional[Vocabulary], batch_size: int,
     return vocab, [batches[i] for i in order]
 
 
-def model_config(config: str) -> Dict:
+def model_config(config: str) -> dict:
     """The `model` block of a config in training_config/, as a plain dict to edit."""
     return Params.from_file(str(CONFIG_DIR / config)).as_dict()["model"]
 
 
-def build_model(model: Dict, vocab: Vocabulary) -> Model:
+def build_model(model: dict, vocab: Vocabulary) -> Model:
     torch.manual_seed(0)
     return Model.from_params(vocab=vocab, params=Params(json.loads(json.dumps(model))))
 
@@ -76,12 +87,14 @@ class TrainingRun:
     parameters: int
 
 
-def train_and_measure(model: Model, train: List[Dict], valid: List[Dict], steps: int, lr: float = 2e-3) -> TrainingRun:
+def train_and_measure(
+    model: Model, train: list[dict], valid: list[dict], steps: int, lr: float = 2e-3
+) -> TrainingRun:
     """`steps` Adam steps (after 2 warm-up steps) timed; then full-softmax validation perplexity."""
     optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
     model.train()
 
-    def step(batch: Dict) -> None:
+    def step(batch: dict) -> None:
         optimizer.zero_grad()
         model(**batch)["loss"].backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
@@ -95,10 +108,15 @@ def train_and_measure(model: Model, train: List[Dict], valid: List[Dict], steps:
         step(batch)
         tokens += int((batch["source"]["tokens"]["tokens"] > 0).sum())
     elapsed = time.perf_counter() - start
-    return TrainingRun(tokens / elapsed, steps, validation_perplexity(model, valid), sum(p.numel() for p in model.parameters()))
+    return TrainingRun(
+        tokens / elapsed,
+        steps,
+        validation_perplexity(model, valid),
+        sum(p.numel() for p in model.parameters()),
+    )
 
 
-def validation_perplexity(model: Model, valid: List[Dict]) -> float:
+def validation_perplexity(model: Model, valid: list[dict]) -> float:
     """exp of the token-weighted mean NLL of both directions (full softmax)."""
     model.eval()
     total_nll, total_targets = 0.0, 0.0
@@ -106,6 +124,8 @@ def validation_perplexity(model: Model, valid: List[Dict]) -> float:
         for batch in valid:
             output = model(**batch)
             targets = float(output["batch_weight"])
-            total_nll += 0.5 * (float(output["forward_loss"]) + float(output["backward_loss"])) * targets
+            total_nll += (
+                0.5 * (float(output["forward_loss"]) + float(output["backward_loss"])) * targets
+            )
             total_targets += targets
     return float(torch.exp(torch.tensor(total_nll / total_targets)))

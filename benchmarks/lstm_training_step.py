@@ -24,12 +24,13 @@ processes on a shared machine do not count) or wall time. Prints each rate in GF
 fraction of the machine's matmul rate; exits 1 if ours_clipped is under 60% of the matmul rate or slower
 than ours_unclipped.
 """
+
 import argparse
 import json
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Dict
 
 import torch
 
@@ -54,7 +55,9 @@ def training_flops(batch: int, timesteps: int) -> float:
 
 def ours(clip: bool, inputs: torch.Tensor, mask: torch.Tensor) -> Callable[[], None]:
     clips = {"cell_clip": CLIP, "proj_clip": CLIP} if clip else {}
-    lstm = ElmoLstmContextualizer(PROJECTION, CELLS, LAYERS, return_all_layers=True, **clips).train()
+    lstm = ElmoLstmContextualizer(
+        PROJECTION, CELLS, LAYERS, return_all_layers=True, **clips
+    ).train()
 
     def step() -> None:
         sum(layer.sum() for layer in lstm(inputs, mask)).backward()
@@ -77,8 +80,15 @@ def ours_stateful(inputs: torch.Tensor, mask: torch.Tensor) -> Callable[[], None
 
 
 def allennlp_elmo_lstm(inputs: torch.Tensor, mask: torch.Tensor) -> Callable[[], None]:
-    lstm = ElmoLstm(PROJECTION, PROJECTION, CELLS, LAYERS, requires_grad=True,
-                    memory_cell_clip_value=CLIP, state_projection_clip_value=CLIP).train()
+    lstm = ElmoLstm(
+        PROJECTION,
+        PROJECTION,
+        CELLS,
+        LAYERS,
+        requires_grad=True,
+        memory_cell_clip_value=CLIP,
+        state_projection_clip_value=CLIP,
+    ).train()
 
     def step() -> None:
         lstm.reset_states()
@@ -95,7 +105,9 @@ def matmul(onednn: bool) -> Callable[[], None]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps", type=int, default=3, help="steps of each contender per round")
     parser.add_argument("--batch", type=int, default=32)
@@ -107,7 +119,7 @@ def main() -> None:
     torch.manual_seed(0)
     inputs = torch.randn(args.batch, args.timesteps, PROJECTION, requires_grad=True)
     mask = torch.ones(args.batch, args.timesteps, dtype=torch.bool)
-    contenders: Dict[str, Callable[[], None]] = {
+    contenders: dict[str, Callable[[], None]] = {
         "ours_clipped": ours(True, inputs, mask),
         "ours_unclipped": ours(False, inputs, mask),
         "ours_stateful": ours_stateful(inputs, mask),
@@ -117,7 +129,7 @@ def main() -> None:
     }
     flops = {name: training_flops(args.batch, args.timesteps) for name in contenders}
     flops["matmul_torch"] = flops["matmul_onednn"] = 2.0 * MATMUL_SIZE**3
-    seconds: Dict[str, list] = {name: [] for name in contenders}
+    seconds: dict[str, list] = {name: [] for name in contenders}
     for run in contenders.values():  # warm-up, not timed
         run()
     for _ in range(args.rounds):
@@ -130,12 +142,16 @@ def main() -> None:
     rates["matmul"] = max(rates["matmul_torch"], rates["matmul_onednn"])
     result = {
         "shape": f"batch {args.batch} x {args.timesteps} tokens, {DIRECTIONS} directions x {LAYERS} layers, "
-                 f"{CELLS} cells / {PROJECTION} projection",
+        f"{CELLS} cells / {PROJECTION} projection",
         "torch_threads": torch.get_num_threads(),
         "clock": args.clock,
         "rounds": args.rounds,
         **{f"{name}_gflops": round(rate, 1) for name, rate in rates.items()},
-        **{f"{name}_of_matmul": round(rates[name] / rates["matmul"], 3) for name in contenders if not name.startswith("matmul")},
+        **{
+            f"{name}_of_matmul": round(rates[name] / rates["matmul"], 3)
+            for name in contenders
+            if not name.startswith("matmul")
+        },
         "ours_clipped_of_matmul_torch": round(rates["ours_clipped"] / rates["matmul_torch"], 3),
         "clipped_vs_unclipped": round(rates["ours_clipped"] / rates["ours_unclipped"], 3),
         "clipped_vs_allennlp": round(rates["ours_clipped"] / rates["allennlp_elmo_lstm"], 3),

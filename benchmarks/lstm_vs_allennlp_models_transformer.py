@@ -4,9 +4,16 @@ on the same WikiText batches, in one run. Usage:
 
     python benchmarks/lstm_vs_allennlp_models_transformer.py [--steps 60] [--batch-size 32]
 """
+
 import argparse
 
-from benchmarks.lm_training_speed import build_model, make_batches, model_config, train_and_measure, wikitext_split
+from benchmarks.lm_training_speed import (
+    build_model,
+    make_batches,
+    model_config,
+    train_and_measure,
+    wikitext_split,
+)
 
 # Ours: the demo-size config as it is (char CNN 512 filters -> 128; LSTM 2 x 512 cells / 128, clips 3).
 # Theirs: the same reader, char CNN and softmax; 6 transformer layers of width 128 with
@@ -40,11 +47,18 @@ def main() -> None:
     data = wikitext_split(args.train_lines)
     vocab, train = make_batches(data["train"], None, args.batch_size)
     _, valid = make_batches(data["valid"], vocab, args.batch_size)
-    print(f"data: {data['description']} (first {args.train_lines} training lines, windows of 20 tokens)")
-    print(f"vocabulary: {vocab.get_vocab_size('tokens')} tokens (min count 2), full softmax; same char CNN for both")
+    print(
+        f"data: {data['description']} (first {args.train_lines} training lines, windows of 20 tokens)"
+    )
+    print(
+        f"vocabulary: {vocab.get_vocab_size('tokens')} tokens (min count 2), full softmax; same char CNN for both"
+    )
 
     runs = {}
-    for name, config in [("elmo_plugin elmo_lstm", model_config("elmo_lstm.jsonnet")), ("allennlp-models transformer", their_model_config())]:
+    for name, config in [
+        ("elmo_plugin elmo_lstm", model_config("elmo_lstm.jsonnet")),
+        ("allennlp-models transformer", their_model_config()),
+    ]:
         model = build_model(config, vocab)
         run = train_and_measure(model, train, valid, args.steps)
         runs[name] = run
@@ -53,8 +67,10 @@ def main() -> None:
             f"train {run.tokens_per_second:8.1f} tokens/s  validation perplexity after {run.steps} steps {run.validation_perplexity:9.1f}"
         )
     ours, theirs = runs["elmo_plugin elmo_lstm"], runs["allennlp-models transformer"]
-    print(f"ratio (ours / theirs): training tokens/s {ours.tokens_per_second / theirs.tokens_per_second:.2f}x, "
-          f"validation perplexity {ours.validation_perplexity / theirs.validation_perplexity:.2f}")
+    print(
+        f"ratio (ours / theirs): training tokens/s {ours.tokens_per_second / theirs.tokens_per_second:.2f}x, "
+        f"validation perplexity {ours.validation_perplexity / theirs.validation_perplexity:.2f}"
+    )
 
 
 if __name__ == "__main__":

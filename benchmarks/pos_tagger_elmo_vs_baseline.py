@@ -14,6 +14,7 @@ Usage (from the repo root):
 $ELMO_PLUGIN_DATA defaults to ../shared/data; without the data the benchmark is skipped.
 Set OMP_NUM_THREADS=1 on a machine whose cores are busy with other work.
 """
+
 import argparse
 import json
 import subprocess
@@ -22,7 +23,6 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Dict, List, Set, Tuple
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
@@ -34,41 +34,74 @@ ALLENNLP = str(Path(sys.executable).parent / "allennlp")
 TRAIN_SENTENCES = 1600
 
 
-def allennlp(args: List[str], log: Path) -> float:
+def allennlp(args: list[str], log: Path) -> float:
     """Runs `allennlp ARGS --include-package elmo_plugin`, output to `log`; returns seconds taken."""
     start = time.time()
     with open(log, "w") as out:
-        result = subprocess.run([ALLENNLP, *args, "--include-package", "elmo_plugin"], cwd=REPO_ROOT,
-                                stdout=out, stderr=subprocess.STDOUT)
+        result = subprocess.run(
+            [ALLENNLP, *args, "--include-package", "elmo_plugin"],
+            cwd=REPO_ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     if result.returncode != 0:
-        sys.exit(f"allennlp {args[0]} failed, see {log}:\n" + "".join(log.read_text().splitlines(True)[-20:]))
+        sys.exit(
+            f"allennlp {args[0]} failed, see {log}:\n"
+            + "".join(log.read_text().splitlines(True)[-20:])
+        )
     return time.time() - start
 
 
-def split_conllu(source: Path, out: Path) -> Tuple[Path, Path, int]:
+def split_conllu(source: Path, out: Path) -> tuple[Path, Path, int]:
     blocks = [b.strip("\n") for b in source.read_text(encoding="utf-8").split("\n\n") if b.strip()]
-    (out / "ewt_train.conllu").write_text("".join(b + "\n\n" for b in blocks[:TRAIN_SENTENCES]), encoding="utf-8")
-    (out / "ewt_test.conllu").write_text("".join(b + "\n\n" for b in blocks[TRAIN_SENTENCES:]), encoding="utf-8")
+    (out / "ewt_train.conllu").write_text(
+        "".join(b + "\n\n" for b in blocks[:TRAIN_SENTENCES]), encoding="utf-8"
+    )
+    (out / "ewt_test.conllu").write_text(
+        "".join(b + "\n\n" for b in blocks[TRAIN_SENTENCES:]), encoding="utf-8"
+    )
     return out / "ewt_train.conllu", out / "ewt_test.conllu", len(blocks) - TRAIN_SENTENCES
 
 
-def words_and_tags(path: Path) -> List[Tuple[List[str], List[str]]]:
+def words_and_tags(path: Path) -> list[tuple[list[str], list[str]]]:
     from conllu import parse_incr
 
     with open(path, encoding="utf-8") as conllu:
-        return [([w["form"] for w in s if isinstance(w["id"], int)], [w["upos"] for w in s if isinstance(w["id"], int)])
-                for s in parse_incr(conllu)]
+        return [
+            (
+                [w["form"] for w in s if isinstance(w["id"], int)],
+                [w["upos"] for w in s if isinstance(w["id"], int)],
+            )
+            for s in parse_incr(conllu)
+        ]
 
 
-def oov_accuracy(archive: Path, test: Path, seen: Set[str], out: Path, name: str) -> Tuple[float, int]:
+def oov_accuracy(
+    archive: Path, test: Path, seen: set[str], out: Path, name: str
+) -> tuple[float, int]:
     """Accuracy on test tokens whose lowercased form never occurs in the training data, from
     `allennlp predict --predictor whitespace_tagger`."""
     gold = words_and_tags(test)
     inputs = out / "test_tokens.jsonl"
-    inputs.write_text("".join(json.dumps({"tokens": words}) + "\n" for words, _ in gold), encoding="utf-8")
+    inputs.write_text(
+        "".join(json.dumps({"tokens": words}) + "\n" for words, _ in gold), encoding="utf-8"
+    )
     predicted = out / f"{name}_predictions.jsonl"
-    allennlp(["predict", str(archive), str(inputs), "--predictor", "whitespace_tagger", "--output-file",
-              str(predicted), "--batch-size", "32", "--silent"], out / f"{name}_predict.log")
+    allennlp(
+        [
+            "predict",
+            str(archive),
+            str(inputs),
+            "--predictor",
+            "whitespace_tagger",
+            "--output-file",
+            str(predicted),
+            "--batch-size",
+            "32",
+            "--silent",
+        ],
+        out / f"{name}_predict.log",
+    )
     correct = total = 0
     for (words, tags), line in zip(gold, predicted.read_text(encoding="utf-8").splitlines()):
         for word, tag, guess in zip(words, tags, json.loads(line)["tags"]):
@@ -78,19 +111,22 @@ def oov_accuracy(archive: Path, test: Path, seen: Set[str], out: Path, name: str
     return correct / max(total, 1), total
 
 
-def layer_mix(archive: Path) -> Dict[str, object]:
+def layer_mix(archive: Path) -> dict[str, object]:
     warnings.simplefilter("ignore")  # deprecation noise from allennlp's dependencies
+    import allennlp_models.tagging  # noqa: F401
     import torch
     from allennlp.models.archival import load_archive
 
-    import allennlp_models.tagging  # noqa: F401
     import elmo_plugin  # noqa: F401
 
     parameters = dict(load_archive(str(archive)).model.named_parameters())
     scalars = [v for n, v in sorted(parameters.items()) if "scalar_mix.scalar_parameters" in n]
     gamma = next(v for n, v in parameters.items() if n.endswith("scalar_mix.gamma"))
-    return {"softmax(s)": [round(w, 4) for w in torch.softmax(torch.cat(scalars), 0).tolist()],
-            "s": [round(s.item(), 4) for s in scalars], "gamma": round(gamma.item(), 4)}
+    return {
+        "softmax(s)": [round(w, 4) for w in torch.softmax(torch.cat(scalars), 0).tolist()],
+        "s": [round(s.item(), 4) for s in scalars],
+        "gamma": round(gamma.item(), 4),
+    }
 
 
 def tagger_input_size(bilm: Path) -> int:
@@ -100,13 +136,18 @@ def tagger_input_size(bilm: Path) -> int:
     from elmo_plugin.archives.bilm_architecture import architecture_from_archive
 
     word_dim = Params.from_file(str(CONFIG_DIR / "pos_tagger_elmo.jsonnet")).as_dict()["model"][
-        "text_field_embedder"]["token_embedders"]["tokens"]["embedding_dim"]
+        "text_field_embedder"
+    ]["token_embedders"]["tokens"]["embedding_dim"]
     return 2 * architecture_from_archive(str(bilm))["contextualizer"]["input_dim"] + word_dim
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", help="folder for splits, archives and logs (default: a new temporary folder)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--out", help="folder for splits, archives and logs (default: a new temporary folder)"
+    )
     parser.add_argument("--bilm", help="a biLM model.tar.gz to use instead of pretraining one")
     parser.add_argument("--tagger-epochs", type=int, default=10)
     args = parser.parse_args()
@@ -114,7 +155,9 @@ def main() -> None:
     wikitext, ewt = wikitext_file(), shared_data_dir() / "ud-english-ewt" / "en_ewt-ud-dev.conllu"
     missing = [str(p) for p in (wikitext, ewt) if not p.is_file()]
     if missing:
-        print(f"skipped: real data not found: {', '.join(missing)} (set ELMO_PLUGIN_DATA to the shared data folder)")
+        print(
+            f"skipped: real data not found: {', '.join(missing)} (set ELMO_PLUGIN_DATA to the shared data folder)"
+        )
         return
     out = Path(args.out or tempfile.mkdtemp(prefix="pos_elmo_vs_baseline_")).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -124,40 +167,87 @@ def main() -> None:
     if not args.bilm:
         wiki_train, wiki_valid = out / "wiki_train.txt", out / "wiki_valid.txt"
         write_train_valid(wikitext, wiki_train, wiki_valid)
-        seconds = allennlp(["train", str(CONFIG_DIR / "elmo_lstm.jsonnet"), "-s", str(out / "bilm"), "-o",
-                            json.dumps({"train_data_path": str(wiki_train), "validation_data_path": str(wiki_valid)})],
-                           out / "bilm.log")
+        seconds = allennlp(
+            [
+                "train",
+                str(CONFIG_DIR / "elmo_lstm.jsonnet"),
+                "-s",
+                str(out / "bilm"),
+                "-o",
+                json.dumps(
+                    {"train_data_path": str(wiki_train), "validation_data_path": str(wiki_valid)}
+                ),
+            ],
+            out / "bilm.log",
+        )
         metrics = json.loads((out / "bilm" / "metrics.json").read_text())
-        print(f"biLM: demo-size elmo_lstm.jsonnet on {wikitext} (first 90% of lines / last 10% validation), "
-              f"{metrics['epoch'] + 1} epochs in {seconds / 60:.1f} min, validation perplexity "
-              f"{metrics['best_validation_perplexity']:.1f} (forward {metrics['best_validation_forward_perplexity']:.1f}, "
-              f"backward {metrics['best_validation_backward_perplexity']:.1f})")
+        print(
+            f"biLM: demo-size elmo_lstm.jsonnet on {wikitext} (first 90% of lines / last 10% validation), "
+            f"{metrics['epoch'] + 1} epochs in {seconds / 60:.1f} min, validation perplexity "
+            f"{metrics['best_validation_perplexity']:.1f} (forward {metrics['best_validation_forward_perplexity']:.1f}, "
+            f"backward {metrics['best_validation_backward_perplexity']:.1f})"
+        )
 
     train, test, test_sentences = split_conllu(ewt, out)
     seen = {word.lower() for words, _ in words_and_tags(train) for word in words}
-    print(f"tagging data: {ewt}: first {TRAIN_SENTENCES} sentences train, the other {test_sentences} test; "
-          f"{args.tagger_epochs} epochs each, no early stopping")
-    common = {"train_data_path": str(train), "validation_data_path": None, "trainer.num_epochs": args.tagger_epochs,
-              "trainer.patience": None}
+    print(
+        f"tagging data: {ewt}: first {TRAIN_SENTENCES} sentences train, the other {test_sentences} test; "
+        f"{args.tagger_epochs} epochs each, no early stopping"
+    )
+    common = {
+        "train_data_path": str(train),
+        "validation_data_path": None,
+        "trainer.num_epochs": args.tagger_epochs,
+        "trainer.patience": None,
+    }
     results = {}
     for name, config, extra in [
         ("baseline", "pos_tagger_baseline.jsonnet", {}),
-        ("elmo", "pos_tagger_elmo.jsonnet", {"model.text_field_embedder.token_embedders.elmo.pretrained_file": str(bilm),
-                                             "model.encoder.input_size": tagger_input_size(bilm)}),
+        (
+            "elmo",
+            "pos_tagger_elmo.jsonnet",
+            {
+                "model.text_field_embedder.token_embedders.elmo.pretrained_file": str(bilm),
+                "model.encoder.input_size": tagger_input_size(bilm),
+            },
+        ),
     ]:
-        seconds = allennlp(["train", str(CONFIG_DIR / config), "-s", str(out / name), "-o", json.dumps({**common, **extra})],
-                           out / f"{name}_train.log")
-        allennlp(["evaluate", str(out / name / "model.tar.gz"), str(test), "--output-file", str(out / f"{name}_test.json")],
-                 out / f"{name}_evaluate.log")
+        seconds = allennlp(
+            [
+                "train",
+                str(CONFIG_DIR / config),
+                "-s",
+                str(out / name),
+                "-o",
+                json.dumps({**common, **extra}),
+            ],
+            out / f"{name}_train.log",
+        )
+        allennlp(
+            [
+                "evaluate",
+                str(out / name / "model.tar.gz"),
+                str(test),
+                "--output-file",
+                str(out / f"{name}_test.json"),
+            ],
+            out / f"{name}_evaluate.log",
+        )
         accuracy = json.loads((out / f"{name}_test.json").read_text())["accuracy"]
         unseen, unseen_tokens = oov_accuracy(out / name / "model.tar.gz", test, seen, out, name)
         results[name] = accuracy
-        print(f"{name:9s} ({config}): test UPOS accuracy {accuracy:.4f}; on the {unseen_tokens} test tokens unseen "
-              f"in training {unseen:.4f}; trained in {seconds / 60:.1f} min")
-    print(f"learned ELMo layer mix (layer 0 = char CNN, 1-2 = LSTM layers): {layer_mix(out / 'elmo' / 'model.tar.gz')}")
+        print(
+            f"{name:9s} ({config}): test UPOS accuracy {accuracy:.4f}; on the {unseen_tokens} test tokens unseen "
+            f"in training {unseen:.4f}; trained in {seconds / 60:.1f} min"
+        )
+    print(
+        f"learned ELMo layer mix (layer 0 = char CNN, 1-2 = LSTM layers): {layer_mix(out / 'elmo' / 'model.tar.gz')}"
+    )
     gain = results["elmo"] - results["baseline"]
-    print(f"ELMo - baseline: {gain * 100:+.2f} accuracy points; error rate ratio "
-          f"{(1 - results['elmo']) / (1 - results['baseline']):.2f}")
+    print(
+        f"ELMo - baseline: {gain * 100:+.2f} accuracy points; error rate ratio "
+        f"{(1 - results['elmo']) / (1 - results['baseline']):.2f}"
+    )
     if gain <= 0:
         sys.exit("FAIL: the ELMo tagger is not more accurate than the baseline")
 

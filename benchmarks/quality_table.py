@@ -22,6 +22,7 @@ Usage (from the repo root):
 `--quick`: 1 seed, 300 pretraining lines, one epoch of everything (minutes; rough numbers).
 The token budget is rounded to whole epochs of the pretraining text (at least one).
 """
+
 import argparse
 import json
 import math
@@ -29,7 +30,7 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Optional
 
 from benchmarks.lstm_vs_allennlp_models_transformer import THEIR_CONTEXTUALIZER
 from benchmarks.pos_tagger_elmo_vs_baseline import CONFIG_DIR, allennlp, split_conllu
@@ -45,16 +46,18 @@ PRETRAIN_CONFIGS = {
 WORD_DIM, POS_DIM = 32, 16
 
 
-def params_dict(config: str) -> Dict:
+def params_dict(config: str) -> dict:
     from allennlp.common import Params
 
     return Params.from_file(str(CONFIG_DIR / config)).as_dict()
 
 
-def their_config() -> Dict:
+def their_config() -> dict:
     """elmo_lstm.jsonnet with allennlp-models' bidirectional transformer language model."""
     config = params_dict("elmo_lstm.jsonnet")
-    config["model"].update(type="language_model", bidirectional=True, contextualizer=THEIR_CONTEXTUALIZER)
+    config["model"].update(
+        type="language_model", bidirectional=True, contextualizer=THEIR_CONTEXTUALIZER
+    )
     return config
 
 
@@ -69,24 +72,36 @@ def corpus_tokens(path: Path) -> int:
     return sum(len(instance["source"].tokens) for instance in reader.read(str(path)))
 
 
-def seeds(seed: int) -> Dict:
+def seeds(seed: int) -> dict:
     return {"random_seed": seed, "numpy_seed": seed, "pytorch_seed": seed}
 
 
-def pretrain(row: str, seed: int, data: Dict, epochs: int, out: Path) -> Dict[str, float]:
+def pretrain(row: str, seed: int, data: dict, epochs: int, out: Path) -> dict[str, float]:
     """Trains one biLM; -> its archive, tokens/s and both perplexities."""
-    values = {"train_data_path": str(data["train"]), "validation_data_path": str(data["valid"]),
-              "trainer.num_epochs": epochs, **seeds(seed)}
+    values = {
+        "train_data_path": str(data["train"]),
+        "validation_data_path": str(data["valid"]),
+        "trainer.num_epochs": epochs,
+        **seeds(seed),
+    }
     config = str(CONFIG_DIR / PRETRAIN_CONFIGS[row])
     if row == "allennlp_models_transformer":
         config = str(out.parent / f"{out.name}_config.json")
         Path(config).write_text(json.dumps(their_config()))
-    allennlp(["train", config, "-s", str(out), "-o", json.dumps(values)], out.parent / f"{out.name}_train.log")
+    allennlp(
+        ["train", config, "-s", str(out), "-o", json.dumps(values)],
+        out.parent / f"{out.name}_train.log",
+    )
     metrics = json.loads((out / "metrics.json").read_text())
-    seconds = sum(float(x) * 60 ** i for i, x in enumerate(reversed(metrics["training_duration"].split(":"))))
+    seconds = sum(
+        float(x) * 60**i for i, x in enumerate(reversed(metrics["training_duration"].split(":")))
+    )
     archive = out / "model.tar.gz"
     evaluated = out / "evaluate_own.json"
-    allennlp(["evaluate", str(archive), str(data["valid"]), "--output-file", str(evaluated)], out / "evaluate_own.log")
+    allennlp(
+        ["evaluate", str(archive), str(data["valid"]), "--output-file", str(evaluated)],
+        out / "evaluate_own.log",
+    )
     return {
         "archive": str(archive),
         "tokens_per_second": epochs * data["train_tokens"] / seconds,
@@ -122,7 +137,15 @@ def stateless_perplexity(archive: Path, valid: Path) -> float:
 
 
 def downstream(
-    config: str, name: str, values: Dict, epochs: int, bilm: Optional[Dict], row: str, test: Path, out: Path, metric: str
+    config: str,
+    name: str,
+    values: dict,
+    epochs: int,
+    bilm: Optional[dict],
+    row: str,
+    test: Path,
+    out: Path,
+    metric: str,
 ) -> float:
     """Trains one downstream config for `epochs` epochs, its ELMo embedder given the row's biLM
     (allennlp-models' embedder for their archive) or removed (no ELMo: otherwise the same
@@ -141,37 +164,63 @@ def downstream(
         width = 2 * architecture_from_archive(bilm["archive"])["contextualizer"]["input_dim"]
         encoder["input_size"] = width + WORD_DIM + extra
         if row == "allennlp_models_transformer":
-            embedders["elmo"] = {"type": "bidirectional_lm_token_embedder", "archive_file": bilm["archive"],
-                                 "dropout": embedders["elmo"].get("dropout"), "requires_grad": False,
-                                 "bos_eos_tokens": ["<S>", "</S>"], "remove_bos_eos": True}
+            embedders["elmo"] = {
+                "type": "bidirectional_lm_token_embedder",
+                "archive_file": bilm["archive"],
+                "dropout": embedders["elmo"].get("dropout"),
+                "requires_grad": False,
+                "bos_eos_tokens": ["<S>", "</S>"],
+                "remove_bos_eos": True,
+            }
         else:
             embedders["elmo"]["pretrained_file"] = bilm["archive"]
     params.update(values)
     params["trainer"].update(num_epochs=epochs, patience=None)
     path = out / f"{name}_config.json"
     path.write_text(json.dumps(params))
-    allennlp(["train", str(path), "-s", str(out / name), "--include-package", "allennlp_models"], out / f"{name}_train.log")
+    allennlp(
+        ["train", str(path), "-s", str(out / name), "--include-package", "allennlp_models"],
+        out / f"{name}_train.log",
+    )
     result = out / f"{name}_test.json"
-    allennlp(["evaluate", str(out / name / "model.tar.gz"), str(test), "--output-file", str(result), "--include-package",
-              "allennlp_models"], out / f"{name}_evaluate.log")
+    allennlp(
+        [
+            "evaluate",
+            str(out / name / "model.tar.gz"),
+            str(test),
+            "--output-file",
+            str(result),
+            "--include-package",
+            "allennlp_models",
+        ],
+        out / f"{name}_evaluate.log",
+    )
     return json.loads(result.read_text())[metric]
 
 
-def mean_sd(values: List[float], digits: int) -> str:
+def mean_sd(values: list[float], digits: int) -> str:
     if not values:
         return "-"
     return f"{statistics.mean(values):.{digits}f} +- {stdev(values):.{digits}f}"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--token-budget", type=int, default=2_000_000, help="pretraining tokens per biLM")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--token-budget", type=int, default=2_000_000, help="pretraining tokens per biLM"
+    )
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--tagger-epochs", type=int, default=10)
     parser.add_argument("--parser-epochs", type=int, default=10)
     parser.add_argument("--rows", default=",".join(ROWS))
-    parser.add_argument("--out", help="folder for data, archives and logs (default: a new temporary folder)")
-    parser.add_argument("--quick", action="store_true", help="1 seed, 300 pretraining lines, 1 epoch of everything")
+    parser.add_argument(
+        "--out", help="folder for data, archives and logs (default: a new temporary folder)"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="1 seed, 300 pretraining lines, 1 epoch of everything"
+    )
     args = parser.parse_args()
     rows = args.rows.split(",")
     if unknown := set(rows) - set(ROWS):
@@ -180,7 +229,9 @@ def main() -> None:
     wikitext, ewt = wikitext_file(), shared_data_dir() / "ud-english-ewt" / "en_ewt-ud-dev.conllu"
     missing = [str(p) for p in (wikitext, ewt) if not p.is_file()]
     if missing:
-        print(f"skipped: real data not found: {', '.join(missing)} (set ELMO_PLUGIN_DATA to the shared data folder)")
+        print(
+            f"skipped: real data not found: {', '.join(missing)} (set ELMO_PLUGIN_DATA to the shared data folder)"
+        )
         return
     out = Path(args.out or tempfile.mkdtemp(prefix="quality_table_")).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -194,13 +245,17 @@ def main() -> None:
     data["train_tokens"] = corpus_tokens(data["train"])
     epochs = 1 if args.quick else max(1, round(args.token_budget / data["train_tokens"]))
     seed_count = 1 if args.quick else args.seeds
-    tagger_epochs, parser_epochs = (1, 1) if args.quick else (args.tagger_epochs, args.parser_epochs)
+    tagger_epochs, parser_epochs = (
+        (1, 1) if args.quick else (args.tagger_epochs, args.parser_epochs)
+    )
     train, test, test_sentences = split_conllu(ewt, out)
-    print(f"pretraining: {wikitext} first 90% of lines ({data['train_tokens']} tokens), {epochs} epochs = "
-          f"{epochs * data['train_tokens']} tokens per biLM; held out: last 10%; downstream: {ewt} sentences "
-          f"1-1600 train, {test_sentences} test; {seed_count} seeds; tagger {tagger_epochs} / parser {parser_epochs} epochs")
+    print(
+        f"pretraining: {wikitext} first 90% of lines ({data['train_tokens']} tokens), {epochs} epochs = "
+        f"{epochs * data['train_tokens']} tokens per biLM; held out: last 10%; downstream: {ewt} sentences "
+        f"1-1600 train, {test_sentences} test; {seed_count} seeds; tagger {tagger_epochs} / parser {parser_epochs} epochs"
+    )
 
-    results: Dict[str, Dict[str, List[float]]] = {row: {} for row in rows}
+    results: dict[str, dict[str, list[float]]] = {row: {} for row in rows}
     for row in rows:
         for seed in range(seed_count):
             folder = out / f"{row}_seed{seed}"
@@ -208,29 +263,60 @@ def main() -> None:
             bilm = None if row == "no_elmo" else pretrain(row, seed, data, epochs, folder / "bilm")
             common = {"train_data_path": str(train), "validation_data_path": None, **seeds(seed)}
             measured = {} if bilm is None else {k: v for k, v in bilm.items() if k != "archive"}
-            measured["upos"] = downstream("pos_tagger_elmo.jsonnet", "tagger", common, tagger_epochs, bilm, row, test, folder, "accuracy")
-            measured["las"] = downstream("dependency_parser_elmo.jsonnet", "parser", common, parser_epochs, bilm, row, test, folder, "LAS")
+            measured["upos"] = downstream(
+                "pos_tagger_elmo.jsonnet",
+                "tagger",
+                common,
+                tagger_epochs,
+                bilm,
+                row,
+                test,
+                folder,
+                "accuracy",
+            )
+            measured["las"] = downstream(
+                "dependency_parser_elmo.jsonnet",
+                "parser",
+                common,
+                parser_epochs,
+                bilm,
+                row,
+                test,
+                folder,
+                "LAS",
+            )
             for key, value in measured.items():
                 results[row].setdefault(key, []).append(value)
             print(json.dumps({"row": row, "seed": seed, **measured}), flush=True)
 
-    columns: List[tuple] = [("perplexity_own", "held-out ppl (own mode)", 1), ("perplexity_stateless", "held-out ppl (stateless)", 1),
-                            ("tokens_per_second", "pretraining tokens/s", 0), ("upos", "UPOS accuracy", 4), ("las", "LAS", 4)]
+    columns: list[tuple] = [
+        ("perplexity_own", "held-out ppl (own mode)", 1),
+        ("perplexity_stateless", "held-out ppl (stateless)", 1),
+        ("tokens_per_second", "pretraining tokens/s", 0),
+        ("upos", "UPOS accuracy", 4),
+        ("las", "LAS", 4),
+    ]
     print("\n| row | " + " | ".join(title for _, title, _ in columns) + " |")
     print("| --- |" + " --- |" * len(columns))
     for row in rows:
-        print(f"| {row} | " + " | ".join(mean_sd(results[row].get(key, []), digits) for key, _, digits in columns) + " |")
+        print(
+            f"| {row} | "
+            + " | ".join(mean_sd(results[row].get(key, []), digits) for key, _, digits in columns)
+            + " |"
+        )
     print(json.dumps({"results": results}))
     report_targets(results)
 
 
-def report_targets(results: Dict[str, Dict[str, List[float]]]) -> None:
+def report_targets(results: dict[str, dict[str, list[float]]]) -> None:
     """The issue's targets as JSON ratios / margins; exit status 1 when one is missed: stateful
     below stateless held-out perplexity (each in its own mode), and our best row above
     allennlp-models' transformer on UPOS and LAS by more than one sd (the larger of the two)."""
-    targets: Dict[str, object] = {}
+    targets: dict[str, object] = {}
     if "lstm_stateless" in results and "lstm_stateful" in results:
-        ratio = statistics.mean(results["lstm_stateful"]["perplexity_own"]) / statistics.mean(results["lstm_stateless"]["perplexity_own"])
+        ratio = statistics.mean(results["lstm_stateful"]["perplexity_own"]) / statistics.mean(
+            results["lstm_stateless"]["perplexity_own"]
+        )
         targets["stateful_over_stateless_perplexity"] = round(ratio, 4)
         targets["stateful_lower_perplexity"] = ratio < 1
     theirs = results.get("allennlp_models_transformer")
@@ -248,7 +334,7 @@ def report_targets(results: Dict[str, Dict[str, List[float]]]) -> None:
         sys.exit("target missed (see targets above)")
 
 
-def stdev(values: List[float]) -> float:
+def stdev(values: list[float]) -> float:
     return statistics.stdev(values) if len(values) > 1 else 0.0
 
 

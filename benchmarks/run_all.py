@@ -9,6 +9,7 @@ real data (`$ELMO_PLUGIN_DATA`, default ../shared/data) or GPU is missing is a s
 failure, and so is a benchmark that measured but missed its own target at these quick settings
 ("missed"); any other non-zero exit or a timeout makes this script exit 1.
 """
+
 import argparse
 import os
 import re
@@ -16,37 +17,79 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import List, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-OLD_BILM = REPO_ROOT / "fixtures" / "archives_before_layering" / "bilm_lstm.tar.gz"  # a tiny trained biLM
+OLD_BILM = (
+    REPO_ROOT / "fixtures" / "archives_before_layering" / "bilm_lstm.tar.gz"
+)  # a tiny trained biLM
 
 
 class Benchmark(NamedTuple):
     script: str
-    quick_args: List[str]
+    quick_args: list[str]
     headline: str  # regex for the line(s) that carry the result
     needs_gpu: bool = False
 
 
 BENCHMARKS = [
-    Benchmark("embedder_vs_allennlp_elmo.py", ["--max-tokens", "2000", "--original-tokens", "200"], r'"speedup"|"max_abs_diff"'),
-    Benchmark("elmo_embed_vs_allennlp_elmo.py", ["--sentences", "1000", "--allennlp-sentences", "100"], r'"end_to_end_speedup"'),
-    Benchmark("lstm_training_step.py", ["--rounds", "3", "--steps", "1"], r'"ours_clipped_of_matmul"|"clipped_vs_unclipped"'),
-    Benchmark("lstm_vs_allennlp_models_transformer.py", ["--steps", "8", "--train-lines", "160"], r"^ratio"),
+    Benchmark(
+        "embedder_vs_allennlp_elmo.py",
+        ["--max-tokens", "2000", "--original-tokens", "200"],
+        r'"speedup"|"max_abs_diff"',
+    ),
+    Benchmark(
+        "elmo_embed_vs_allennlp_elmo.py",
+        ["--sentences", "1000", "--allennlp-sentences", "100"],
+        r'"end_to_end_speedup"',
+    ),
+    Benchmark(
+        "lstm_training_step.py",
+        ["--rounds", "3", "--steps", "1"],
+        r'"ours_clipped_of_matmul"|"clipped_vs_unclipped"',
+    ),
+    Benchmark(
+        "lstm_vs_allennlp_models_transformer.py",
+        ["--steps", "8", "--train-lines", "160"],
+        r"^ratio",
+    ),
     Benchmark(
         "transformer_vs_allennlp_models.py",
-        ["--speed-steps", "2", "--speed-rounds", "1", "--quality-steps", "8", "--quality-seeds", "1"],
+        [
+            "--speed-steps",
+            "2",
+            "--speed-rounds",
+            "1",
+            "--quality-steps",
+            "8",
+            "--quality-seeds",
+            "1",
+        ],
         r"RATIO",
     ),
-    Benchmark("pos_tagger_elmo_vs_baseline.py", ["--bilm", str(OLD_BILM), "--tagger-epochs", "1"], r"ELMo - baseline"),
+    Benchmark(
+        "pos_tagger_elmo_vs_baseline.py",
+        ["--bilm", str(OLD_BILM), "--tagger-epochs", "1"],
+        r"ELMo - baseline",
+    ),
     Benchmark("exact_resume.py", ["--tokens", "300_000"], r'"late_replay_over_ours"'),
     Benchmark(
-        "sparse_softmax.py", ["--vocab-size", "60000", "--reference-vocab-size", "20000", "--steps", "1"], r'"dense_over_sparse_step"|"eval_unchunked_over_chunked_MB"'
+        "sparse_softmax.py",
+        ["--vocab-size", "60000", "--reference-vocab-size", "20000", "--steps", "1"],
+        r'"dense_over_sparse_step"|"eval_unchunked_over_chunked_MB"',
     ),
-    Benchmark("data_pipeline.py", ["--tokens", "150000"], r'"(ours|theirs)_tokens_per_s_0_workers"|"ratio_ours'),
+    Benchmark(
+        "data_pipeline.py",
+        ["--tokens", "150000"],
+        r'"(ours|theirs)_tokens_per_s_0_workers"|"ratio_ours',
+    ),
     Benchmark("quality_table.py", ["--quick"], r'"targets"'),
-    Benchmark("gpu_original_elmo.py", ["--steps", "20", "--warmup", "5", "--precisions", "bf16"], r"tokens/s", True),
+    Benchmark(
+        "gpu_original_elmo.py",
+        ["--steps", "20", "--warmup", "5", "--precisions", "bf16"],
+        r"tokens/s",
+        True,
+    ),
 ]
 SKIP = re.compile(r"^(SKIP|skipped)\b", re.IGNORECASE | re.MULTILINE)
 
@@ -67,20 +110,24 @@ def has_cuda() -> bool:
 def run(benchmark: Benchmark, timeout: int, cuda: bool) -> Outcome:
     name = benchmark.script[:-3]
     if benchmark.needs_gpu and not cuda:
-        return Outcome(name, "skip", 0.0, "no CUDA device here (runs on a GPU machine: scripts/gpu_run.sh)")
+        return Outcome(
+            name, "skip", 0.0, "no CUDA device here (runs on a GPU machine: scripts/gpu_run.sh)"
+        )
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     env.setdefault("OMP_NUM_THREADS", "1")
     # `-m` from the repo root: this `benchmarks` package, not a dependency's top-level one
     command = [sys.executable, "-m", f"benchmarks.{name}", *benchmark.quick_args]
     start = time.perf_counter()
     try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO_ROOT)
+        result = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO_ROOT
+        )
     except subprocess.TimeoutExpired:
         return Outcome(name, "TIMEOUT", time.perf_counter() - start, f"over {timeout} s")
     seconds = time.perf_counter() - start
     skipped = SKIP.search(result.stdout + result.stderr)
     if skipped:
-        line = (result.stdout + result.stderr)[skipped.start():].splitlines()[0]
+        line = (result.stdout + result.stderr)[skipped.start() :].splitlines()[0]
         return Outcome(name, "skip", seconds, line)
     figure = headline(result.stdout, benchmark.headline)
     if result.returncode != 0 and figure:  # it measured, and says its target was missed
@@ -97,7 +144,9 @@ def headline(stdout: str, pattern: str) -> Optional[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--timeout", type=int, default=300, help="seconds per benchmark")
     args = parser.parse_args()
     cuda = has_cuda()
@@ -105,7 +154,10 @@ def main() -> None:
     for benchmark in BENCHMARKS:
         outcome = run(benchmark, args.timeout, cuda)
         outcomes.append(outcome)
-        print(f"{outcome.name}: {outcome.status} ({outcome.seconds:.0f} s) {outcome.figure}", flush=True)
+        print(
+            f"{outcome.name}: {outcome.status} ({outcome.seconds:.0f} s) {outcome.figure}",
+            flush=True,
+        )
     width = max(len(o.name) for o in outcomes)
     print(f"\n{'benchmark':{width}}  {'status':7} {'seconds':>7}  figure")
     for o in outcomes:

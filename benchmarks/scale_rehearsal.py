@@ -24,6 +24,7 @@ Prints one JSON object per stage and a summary object last (also in WORKDIR/summ
 `--model-overrides` (JSON) shrinks the model further (tests use it); `--dry-run` prints the
 commands without running them.
 """
+
 import argparse
 import json
 import os
@@ -35,7 +36,7 @@ import tempfile
 import time
 import zipfile
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Optional
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ALLENNLP = str(Path(sys.executable).parent / "allennlp")
@@ -44,21 +45,33 @@ SMALL_VOCAB_LINES = 50_000
 POLL_S = 0.2
 
 
-def run_measured(command: List[str], dry_run: bool, kill_at_checkpoint: Optional[Path] = None) -> Dict:
+def run_measured(
+    command: list[str], dry_run: bool, kill_at_checkpoint: Optional[Path] = None
+) -> dict:
     """Runs a command, returns its wall time and peak RSS (os.wait4: the child and what it
     waited for). With `kill_at_checkpoint` (a serialization dir), the whole process group is
     `kill -9`ed as soon as a mid-epoch checkpoint there is complete: `checkpoint` is its batch
     number, `save_s` its save time (to a poll) and `checkpoint_mib` its size."""
     print("$", " ".join(command), flush=True)
-    result = dict(seconds=0.0, peak_rss_mib=0.0, returncode=0, output="", checkpoint=None, save_s=None)
+    result = dict(
+        seconds=0.0, peak_rss_mib=0.0, returncode=0, output="", checkpoint=None, save_s=None
+    )
     if dry_run:
         return result
-    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    env = dict(
+        os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1")
+    )
     with tempfile.TemporaryFile("w+") as log:
         start = time.perf_counter()
-        process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
-        seen: Dict[int, float] = {}  # batch -> when its model state file appeared
+        process = subprocess.Popen(
+            command,
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        seen: dict[int, float] = {}  # batch -> when its model state file appeared
         while True:
             pid, status, usage = os.wait4(process.pid, os.WNOHANG)  # reaps, with its rusage
             if pid:
@@ -66,18 +79,25 @@ def run_measured(command: List[str], dry_run: bool, kill_at_checkpoint: Optional
             complete = complete_checkpoint(kill_at_checkpoint, seen) if kill_at_checkpoint else None
             if complete is not None:
                 os.killpg(process.pid, signal.SIGKILL)
-                result.update(checkpoint=complete, save_s=round(time.perf_counter() - seen[complete], 1),
-                              checkpoint_mib=checkpoint_mib(kill_at_checkpoint, complete))
+                result.update(
+                    checkpoint=complete,
+                    save_s=round(time.perf_counter() - seen[complete], 1),
+                    checkpoint_mib=checkpoint_mib(kill_at_checkpoint, complete),
+                )
                 kill_at_checkpoint = None
             time.sleep(POLL_S)
         process.returncode = os.waitstatus_to_exitcode(status)
         log.seek(0)
-        result.update(seconds=round(time.perf_counter() - start, 1), peak_rss_mib=round(usage.ru_maxrss / 1024, 1),
-                      returncode=process.returncode, output=log.read())
+        result.update(
+            seconds=round(time.perf_counter() - start, 1),
+            peak_rss_mib=round(usage.ru_maxrss / 1024, 1),
+            returncode=process.returncode,
+            output=log.read(),
+        )
     return result
 
 
-def complete_checkpoint(run_dir: Path, seen: Dict[int, float]) -> Optional[int]:
+def complete_checkpoint(run_dir: Path, seen: dict[int, float]) -> Optional[int]:
     """The batch number of a complete mid-epoch checkpoint of the first epoch in `run_dir` (its
     training state file, written last, ends with its zip directory), if any; notes in `seen`
     when each model state file first appeared."""
@@ -89,25 +109,64 @@ def complete_checkpoint(run_dir: Path, seen: Dict[int, float]) -> Optional[int]:
     return None
 
 
-def make_corpus(work: Path, tokens: int, shards: int, heldout_tokens: int, dry_run: bool) -> Dict:
+def make_corpus(work: Path, tokens: int, shards: int, heldout_tokens: int, dry_run: bool) -> dict:
     script = str(REPO_ROOT / "scripts" / "make_scale_corpus.py")
-    train = run_measured([sys.executable, script, "--tokens", str(tokens), "--shards", str(shards),
-                          "--out", str(work / "corpus" / "train")], dry_run)
-    heldout = run_measured([sys.executable, script, "--tokens", str(heldout_tokens), "--shards", "1",
-                            "--seed", "1", "--out", str(work / "heldout" / "shards")], dry_run)
+    train = run_measured(
+        [
+            sys.executable,
+            script,
+            "--tokens",
+            str(tokens),
+            "--shards",
+            str(shards),
+            "--out",
+            str(work / "corpus" / "train"),
+        ],
+        dry_run,
+    )
+    heldout = run_measured(
+        [
+            sys.executable,
+            script,
+            "--tokens",
+            str(heldout_tokens),
+            "--shards",
+            "1",
+            "--seed",
+            "1",
+            "--out",
+            str(work / "heldout" / "shards"),
+        ],
+        dry_run,
+    )
     check(train, "make_scale_corpus (train)")
     check(heldout, "make_scale_corpus (held-out)")
     return {"stage": "corpus", "tokens": tokens, "shards": shards, "seconds": train["seconds"]}
 
 
-def count_vocabulary(work: Path, workers: int, dry_run: bool) -> Dict:
-    result = run_measured([ALLENNLP, "elmo-vocab", str(work / "corpus" / "train" / "*"),
-                           str(work / "counted_tokens.txt"), "--workers", str(workers),
-                           "--include-package", "elmo_plugin"], dry_run)
+def count_vocabulary(work: Path, workers: int, dry_run: bool) -> dict:
+    result = run_measured(
+        [
+            ALLENNLP,
+            "elmo-vocab",
+            str(work / "corpus" / "train" / "*"),
+            str(work / "counted_tokens.txt"),
+            "--workers",
+            str(workers),
+            "--include-package",
+            "elmo_plugin",
+        ],
+        dry_run,
+    )
     check(result, "elmo-vocab")
     last = result["output"].strip().splitlines()[-1:] or [""]
-    return {"stage": "elmo-vocab", "workers": workers, "seconds": result["seconds"],
-            "peak_rss_mib": result["peak_rss_mib"], "says": last[0]}
+    return {
+        "stage": "elmo-vocab",
+        "workers": workers,
+        "seconds": result["seconds"],
+        "peak_rss_mib": result["peak_rss_mib"],
+        "says": last[0],
+    }
 
 
 def training_subset(work: Path, train_tokens: int, dry_run: bool) -> Path:
@@ -132,14 +191,24 @@ def small_tokens_file(work: Path, dry_run: bool) -> Path:
     """The first SMALL_VOCAB_LINES lines of the generated tokens.txt (specials first)."""
     path = work / f"tokens_{SMALL_VOCAB_LINES}.txt"
     if not dry_run:
-        with open(work / "corpus" / "tokens.txt", encoding="utf-8") as full, open(path, "w", encoding="utf-8") as small:
+        with (
+            open(work / "corpus" / "tokens.txt", encoding="utf-8") as full,
+            open(path, "w", encoding="utf-8") as small,
+        ):
             for _, line in zip(range(SMALL_VOCAB_LINES), full):
                 small.write(line)
     return path
 
 
-def train_overrides(train_file: Path, validation: Optional[str], tokens_file: Path, processes: int, cell_size: int,
-                    save_every: int, extra: Dict) -> Dict:
+def train_overrides(
+    train_file: Path,
+    validation: Optional[str],
+    tokens_file: Path,
+    processes: int,
+    cell_size: int,
+    save_every: int,
+    extra: dict,
+) -> dict:
     """`validation`: None for none (one process only: allennlp's distributed training reads the
     key whatever its value)."""
     values = {
@@ -163,31 +232,65 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def check(result: Dict, what: str) -> None:
+def check(result: dict, what: str) -> None:
     if result["returncode"] != 0:
-        sys.exit(f"scale_rehearsal: {what} exited {result['returncode']}:\n{result['output'][-4000:]}")
+        sys.exit(
+            f"scale_rehearsal: {what} exited {result['returncode']}:\n{result['output'][-4000:]}"
+        )
 
 
-def train_kill_resume_evaluate(work: Path, name: str, overrides: Dict, dry_run: bool) -> Dict:
+def train_kill_resume_evaluate(work: Path, name: str, overrides: dict, dry_run: bool) -> dict:
     """train -> kill -9 once a mid-epoch checkpoint is complete -> train -r -> evaluate on the
     held-out text."""
     run_dir = work / name
-    train = [ALLENNLP, "train", str(CONFIG), "-s", str(run_dir), "-o", json.dumps(overrides),
-             "--include-package", "elmo_plugin"]
+    train = [
+        ALLENNLP,
+        "train",
+        str(CONFIG),
+        "-s",
+        str(run_dir),
+        "-o",
+        json.dumps(overrides),
+        "--include-package",
+        "elmo_plugin",
+    ]
     killed = run_measured(train, dry_run, kill_at_checkpoint=run_dir)
     if not dry_run and killed["checkpoint"] is None:
-        sys.exit(f"scale_rehearsal: {name} ended before a mid-epoch checkpoint:\n{killed['output'][-4000:]}")
+        sys.exit(
+            f"scale_rehearsal: {name} ended before a mid-epoch checkpoint:\n{killed['output'][-4000:]}"
+        )
     resumed = run_measured([*train, "-r"], dry_run)
     check(resumed, f"{name}: train -r")
-    evaluated = run_measured([ALLENNLP, "evaluate", str(run_dir / "model.tar.gz"), heldout(work),
-                              "--cuda-device", "-1", "--output-file", str(run_dir / "heldout_metrics.json"),
-                              "--include-package", "elmo_plugin"], dry_run)
+    evaluated = run_measured(
+        [
+            ALLENNLP,
+            "evaluate",
+            str(run_dir / "model.tar.gz"),
+            heldout(work),
+            "--cuda-device",
+            "-1",
+            "--output-file",
+            str(run_dir / "heldout_metrics.json"),
+            "--include-package",
+            "elmo_plugin",
+        ],
+        dry_run,
+    )
     check(evaluated, f"{name}: evaluate")
-    return {"stage": name, "killed_after_batch": killed["checkpoint"], "killed_after_s": killed["seconds"],
-            "resume_s": resumed["seconds"], "peak_rss_mib": max(killed["peak_rss_mib"], resumed["peak_rss_mib"]),
-            "checkpoint_mib": killed.get("checkpoint_mib"), "checkpoint_save_s": killed["save_s"],
-            "heldout_perplexity": None if dry_run else json.loads((run_dir / "heldout_metrics.json").read_text())["perplexity"],
-            "evaluate_s": evaluated["seconds"], "metrics": epoch_metrics(run_dir, dry_run)}
+    return {
+        "stage": name,
+        "killed_after_batch": killed["checkpoint"],
+        "killed_after_s": killed["seconds"],
+        "resume_s": resumed["seconds"],
+        "peak_rss_mib": max(killed["peak_rss_mib"], resumed["peak_rss_mib"]),
+        "checkpoint_mib": killed.get("checkpoint_mib"),
+        "checkpoint_save_s": killed["save_s"],
+        "heldout_perplexity": None
+        if dry_run
+        else json.loads((run_dir / "heldout_metrics.json").read_text())["perplexity"],
+        "evaluate_s": evaluated["seconds"],
+        "metrics": epoch_metrics(run_dir, dry_run),
+    }
 
 
 def checkpoint_mib(run_dir: Path, batch: int) -> float:
@@ -196,23 +299,38 @@ def checkpoint_mib(run_dir: Path, batch: int) -> float:
     return round(sum(path.stat().st_size for path in files if path.exists()) / 2**20, 1)
 
 
-def epoch_metrics(run_dir: Path, dry_run: bool) -> Dict:
+def epoch_metrics(run_dir: Path, dry_run: bool) -> dict:
     if dry_run:
         return {}
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    return {key: value for key, value in metrics.items()
-            if key in ("training_duration", "training_perplexity") or key.startswith("peak_")}
+    return {
+        key: value
+        for key, value in metrics.items()
+        if key in ("training_duration", "training_perplexity") or key.startswith("peak_")
+    }
 
 
 def heldout(work: Path) -> str:
     return str(work / "heldout" / "shards" / "*")
 
 
-def epoch_seconds(work: Path, name: str, overrides: Dict, dry_run: bool) -> float:
+def epoch_seconds(work: Path, name: str, overrides: dict, dry_run: bool) -> float:
     """allennlp's training_duration of one uninterrupted epoch (no validation)."""
     run_dir = work / name
-    result = run_measured([ALLENNLP, "train", str(CONFIG), "-s", str(run_dir), "-o", json.dumps(overrides),
-                           "--include-package", "elmo_plugin"], dry_run)
+    result = run_measured(
+        [
+            ALLENNLP,
+            "train",
+            str(CONFIG),
+            "-s",
+            str(run_dir),
+            "-o",
+            json.dumps(overrides),
+            "--include-package",
+            "elmo_plugin",
+        ],
+        dry_run,
+    )
     check(result, name)
     if dry_run:
         return 0.0
@@ -225,23 +343,37 @@ def duration_seconds(duration: str) -> float:
     return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
 
 
-def parse_args(argv: List[str]) -> argparse.Namespace:
+def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, default=50_000_000)
     parser.add_argument("--shards", type=int, default=100)
-    parser.add_argument("--train-tokens", type=int, default=500_000, help="train one epoch on the corpus' first N tokens")
+    parser.add_argument(
+        "--train-tokens",
+        type=int,
+        default=500_000,
+        help="train one epoch on the corpus' first N tokens",
+    )
     parser.add_argument("--heldout-tokens", type=int, default=5_000)
-    parser.add_argument("--cell-size", type=int, default=1024, help="LSTM cells (more than the 512-wide projection)")
-    parser.add_argument("--processes", type=int, nargs="*", default=[1, 2],
-                        help="kill/resume runs with this many processes each; none (a bare --processes): "
-                             "only the corpus, elmo-vocab and the timing epochs")
+    parser.add_argument(
+        "--cell-size", type=int, default=1024, help="LSTM cells (more than the 512-wide projection)"
+    )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        nargs="*",
+        default=[1, 2],
+        help="kill/resume runs with this many processes each; none (a bare --processes): "
+        "only the corpus, elmo-vocab and the timing epochs",
+    )
     parser.add_argument("--workdir", type=Path, default=REPO_ROOT / "scale_rehearsal")
-    parser.add_argument("--model-overrides", type=json.loads, default={}, help="JSON overrides on top")
+    parser.add_argument(
+        "--model-overrides", type=json.loads, default={}, help="JSON overrides on top"
+    )
     parser.add_argument("--dry-run", action="store_true")
     return parser.parse_args(argv)
 
 
-def main(argv: List[str]) -> None:
+def main(argv: list[str]) -> None:
     args = parse_args(argv)
     work = args.workdir.resolve()
     stages = [make_corpus(work, args.tokens, args.shards, args.heldout_tokens, args.dry_run)]
@@ -254,17 +386,37 @@ def main(argv: List[str]) -> None:
     full_vocab = work / "corpus" / "tokens.txt"
     for processes in args.processes:
         every = max(save_every // processes, 1)
-        overrides = train_overrides(train_file, heldout(work), full_vocab, processes, args.cell_size, every,
-                                    args.model_overrides)
-        stages.append(train_kill_resume_evaluate(work, f"train_{processes}proc", overrides, args.dry_run))
+        overrides = train_overrides(
+            train_file,
+            heldout(work),
+            full_vocab,
+            processes,
+            args.cell_size,
+            every,
+            args.model_overrides,
+        )
+        stages.append(
+            train_kill_resume_evaluate(work, f"train_{processes}proc", overrides, args.dry_run)
+        )
         print(json.dumps(stages[-1]), flush=True)
     timings = {}
-    for label, tokens_file in (("793k", full_vocab), ("50k", small_tokens_file(work, args.dry_run))):
-        overrides = train_overrides(train_file, None, tokens_file, 1, args.cell_size, 10**9, args.model_overrides)
+    for label, tokens_file in (
+        ("793k", full_vocab),
+        ("50k", small_tokens_file(work, args.dry_run)),
+    ):
+        overrides = train_overrides(
+            train_file, None, tokens_file, 1, args.cell_size, 10**9, args.model_overrides
+        )
         timings[label] = epoch_seconds(work, f"epoch_vocab_{label}", overrides, args.dry_run)
     ratio = timings["793k"] / timings["50k"] if timings["50k"] else None
-    summary = {"stage": "summary", "epoch_seconds_793k": timings["793k"], "epoch_seconds_50k": timings["50k"],
-               "step_time_ratio_793k_vs_50k": ratio, "goal": "<= 1.25", "stages": stages}
+    summary = {
+        "stage": "summary",
+        "epoch_seconds_793k": timings["793k"],
+        "epoch_seconds_50k": timings["50k"],
+        "step_time_ratio_793k_vs_50k": ratio,
+        "goal": "<= 1.25",
+        "stages": stages,
+    }
     print(json.dumps(summary), flush=True)
     if not args.dry_run:
         (work / "summary.json").write_text(json.dumps(summary, indent=1))

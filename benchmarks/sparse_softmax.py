@@ -16,6 +16,7 @@ unchunked figure at the full vocabulary is extrapolated linearly from two smalle
 Prints one JSON object: seconds per step dense / sparse and their ratio, the sparse step at a
 50k-word vocabulary and the ratio to it, evaluation MB chunked / unchunked and their ratio.
 """
+
 import argparse
 import json
 import math
@@ -24,7 +25,6 @@ import os
 import statistics
 import threading
 import time
-from typing import Dict
 
 import numpy
 import torch
@@ -47,26 +47,43 @@ SHRUNK = {
 def build(vocab_size: int, sparse: bool) -> Model:
     """The original config's biLM, shrunk, over a vocabulary of `vocab_size` words, and its optimizer's params."""
     params = Params.from_file(
-        str(CONFIG_DIR / "elmo_lstm_original.jsonnet"), json.dumps({**SHRUNK, "model.sparse_embeddings": sparse})
+        str(CONFIG_DIR / "elmo_lstm_original.jsonnet"),
+        json.dumps({**SHRUNK, "model.sparse_embeddings": sparse}),
     )
     vocab = Vocabulary(non_padded_namespaces=[])
-    vocab.add_tokens_to_namespace([f"w{index}" for index in range(vocab_size - 1)], "tokens")  # + padding
+    vocab.add_tokens_to_namespace(
+        [f"w{index}" for index in range(vocab_size - 1)], "tokens"
+    )  # + padding
     torch.manual_seed(0)
-    return Model.from_params(vocab=vocab, params=params.pop("model")), params.pop("trainer").pop("optimizer")
+    return Model.from_params(vocab=vocab, params=params.pop("model")), params.pop("trainer").pop(
+        "optimizer"
+    )
 
 
-def synthetic_batch(vocab_size: int) -> Dict:
+def synthetic_batch(vocab_size: int) -> dict:
     """128 windows of 20 words (+ boundaries): random characters, log-uniform word ids."""
     generator = torch.Generator().manual_seed(0)
     chars = torch.randint(1, 262, (BATCH, WINDOW + 2, CHARS), generator=generator)
-    ids = torch.exp(torch.rand(BATCH, WINDOW + 2, generator=generator) * math.log(vocab_size - 2)).long() + 1
-    return {"source": {"elmo": {"elmo_tokens": chars}, "tokens": {"tokens": ids.clamp(max=vocab_size - 1)}}}
+    ids = (
+        torch.exp(
+            torch.rand(BATCH, WINDOW + 2, generator=generator) * math.log(vocab_size - 2)
+        ).long()
+        + 1
+    )
+    return {
+        "source": {
+            "elmo": {"elmo_tokens": chars},
+            "tokens": {"tokens": ids.clamp(max=vocab_size - 1)},
+        }
+    }
 
 
 def step_seconds(vocab_size: int, sparse: bool, steps: int) -> float:
     """Median seconds of one training step, after one warm-up step."""
     model, optimizer_params = build(vocab_size, sparse)
-    optimizer = Optimizer.from_params(model_parameters=list(model.named_parameters()), params=optimizer_params)
+    optimizer = Optimizer.from_params(
+        model_parameters=list(model.named_parameters()), params=optimizer_params
+    )
     batch = synthetic_batch(vocab_size)
     model.train()
     numpy.random.seed(0)
@@ -116,29 +133,47 @@ def in_child(function, *args):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--vocab-size", type=int, default=793471)
-    parser.add_argument("--reference-vocab-size", type=int, default=50000, help="the sparse step again at this size")
-    parser.add_argument("--steps", type=int, default=3, help="timed training steps per side (after 1 warm-up)")
-    parser.add_argument("--measure-unchunked", action="store_true", help="measure, not extrapolate (~2 x 16 GB)")
+    parser.add_argument(
+        "--reference-vocab-size", type=int, default=50000, help="the sparse step again at this size"
+    )
+    parser.add_argument(
+        "--steps", type=int, default=3, help="timed training steps per side (after 1 warm-up)"
+    )
+    parser.add_argument(
+        "--measure-unchunked", action="store_true", help="measure, not extrapolate (~2 x 16 GB)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    result = {"vocab_size": args.vocab_size, "softmax_rows_x_dim": f"{args.vocab_size} x 512", "threads": torch.get_num_threads()}
+    result = {
+        "vocab_size": args.vocab_size,
+        "softmax_rows_x_dim": f"{args.vocab_size} x 512",
+        "threads": torch.get_num_threads(),
+    }
     result["dense_step_s"] = in_child(step_seconds, args.vocab_size, False, args.steps)
     result["sparse_step_s"] = in_child(step_seconds, args.vocab_size, True, args.steps)
     result["dense_over_sparse_step"] = result["dense_step_s"] / result["sparse_step_s"]
     reference = args.reference_vocab_size
     result[f"sparse_step_s_at_{reference}"] = in_child(step_seconds, reference, True, args.steps)
-    result[f"sparse_step_over_sparse_at_{reference}"] = result["sparse_step_s"] / result[f"sparse_step_s_at_{reference}"]
+    result[f"sparse_step_over_sparse_at_{reference}"] = (
+        result["sparse_step_s"] / result[f"sparse_step_s_at_{reference}"]
+    )
     megabytes = 2**20
     result["eval_chunked_MB"] = in_child(evaluation_bytes, args.vocab_size, True) / megabytes
     if args.measure_unchunked:
         result["eval_unchunked_MB"] = in_child(evaluation_bytes, args.vocab_size, False) / megabytes
     else:  # the logits and their log-softmax grow linearly with the rows
         small, large = 50_000, 100_000
-        at_small, at_large = (in_child(evaluation_bytes, size, False) / megabytes for size in (small, large))
+        at_small, at_large = (
+            in_child(evaluation_bytes, size, False) / megabytes for size in (small, large)
+        )
         result["eval_unchunked_MB_at_50k_100k"] = [at_small, at_large]
-        result["eval_unchunked_MB_extrapolated"] = at_small + (at_large - at_small) * (args.vocab_size - small) / (large - small)
+        result["eval_unchunked_MB_extrapolated"] = at_small + (at_large - at_small) * (
+            args.vocab_size - small
+        ) / (large - small)
     unchunked = result.get("eval_unchunked_MB", result.get("eval_unchunked_MB_extrapolated"))
     result["eval_unchunked_over_chunked_MB"] = unchunked / result["eval_chunked_MB"]
     print(json.dumps(result, indent=2))

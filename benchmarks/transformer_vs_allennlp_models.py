@@ -26,6 +26,7 @@ last 10% validation. Skipped with a message if missing. Usage (from the repo roo
         [--quality-steps 120] [--quality-seeds 3] [--threads 1] [--cuda-device -1] [--skip-speed] [--skip-quality]
 About 25 minutes on one CPU core with the defaults.
 """
+
 import argparse
 import contextlib
 import copy
@@ -38,10 +39,12 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Dict, Iterator, List, Tuple
 
-warnings.filterwarnings("ignore", category=FutureWarning)  # deprecation notices on importing allennlp
+warnings.filterwarnings(
+    "ignore", category=FutureWarning
+)  # deprecation notices on importing allennlp
 
 import torch  # noqa: E402
 from allennlp.commands.train import TrainModel
@@ -68,7 +71,7 @@ NAMES = {
     "theirs_our_cnn": "theirs + our CNN/optimizer",
     "ours_from_end": "ours, backward_positions from_end",
 }
-CLOCKS: Dict[str, List[Tuple[float, int]]] = {}
+CLOCKS: dict[str, list[tuple[float, int]]] = {}
 
 
 @TrainerCallback.register("transformer_benchmark_clock")
@@ -78,31 +81,48 @@ class BatchClock(TrainerCallback):
     def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
         CLOCKS[self.serialization_dir] = []
 
-    def on_batch(self, trainer, batch_inputs, batch_outputs, batch_metrics, epoch, batch_number,
-                 is_training, is_primary=True, batch_grad_norm=None, **kwargs) -> None:
+    def on_batch(
+        self,
+        trainer,
+        batch_inputs,
+        batch_outputs,
+        batch_metrics,
+        epoch,
+        batch_number,
+        is_training,
+        is_primary=True,
+        batch_grad_norm=None,
+        **kwargs,
+    ) -> None:
         if is_training:
-            tokens = sum(int((batch["source"]["tokens"]["tokens"] > 0).sum()) for batch in batch_inputs)
+            tokens = sum(
+                int((batch["source"]["tokens"]["tokens"] > 0).sum()) for batch in batch_inputs
+            )
             CLOCKS[self.serialization_dir].append((time.perf_counter(), tokens))
 
 
-def tokens_per_second(clock: List[Tuple[float, int]], warmup: int) -> float:
+def tokens_per_second(clock: list[tuple[float, int]], warmup: int) -> float:
     """Throughput over the batches after the first `warmup` ones."""
     start, _ = clock[warmup - 1]
     end, _ = clock[-1]
     return sum(tokens for _, tokens in clock[warmup:]) / (end - start)
 
 
-def split_wikitext(out: Path) -> Tuple[Path, Path, str]:
+def split_wikitext(out: Path) -> tuple[Path, Path, str]:
     """train.txt / valid.txt in `out`: first 90% / last 10% of WikiText-2 valid.txt lines."""
     source = wikitext_file()
     if not source.is_file():
-        print(f"SKIP: WikiText-2 not found at {source} (set ELMO_PLUGIN_DATA to the shared data folder)")
+        print(
+            f"SKIP: WikiText-2 not found at {source} (set ELMO_PLUGIN_DATA to the shared data folder)"
+        )
         sys.exit(0)
     split = write_train_valid(source, out / "train.txt", out / "valid.txt")
     return out / "train.txt", out / "valid.txt", split
 
 
-def build_vocabulary(reader_params: Dict, train: Path, min_count: int, out: Path) -> Tuple[Path, int]:
+def build_vocabulary(
+    reader_params: dict, train: Path, min_count: int, out: Path
+) -> tuple[Path, int]:
     """One vocabulary (training tokens seen `min_count` times, by frequency) saved for both sides."""
     reader = DatasetReader.from_params(Params(copy.deepcopy(reader_params)))
     with quiet(out / "vocabulary.log"):
@@ -121,28 +141,37 @@ def quiet(log: Path) -> Iterator[None]:
         yield
 
 
-def our_config(config_file: str, batch_size: int, overrides: Dict) -> Dict:
+def our_config(config_file: str, batch_size: int, overrides: dict) -> dict:
     """Our training config with `overrides`, 8 heads (theirs are fixed at 8) and `batch_size`."""
-    config = Params.from_file(str(CONFIG_DIR / config_file), params_overrides=json.dumps(overrides)).as_dict()
+    config = Params.from_file(
+        str(CONFIG_DIR / config_file), params_overrides=json.dumps(overrides)
+    ).as_dict()
     config["model"]["contextualizer"]["num_attention_heads"] = 8
     loader = config["data_loader"]
     (loader["batch_sampler"] if "batch_sampler" in loader else loader)["batch_size"] = batch_size
     return config
 
 
-def reference_character_encoder(char_cnn: Dict) -> Dict:
+def reference_character_encoder(char_cnn: dict) -> dict:
     """allennlp-models' transformer-ELMo token embedder (`character_encoding` + `cnn-highway`, as
     in its bidirectional_language_model.jsonnet) at the sizes of our `elmo_char_cnn` block."""
-    sizes = {key: char_cnn[key] for key in ("embedding_dim", "filters", "num_highway", "projection_dim")}
+    sizes = {
+        key: char_cnn[key] for key in ("embedding_dim", "filters", "num_highway", "projection_dim")
+    }
     return {
         "type": "character_encoding",
         "embedding": {"num_embeddings": 262, "embedding_dim": char_cnn["embedding_dim"]},
-        "encoder": {"type": "cnn-highway", "activation": "relu", "projection_location": "after_highway",
-                    "do_layer_norm": True, **sizes},
+        "encoder": {
+            "type": "cnn-highway",
+            "activation": "relu",
+            "projection_location": "after_highway",
+            "do_layer_norm": True,
+            **sizes,
+        },
     }
 
 
-def their_config(ours: Dict, reference_embedder: bool) -> Dict:
+def their_config(ours: dict, reference_embedder: bool) -> dict:
     """The same config with allennlp-models' bidirectional `language_model` and transformer; with
     `reference_embedder` also their character encoder, indexer and allennlp's plain `adam`."""
     config = copy.deepcopy(ours)
@@ -168,18 +197,26 @@ def their_config(ours: Dict, reference_embedder: bool) -> Dict:
             "token_characters": {"type": "elmo_characters"},
         }
         config["trainer"]["optimizer"]["type"] = "adam"
-        model["sparse_embeddings"] = False  # as their bidirectional_language_model.jsonnet (and adam is dense-only)
+        model["sparse_embeddings"] = (
+            False  # as their bidirectional_language_model.jsonnet (and adam is dense-only)
+        )
     return config
 
 
-def training_run(config: Dict, train: Path, vocab_dir: Path, steps: int, cuda_device: int, out: Path) -> Tuple[Model, List]:
+def training_run(
+    config: dict, train: Path, vocab_dir: Path, steps: int, cuda_device: int, out: Path
+) -> tuple[Model, list]:
     """`steps` optimizer steps through allennlp's TrainModel; returns the model and its clock."""
     config = copy.deepcopy(config)
-    config.update(train_data_path=str(train), vocabulary={"type": "from_files", "directory": str(vocab_dir)})
+    config.update(
+        train_data_path=str(train), vocabulary={"type": "from_files", "directory": str(vocab_dir)}
+    )
     config.pop("validation_data_path", None)
     loader = config["data_loader"]
     if loader.get("type") == "elmo_corpus":  # batches_per_epoch is allennlp's multiprocess loader's
-        config["data_loader"] = loader = {key: loader[key] for key in ("batch_size", "shuffle", "num_workers") if key in loader}
+        config["data_loader"] = loader = {
+            key: loader[key] for key in ("batch_size", "shuffle", "num_workers") if key in loader
+        }
     loader["batches_per_epoch"] = steps
     config["trainer"].update(
         num_epochs=1,
@@ -187,7 +224,9 @@ def training_run(config: Dict, train: Path, vocab_dir: Path, steps: int, cuda_de
         callbacks=[{"type": "transformer_benchmark_clock"}],
         checkpointer={"save_completed_epochs": False},
     )
-    config["trainer"].pop("learning_rate_scheduler", None)  # noam would keep lr near 0 for 6000 steps
+    config["trainer"].pop(
+        "learning_rate_scheduler", None
+    )  # noam would keep lr near 0 for 6000 steps
     params = Params(config)
     prepare_environment(params)
     shutil.rmtree(out, ignore_errors=True)  # a re-used --out folder
@@ -198,13 +237,17 @@ def training_run(config: Dict, train: Path, vocab_dir: Path, steps: int, cuda_de
     return train_loop.model, CLOCKS[str(out)]
 
 
-def direction_nll(model: Model, embeddings: torch.Tensor, targets: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+def direction_nll(
+    model: Model, embeddings: torch.Tensor, targets: torch.Tensor, where: torch.Tensor
+) -> torch.Tensor:
     """Summed NLL of word ids `targets` from `embeddings` (batch, timesteps, dim) at `where`,
     through the model's own softmax (full softmax in eval mode; its rows skip padding id 0)."""
     return model._softmax_loss(embeddings[where], targets[where] - 1)
 
 
-def validation_perplexity(model: Model, reader_params: Dict, valid: Path, cuda_device: int) -> Dict[str, float]:
+def validation_perplexity(
+    model: Model, reader_params: dict, valid: Path, cuda_device: int
+) -> dict[str, float]:
     """Forward, backward and joint perplexity, token-weighted over the whole file, full softmax.
     Targets are defined here, the same for both models: forward at t -> token t + 1, backward at
     t -> token t - 1, for real tokens only (allennlp-models' `LanguageModel` also gives the first
@@ -225,7 +268,11 @@ def validation_perplexity(model: Model, reader_params: Dict, valid: Path, cuda_d
             backward_nll += float(direction_nll(model, backward[:, 1:], ids[:, :-1], pairs))
             targets += float(pairs.sum())
     forward, backward = forward_nll / targets, backward_nll / targets
-    return {"forward": math.exp(forward), "backward": math.exp(backward), "joint": math.exp((forward + backward) / 2)}
+    return {
+        "forward": math.exp(forward),
+        "backward": math.exp(backward),
+        "joint": math.exp((forward + backward) / 2),
+    }
 
 
 def contextualizer_seconds(model: Model, batch_size: int, timesteps: int, repeats: int) -> float:
@@ -246,11 +293,13 @@ def contextualizer_seconds(model: Model, batch_size: int, timesteps: int, repeat
     return statistics.median(times[1:])
 
 
-def describe(config: Dict) -> str:
+def describe(config: dict) -> str:
     model, loader = config["model"], config["data_loader"]
     cnn, ctx = model["text_field_embedder"]["token_embedders"]["elmo"], model["contextualizer"]
     batch = loader.get("batch_sampler", loader)["batch_size"]
-    softmax = f"sampled softmax {model['num_samples']}" if model.get("num_samples") else "full softmax"
+    softmax = (
+        f"sampled softmax {model['num_samples']}" if model.get("num_samples") else "full softmax"
+    )
     return (
         f"{ctx['num_layers']} layers x {ctx['input_dim']}/{ctx['feedforward_hidden_dim']} per direction, 8 heads; char CNN "
         f"{sum(count for _, count in cnn['filters'])} filters, {cnn['num_highway']} highway -> {cnn['projection_dim']}; "
@@ -262,12 +311,20 @@ def parameter_count(model: Model) -> int:
     return sum(parameter.numel() for parameter in model._contextualizer.parameters())
 
 
-def prepare_part(config_file: str, batch_size: int, min_count: int, train: Path, out: Path) -> Tuple[Dict, Path]:
+def prepare_part(
+    config_file: str, batch_size: int, min_count: int, train: Path, out: Path
+) -> tuple[dict, Path]:
     """Both sides' configs and a vocabulary for one part; prints what they are."""
     ours = our_config(config_file, batch_size, {})
     vocab_dir, vocab_size = build_vocabulary(ours["dataset_reader"], train, min_count, out)
-    print(f"   {describe(ours)}; vocabulary {vocab_size:,d} entries (training tokens seen >= {min_count} times)")
-    configs = {"ours": ours, "theirs": their_config(ours, True), "theirs_our_cnn": their_config(ours, False)}
+    print(
+        f"   {describe(ours)}; vocabulary {vocab_size:,d} entries (training tokens seen >= {min_count} times)"
+    )
+    configs = {
+        "ours": ours,
+        "theirs": their_config(ours, True),
+        "theirs_our_cnn": their_config(ours, False),
+    }
     return configs, vocab_dir
 
 
@@ -275,36 +332,55 @@ def speed_part(args, train: Path, out: Path) -> None:
     sizes = "published sizes" if "original" in args.speed_config else "sizes of that config"
     print(f"\n1. SPEED, {args.speed_config} ({sizes}):")
     configs, vocab_dir = prepare_part(args.speed_config, args.speed_batch_size, 1, train, out)
-    print(f"   {args.speed_rounds} alternating rounds per side, each a fresh training run: 1 warm-up step, "
-          f"then {args.speed_steps} timed steps")
-    rates: Dict[str, List[float]] = {side: [] for side in SIDES}
-    alone: Dict[str, List[float]] = {side: [] for side in SIDES}
+    print(
+        f"   {args.speed_rounds} alternating rounds per side, each a fresh training run: 1 warm-up step, "
+        f"then {args.speed_steps} timed steps"
+    )
+    rates: dict[str, list[float]] = {side: [] for side in SIDES}
+    alone: dict[str, list[float]] = {side: [] for side in SIDES}
     timesteps = configs["ours"]["dataset_reader"]["max_sequence_length"] + 2
     for round_index in range(args.speed_rounds):
         for side in SIDES if round_index % 2 == 0 else SIDES[::-1]:
-            model, clock = training_run(configs[side], train, vocab_dir, args.speed_steps + 1, args.cuda_device,
-                                        out / f"speed_{side}_{round_index}")
+            model, clock = training_run(
+                configs[side],
+                train,
+                vocab_dir,
+                args.speed_steps + 1,
+                args.cuda_device,
+                out / f"speed_{side}_{round_index}",
+            )
             rates[side].append(tokens_per_second(clock, warmup=1))
-            alone[side].append(contextualizer_seconds(model, args.speed_batch_size, timesteps, repeats=3))
-            print(f"   round {round_index + 1} {NAMES[side]:27s}: training {rates[side][-1]:8.1f} tokens/s; contextualizer alone "
-                  f"{alone[side][-1] * 1000:7.1f} ms forward+backward ({parameter_count(model):,d} parameters)", flush=True)
+            alone[side].append(
+                contextualizer_seconds(model, args.speed_batch_size, timesteps, repeats=3)
+            )
+            print(
+                f"   round {round_index + 1} {NAMES[side]:27s}: training {rates[side][-1]:8.1f} tokens/s; contextualizer alone "
+                f"{alone[side][-1] * 1000:7.1f} ms forward+backward ({parameter_count(model):,d} parameters)",
+                flush=True,
+            )
             del model
     ours, theirs, theirs_our_cnn = (statistics.median(rates[side]) for side in SIDES)
     ours_alone, theirs_alone, _ = (statistics.median(alone[side]) for side in SIDES)
-    print(f"   training tokens/s, median: ours {ours:.1f}, theirs (reference) {theirs:.1f}, "
-          f"theirs + our CNN/optimizer {theirs_our_cnn:.1f}")
+    print(
+        f"   training tokens/s, median: ours {ours:.1f}, theirs (reference) {theirs:.1f}, "
+        f"theirs + our CNN/optimizer {theirs_our_cnn:.1f}"
+    )
     print(f"   RATIO ours / theirs (reference): {ours / theirs:.2f}x (target >= 1.5x)")
-    print(f"   ratio ours / theirs + our CNN/optimizer: {ours / theirs_our_cnn:.2f}x (contextualizer and model class alone)")
-    print(f"   contextualizer alone, batch {args.speed_batch_size} x {timesteps}, median: ours {ours_alone * 1000:.1f} ms, "
-          f"theirs {theirs_alone * 1000:.1f} ms: ratio theirs/ours {theirs_alone / ours_alone:.2f}x")
+    print(
+        f"   ratio ours / theirs + our CNN/optimizer: {ours / theirs_our_cnn:.2f}x (contextualizer and model class alone)"
+    )
+    print(
+        f"   contextualizer alone, batch {args.speed_batch_size} x {timesteps}, median: ours {ours_alone * 1000:.1f} ms, "
+        f"theirs {theirs_alone * 1000:.1f} ms: ratio theirs/ours {theirs_alone / ours_alone:.2f}x"
+    )
 
 
-def seeded(config: Dict, seed: int) -> Dict:
+def seeded(config: dict, seed: int) -> dict:
     """`config` with allennlp's random, numpy and torch seeds all set to `seed`."""
     return {**copy.deepcopy(config), "random_seed": seed, "numpy_seed": seed, "pytorch_seed": seed}
 
 
-def geometric_mean(values: List[float]) -> float:
+def geometric_mean(values: list[float]) -> float:
     return math.exp(statistics.mean(math.log(value) for value in values))
 
 
@@ -316,43 +392,73 @@ def quality_part(args, train: Path, valid: Path, out: Path) -> None:
     configs["ours_from_end"] = copy.deepcopy(configs["ours"])
     configs["ours_from_end"]["model"]["contextualizer"]["backward_positions"] = "from_end"
     seeds = list(range(1, args.quality_seeds + 1))
-    print(f"   {args.quality_steps} training steps each (same batches), then the whole validation split; "
-          f"ours and theirs with seeds {seeds} (initialization, dropout, shuffling), the others with seed 1")
-    results: Dict[str, List[Dict[str, float]]] = {}
+    print(
+        f"   {args.quality_steps} training steps each (same batches), then the whole validation split; "
+        f"ours and theirs with seeds {seeds} (initialization, dropout, shuffling), the others with seed 1"
+    )
+    results: dict[str, list[dict[str, float]]] = {}
     rates, alone = {}, {}
     timesteps = configs["ours"]["dataset_reader"]["max_sequence_length"] + 2
     runs = [(side, seed) for seed in seeds for side in ("ours", "theirs")]
     runs += [("theirs_our_cnn", seeds[0]), ("ours_from_end", seeds[0])]
     for side, seed in runs:
-        model, clock = training_run(seeded(configs[side], seed), train, vocab_dir, args.quality_steps, args.cuda_device,
-                                    out / f"quality_{side}_{seed}")
-        result = validation_perplexity(model, configs[side]["dataset_reader"], valid, args.cuda_device)
+        model, clock = training_run(
+            seeded(configs[side], seed),
+            train,
+            vocab_dir,
+            args.quality_steps,
+            args.cuda_device,
+            out / f"quality_{side}_{seed}",
+        )
+        result = validation_perplexity(
+            model, configs[side]["dataset_reader"], valid, args.cuda_device
+        )
         results.setdefault(side, []).append(result)
         if seed == seeds[0]:
             rates[side] = tokens_per_second(clock, warmup=min(5, args.quality_steps - 1))
-            alone[side] = contextualizer_seconds(model, args.quality_batch_size, timesteps, repeats=5)
-        print(f"   {NAMES[side]:33s} seed {seed}: validation perplexity {result['joint']:8.2f} (forward "
-              f"{result['forward']:.2f}, backward {result['backward']:.2f})", flush=True)
+            alone[side] = contextualizer_seconds(
+                model, args.quality_batch_size, timesteps, repeats=5
+            )
+        print(
+            f"   {NAMES[side]:33s} seed {seed}: validation perplexity {result['joint']:8.2f} (forward "
+            f"{result['forward']:.2f}, backward {result['backward']:.2f})",
+            flush=True,
+        )
         del model
-    means = {side: {key: geometric_mean([r[key] for r in runs_]) for key in ("joint", "forward", "backward")}
-             for side, runs_ in results.items()}
-    per_seed = [f"{ours['joint'] / theirs['joint']:.3f}" for ours, theirs in zip(results["ours"], results["theirs"])]
-    print(f"   RATIO ours / theirs (reference), geometric mean over seeds: validation perplexity "
-          f"{means['ours']['joint'] / means['theirs']['joint']:.3f} (target <= 1.05; forward "
-          f"{means['ours']['forward'] / means['theirs']['forward']:.3f}, backward "
-          f"{means['ours']['backward'] / means['theirs']['backward']:.3f}; per seed {', '.join(per_seed)})")
+    means = {
+        side: {
+            key: geometric_mean([r[key] for r in runs_]) for key in ("joint", "forward", "backward")
+        }
+        for side, runs_ in results.items()
+    }
+    per_seed = [
+        f"{ours['joint'] / theirs['joint']:.3f}"
+        for ours, theirs in zip(results["ours"], results["theirs"])
+    ]
+    print(
+        f"   RATIO ours / theirs (reference), geometric mean over seeds: validation perplexity "
+        f"{means['ours']['joint'] / means['theirs']['joint']:.3f} (target <= 1.05; forward "
+        f"{means['ours']['forward'] / means['theirs']['forward']:.3f}, backward "
+        f"{means['ours']['backward'] / means['theirs']['backward']:.3f}; per seed {', '.join(per_seed)})"
+    )
     for side, other in (("ours", "theirs_our_cnn"), ("ours_from_end", "ours")):
         mine, theirs = results[side][0], results[other][0]
         ratios = {key: mine[key] / theirs[key] for key in ("joint", "forward", "backward")}
-        print(f"   ratio {NAMES[side]} / {NAMES[other]}, seed {seeds[0]}: validation perplexity {ratios['joint']:.3f} "
-              f"(forward {ratios['forward']:.3f}, backward {ratios['backward']:.3f})")
-    print(f"   at these sizes (seed {seeds[0]}): training tokens/s ours/theirs {rates['ours'] / rates['theirs']:.2f}x, "
-          f"contextualizer alone (batch {args.quality_batch_size} x {timesteps}, forward+backward) "
-          f"theirs/ours {alone['theirs'] / alone['ours']:.2f}x")
+        print(
+            f"   ratio {NAMES[side]} / {NAMES[other]}, seed {seeds[0]}: validation perplexity {ratios['joint']:.3f} "
+            f"(forward {ratios['forward']:.3f}, backward {ratios['backward']:.3f})"
+        )
+    print(
+        f"   at these sizes (seed {seeds[0]}): training tokens/s ours/theirs {rates['ours'] / rates['theirs']:.2f}x, "
+        f"contextualizer alone (batch {args.quality_batch_size} x {timesteps}, forward+backward) "
+        f"theirs/ours {alone['theirs'] / alone['ours']:.2f}x"
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--speed-config", default="elmo_transformer_original.jsonnet")
     parser.add_argument("--speed-batch-size", type=int, default=16)
     parser.add_argument("--speed-steps", type=int, default=4)
@@ -360,12 +466,18 @@ def main() -> None:
     parser.add_argument("--quality-config", default="elmo_transformer.jsonnet")
     parser.add_argument("--quality-batch-size", type=int, default=32)
     parser.add_argument("--quality-steps", type=int, default=120)
-    parser.add_argument("--quality-seeds", type=int, default=3, help="seeds for ours and theirs in the quality part")
+    parser.add_argument(
+        "--quality-seeds", type=int, default=3, help="seeds for ours and theirs in the quality part"
+    )
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--skip-quality", action="store_true")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads, the same for both sides (default 1: on cores shared with other work, "
-                             "2 OpenMP threads made both sides several times slower and the timings erratic)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads, the same for both sides (default 1: on cores shared with other work, "
+        "2 OpenMP threads made both sides several times slower and the timings erratic)",
+    )
     parser.add_argument("--cuda-device", type=int, default=-1)
     parser.add_argument("--out", default=None, help="working folder (default: a new temporary one)")
     args = parser.parse_args()
@@ -380,15 +492,21 @@ def main() -> None:
 
 def run(args, out: Path) -> None:
     train, valid, split = split_wikitext(out)
-    device = f"cuda:{args.cuda_device}" if args.cuda_device >= 0 else f"CPU, {torch.get_num_threads()} torch threads"
+    device = (
+        f"cuda:{args.cuda_device}"
+        if args.cuda_device >= 0
+        else f"CPU, {torch.get_num_threads()} torch threads"
+    )
     print(f"split: {split}")
     print(f"device: {device}; working folder {out} (progress bars and logs in its *.log files)")
-    print("all sides: same windows, vocabulary, softmax, optimizer settings, batches, seeds, through allennlp's "
-          "TrainModel/GradientDescentTrainer.\n"
-          "ours = elmo_bilm + elmo_char_cnn + elmo_transformer (attention_dropout 0) + fused_adam; "
-          "theirs (reference) = language_model + character_encoding/cnn-highway + bidirectional_language_model_transformer "
-          "(also dropout 0.1 on attention weights) + adam, as allennlp-models' bidirectional_language_model.jsonnet; "
-          "theirs + our CNN/optimizer = theirs with elmo_char_cnn and fused_adam")
+    print(
+        "all sides: same windows, vocabulary, softmax, optimizer settings, batches, seeds, through allennlp's "
+        "TrainModel/GradientDescentTrainer.\n"
+        "ours = elmo_bilm + elmo_char_cnn + elmo_transformer (attention_dropout 0) + fused_adam; "
+        "theirs (reference) = language_model + character_encoding/cnn-highway + bidirectional_language_model_transformer "
+        "(also dropout 0.1 on attention weights) + adam, as allennlp-models' bidirectional_language_model.jsonnet; "
+        "theirs + our CNN/optimizer = theirs with elmo_char_cnn and fused_adam"
+    )
     if not args.skip_speed:
         speed_part(args, train, out)
     if not args.skip_quality:

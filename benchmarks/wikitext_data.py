@@ -1,7 +1,7 @@
 """The benchmarks' real data: where it lives, and the one WikiText-2 train / validation split."""
+
 import os
 from pathlib import Path
-from typing import List, Tuple
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -15,7 +15,7 @@ def wikitext_file() -> Path:
     return shared_data_dir() / "wikitext-2" / "valid.txt"
 
 
-def split_train_valid(lines: List[str]) -> Tuple[List[str], List[str]]:
+def split_train_valid(lines: list[str]) -> tuple[list[str], list[str]]:
     """First 90% of the lines for training, the last 10% for validation."""
     cut = len(lines) * 9 // 10
     return lines[:cut], lines[cut:]

@@ -3,5 +3,5 @@
 Layers, each importing only from those before it:
 data -> modules -> training -> elmo_files -> models -> archives -> token_embedders | predictors | commands
 """
-from elmo_plugin import data, modules, training, models  # noqa: F401
-from elmo_plugin import token_embedders, predictors, commands  # noqa: F401
+
+from elmo_plugin import commands, data, models, modules, predictors, token_embedders, training  # noqa: F401  # noqa: F401

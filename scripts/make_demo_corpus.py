@@ -4,6 +4,7 @@ Text that ships with every Python, so the demo needs no download and copies no c
 Output: one tokenized sentence per line (punctuation split off), in train/valid shards.
 Deterministic for a given Python version. Usage: python scripts/make_demo_corpus.py [OUT_DIR]
 """
+
 import importlib
 import inspect
 import re
@@ -12,8 +13,10 @@ import warnings
 from pathlib import Path
 
 MODULES = sorted(
-    name for name in sys.stdlib_module_names
-    if not name.startswith("_") and name not in {"antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo"}
+    name
+    for name in sys.stdlib_module_names
+    if not name.startswith("_")
+    and name not in {"antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo"}
 )
 TOKEN = re.compile(r"[A-Za-z]+(?:'[a-z]+)?|\d+|[.,;:!?()]")
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
@@ -31,7 +34,9 @@ def docstrings():
                 continue
             yield inspect.getdoc(module) or ""
             for _, member in sorted(vars(module).items()):
-                if (inspect.isclass(member) or inspect.isfunction(member)) and member.__module__ == name:
+                if (
+                    inspect.isclass(member) or inspect.isfunction(member)
+                ) and member.__module__ == name:
                     yield inspect.getdoc(member) or ""
 
 

@@ -25,11 +25,12 @@ the text does not depend on K (only where it is cut into shards).
 Each shard is written under a temporary name in DIR's parent and renamed into DIR when
 complete. Memory stays bounded (generated and written in blocks); prints tokens/s and a summary.
 """
+
 import argparse
 import os
 import sys
 import time
-from typing import Iterator, List, Tuple
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -70,7 +71,7 @@ deal help & % / * # + = @
 """.split()
 
 
-def word_types() -> List[str]:
+def word_types() -> list[str]:
     """The fixed list of NUM_WORDS distinct word types, most frequent first."""
     rng = np.random.Generator(np.random.PCG64(TYPES_SEED))
     head = list(dict.fromkeys(HEAD))
@@ -99,22 +100,41 @@ def word_types() -> List[str]:
     return head + tail.tolist()
 
 
-def _type_candidates(rng: np.random.Generator, count: int) -> Tuple[np.ndarray, np.ndarray]:
+def _type_candidates(rng: np.random.Generator, count: int) -> tuple[np.ndarray, np.ndarray]:
     """`count` candidate types (duplicates possible) and a rank offset per candidate (higher is
     rarer), by kind: plain, Capitalized, accented, hyphenated, possessive, numbers, acronyms,
     URLs, Cyrillic, CJK."""
     shares = {
-        "lower": 0.46, "capital": 0.22, "accented": 0.05, "hyphen": 0.08, "possessive": 0.03,
-        "number": 0.08, "acronym": 0.03, "url": 0.02, "cyrillic": 0.02, "cjk": 0.01,
+        "lower": 0.46,
+        "capital": 0.22,
+        "accented": 0.05,
+        "hyphen": 0.08,
+        "possessive": 0.03,
+        "number": 0.08,
+        "acronym": 0.03,
+        "url": 0.02,
+        "cyrillic": 0.02,
+        "cjk": 0.01,
     }
-    offset = {"lower": 0.0, "capital": 0.15, "accented": 0.6, "hyphen": 0.3, "possessive": 0.4,
-              "number": 0.3, "acronym": 0.5, "url": 0.8, "cyrillic": 1.0, "cjk": 1.8}
+    offset = {
+        "lower": 0.0,
+        "capital": 0.15,
+        "accented": 0.6,
+        "hyphen": 0.3,
+        "possessive": 0.4,
+        "number": 0.3,
+        "acronym": 0.5,
+        "url": 0.8,
+        "cyrillic": 1.0,
+        "cjk": 1.8,
+    }
     sizes = {kind: int(count * share) + 1 for kind, share in shares.items()}
     parts = {
         "lower": _pseudo_words(rng, sizes["lower"]),
         "capital": _capitalize(_pseudo_words(rng, sizes["capital"])),
         "accented": _accent(rng, _pseudo_words(rng, sizes["accented"])),
-        "hyphen": _pseudo_words(rng, sizes["hyphen"], max_syllables=2) + "-"
+        "hyphen": _pseudo_words(rng, sizes["hyphen"], max_syllables=2)
+        + "-"
         + _pseudo_words(rng, sizes["hyphen"], max_syllables=2),
         "possessive": _capitalize(_pseudo_words(rng, sizes["possessive"])) + "'s",
         "number": _numbers(rng, sizes["number"]),
@@ -128,13 +148,39 @@ def _type_candidates(rng: np.random.Generator, count: int) -> Tuple[np.ndarray, 
     return pool, offsets
 
 
-ONSETS = ("",) * 6 + tuple("bcdlmnprst") + tuple("bcdfghjklmnprstvwyz") + (
-    "br", "ch", "cr", "dr", "fr", "gr", "pl", "pr", "sh", "st", "th", "tr")
+ONSETS = (
+    ("",) * 6
+    + tuple("bcdlmnprst")
+    + tuple("bcdfghjklmnprstvwyz")
+    + ("br", "ch", "cr", "dr", "fr", "gr", "pl", "pr", "sh", "st", "th", "tr")
+)
 NUCLEI = tuple("aaaeeeiioouy") + ("ai", "ea", "ee", "ou")
 CODAS = ("",) * 12 + tuple("nnrrstlmd") + ("nd", "nt", "rs", "st", "ng", "ll")
-SUFFIXES = ("s", "s", "s", "ed", "ing", "er", "ers", "ly", "tion", "ism", "ist", "ness", "able",
-            "al", "ic", "ity", "ment", "ville", "son", "berg")
-SYLLABLES = np.array([""] + [o + n + c for o in ONSETS for n in NUCLEI for c in CODAS], dtype=object)
+SUFFIXES = (
+    "s",
+    "s",
+    "s",
+    "ed",
+    "ing",
+    "er",
+    "ers",
+    "ly",
+    "tion",
+    "ism",
+    "ist",
+    "ness",
+    "able",
+    "al",
+    "ic",
+    "ity",
+    "ment",
+    "ville",
+    "son",
+    "berg",
+)
+SYLLABLES = np.array(
+    [""] + [o + n + c for o in ONSETS for n in NUCLEI for c in CODAS], dtype=object
+)
 SYLLABLE_COUNTS = np.array([1, 2, 3, 4, 5, 6, 7])
 SYLLABLE_PROBS = np.array([0.36, 0.41, 0.16, 0.05, 0.015, 0.004, 0.001])
 
@@ -155,17 +201,34 @@ def _capitalize(words: np.ndarray) -> np.ndarray:
     return np.array([word.capitalize() for word in words.tolist()], dtype=object)
 
 
-ACCENTS = [str.maketrans(table) for table in (
-    {"e": "é"}, {"e": "è"}, {"u": "ü"}, {"o": "ö"}, {"a": "á"}, {"a": "ä"}, {"n": "ñ"}, {"c": "ç"},
-    {"i": "í"}, {"o": "ó"}, {"a": "à", "e": "ê"}, {"s": "ß"}, {"o": "ø"}, {"a": "å"},
-)]
+ACCENTS = [
+    str.maketrans(table)
+    for table in (
+        {"e": "é"},
+        {"e": "è"},
+        {"u": "ü"},
+        {"o": "ö"},
+        {"a": "á"},
+        {"a": "ä"},
+        {"n": "ñ"},
+        {"c": "ç"},
+        {"i": "í"},
+        {"o": "ó"},
+        {"a": "à", "e": "ê"},
+        {"s": "ß"},
+        {"o": "ø"},
+        {"a": "å"},
+    )
+]
 
 
 def _accent(rng: np.random.Generator, words: np.ndarray) -> np.ndarray:
     tables = rng.integers(0, len(ACCENTS), len(words)).tolist()
     capital = (rng.random(len(words)) < 0.5).tolist()
     accented = [word.translate(ACCENTS[table]) for word, table in zip(words.tolist(), tables)]
-    return np.array([word.capitalize() if cap else word for word, cap in zip(accented, capital)], dtype=object)
+    return np.array(
+        [word.capitalize() if cap else word for word, cap in zip(accented, capital)], dtype=object
+    )
 
 
 def _numbers(rng: np.random.Generator, count: int) -> np.ndarray:
@@ -190,17 +253,28 @@ def _numbers(rng: np.random.Generator, count: int) -> np.ndarray:
         elif kind == 6:
             out.append(f"{value % 1000:03d}-{value % 10_000:04d}")
         else:
-            out.append(f"{value % 1000}-{('year', 'point', 'yard', 'day', 'mile', 'foot', 'minute')[value % 7]}")
+            out.append(
+                f"{value % 1000}-{('year', 'point', 'yard', 'day', 'mile', 'foot', 'minute')[value % 7]}"
+            )
     return np.array(out, dtype=object)
 
 
 def _ordinal(number: int) -> str:
-    suffix = "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    suffix = (
+        "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    )
     return f"{number}{suffix}"
 
 
-def _letters(rng: np.random.Generator, count: int, first: int, span: int, low: int, high: int,
-             capitalize: float = 0.0) -> np.ndarray:
+def _letters(
+    rng: np.random.Generator,
+    count: int,
+    first: int,
+    span: int,
+    low: int,
+    high: int,
+    capitalize: float = 0.0,
+) -> np.ndarray:
     """Words of `low`..`high - 1` letters from the code points first .. first + span - 1."""
     lengths = rng.integers(low, high, count)
     codes = rng.integers(first, first + span, int(lengths.sum()))
@@ -217,12 +291,16 @@ def _letters(rng: np.random.Generator, count: int, first: int, span: int, low: i
 def _acronyms(rng: np.random.Generator, count: int) -> np.ndarray:
     text = _letters(rng, count, ord("A"), 26, 2, 6).tolist()
     dotted = (rng.random(count) < 0.2).tolist()
-    return np.array([".".join(word) + "." if dot else word for word, dot in zip(text, dotted)], dtype=object)
+    return np.array(
+        [".".join(word) + "." if dot else word for word, dot in zip(text, dotted)], dtype=object
+    )
 
 
 def _urls(rng: np.random.Generator, count: int) -> np.ndarray:
     names = _pseudo_words(rng, count, max_syllables=3) + _pseudo_words(rng, count, max_syllables=2)
-    tlds = np.array([".com", ".org", ".net", ".co.uk", ".gov"], dtype=object)[rng.integers(0, 5, count)]
+    tlds = np.array([".com", ".org", ".net", ".co.uk", ".gov"], dtype=object)[
+        rng.integers(0, 5, count)
+    ]
     email = rng.random(count) < 0.3
     users = _pseudo_words(rng, count, max_syllables=2)
     return np.where(email, users + "@" + names + tlds, "www." + names + tlds)
@@ -262,14 +340,14 @@ def sentence_lengths(rng: np.random.Generator, count: int) -> np.ndarray:
 class Renderer:
     """Word ids + sentence lengths -> UTF-8 bytes, tokens joined by spaces, one sentence a line."""
 
-    def __init__(self, words: List[str]) -> None:
+    def __init__(self, words: list[str]) -> None:
         encoded = [word.encode("utf-8") for word in words]
         self.lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
         self.starts = np.concatenate([[0], np.cumsum(self.lengths)[:-1]])
         # One spare byte at the end: each token's separator slot reads one byte past its type.
         self.buffer = np.frombuffer(b"".join(encoded) + b"\0", dtype=np.uint8)
 
-    def render(self, ids: np.ndarray, lengths: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    def render(self, ids: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(bytes as uint8, byte offset where each sentence's line ends, exclusive)."""
         sizes = self.lengths[ids] + 1  # the type, then " " or "\n"
         ends = np.cumsum(sizes)
@@ -282,8 +360,9 @@ class Renderer:
         return out, line_ends
 
 
-def corpus_blocks(total_tokens: int, seed: int, sampler: ZipfSampler, renderer: Renderer
-                  ) -> Iterator[Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+def corpus_blocks(
+    total_tokens: int, seed: int, sampler: ZipfSampler, renderer: Renderer
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
     """Blocks of the corpus: (ids, sentence lengths, bytes, line end offsets), `total_tokens`
     tokens in all; the last sentence is cut short to land exactly on it."""
     rng = np.random.Generator(np.random.PCG64(seed))
@@ -329,7 +408,9 @@ class ShardWriter:
     def finish(self) -> None:
         if self.file is not None:
             self.file.close()
-            os.replace(self.temp_path, os.path.join(self.out_dir, shard_name(self.index, self.shards)))
+            os.replace(
+                self.temp_path, os.path.join(self.out_dir, shard_name(self.index, self.shards))
+            )
             self.file, self.temp_path = None, None
 
     def abort(self) -> None:
@@ -339,7 +420,7 @@ class ShardWriter:
             self.file, self.temp_path = None, None
 
 
-def write_tokens_file(path: str, words: List[str]) -> None:
+def write_tokens_file(path: str, words: list[str]) -> None:
     temp = f"{path}.partial-{os.getpid()}"
     with open(temp, "w", encoding="utf-8", newline="\n") as out:
         out.write("\n".join(SPECIALS + words) + "\n")
@@ -351,25 +432,39 @@ def refuse(message: str) -> None:
     sys.exit(2)
 
 
-def parse_args(argv: List[str]) -> argparse.Namespace:
+def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Write a synthetic corpus with the 1B Word Benchmark's statistics (793,471-line "
         "tokens.txt, Zipfian word frequencies, 1B Word-like sentence lengths) as K shards.",
         epilog="DIR must not exist or be empty; tokens.txt is written beside DIR, in its parent.",
     )
-    parser.add_argument("--tokens", type=int, default=DEFAULT_TOKENS, metavar="N",
-                        help=f"total tokens, exactly (the last sentence is cut short to land on N); "
-                        f"default {DEFAULT_TOKENS:_}. 1B Word's training set has 768.6M "
-                        f"({ONE_BILLION_WORD_TOKENS:_}); underscores allowed")
-    parser.add_argument("--shards", type=int, required=True, metavar="K",
-                        help="number of shard files in DIR (split at sentence boundaries, ~N/K tokens each; "
-                        "when N < K some are empty)")
-    parser.add_argument("--out", required=True, metavar="DIR", help="folder for the shards (created)")
-    parser.add_argument("--seed", type=int, default=0, metavar="S", help="random seed of the text (default 0)")
+    parser.add_argument(
+        "--tokens",
+        type=int,
+        default=DEFAULT_TOKENS,
+        metavar="N",
+        help=f"total tokens, exactly (the last sentence is cut short to land on N); "
+        f"default {DEFAULT_TOKENS:_}. 1B Word's training set has 768.6M "
+        f"({ONE_BILLION_WORD_TOKENS:_}); underscores allowed",
+    )
+    parser.add_argument(
+        "--shards",
+        type=int,
+        required=True,
+        metavar="K",
+        help="number of shard files in DIR (split at sentence boundaries, ~N/K tokens each; "
+        "when N < K some are empty)",
+    )
+    parser.add_argument(
+        "--out", required=True, metavar="DIR", help="folder for the shards (created)"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, metavar="S", help="random seed of the text (default 0)"
+    )
     return parser.parse_args(argv)
 
 
-def main(argv: List[str]) -> None:
+def main(argv: list[str]) -> None:
     args = parse_args(argv)
     if args.tokens < 1:
         refuse(f"--tokens must be at least 1, got {args.tokens}")
@@ -392,12 +487,16 @@ def main(argv: List[str]) -> None:
     types_seconds = time.perf_counter() - started
 
     # Shard i takes every sentence starting before token N * (i + 1) / K.
-    targets = np.array([args.tokens * (i + 1) // args.shards for i in range(args.shards)], dtype=np.int64)
+    targets = np.array(
+        [args.tokens * (i + 1) // args.shards for i in range(args.shards)], dtype=np.int64
+    )
     used = np.zeros(len(words), dtype=bool)
     tokens = sentences = top_tokens = long_sentences = max_length = 0
     writer = ShardWriter(out_dir, args.shards)
     try:
-        for ids, lengths, data, line_ends in corpus_blocks(args.tokens, args.seed, sampler, renderer):
+        for ids, lengths, data, line_ends in corpus_blocks(
+            args.tokens, args.seed, sampler, renderer
+        ):
             sentence_starts = tokens + np.cumsum(lengths) - lengths
             shard_of = np.searchsorted(targets, sentence_starts, side="right")
             line_starts = line_ends - np.diff(line_ends, prepend=0)
@@ -421,16 +520,26 @@ def main(argv: List[str]) -> None:
 
     type_lengths = renderer.lengths  # bytes; characters below
     char_lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
-    print(f"wrote {tokens:,} tokens in {sentences:,} sentences to {args.shards} shards in {out_dir}")
-    print(f"wrote {tokens_file}: {len(words) + len(SPECIALS):,} lines "
-          f"({', '.join(SPECIALS)}, then words by frequency)")
-    print(f"types used: {int(used.sum()):,} of {len(words):,}; mean sentence length {tokens / sentences:.2f} "
-          f"tokens (max {max_length}, {long_sentences:,} over 100); tokens in the top {TOP_K:,} types: "
-          f"{top_tokens / tokens:.1%}")
-    print(f"mean type length {char_lengths.mean():.2f} characters (max {char_lengths.max()}, "
-          f"{int((char_lengths > 25).sum()):,} over 25; {int((type_lengths > char_lengths).sum()):,} non-ASCII types)")
-    print(f"elapsed {elapsed:.1f} s (type list {types_seconds:.1f} s, corpus {generate:.1f} s): "
-          f"{tokens / max(generate, 1e-9):,.0f} tokens/s generating, {tokens / elapsed:,.0f} tokens/s overall")
+    print(
+        f"wrote {tokens:,} tokens in {sentences:,} sentences to {args.shards} shards in {out_dir}"
+    )
+    print(
+        f"wrote {tokens_file}: {len(words) + len(SPECIALS):,} lines "
+        f"({', '.join(SPECIALS)}, then words by frequency)"
+    )
+    print(
+        f"types used: {int(used.sum()):,} of {len(words):,}; mean sentence length {tokens / sentences:.2f} "
+        f"tokens (max {max_length}, {long_sentences:,} over 100); tokens in the top {TOP_K:,} types: "
+        f"{top_tokens / tokens:.1%}"
+    )
+    print(
+        f"mean type length {char_lengths.mean():.2f} characters (max {char_lengths.max()}, "
+        f"{int((char_lengths > 25).sum()):,} over 25; {int((type_lengths > char_lengths).sum()):,} non-ASCII types)"
+    )
+    print(
+        f"elapsed {elapsed:.1f} s (type list {types_seconds:.1f} s, corpus {generate:.1f} s): "
+        f"{tokens / max(generate, 1e-9):,.0f} tokens/s generating, {tokens / elapsed:,.0f} tokens/s overall"
+    )
 
 
 if __name__ == "__main__":

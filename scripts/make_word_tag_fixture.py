@@ -3,16 +3,17 @@ fixture in allennlp's `sequence_tagging` format (`word###TAG` separated by space
 per line), small enough for end-to-end CLI tests. Deterministic.
 Usage: python scripts/make_word_tag_fixture.py [FIXTURE_DIR]
 """
+
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, List
 
 SIZES = {"train": 120, "valid": 40}
 
 
-def conllu_sentences(path: Path) -> Iterator[List[str]]:
+def conllu_sentences(path: Path) -> Iterator[list[str]]:
     """`word###UPOS` items of each sentence (multiword-token ranges and empty nodes skipped)."""
-    items: List[str] = []
+    items: list[str] = []
     for line in path.read_text(encoding="utf-8").splitlines():
         if not line.strip():
             if items:

@@ -1,5 +1,6 @@
 """Shared fixtures: tiny corpora and tiny trained archives (made once per session), one torch
 thread for every test. Helpers live in tests/helpers.py."""
+
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,9 @@ def tiny_corpus(tmp_path_factory) -> Path:
     lines = (REPO_ROOT / "fixtures/demo_corpus/train/shard_0.txt").read_text().splitlines()
     (folder / "train").mkdir()
     for index in range(3):
-        (folder / "train" / f"shard_{index}.txt").write_text("\n".join(lines[index * 100 : (index + 1) * 100]) + "\n")
+        (folder / "train" / f"shard_{index}.txt").write_text(
+            "\n".join(lines[index * 100 : (index + 1) * 100]) + "\n"
+        )
     (folder / "valid.txt").write_text("\n".join(lines[300:360]) + "\n")
     return folder
 
@@ -66,7 +69,9 @@ def tiny_bilm_archive(tiny_corpus, tmp_path_factory) -> Path:
 def tiny_transformer_archive(tiny_corpus, tmp_path_factory) -> Path:
     """A tiny transformer biLM trained for 1 epoch through `allennlp train`."""
     out = tmp_path_factory.mktemp("tiny_transformer") / "model"
-    return train_tiny_bilm("elmo_transformer.jsonnet", TINY_TRANSFORMER_OVERRIDES, 1, tiny_corpus, out)
+    return train_tiny_bilm(
+        "elmo_transformer.jsonnet", TINY_TRANSFORMER_OVERRIDES, 1, tiny_corpus, out
+    )
 
 
 @pytest.fixture
@@ -81,8 +86,12 @@ def plugin_cwd(tmp_path) -> Path:
 def tiny_tagged_data(tmp_path_factory) -> Path:
     """train.conllu / valid.conllu: the first 120 / 40 sentences of fixtures/tagged."""
     folder = tmp_path_factory.mktemp("tiny_tagged")
-    (folder / "train.conllu").write_text(conllu_head(REPO_ROOT / "fixtures/tagged/train.conllu", 120), encoding="utf-8")
-    (folder / "valid.conllu").write_text(conllu_head(REPO_ROOT / "fixtures/tagged/valid.conllu", 40), encoding="utf-8")
+    (folder / "train.conllu").write_text(
+        conllu_head(REPO_ROOT / "fixtures/tagged/train.conllu", 120), encoding="utf-8"
+    )
+    (folder / "valid.conllu").write_text(
+        conllu_head(REPO_ROOT / "fixtures/tagged/valid.conllu", 40), encoding="utf-8"
+    )
     return folder
 
 
@@ -95,11 +104,22 @@ def tiny_elmo_tagger_archive(tiny_bilm_archive, tiny_tagged_data, tmp_path_facto
         train_data_path=str(tiny_tagged_data / "train.conllu"),
         validation_data_path=str(tiny_tagged_data / "valid.conllu"),
         **{
-            "model.text_field_embedder.token_embedders.elmo.pretrained_file": str(tiny_bilm_archive),
+            "model.text_field_embedder.token_embedders.elmo.pretrained_file": str(
+                tiny_bilm_archive
+            ),
             "trainer.num_epochs": 6,
             "data_loader.batch_sampler.batch_size": 8,
             "trainer.optimizer.lr": 0.01,
         },
     )
-    run_allennlp(["train", str(CONFIG_DIR / "pos_tagger_elmo.jsonnet"), "-s", str(out), "-o", overrides(values)])
+    run_allennlp(
+        [
+            "train",
+            str(CONFIG_DIR / "pos_tagger_elmo.jsonnet"),
+            "-s",
+            str(out),
+            "-o",
+            overrides(values),
+        ]
+    )
     return out / "model.tar.gz"

@@ -1,5 +1,6 @@
 """Test helpers (imported by test modules; conftest.py holds only fixtures): repo paths, the real
 data location, a runner for the real `allennlp` CLI, tiny config sizes."""
+
 import contextlib
 import io
 import json
@@ -9,8 +10,9 @@ import subprocess
 import sys
 import tarfile
 import threading
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional
+from typing import Optional
 
 import pytest
 
@@ -32,7 +34,7 @@ def require_shared_file(relative: str) -> Path:
 
 
 def run_allennlp(
-    args: List[str], cwd: Optional[Path] = None, timeout: int = 600, check: bool = True
+    args: list[str], cwd: Optional[Path] = None, timeout: int = 600, check: bool = True
 ) -> subprocess.CompletedProcess:
     """Runs `allennlp ARGS --include-package elmo_plugin`; fails the test with its output on error
     (with `check`; otherwise returns the failed result too)."""
@@ -41,18 +43,27 @@ def run_allennlp(
     # Tiny models gain nothing from threads, and spinning OpenMP threads on shared cores slow
     # them down by 10x and more (measured: 60 s vs 0.9 s per tagger epoch under load).
     env.setdefault("OMP_NUM_THREADS", "1")
-    result = subprocess.run(command, cwd=cwd or REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    result = subprocess.run(
+        command, cwd=cwd or REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
     if check and result.returncode != 0:
-        pytest.fail(f"{' '.join(command)} exited {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}")
+        pytest.fail(
+            f"{' '.join(command)} exited {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+        )
     return result
 
 
-def overrides(values: Dict) -> str:
+def overrides(values: dict) -> str:
     return json.dumps(values)
 
 
 def train_with_probes(
-    config: str, values: Dict, out: Path, record: Path, kill: Optional[str] = None, resume: bool = False
+    config: str,
+    values: dict,
+    out: Path,
+    record: Path,
+    kill: Optional[str] = None,
+    resume: bool = False,
 ) -> subprocess.CompletedProcess:
     """`allennlp train CONFIG -s OUT -o VALUES` (with `-r` when `resume`) and the probe callbacks
     of tests/cli/probes.py writing into `record` (`batch_recorder`, `target_counter`);
@@ -64,7 +75,16 @@ def train_with_probes(
         patch.setenv("BATCH_RECORDER_DIR", str(record))
         if kill:
             patch.setenv("BATCH_RECORDER_KILL", kill)
-        args = ["train", config, "-s", str(out), "-o", overrides(values), "--include-package", "tests.cli.probes"]
+        args = [
+            "train",
+            config,
+            "-s",
+            str(out),
+            "-o",
+            overrides(values),
+            "--include-package",
+            "tests.cli.probes",
+        ]
         return run_allennlp(args + (["-r"] if resume else []), check=not kill)
 
 
@@ -87,14 +107,19 @@ TINY_TRANSFORMER_OVERRIDES = {
 
 
 def conllu_head(path: Path, sentences: int) -> str:
-    return "".join(block.strip("\n") + "\n\n" for block in path.read_text(encoding="utf-8").split("\n\n")[:sentences])
+    return "".join(
+        block.strip("\n") + "\n\n"
+        for block in path.read_text(encoding="utf-8").split("\n\n")[:sentences]
+    )
 
 
 # pos_tagger_elmo.jsonnet with the tiny biLM: ELMo width 2 x 16, + the 32-wide word embedding.
 TINY_TAGGER_OVERRIDES = {"model.encoder.input_size": 2 * 16 + 32, "model.encoder.hidden_size": 32}
 
 
-def first_item_before_end_of_file(read: Callable[[str], Iterable], path: Path, head: str, timeout: float = 20.0):
+def first_item_before_end_of_file(
+    read: Callable[[str], Iterable], path: Path, head: str, timeout: float = 20.0
+):
     """`read(path)`'s first item when the file is a pipe holding only `head` and not yet closed:
     an eager reader (one that reads to the end before yielding) never returns it, and this
     fails; a lazy one yields from what is there. The pipe is closed afterwards either way."""
@@ -109,8 +134,10 @@ def first_item_before_end_of_file(read: Callable[[str], Iterable], path: Path, h
 
     writer = threading.Thread(target=write, daemon=True)
     writer.start()
-    result: List = []
-    reader = threading.Thread(target=lambda: result.append(next(iter(read(str(path))))), daemon=True)
+    result: list = []
+    reader = threading.Thread(
+        target=lambda: result.append(next(iter(read(str(path))))), daemon=True
+    )
     reader.start()
     reader.join(timeout)
     produced_before_end = bool(result)
@@ -140,7 +167,10 @@ def hidden(*paths: Path) -> Iterator[None]:
         for path, away in moved:
             away.rename(path)
 
-def copy_archive_with(source: Path, target: Path, extra: Optional[tarfile.TarInfo] = None, drop: str = "") -> Path:
+
+def copy_archive_with(
+    source: Path, target: Path, extra: Optional[tarfile.TarInfo] = None, drop: str = ""
+) -> Path:
     """A copy of the tar archive `source` without the member named `drop`, plus `extra` (a
     regular file's TarInfo gets `size` bytes of "x"); how the tests craft hostile archives."""
     with tarfile.open(source) as original, tarfile.open(target, "w:gz") as copy:
@@ -152,7 +182,9 @@ def copy_archive_with(source: Path, target: Path, extra: Optional[tarfile.TarInf
     return target
 
 
-def tar_member(name: str, kind: bytes = tarfile.REGTYPE, linkname: str = "", size: int = 0) -> tarfile.TarInfo:
+def tar_member(
+    name: str, kind: bytes = tarfile.REGTYPE, linkname: str = "", size: int = 0
+) -> tarfile.TarInfo:
     info = tarfile.TarInfo(name)
     info.type, info.linkname, info.size = kind, linkname, size
     return info

@@ -1,8 +1,9 @@
 """The package's layers import one way: each module imports only from its own layer and the
 layers before it (function-level imports included), as elmo_plugin/__init__.py states."""
+
 import ast
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, Tuple
 
 import pytest
 
@@ -12,15 +13,26 @@ from tests.helpers import REPO_ROOT
 PACKAGE = REPO_ROOT / "elmo_plugin"
 # data -> modules -> training -> elmo_files -> models -> archives -> token_embedders | predictors | commands
 LAYERS = {
-    "data": 0, "modules": 1, "training": 2, "elmo_files": 3, "models": 4, "archives": 5,
-    "token_embedders": 6, "predictors": 6, "commands": 6,
+    "data": 0,
+    "modules": 1,
+    "training": 2,
+    "elmo_files": 3,
+    "models": 4,
+    "archives": 5,
+    "token_embedders": 6,
+    "predictors": 6,
+    "commands": 6,
 }
 
 
-def our_imports(path: Path) -> Iterator[Tuple[int, str]]:
+def our_imports(path: Path) -> Iterator[tuple[int, str]]:
     """(line, imported elmo_plugin module) for every import statement anywhere in the file."""
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("elmo_plugin"):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.startswith("elmo_plugin")
+        ):
             for alias in node.names:  # `from elmo_plugin.x import y` may import the module x.y
                 yield node.lineno, f"{node.module}.{alias.name}"
         elif isinstance(node, ast.Import):
@@ -40,7 +52,9 @@ def test_every_subpackage_has_a_layer():
     assert "data -> modules -> training -> elmo_files -> models -> archives" in elmo_plugin.__doc__
 
 
-@pytest.mark.parametrize("path", sorted(PACKAGE.glob("*/*.py")), ids=lambda path: f"{path.parent.name}/{path.name}")
+@pytest.mark.parametrize(
+    "path", sorted(PACKAGE.glob("*/*.py")), ids=lambda path: f"{path.parent.name}/{path.name}"
+)
 def test_module_imports_only_its_layer_and_those_before_it(path):
     own = path.parent.name
     for line, module in our_imports(path):
@@ -48,10 +62,14 @@ def test_module_imports_only_its_layer_and_those_before_it(path):
         assert target, f"{path}:{line} imports {module}, which is in no layer"
         if LAYERS[target] == LAYERS[own]:
             assert target == own, f"{path}:{line}: {own} imports its peer layer {target} ({module})"
-        assert LAYERS[target] <= LAYERS[own], f"{path}:{line}: {own} imports the later layer {target} ({module})"
+        assert LAYERS[target] <= LAYERS[own], (
+            f"{path}:{line}: {own} imports the later layer {target} ({module})"
+        )
 
 
 def test_the_checker_sees_function_level_imports(tmp_path):
     module = tmp_path / "m.py"
-    module.write_text("def f():\n    from elmo_plugin.archives.bilm_archive import load_bilm_model\n")
+    module.write_text(
+        "def f():\n    from elmo_plugin.archives.bilm_archive import load_bilm_model\n"
+    )
     assert list(our_imports(module)) == [(2, "elmo_plugin.archives.bilm_archive.load_bilm_model")]

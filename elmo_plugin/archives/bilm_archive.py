@@ -4,6 +4,7 @@
 A `model.tar.gz` is checked member by member and extracted by `safe_archive` (never by
 allennlp's unfiltered `extracted_archive`); allennlp's `load_archive` then reads the folder.
 """
+
 import os
 import pickle
 
@@ -25,7 +26,14 @@ from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 
 # What allennlp's loading raises for a damaged config or weights file (torch.load's
 # weights-only refusal is an UnpicklingError).
-LOAD_ERRORS = (ConfigurationError, RuntimeError, ValueError, KeyError, EOFError, pickle.UnpicklingError)
+LOAD_ERRORS = (
+    ConfigurationError,
+    RuntimeError,
+    ValueError,
+    KeyError,
+    EOFError,
+    pickle.UnpicklingError,
+)
 
 
 def local_archive(archive_path: str) -> str:
@@ -36,7 +44,9 @@ def local_archive(archive_path: str) -> str:
     try:
         return cached_path(archive_path)
     except (OSError, ValueError):
-        raise ConfigurationError(f"biLM archive or ELMo files folder not found: {archive_path}") from None
+        raise ConfigurationError(
+            f"biLM archive or ELMo files folder not found: {archive_path}"
+        ) from None
 
 
 def load_model_archive(archive_path: str, cuda_device: int = -1) -> Model:
@@ -81,7 +91,9 @@ def check_bidirectional_language_model(model, source: str) -> LanguageModel:
 
 def load_language_model(archive_path: str, cuda_device: int = -1) -> LanguageModel:
     """Our `elmo_bilm` or allennlp-models' bidirectional `language_model` from an archive."""
-    return check_bidirectional_language_model(load_model_archive(archive_path, cuda_device), archive_path)
+    return check_bidirectional_language_model(
+        load_model_archive(archive_path, cuda_device), archive_path
+    )
 
 
 def character_encoder(model: LanguageModel) -> TokenEmbedder:
@@ -92,7 +104,9 @@ def character_encoder(model: LanguageModel) -> TokenEmbedder:
         if not isinstance(embedder, EmptyEmbedder)
     ]
     if len(embedders) != 1:
-        raise ConfigurationError(f"a biLM needs exactly one non-empty token embedder, this one has {len(embedders)}")
+        raise ConfigurationError(
+            f"a biLM needs exactly one non-empty token embedder, this one has {len(embedders)}"
+        )
     return embedders[0]
 
 
@@ -111,7 +125,9 @@ def is_elmo_files_folder(path: str) -> bool:
 def check_known_folder(path: str) -> None:
     """A clear error for a folder that is none of the three kinds a biLM can come in."""
     if os.path.isdir(path) and not (
-        is_elmo_files_folder(path) or is_manylangs_folder(path) or os.path.isfile(os.path.join(path, CONFIG_NAME))
+        is_elmo_files_folder(path)
+        or is_manylangs_folder(path)
+        or os.path.isfile(os.path.join(path, CONFIG_NAME))
     ):
         raise ConfigurationError(
             f"{path}: neither a model archive folder ({CONFIG_NAME}), nor an ELMo files folder ({OPTIONS_FILE} + "
@@ -126,7 +142,9 @@ def load_bilm_encoder(path: str, cuda_device: int = -1) -> BiLmEncoder:
     if is_manylangs_folder(path):
         encoder = read_manylangs_folder(path)[0]
     elif is_elmo_files_folder(path):
-        encoder = read_bilm_encoder(os.path.join(path, OPTIONS_FILE), os.path.join(path, WEIGHTS_FILE))
+        encoder = read_bilm_encoder(
+            os.path.join(path, OPTIONS_FILE), os.path.join(path, WEIGHTS_FILE)
+        )
     else:
         return language_model_encoder(load_language_model(path, cuda_device))
     return encoder.to(f"cuda:{cuda_device}") if cuda_device >= 0 else encoder

@@ -6,18 +6,22 @@ only regular files and folders with relative names inside the archive are accept
 is then extracted into a fresh temporary folder (with tarfile's `data` filter as a second guard
 where Python has it) and allennlp's `load_archive` is given that folder.
 """
+
 import contextlib
 import os
 import shutil
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from pathlib import PurePosixPath
-from typing import Iterator, List
 
 from allennlp.common.checks import ConfigurationError
 from allennlp.models.archival import CONFIG_NAME
 
-WEIGHTS_NAMES = ("weights.th", "best.th")  # allennlp's archive weights, then a serialization folder's
+WEIGHTS_NAMES = (
+    "weights.th",
+    "best.th",
+)  # allennlp's archive weights, then a serialization folder's
 
 
 class UnsafeArchiveError(ConfigurationError):
@@ -44,25 +48,35 @@ def open_archive(archive_path: str) -> tarfile.TarFile:
     try:
         return tarfile.open(archive_path)
     except (tarfile.TarError, OSError, EOFError) as error:
-        raise ConfigurationError(f"{archive_path}: not a readable model archive ({error})") from None
+        raise ConfigurationError(
+            f"{archive_path}: not a readable model archive ({error})"
+        ) from None
 
 
-def checked_members(archive: tarfile.TarFile, archive_path: str) -> List[tarfile.TarInfo]:
+def checked_members(archive: tarfile.TarFile, archive_path: str) -> list[tarfile.TarInfo]:
     """The archive's members, each checked; an `UnsafeArchiveError` naming the first bad one, a
     ConfigurationError for an unreadable archive or one without config.json or weights."""
     try:
         members = archive.getmembers()
     except (tarfile.TarError, OSError, EOFError) as error:
-        raise ConfigurationError(f"{archive_path}: not a readable model archive ({error})") from None
+        raise ConfigurationError(
+            f"{archive_path}: not a readable model archive ({error})"
+        ) from None
     for member in members:
         problem = member_problem(member)
         if problem:
-            raise UnsafeArchiveError(f"{archive_path}: refusing to extract member {member.name!r}: {problem}")
+            raise UnsafeArchiveError(
+                f"{archive_path}: refusing to extract member {member.name!r}: {problem}"
+            )
     names = {os.path.normpath(member.name) for member in members if member.isfile()}
     if CONFIG_NAME not in names:
-        raise ConfigurationError(f"{archive_path}: no {CONFIG_NAME} in the archive (not a model archive)")
+        raise ConfigurationError(
+            f"{archive_path}: no {CONFIG_NAME} in the archive (not a model archive)"
+        )
     if not names.intersection(WEIGHTS_NAMES):
-        raise ConfigurationError(f"{archive_path}: no model weights ({' or '.join(WEIGHTS_NAMES)}) in the archive")
+        raise ConfigurationError(
+            f"{archive_path}: no model weights ({' or '.join(WEIGHTS_NAMES)}) in the archive"
+        )
     return members
 
 

@@ -1,2 +1,5 @@
-from elmo_plugin.commands import elmo_export  # noqa: F401
-from elmo_plugin.commands import elmo_embed, elmo_vocab  # noqa: F401
+from elmo_plugin.commands import (  # noqa: F401
+    elmo_embed,
+    elmo_export,  # noqa: F401
+    elmo_vocab,
+)

@@ -5,10 +5,11 @@ traceback; our subcommands' functions are wrapped here instead. Only errors abou
 input are caught: a `ConfigurationError` (bad archive, corpus, option, output path) and an
 `OSError` (a file that vanished, a full disk), which names its file.
 """
+
 import argparse
 import functools
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from allennlp.common.checks import ConfigurationError
 

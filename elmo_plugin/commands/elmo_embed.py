@@ -1,9 +1,11 @@
 """Subcommand `allennlp elmo-embed`: ELMo vectors of every line of a text file, into HDF5."""
+
 import argparse
 import json
 import logging
 import os
-from typing import Callable, Dict, Iterator, List, NamedTuple, Tuple
+from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 import h5py
 import numpy
@@ -12,14 +14,15 @@ from allennlp.commands.subcommand import Subcommand
 from allennlp.common import Tqdm
 from allennlp.common.checks import ConfigurationError
 
-from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
-from elmo_plugin.data.elmo_corpus_reader import CorpusStats, decode_line
-from elmo_plugin.data.elmo_manylangs_indexer import BOS as MANYLANGS_BOS, EOS as MANYLANGS_EOS
-from elmo_plugin.data.elmo_manylangs_indexer import token_ids as manylangs_token_ids
-from elmo_plugin.data.elmo_vocab_file import BOS, EOS
 from elmo_plugin.archives.bilm_archive import load_bilm_encoder
 from elmo_plugin.commands.cli_errors import reports_errors
 from elmo_plugin.commands.output_paths import check_output_file
+from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
+from elmo_plugin.data.elmo_corpus_reader import CorpusStats, decode_line
+from elmo_plugin.data.elmo_manylangs_indexer import BOS as MANYLANGS_BOS
+from elmo_plugin.data.elmo_manylangs_indexer import EOS as MANYLANGS_EOS
+from elmo_plugin.data.elmo_manylangs_indexer import token_ids as manylangs_token_ids
+from elmo_plugin.data.elmo_vocab_file import BOS, EOS
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 from elmo_plugin.modules.bilm_sentence_layers import without_boundaries
 from elmo_plugin.modules.token_vector_cache import TokenVectorCache
@@ -44,28 +47,56 @@ class ElmoEmbed(Subcommand):
             "<S>/</S> removed. Dataset `sentence_to_index`: a JSON string mapping each line's text "
             "to all its line numbers."
         )
-        subparser = parser.add_parser(self.name, description=description, help="Embed a text file with ELMo.")
-        subparser.add_argument("model", help="our biLM archive (model.tar.gz / serialization dir), allennlp-models' "
-                               "bidirectional language_model archive, a folder with options.json + weights.hdf5, "
-                               "or an ELMoForManyLangs model folder")
-        subparser.add_argument("input_file", help="text, one whitespace-tokenized sentence per line")
+        subparser = parser.add_parser(
+            self.name, description=description, help="Embed a text file with ELMo."
+        )
+        subparser.add_argument(
+            "model",
+            help="our biLM archive (model.tar.gz / serialization dir), allennlp-models' "
+            "bidirectional language_model archive, a folder with options.json + weights.hdf5, "
+            "or an ELMoForManyLangs model folder",
+        )
+        subparser.add_argument(
+            "input_file", help="text, one whitespace-tokenized sentence per line"
+        )
         subparser.add_argument("output_file", help="HDF5 file to write")
-        subparser.add_argument("--layers", choices=LAYER_CHOICES, default="all",
-                               help="every layer, their average, or the top layer")
-        subparser.add_argument("--batch-size", type=int, default=256, help="at most this many sentences per batch")
-        subparser.add_argument("--batch-tokens", type=int, default=DEFAULT_BATCH_TOKENS,
-                               help="at most this many tokens per batch, padding and <S>/</S> included "
-                               "(a longer sentence is a batch of its own)")
-        subparser.add_argument("--sort-window", type=int, default=DEFAULT_SORT_WINDOW,
-                               help="sentences read and sorted by length together before batching (more: less "
-                               "padding; memory grows with it); output order does not change")
-        subparser.add_argument("--token-cache", type=int, default=DEFAULT_TOKEN_CACHE,
-                               help="character-encoder outputs kept across the batches of a window, by token text (0: none)")
+        subparser.add_argument(
+            "--layers",
+            choices=LAYER_CHOICES,
+            default="all",
+            help="every layer, their average, or the top layer",
+        )
+        subparser.add_argument(
+            "--batch-size", type=int, default=256, help="at most this many sentences per batch"
+        )
+        subparser.add_argument(
+            "--batch-tokens",
+            type=int,
+            default=DEFAULT_BATCH_TOKENS,
+            help="at most this many tokens per batch, padding and <S>/</S> included "
+            "(a longer sentence is a batch of its own)",
+        )
+        subparser.add_argument(
+            "--sort-window",
+            type=int,
+            default=DEFAULT_SORT_WINDOW,
+            help="sentences read and sorted by length together before batching (more: less "
+            "padding; memory grows with it); output order does not change",
+        )
+        subparser.add_argument(
+            "--token-cache",
+            type=int,
+            default=DEFAULT_TOKEN_CACHE,
+            help="character-encoder outputs kept across the batches of a window, by token text (0: none)",
+        )
         subparser.add_argument("--cuda-device", type=int, default=-1, help="GPU id, -1 for CPU")
-        subparser.add_argument("--resume", action="store_true",
-                               help=f"continue an interrupted run from OUTPUT{PARTIAL_SUFFIX} (same input, "
-                               "--layers, --batch-size, --batch-tokens and --sort-window); the result equals an "
-                               "uninterrupted run's")
+        subparser.add_argument(
+            "--resume",
+            action="store_true",
+            help=f"continue an interrupted run from OUTPUT{PARTIAL_SUFFIX} (same input, "
+            "--layers, --batch-size, --batch-tokens and --sort-window); the result equals an "
+            "uninterrupted run's",
+        )
         subparser.set_defaults(func=embed_from_args)
         return subparser
 
@@ -75,7 +106,9 @@ def embed_from_args(args: argparse.Namespace) -> None:
     if not os.path.exists(args.model):
         raise ConfigurationError(f"elmo-embed: model not found: {args.model}")
     batching = Batching(args.batch_size, args.batch_tokens, args.sort_window, args.token_cache)
-    check_arguments(args.input_file, args.output_file, args.layers, batching)  # before the model loads
+    check_arguments(
+        args.input_file, args.output_file, args.layers, batching
+    )  # before the model loads
     encoder = load_bilm_encoder(args.model, args.cuda_device)
     embed_file(encoder, args.input_file, args.output_file, args.layers, batching, args.resume)
 
@@ -93,7 +126,9 @@ class Batching(NamedTuple):
 
 def check_arguments(input_file: str, output_file: str, layers: str, batching: Batching) -> None:
     if layers not in LAYER_CHOICES:
-        raise ConfigurationError(f"elmo-embed: --layers must be one of {LAYER_CHOICES}, got {layers!r}")
+        raise ConfigurationError(
+            f"elmo-embed: --layers must be one of {LAYER_CHOICES}, got {layers!r}"
+        )
     for name in ("batch_size", "batch_tokens", "sort_window"):
         if getattr(batching, name) < 1:
             raise ConfigurationError(f"elmo-embed: --{name.replace('_', '-')} must be at least 1")
@@ -108,7 +143,7 @@ def count_tokens(path: str) -> int:
         return sum(len(line.split()) for line in text)
 
 
-def numbered_lines(path: str, stats: CorpusStats) -> Iterator[Tuple[int, str]]:
+def numbered_lines(path: str, stats: CorpusStats) -> Iterator[tuple[int, str]]:
     """(0-based line number, stripped text) of every line, blank ones included."""
     with open(path, "rb") as text:
         for index, raw in enumerate(text):
@@ -128,9 +163,9 @@ class _Writer:
     """Writes one dataset per line into the partial file, records how many input lines are
     complete, and remembers every sentence's line numbers."""
 
-    def __init__(self, output: h5py.File, empty_shape: Tuple[int, ...]) -> None:
+    def __init__(self, output: h5py.File, empty_shape: tuple[int, ...]) -> None:
         self.output, self.empty_shape = output, empty_shape
-        self.sentence_to_index: Dict[str, List[int]] = {}
+        self.sentence_to_index: dict[str, list[int]] = {}
 
     def note(self, index: int, text: str) -> None:
         self.sentence_to_index.setdefault(text, []).append(index)
@@ -150,26 +185,32 @@ class _Writer:
 
     def close(self) -> None:
         """sentence_to_index, and the file no longer says how to resume it."""
-        dataset = self.output.create_dataset("sentence_to_index", (1,), dtype=h5py.special_dtype(vlen=str))
+        dataset = self.output.create_dataset(
+            "sentence_to_index", (1,), dtype=h5py.special_dtype(vlen=str)
+        )
         dataset[0] = json.dumps(self.sentence_to_index)
         for key in list(self.output.attrs):
             del self.output.attrs[key]
 
 
-def open_partial(partial: str, settings: Dict[str, object], resume: bool) -> Tuple[h5py.File, int]:
+def open_partial(partial: str, settings: dict[str, object], resume: bool) -> tuple[h5py.File, int]:
     """The partial output and how many input lines it already holds: with `resume`, the file an
     interrupted run left (made with the same `settings`), without what it wrote after its last
     record; otherwise a new file."""
     if not resume or not os.path.isfile(partial):
         if resume:
-            logger.warning("elmo-embed --resume: no %s to resume; starting from the first line", partial)
+            logger.warning(
+                "elmo-embed --resume: no %s to resume; starting from the first line", partial
+            )
         output = h5py.File(partial, "w")
         output.attrs.update({**settings, LINES_DONE: 0})
         return output, 0
     try:
         output = h5py.File(partial, "a")
     except OSError as error:
-        raise ConfigurationError(f"elmo-embed --resume: cannot reopen {partial} ({error}); delete it to start over") from None
+        raise ConfigurationError(
+            f"elmo-embed --resume: cannot reopen {partial} ({error}); delete it to start over"
+        ) from None
     recorded = {key: output.attrs.get(key) for key in settings}
     if recorded != settings or LINES_DONE not in output.attrs:
         output.close()
@@ -188,7 +229,7 @@ class TokenIds(NamedTuple):
     """How the encoder's tokens become ids: `ids` maps one token text to its id row; sentences
     are framed by the texts `bos` and `eos`."""
 
-    ids: Callable[[str], List[int]]
+    ids: Callable[[str], list[int]]
     bos: str = BOS
     eos: str = EOS
 
@@ -199,15 +240,21 @@ def encoder_token_ids(encoder: BiLmEncoder) -> TokenIds:
     dictionaries = getattr(encoder.char_cnn, "dictionaries", None)
     if dictionaries is not None:
         max_chars = encoder.char_cnn.architecture["max_characters_per_token"]
-        return TokenIds(lambda text: manylangs_token_ids(text, *dictionaries, max_chars), MANYLANGS_BOS, MANYLANGS_EOS)
+        return TokenIds(
+            lambda text: manylangs_token_ids(text, *dictionaries, max_chars),
+            MANYLANGS_BOS,
+            MANYLANGS_EOS,
+        )
     return TokenIds(ElmoCharIdsIndexer().char_ids)
 
 
-def length_sorted_batches(chunk: List[Tuple[int, List[str]]], batching: Batching) -> Iterator[List[Tuple[int, List[str]]]]:
+def length_sorted_batches(
+    chunk: list[tuple[int, list[str]]], batching: Batching
+) -> Iterator[list[tuple[int, list[str]]]]:
     """(line number, tokens) pairs -> batches of similar length, shortest first, each within
     `batching.batch_size` sentences and `batching.batch_tokens` padded tokens (<S>, </S> included)."""
     chunk = sorted(chunk, key=lambda item: len(item[1]))
-    batch: List[Tuple[int, List[str]]] = []
+    batch: list[tuple[int, list[str]]] = []
     for item in chunk:
         padded = (len(batch) + 1) * (len(item[1]) + 2)  # sorted: the new sentence is the longest
         if batch and (len(batch) == batching.batch_size or padded > batching.batch_tokens):
@@ -219,8 +266,11 @@ def length_sorted_batches(chunk: List[Tuple[int, List[str]]], batching: Batching
 
 
 def embed_batch(
-    encoder: BiLmEncoder, cache: TokenVectorCache, batch: List[Tuple[int, List[str]]], token_ids: TokenIds
-) -> Tuple[torch.Tensor, List[int]]:
+    encoder: BiLmEncoder,
+    cache: TokenVectorCache,
+    batch: list[tuple[int, list[str]]],
+    token_ids: TokenIds,
+) -> tuple[torch.Tensor, list[int]]:
     """Sentences -> (layers (batch, num_layers, tokens, dim), lengths) as `sentence_layers` gives
     them, with the character encoder's outputs from `cache`."""
     sentences = [[token_ids.bos, *tokens, token_ids.eos] for _, tokens in batch]
@@ -238,7 +288,7 @@ def embed_batch(
 def embed_chunk(
     encoder: BiLmEncoder,
     token_ids: TokenIds,
-    chunk: List[Tuple[int, List[str]]],
+    chunk: list[tuple[int, list[str]]],
     batching: Batching,
     layers: str,
     writer: _Writer,
@@ -253,7 +303,9 @@ def embed_chunk(
         for (index, _), sentence, length in zip(batch, vectors.cpu(), lengths):
             writer.write(index, select_layers(sentence[:, :length], layers).numpy())
         progress.update(sum(lengths))
-    logger.info("elmo-embed: token cache %d hits, %d misses in this window", cache.hits, cache.misses)
+    logger.info(
+        "elmo-embed: token cache %d hits, %d misses in this window", cache.hits, cache.misses
+    )
 
 
 def embed_file(
@@ -275,17 +327,27 @@ def embed_file(
     check_arguments(input_file, output_file, layers, batching)
     encoder.eval()
     token_ids = encoder_token_ids(encoder)
-    empty_shape = (encoder.num_layers, 0, encoder.get_output_dim()) if layers == "all" else (0, encoder.get_output_dim())
-    settings = {"elmo_embed_layers": layers, "elmo_embed_batch_size": batching.batch_size,
-                "elmo_embed_batch_tokens": batching.batch_tokens, "elmo_embed_sort_window": batching.sort_window,
-                "elmo_embed_input_bytes": os.path.getsize(input_file)}
+    empty_shape = (
+        (encoder.num_layers, 0, encoder.get_output_dim())
+        if layers == "all"
+        else (0, encoder.get_output_dim())
+    )
+    settings = {
+        "elmo_embed_layers": layers,
+        "elmo_embed_batch_size": batching.batch_size,
+        "elmo_embed_batch_tokens": batching.batch_tokens,
+        "elmo_embed_sort_window": batching.sort_window,
+        "elmo_embed_input_bytes": os.path.getsize(input_file),
+    }
     partial = output_file + PARTIAL_SUFFIX
     stats = CorpusStats(files=1)
     output, done = open_partial(partial, settings, resume)
     with output:
         writer = _Writer(output, empty_shape)
-        chunk: List[Tuple[int, List[str]]] = []
-        progress = Tqdm.tqdm(total=count_tokens(input_file), desc="elmo-embed", unit=" tokens", unit_scale=True)
+        chunk: list[tuple[int, list[str]]] = []
+        progress = Tqdm.tqdm(
+            total=count_tokens(input_file), desc="elmo-embed", unit=" tokens", unit_scale=True
+        )
         for index, text in numbered_lines(input_file, stats):
             writer.note(index, text)
             tokens = text.split()

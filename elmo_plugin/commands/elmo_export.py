@@ -1,9 +1,9 @@
 """Subcommand `allennlp elmo-export ARCHIVE OUT_DIR`: our LSTM biLM -> the standard ELMo files."""
+
 import argparse
 import json
 import logging
 import os
-from typing import Dict
 
 from allennlp.commands.subcommand import Subcommand
 
@@ -25,9 +25,17 @@ class ElmoExport(Subcommand):
             "options.json, weights.hdf5, vocab.txt (line i = softmax row i) and softmax.hdf5 "
             "(weight (V, P), bias (V,)). allennlp's Elmo / elmo_token_embedder read the first two."
         )
-        subparser = parser.add_parser(self.name, description=description, help="Export a biLM as ELMo files.")
-        subparser.add_argument("archive_file", type=str, help="model.tar.gz (or serialization folder) of an elmo_bilm")
-        subparser.add_argument("output_dir", type=str, help="folder to write the files to (created if missing; its parent must exist)")
+        subparser = parser.add_parser(
+            self.name, description=description, help="Export a biLM as ELMo files."
+        )
+        subparser.add_argument(
+            "archive_file", type=str, help="model.tar.gz (or serialization folder) of an elmo_bilm"
+        )
+        subparser.add_argument(
+            "output_dir",
+            type=str,
+            help="folder to write the files to (created if missing; its parent must exist)",
+        )
         subparser.set_defaults(func=_export_from_args)
         return subparser
 
@@ -38,7 +46,7 @@ def _export_from_args(args: argparse.Namespace) -> None:
     print(json.dumps(written, indent=2))
 
 
-def export_archive(archive_file: str, output_dir: str) -> Dict[str, str]:
+def export_archive(archive_file: str, output_dir: str) -> dict[str, str]:
     """Writes the four files, each under a temporary name renamed when complete; returns
     {file name: path}. OUT_DIR is created if missing, its parent never; a bad output folder and a
     transformer archive are errors raised before anything is written."""
@@ -48,11 +56,17 @@ def export_archive(archive_file: str, output_dir: str) -> Dict[str, str]:
     encoder_options(encoder)  # the clear error for a transformer, before any output
     if not os.path.isdir(output_dir):
         os.mkdir(output_dir)
-    paths = {name: os.path.join(output_dir, name) for name in (OPTIONS_FILE, WEIGHTS_FILE, VOCAB_FILE, SOFTMAX_FILE)}
+    paths = {
+        name: os.path.join(output_dir, name)
+        for name in (OPTIONS_FILE, WEIGHTS_FILE, VOCAB_FILE, SOFTMAX_FILE)
+    }
     rows = model.export_softmax(paths[SOFTMAX_FILE], paths[VOCAB_FILE])
     # options.json last: a folder with it is complete (the others are written atomically first)
     write_bilm_encoder(
-        encoder, paths[OPTIONS_FILE], paths[WEIGHTS_FILE], extra_options={"bidirectional": True, "n_tokens_vocab": rows}
+        encoder,
+        paths[OPTIONS_FILE],
+        paths[WEIGHTS_FILE],
+        extra_options={"bidirectional": True, "n_tokens_vocab": rows},
     )
     logger.info("exported %s to %s (%d softmax rows)", archive_file, output_dir, rows)
     return paths

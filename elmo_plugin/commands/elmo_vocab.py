@@ -1,4 +1,5 @@
 """Subcommand `allennlp elmo-vocab`: an ELMo `tokens.txt` from raw-text corpora."""
+
 import argparse
 import dataclasses
 import glob
@@ -6,7 +7,8 @@ import logging
 import multiprocessing
 import time
 from collections import Counter, deque
-from typing import Deque, Iterator, List, Optional, Sequence, Tuple
+from collections.abc import Iterator, Sequence
+from typing import Optional
 
 from allennlp.commands.subcommand import Subcommand
 from allennlp.common.checks import ConfigurationError
@@ -27,16 +29,31 @@ class ElmoVocab(Subcommand):
             f"vocabulary): {', '.join(SPECIALS)} first, then whitespace tokens by descending count, "
             "ties by first appearance."
         )
-        subparser = parser.add_parser(self.name, description=description, help="Build an ELMo tokens.txt.")
+        subparser = parser.add_parser(
+            self.name, description=description, help="Build an ELMo tokens.txt."
+        )
         subparser.add_argument("corpus", nargs="+", help="corpus files or globs (quote globs)")
         subparser.add_argument("out_file", help="the tokens.txt to write")
-        subparser.add_argument("--min-count", type=int, default=1, help="drop tokens seen fewer times")
-        subparser.add_argument("--max-size", type=int, default=None,
-                               help="at most this many lines in the file, the three special tokens included")
-        subparser.add_argument("--skip-headings", action="store_true",
-                               help="skip `= Heading =` lines, as the elmo_corpus reader's skip_headings does")
-        subparser.add_argument("--workers", type=int, default=1,
-                               help="count this many shard files in parallel processes (same file as 1 worker)")
+        subparser.add_argument(
+            "--min-count", type=int, default=1, help="drop tokens seen fewer times"
+        )
+        subparser.add_argument(
+            "--max-size",
+            type=int,
+            default=None,
+            help="at most this many lines in the file, the three special tokens included",
+        )
+        subparser.add_argument(
+            "--skip-headings",
+            action="store_true",
+            help="skip `= Heading =` lines, as the elmo_corpus reader's skip_headings does",
+        )
+        subparser.add_argument(
+            "--workers",
+            type=int,
+            default=1,
+            help="count this many shard files in parallel processes (same file as 1 worker)",
+        )
         subparser.set_defaults(func=vocab_from_args)
         return subparser
 
@@ -64,7 +81,7 @@ def count_shard(path: str, skip_headings: bool, stats: CorpusStats) -> Counter:
     return counts
 
 
-def count_shard_in_worker(path: str, skip_headings: bool) -> Tuple[Counter, CorpusStats]:
+def count_shard_in_worker(path: str, skip_headings: bool) -> tuple[Counter, CorpusStats]:
     """`count_shard` in a pool process, with the shard's own stats."""
     stats = CorpusStats()
     return count_shard(path, skip_headings, stats), stats
@@ -75,7 +92,9 @@ def add_stats(total: CorpusStats, shard: CorpusStats) -> None:
         setattr(total, field.name, getattr(total, field.name) + getattr(shard, field.name))
 
 
-def shard_counts(paths: Sequence[str], skip_headings: bool, workers: int, stats: CorpusStats) -> Iterator[Counter]:
+def shard_counts(
+    paths: Sequence[str], skip_headings: bool, workers: int, stats: CorpusStats
+) -> Iterator[Counter]:
     """Each path's `count_shard`, in path order; with workers > 1 counted in that many processes,
     at most `workers` shards in flight (so at most that many shard counters held at once)."""
     if workers == 1:
@@ -85,7 +104,7 @@ def shard_counts(paths: Sequence[str], skip_headings: bool, workers: int, stats:
     # "spawn", not "fork": a forked child can hang on a lock held at fork time by another thread
     # of this process (seen: pyarrow's jemalloc background thread, imported with allennlp's plugins).
     with multiprocessing.get_context("spawn").Pool(workers) as pool:
-        pending: Deque = deque()
+        pending: deque = deque()
 
         def oldest() -> Counter:
             counts, shard_stats = pending.popleft().get()
@@ -100,7 +119,9 @@ def shard_counts(paths: Sequence[str], skip_headings: bool, workers: int, stats:
             yield oldest()
 
 
-def count_tokens(patterns: Sequence[str], skip_headings: bool = False, workers: int = 1) -> Tuple[Counter, int]:
+def count_tokens(
+    patterns: Sequence[str], skip_headings: bool = False, workers: int = 1
+) -> tuple[Counter, int]:
     """Whitespace-token counts over every file the patterns match (a file matched twice is read
     once) in order of first appearance, and the number of tokens counted. Lines are read as the
     `elmo_corpus` reader reads them (blank / heading lines skipped and counted, invalid UTF-8
@@ -109,7 +130,9 @@ def count_tokens(patterns: Sequence[str], skip_headings: bool = False, workers: 
     first appearance across the corpus and the result is the same for any `workers`."""
     if workers < 1:
         raise ConfigurationError(f"elmo-vocab: --workers must be at least 1, not {workers}")
-    paths = list(dict.fromkeys(path for pattern in patterns for path in resolve_corpus_paths(pattern)))
+    paths = list(
+        dict.fromkeys(path for pattern in patterns for path in resolve_corpus_paths(pattern))
+    )
     counts: Counter = Counter()
     stats = CorpusStats()
     for shard in shard_counts(paths, skip_headings, min(workers, len(paths)), stats):
@@ -119,18 +142,26 @@ def count_tokens(patterns: Sequence[str], skip_headings: bool = False, workers: 
     for special in SPECIALS:
         counts.pop(special, None)
     if not counts:
-        raise ConfigurationError(f"elmo-vocab: no tokens at all in {', '.join(map(repr, patterns))}")
+        raise ConfigurationError(
+            f"elmo-vocab: no tokens at all in {', '.join(map(repr, patterns))}"
+        )
     return counts, counted
 
 
-def vocab_tokens(counts: Counter, min_count: int = 1, max_size: Optional[int] = None) -> List[str]:
+def vocab_tokens(counts: Counter, min_count: int = 1, max_size: Optional[int] = None) -> list[str]:
     """Specials, then tokens with count >= min_count by descending count (stable: ties keep
     first-appearance order), cut to `max_size` lines in all."""
     if min_count < 1:
         raise ConfigurationError("elmo-vocab: --min-count must be at least 1")
     if max_size is not None and max_size < len(SPECIALS):
-        raise ConfigurationError(f"elmo-vocab: --max-size must be at least {len(SPECIALS)} (the special tokens)")
-    ranked = [token for token, count in sorted(counts.items(), key=lambda item: -item[1]) if count >= min_count]
+        raise ConfigurationError(
+            f"elmo-vocab: --max-size must be at least {len(SPECIALS)} (the special tokens)"
+        )
+    ranked = [
+        token
+        for token, count in sorted(counts.items(), key=lambda item: -item[1])
+        if count >= min_count
+    ]
     tokens = [*SPECIALS, *ranked]
     return tokens if max_size is None else tokens[:max_size]
 
@@ -142,7 +173,7 @@ def write_elmo_vocab(
     max_size: Optional[int] = None,
     skip_headings: bool = False,
     workers: int = 1,
-) -> Tuple[List[str], int]:
+) -> tuple[list[str], int]:
     """Counts the corpora (`count_tokens`), writes `out_file` (one token per line, atomically)
     and returns its tokens and the number of tokens counted. The output path is checked before
     the corpora are read."""

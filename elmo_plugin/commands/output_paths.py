@@ -1,5 +1,6 @@
 """Output paths checked before any work: a missing or unwritable folder is an error naming the
 path. Commands create no folder the user did not name."""
+
 import os
 import tempfile
 
@@ -13,7 +14,9 @@ def _require_writable_folder(folder: str, output: str) -> None:
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".elmo_plugin_probe_"):
             pass
     except OSError as error:
-        raise ConfigurationError(f"cannot write {output}: folder {folder} is not writable ({error.strerror})") from None
+        raise ConfigurationError(
+            f"cannot write {output}: folder {folder} is not writable ({error.strerror})"
+        ) from None
 
 
 def check_output_file(path: str) -> None:

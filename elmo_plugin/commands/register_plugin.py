@@ -1,4 +1,5 @@
 """Adds `elmo_plugin` to allennlp's global plugins file so every `allennlp` command finds it."""
+
 from pathlib import Path
 
 from allennlp.common.plugins import GLOBAL_PLUGINS_FILENAME

@@ -1,7 +1,9 @@
 """DatasetReader `conllu_tagging`: CoNLL-U sentences -> tokens + UPOS tags, for downstream taggers."""
+
 import logging
 import os
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Union
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Optional, Union
 
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.file_utils import cached_path
@@ -30,11 +32,13 @@ class ConlluTaggingReader(DatasetReader):
     (`{"words": [...]}`, so allennlp-models' `crf_tagger` returns the words with its tags).
     """
 
-    def __init__(self, token_indexers: Optional[Dict[str, TokenIndexer]] = None, **kwargs) -> None:
-        super().__init__(manual_distributed_sharding=True, manual_multiprocess_sharding=True, **kwargs)
+    def __init__(self, token_indexers: Optional[dict[str, TokenIndexer]] = None, **kwargs) -> None:
+        super().__init__(
+            manual_distributed_sharding=True, manual_multiprocess_sharding=True, **kwargs
+        )
         self._token_indexers = token_indexers or {"tokens": SingleIdTokenIndexer()}
 
-    def sentences(self, file_path: str) -> Iterator[List[Dict]]:
+    def sentences(self, file_path: str) -> Iterator[list[dict]]:
         """The syntactic-word rows of each sentence (conllu `Token` dicts), in file order."""
         if not is_url(file_path) and not os.path.isfile(file_path):
             raise ConfigurationError(f"conllu_tagging: CoNLL-U file not found: {file_path}")
@@ -47,15 +51,17 @@ class ConlluTaggingReader(DatasetReader):
     def _read(self, file_path: str) -> Iterable[Instance]:
         logger.info("conllu_tagging: reading %s", file_path)
         for words in self.shard_iterable(self.sentences(file_path)):
-            yield self.text_to_instance([row["form"] for row in words], [row["upos"] for row in words])
+            yield self.text_to_instance(
+                [row["form"] for row in words], [row["upos"] for row in words]
+            )
 
     def text_to_instance(  # type: ignore[override]
-        self, tokens: Sequence[Union[str, Token]], tags: Optional[List[str]] = None
+        self, tokens: Sequence[Union[str, Token]], tags: Optional[list[str]] = None
     ) -> Instance:
         """tokens (strings or Tokens), optional UPOS tags of the same length -> Instance."""
         token_list = [token if isinstance(token, Token) else Token(token) for token in tokens]
         text_field = TextField(token_list)
-        fields: Dict[str, Field] = {
+        fields: dict[str, Field] = {
             "tokens": text_field,
             "metadata": MetadataField({"words": [token.ensure_text() for token in token_list]}),
         }

@@ -1,5 +1,4 @@
 """TokenIndexer `elmo_char_ids`: ELMo character ids, computed in bulk and cached per token."""
-from typing import Dict, List
 
 import numpy as np
 import torch
@@ -17,17 +16,19 @@ PADDING_CHAR = ELMoCharacterMapper.padding_character + 1
 FIRST_TABLE_ROWS = 4096
 
 
-def special_rows() -> Dict[str, np.ndarray]:
+def special_rows() -> dict[str, np.ndarray]:
     """`<S>` and `</S>`'s ids, which have no bytes: allennlp's mapper's own rows."""
     mapper = ELMoCharacterMapper()
-    return {token: np.array(mapper.convert_word_to_char_ids(token), dtype=np.int16)
-            for token in (ELMoCharacterMapper.bos_token, ELMoCharacterMapper.eos_token)}
+    return {
+        token: np.array(mapper.convert_word_to_char_ids(token), dtype=np.int16)
+        for token in (ELMoCharacterMapper.bos_token, ELMoCharacterMapper.eos_token)
+    }
 
 
 SPECIAL_ROWS = special_rows()
 
 
-def words_to_char_ids(words: List[str]) -> np.ndarray:
+def words_to_char_ids(words: list[str]) -> np.ndarray:
     """(len(words), 50) int16: allennlp's `ELMoCharacterMapper.convert_word_to_char_ids` of each
     word, in bulk (begin-of-word, the first 48 UTF-8 bytes + 1, end-of-word, padding chars)."""
     ids = np.full((len(words), MAX_CHARS), PADDING_CHAR, dtype=np.int16)
@@ -63,13 +64,13 @@ class ElmoCharIdsIndexer(TokenIndexer):
         self._clear_cache()
 
     def _clear_cache(self) -> None:
-        self._rows: Dict[str, int] = {}  # token string -> row of self._table
+        self._rows: dict[str, int] = {}  # token string -> row of self._table
         self._table = np.zeros((0, MAX_CHARS), dtype=np.int16)
 
-    def count_vocab_items(self, token: Token, counter: Dict[str, Dict[str, int]]) -> None:
+    def count_vocab_items(self, token: Token, counter: dict[str, dict[str, int]]) -> None:
         pass
 
-    def _remember(self, words: List[str]) -> None:
+    def _remember(self, words: list[str]) -> None:
         """Adds as many of `words` (new, distinct) to the table as `cache_size` allows; the table
         grows by doubling."""
         words = words[: max(self._cache_size - len(self._rows), 0)]
@@ -77,18 +78,20 @@ class ElmoCharIdsIndexer(TokenIndexer):
             return
         used = len(self._rows)
         if used + len(words) > len(self._table):
-            capacity = min(max(2 * len(self._table), used + len(words), FIRST_TABLE_ROWS), self._cache_size)
+            capacity = min(
+                max(2 * len(self._table), used + len(words), FIRST_TABLE_ROWS), self._cache_size
+            )
             grown = np.zeros((capacity, MAX_CHARS), dtype=np.int16)
             grown[:used] = self._table[:used]
             self._table = grown
         self._table[used : used + len(words)] = words_to_char_ids(words)
         self._rows.update(zip(words, range(used, used + len(words))))
 
-    def char_ids(self, text: str) -> List[int]:
+    def char_ids(self, text: str) -> list[int]:
         """The 50 character ids of one token string."""
         return self.char_ids_of([text])[0].tolist()
 
-    def char_ids_of(self, texts: List[str]) -> np.ndarray:
+    def char_ids_of(self, texts: list[str]) -> np.ndarray:
         """(len(texts), 50) int16 character ids of these token strings."""
         rows = self._rows
         self._remember([text for text in dict.fromkeys(texts) if text not in rows])
@@ -101,15 +104,15 @@ class ElmoCharIdsIndexer(TokenIndexer):
         ids[cached] = self._table[[found[position] for position in cached]]
         return ids
 
-    def tokens_to_indices(self, tokens: List[Token], vocabulary: Vocabulary) -> IndexedTokenList:
+    def tokens_to_indices(self, tokens: list[Token], vocabulary: Vocabulary) -> IndexedTokenList:
         return {"elmo_tokens": self.char_ids_of([token.ensure_text() for token in tokens])}  # type: ignore[dict-item]
 
     def get_empty_token_list(self) -> IndexedTokenList:
         return {"elmo_tokens": []}
 
     def as_padded_tensor_dict(
-        self, tokens: IndexedTokenList, padding_lengths: Dict[str, int]
-    ) -> Dict[str, torch.Tensor]:
+        self, tokens: IndexedTokenList, padding_lengths: dict[str, int]
+    ) -> dict[str, torch.Tensor]:
         """{"elmo_tokens": LongTensor (padding length, 50)}, cut or padded with all-zero rows."""
         ids = np.asarray(tokens["elmo_tokens"], dtype=np.int16).reshape(-1, MAX_CHARS)
         length = padding_lengths["elmo_tokens"]

@@ -2,13 +2,15 @@
 of (seed, epoch), so a resumed run (`allennlp train -r`, with the `elmo_corpus_resume` trainer
 callback) continues with exactly the batches the killed run had not trained on, without
 reading what came before."""
+
 import logging
 import math
 import os
 import queue as queue_errors
 import random
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Union
+from typing import Any, Optional, Union
 
 import torch
 import torch.multiprocessing as mp
@@ -19,7 +21,11 @@ from allennlp.data.data_loaders.data_collator import DataCollator, DefaultDataCo
 from allennlp.data.data_loaders.data_loader import DataLoader, TensorDict
 from allennlp.nn import util as nn_util
 
-from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader, is_compressed, resolve_corpus_paths
+from elmo_plugin.data.elmo_corpus_reader import (
+    ElmoCorpusReader,
+    is_compressed,
+    resolve_corpus_paths,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +42,7 @@ class CorpusChunk:
     end: Optional[int]
 
 
-def corpus_chunks(pattern: str, chunk_bytes: int) -> List[CorpusChunk]:
+def corpus_chunks(pattern: str, chunk_bytes: int) -> list[CorpusChunk]:
     """The corpus cut into chunks of about `chunk_bytes` (at least half of it, at most 1.5x) per
     plain shard, from file sizes only; a compressed shard is one chunk (it cannot be seeked)."""
     chunks = []
@@ -46,7 +52,9 @@ def corpus_chunks(pattern: str, chunk_bytes: int) -> List[CorpusChunk]:
             continue
         size = os.path.getsize(path)
         count = max(1, round(size / chunk_bytes))
-        chunks.extend(CorpusChunk(path, size * i // count, size * (i + 1) // count) for i in range(count))
+        chunks.extend(
+            CorpusChunk(path, size * i // count, size * (i + 1) // count) for i in range(count)
+        )
     return chunks
 
 
@@ -61,7 +69,7 @@ class LoaderPosition:
     batches: int = 0
     chunk_ordinal: int = 0
     chunk_batch: int = 0
-    epoch_batches: List[int] = field(default_factory=list)
+    epoch_batches: list[int] = field(default_factory=list)
 
 
 @DataLoader.register("elmo_corpus")
@@ -95,10 +103,18 @@ class ElmoCorpusLoader(DataLoader):
         collate_fn: DataCollator = DefaultDataCollator(),
     ) -> None:
         if not isinstance(reader, ElmoCorpusReader):
-            raise ConfigurationError("data_loader elmo_corpus: needs the elmo_corpus dataset reader")
-        for key, value, least in (("batch_size", batch_size, 1), ("chunk_bytes", chunk_bytes, 1), ("num_workers", num_workers, 0)):
+            raise ConfigurationError(
+                "data_loader elmo_corpus: needs the elmo_corpus dataset reader"
+            )
+        for key, value, least in (
+            ("batch_size", batch_size, 1),
+            ("chunk_bytes", chunk_bytes, 1),
+            ("num_workers", num_workers, 0),
+        ):
             if value < least:
-                raise ConfigurationError(f"data_loader elmo_corpus: {key} must be at least {least}, got {value}")
+                raise ConfigurationError(
+                    f"data_loader elmo_corpus: {key} must be at least {least}, got {value}"
+                )
         self.reader = reader
         self.data_path = data_path
         self.batch_size = batch_size
@@ -107,12 +123,16 @@ class ElmoCorpusLoader(DataLoader):
         self.collate_fn = collate_fn
         self.chunks = corpus_chunks(data_path, chunk_bytes)
         self.world_size, self.rank = (
-            (torch.distributed.get_world_size(), torch.distributed.get_rank()) if is_distributed() else (1, 0)
+            (torch.distributed.get_world_size(), torch.distributed.get_rank())
+            if is_distributed()
+            else (1, 0)
         )
         self.position = LoaderPosition(seed=random.randrange(2**32) if seed is None else seed)
         self._resume_start: Optional[LoaderPosition] = None  # set by resume_from
         self._vocab: Optional[Vocabulary] = None
-        self._device: Optional[torch.device] = None if cuda_device is None else torch.device(cuda_device)
+        self._device: Optional[torch.device] = (
+            None if cuda_device is None else torch.device(cuda_device)
+        )
 
     # --- allennlp's DataLoader interface ---
 
@@ -145,7 +165,9 @@ class ElmoCorpusLoader(DataLoader):
                 return
             position.chunk_ordinal, position.chunk_batch = start.chunk_ordinal, start.chunk_batch
             self._resume_start = None
-        for ordinal, batch in self._batches(position.epoch, position.chunk_ordinal, position.chunk_batch):
+        for ordinal, batch in self._batches(
+            position.epoch, position.chunk_ordinal, position.chunk_batch
+        ):
             if ordinal != position.chunk_ordinal:
                 position.chunk_ordinal, position.chunk_batch = ordinal, 0
             position.chunk_batch += 1
@@ -155,7 +177,7 @@ class ElmoCorpusLoader(DataLoader):
 
     # --- positions, for exact resume ---
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         """The position after the last batch yielded and the layout it is a position in (plain
         Python values, for a checkpoint)."""
         return {**asdict(self.position), "layout": self.layout()}
@@ -164,7 +186,7 @@ class ElmoCorpusLoader(DataLoader):
         """What a position means: the same chunks, batch size and number of processes."""
         return f"{len(self.chunks)} chunks of {self.data_path}, batch_size {self.batch_size}, {self.world_size} processes"
 
-    def resume_from(self, state: Dict[str, Any]) -> None:
+    def resume_from(self, state: dict[str, Any]) -> None:
         """Continue at a `state_dict()` position, from epoch 0 on (as allennlp's trainer replays
         the finished epochs): each finished epoch yields as many placeholders as it had batches,
         the epoch of the position as many as were yielded in it, then its remaining batches."""
@@ -187,11 +209,16 @@ class ElmoCorpusLoader(DataLoader):
     def _end_epoch(self) -> None:
         position = self.position
         position.epoch_batches.append(position.batches)
-        position.epoch, position.batches, position.chunk_ordinal, position.chunk_batch = position.epoch + 1, 0, 0, 0
+        position.epoch, position.batches, position.chunk_ordinal, position.chunk_batch = (
+            position.epoch + 1,
+            0,
+            0,
+            0,
+        )
 
     # --- the epoch's order ---
 
-    def chunk_order(self, epoch: int) -> List[int]:
+    def chunk_order(self, epoch: int) -> list[int]:
         """Indices into `self.chunks` in the order epoch `epoch` reads them."""
         order = list(range(len(self.chunks)))
         if self.shuffle:
@@ -199,7 +226,7 @@ class ElmoCorpusLoader(DataLoader):
             random.Random(f"{self.position.seed}/{epoch}").shuffle(order)
         return order
 
-    def chunk_batches(self, epoch: int, chunk_index: int) -> List[List[Instance]]:
+    def chunk_batches(self, epoch: int, chunk_index: int) -> list[list[Instance]]:
         """This process's batches of one chunk in epoch `epoch` (instances not yet indexed)."""
         chunk = self.chunks[chunk_index]
         instances = list(self.reader.range_instances(chunk.path, chunk.start, chunk.end))
@@ -212,7 +239,9 @@ class ElmoCorpusLoader(DataLoader):
         while len(instances) < total:  # fewer instances than processes x batches: repeat some
             instances += instances[: total - len(instances)]
         bounds = [len(instances) * t // total for t in range(total + 1)]
-        return [instances[bounds[t] : bounds[t + 1]] for t in range(self.rank, total, self.world_size)]
+        return [
+            instances[bounds[t] : bounds[t + 1]] for t in range(self.rank, total, self.world_size)
+        ]
 
     def _chunk_tensors(self, epoch: int, chunk_index: int, skip: int) -> Iterator[TensorDict]:
         """The collated batches of one chunk from its batch `skip` on."""
@@ -230,14 +259,18 @@ class ElmoCorpusLoader(DataLoader):
         order = self.chunk_order(epoch)
         if self.num_workers == 0:
             for ordinal in range(first_ordinal, len(order)):
-                for batch in self._chunk_tensors(epoch, order[ordinal], skip if ordinal == first_ordinal else 0):
+                for batch in self._chunk_tensors(
+                    epoch, order[ordinal], skip if ordinal == first_ordinal else 0
+                ):
                     yield ordinal, batch
             return
         yield from self._worker_batches(epoch, order, first_ordinal, skip)
 
     # --- loader worker processes ---
 
-    def _worker_batches(self, epoch: int, order: List[int], first_ordinal: int, skip: int) -> Iterator[tuple]:
+    def _worker_batches(
+        self, epoch: int, order: list[int], first_ordinal: int, skip: int
+    ) -> Iterator[tuple]:
         """`_batches` built by `num_workers` processes: worker w builds the chunk ordinals
         first_ordinal + w, + w + N, ...; their batches are taken in ordinal order."""
         context = mp.get_context("fork")
@@ -245,7 +278,9 @@ class ElmoCorpusLoader(DataLoader):
         consumed = context.Event()
         workers = [
             context.Process(
-                target=self._worker, args=(w, epoch, order, first_ordinal, skip, queues[w], consumed, os.getpid()), daemon=True
+                target=self._worker,
+                args=(w, epoch, order, first_ordinal, skip, queues[w], consumed, os.getpid()),
+                daemon=True,
             )
             for w in range(self.num_workers)
         ]
@@ -264,10 +299,22 @@ class ElmoCorpusLoader(DataLoader):
                     worker.terminate()
                     worker.join()
 
-    def _worker(self, w: int, epoch: int, order: List[int], first_ordinal: int, skip: int, queue, consumed, parent: int) -> None:
+    def _worker(
+        self,
+        w: int,
+        epoch: int,
+        order: list[int],
+        first_ordinal: int,
+        skip: int,
+        queue,
+        consumed,
+        parent: int,
+    ) -> None:
         try:
             for ordinal in range(first_ordinal + w, len(order), self.num_workers):
-                for batch in self._chunk_tensors(epoch, order[ordinal], skip if ordinal == first_ordinal else 0):
+                for batch in self._chunk_tensors(
+                    epoch, order[ordinal], skip if ordinal == first_ordinal else 0
+                ):
                     _put(queue, batch, parent)
                 _put(queue, END_OF_CHUNK, parent)
         except Exception as error:  # the main process raises it
@@ -304,7 +351,9 @@ def _get(queue, worker) -> Any:
             try:
                 item = queue.get(timeout=1.0)
             except queue_errors.Empty:
-                raise WorkerFailure(f"data_loader elmo_corpus: a worker exited with code {worker.exitcode}") from None
+                raise WorkerFailure(
+                    f"data_loader elmo_corpus: a worker exited with code {worker.exitcode}"
+                ) from None
         if isinstance(item, WorkerFailure):
             raise item
         return item

@@ -1,11 +1,13 @@
 """DatasetReader `elmo_corpus`: raw text, one sentence or paragraph per line, for biLM pretraining."""
+
 import glob
 import itertools
 import logging
 import lzma
 import re
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, TypeVar
+from typing import Optional, TypeVar
 
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.file_utils import open_compressed
@@ -28,7 +30,7 @@ SNIFF_LINES = 20  # a file most of whose first lines are not text is refused bef
 Item = TypeVar("Item")
 
 
-def resolve_corpus_paths(pattern: str) -> List[str]:
+def resolve_corpus_paths(pattern: str) -> list[str]:
     """A file path or a glob -> sorted matching files; an error naming the pattern if none."""
     paths = sorted(path for path in glob.glob(pattern, recursive=True) if not path.endswith("/"))
     if not paths:
@@ -140,12 +142,14 @@ class ElmoCorpusReader(DatasetReader):
     def __init__(
         self,
         tokenizer: Optional[Tokenizer] = None,
-        token_indexers: Optional[Dict[str, TokenIndexer]] = None,
+        token_indexers: Optional[dict[str, TokenIndexer]] = None,
         max_sequence_length: Optional[int] = None,
         skip_headings: bool = False,
         **kwargs,
     ) -> None:
-        super().__init__(manual_distributed_sharding=True, manual_multiprocess_sharding=True, **kwargs)
+        super().__init__(
+            manual_distributed_sharding=True, manual_multiprocess_sharding=True, **kwargs
+        )
         if max_sequence_length is not None and max_sequence_length < 1:
             raise ConfigurationError("elmo_corpus: max_sequence_length must be at least 1")
         self._tokenizer = tokenizer or WhitespaceTokenizer()
@@ -156,7 +160,7 @@ class ElmoCorpusReader(DatasetReader):
         self._max_sequence_length = max_sequence_length
         self._skip_headings = skip_headings
 
-    def corpus_lines(self, pattern: str, stats: CorpusStats) -> Iterator[Tuple[str, int, str]]:
+    def corpus_lines(self, pattern: str, stats: CorpusStats) -> Iterator[tuple[str, int, str]]:
         """(path, 1-based line number, text) for every line worth reading, in every shard."""
         for path in resolve_corpus_paths(pattern):
             stats.files += 1
@@ -168,7 +172,9 @@ class ElmoCorpusReader(DatasetReader):
             if line_number == 0:
                 stats.empty_files += 1
 
-    def line_text(self, raw: bytes, path: str, line_number: int, stats: CorpusStats) -> Optional[str]:
+    def line_text(
+        self, raw: bytes, path: str, line_number: int, stats: CorpusStats
+    ) -> Optional[str]:
         """The stripped text of one raw line; None for a blank line or a skipped heading."""
         text = decode_line(raw, path, line_number, stats).strip()
         if not text:
@@ -191,7 +197,9 @@ class ElmoCorpusReader(DatasetReader):
             for window in self.windows(self._tokenizer.tokenize(text)):
                 yield self.text_to_instance(tokens=list(window))
 
-    def range_instances(self, path: str, start: int = 0, end: Optional[int] = None) -> Iterator[Instance]:
+    def range_instances(
+        self, path: str, start: int = 0, end: Optional[int] = None
+    ) -> Iterator[Instance]:
         """The instances of the lines of one shard that start at a byte offset in [start, end):
         a plain file is seeked to `start`, so nothing before it is read; `end=None` reads the
         whole shard (the only way for a compressed one). Not sharded across workers: the
@@ -217,10 +225,12 @@ class ElmoCorpusReader(DatasetReader):
             yield from self.text_instances(text)
         logger.info(stats.summary(file_path))
         if stats.lines == 0:
-            raise ConfigurationError(f"elmo_corpus: no tokens at all in {file_path!r} ({stats.summary(file_path)})")
+            raise ConfigurationError(
+                f"elmo_corpus: no tokens at all in {file_path!r} ({stats.summary(file_path)})"
+            )
 
     def text_to_instance(  # type: ignore[override]
-        self, sentence: Optional[str] = None, tokens: Optional[List[Token]] = None
+        self, sentence: Optional[str] = None, tokens: Optional[list[Token]] = None
     ) -> Instance:
         """One sentence (tokenized here) or its tokens -> Instance with `<S>` ... `</S>`."""
         if tokens is None:

@@ -1,6 +1,8 @@
 """TokenIndexer `elmo_manylangs_ids`: the word and character ids of an ELMoForManyLangs model
 (HIT-SCIR), read from its dictionaries as they are recorded in the vocabulary."""
-from typing import Callable, Dict, List, Optional, Tuple
+
+from collections.abc import Callable
+from typing import Optional
 
 import torch
 from allennlp.common.checks import ConfigurationError
@@ -22,16 +24,20 @@ def words_namespace(namespace: str) -> str:
     return f"{namespace}_words"
 
 
-def recorded_dictionary(vocab: Vocabulary, namespace: str) -> Optional[Dict[str, int]]:
+def recorded_dictionary(vocab: Vocabulary, namespace: str) -> Optional[dict[str, int]]:
     """The dictionary recorded in a namespace (token -> its id in the model), or None. allennlp's
     padding and OOV tokens lead a padded namespace; the ids count from the first token after them."""
     token_to_index = vocab.get_token_to_index_vocabulary(namespace)
     offset = 2 if token_to_index.get(DEFAULT_PADDING_TOKEN) == 0 else 0
-    dictionary = {token: index - offset for token, index in token_to_index.items() if index >= offset}
+    dictionary = {
+        token: index - offset for token, index in token_to_index.items() if index >= offset
+    }
     return dictionary or None
 
 
-def record_dictionary(vocab: Vocabulary, namespace: str, dictionary: Dict[str, int], source: str) -> None:
+def record_dictionary(
+    vocab: Vocabulary, namespace: str, dictionary: dict[str, int], source: str
+) -> None:
     """Adds the dictionary (ids 0..n-1) to an empty namespace, in id order; checks it against
     one already recorded."""
     recorded = recorded_dictionary(vocab, namespace)
@@ -45,7 +51,7 @@ def record_dictionary(vocab: Vocabulary, namespace: str, dictionary: Dict[str, i
 
 def vocabulary_dictionaries(
     vocab: Vocabulary, namespace: str, with_words: bool
-) -> Tuple[Dict[str, int], Optional[Dict[str, int]]]:
+) -> tuple[dict[str, int], Optional[dict[str, int]]]:
     """(chars, words or None) recorded in the vocabulary; a clear error when missing."""
     chars = recorded_dictionary(vocab, chars_namespace(namespace))
     words = recorded_dictionary(vocab, words_namespace(namespace)) if with_words else None
@@ -59,19 +65,27 @@ def vocabulary_dictionaries(
 
 
 def sentence_ids(
-    chars: Dict[str, int], words: Optional[Dict[str, int]], max_chars: int
-) -> Callable[[List[str]], List[List[int]]]:
+    chars: dict[str, int], words: Optional[dict[str, int]], max_chars: int
+) -> Callable[[list[str]], list[list[int]]]:
     """tokens -> the ids of `<bos> tokens <eos>` as `elmo_bilm_embedder` gives them to the biLM."""
     boundaries = boundary_ids(chars, words, max_chars)
-    return lambda tokens: [boundaries[BOS], *(token_ids(t, chars, words, max_chars) for t in tokens), boundaries[EOS]]
+    return lambda tokens: [
+        boundaries[BOS],
+        *(token_ids(t, chars, words, max_chars) for t in tokens),
+        boundaries[EOS],
+    ]
 
 
-def boundary_ids(chars: Dict[str, int], words: Optional[Dict[str, int]], max_chars: int) -> Dict[str, List[int]]:
+def boundary_ids(
+    chars: dict[str, int], words: Optional[dict[str, int]], max_chars: int
+) -> dict[str, list[int]]:
     """The indexed `<bos>` and `<eos>` tokens (see `ElmoManyLangsIndexer`)."""
     return {name: token_ids(name, chars, words, max_chars) for name in (BOS, EOS)}
 
 
-def token_ids(text: str, chars: Dict[str, int], words: Optional[Dict[str, int]], max_chars: int) -> List[int]:
+def token_ids(
+    text: str, chars: dict[str, int], words: Optional[dict[str, int]], max_chars: int
+) -> list[int]:
     """One token as ELMoForManyLangs' `Embedder` batches it, every id + 1 (0 = padding token):
     [word id, char ids (max_chars)]. Its quirks, kept: the token is cut to max_chars - 2
     characters before the word lookup; the characters are framed by the id of `<eow>` first and
@@ -110,7 +124,7 @@ class ElmoManyLangsIndexer(TokenIndexer):
         self,
         namespace: str = DEFAULT_NAMESPACE,
         max_characters_per_token: int = 50,
-        sentence_boundary_tokens: Optional[Tuple[str, str]] = None,
+        sentence_boundary_tokens: Optional[tuple[str, str]] = None,
         cache_size: int = 1_000_000,
         token_min_padding_length: int = 0,
     ) -> None:
@@ -119,13 +133,13 @@ class ElmoManyLangsIndexer(TokenIndexer):
         self.namespace = namespace
         self.max_characters_per_token = max_characters_per_token
         self._boundaries = dict(zip(sentence_boundary_tokens or (), (BOS, EOS)))
-        self._cache: Dict[str, List[int]] = {}
+        self._cache: dict[str, list[int]] = {}
         self._vocab_id: Optional[int] = None  # the vocabulary the cache was built with
 
-    def count_vocab_items(self, token: Token, counter: Dict[str, Dict[str, int]]) -> None:
+    def count_vocab_items(self, token: Token, counter: dict[str, dict[str, int]]) -> None:
         pass
 
-    def tokens_to_indices(self, tokens: List[Token], vocabulary: Vocabulary) -> IndexedTokenList:
+    def tokens_to_indices(self, tokens: list[Token], vocabulary: Vocabulary) -> IndexedTokenList:
         if self._vocab_id != id(vocabulary):
             self._cache, self._vocab_id = {}, id(vocabulary)
             self._chars, _ = vocabulary_dictionaries(vocabulary, self.namespace, with_words=False)
@@ -144,9 +158,13 @@ class ElmoManyLangsIndexer(TokenIndexer):
     def get_empty_token_list(self) -> IndexedTokenList:
         return {"elmo_tokens": []}
 
-    def as_padded_tensor_dict(self, tokens: IndexedTokenList, padding_lengths: Dict[str, int]) -> Dict[str, torch.Tensor]:
+    def as_padded_tensor_dict(
+        self, tokens: IndexedTokenList, padding_lengths: dict[str, int]
+    ) -> dict[str, torch.Tensor]:
         width = 1 + self.max_characters_per_token
-        padded = pad_sequence_to_length(tokens["elmo_tokens"], padding_lengths["elmo_tokens"], lambda: [0] * width)
+        padded = pad_sequence_to_length(
+            tokens["elmo_tokens"], padding_lengths["elmo_tokens"], lambda: [0] * width
+        )
         return {"elmo_tokens": torch.tensor(padded, dtype=torch.long)}
 
     def __getstate__(self):

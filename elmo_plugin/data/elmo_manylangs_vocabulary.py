@@ -1,13 +1,18 @@
 """Vocabulary `elmo_manylangs`: allennlp's `from_instances` plus an ELMoForManyLangs model's
 dictionaries, for continued pretraining of that model."""
-from typing import Any, Dict, Iterable, Optional, Union
+
+from collections.abc import Iterable
+from typing import Any, Optional, Union
 
 from allennlp.data import Instance
 from allennlp.data.vocabulary import Vocabulary
 
 from elmo_plugin.data.elmo_manylangs_files import model_config, read_dictionaries
 from elmo_plugin.data.elmo_manylangs_indexer import (
-    DEFAULT_NAMESPACE, chars_namespace, record_dictionary, words_namespace,
+    DEFAULT_NAMESPACE,
+    chars_namespace,
+    record_dictionary,
+    words_namespace,
 )
 
 
@@ -23,12 +28,14 @@ class ElmoManyLangsVocabulary(Vocabulary):
         cls,
         model_folder: str,
         instances: Optional[Iterable[Instance]] = None,
-        min_count: Optional[Dict[str, int]] = None,
-        max_vocab_size: Union[int, Dict[str, int], None] = None,
+        min_count: Optional[dict[str, int]] = None,
+        max_vocab_size: Union[int, dict[str, int], None] = None,
         namespace: str = DEFAULT_NAMESPACE,
         **kwargs: Any,
     ) -> "Vocabulary":
-        vocab = Vocabulary.from_instances(instances or [], min_count=min_count, max_vocab_size=max_vocab_size, **kwargs)
+        vocab = Vocabulary.from_instances(
+            instances or [], min_count=min_count, max_vocab_size=max_vocab_size, **kwargs
+        )
         chars, words = read_dictionaries(model_folder, model_config(model_folder))
         record_dictionary(vocab, chars_namespace(namespace), chars, model_folder)
         if words is not None:

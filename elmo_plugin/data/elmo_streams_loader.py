@@ -2,10 +2,12 @@
 line wrapped in `<S>` ... `</S>`) are concatenated in line order and cut into continuous streams,
 one per batch row, read in fixed windows with no padding but at each stream's end; every batch
 also holds the backward direction's own stream (the same text reversed)."""
+
 import bisect
 import itertools
 import math
-from typing import Iterator, List, Optional, Tuple
+from collections.abc import Iterator
+from typing import Optional
 
 import torch
 from allennlp.common.checks import ConfigurationError
@@ -22,7 +24,7 @@ from elmo_plugin.data.elmo_text_field import ElmoTextField
 PIECE_BYTES = 1 << 16
 
 
-def stream_bounds(total: int, streams: int) -> List[int]:
+def stream_bounds(total: int, streams: int) -> list[int]:
     """Token offsets cutting `total` tokens into `streams` contiguous streams whose lengths
     differ by at most one: stream s is [bounds[s], bounds[s + 1])."""
     return [total * s // streams for s in range(streams + 1)]
@@ -33,7 +35,7 @@ def window_count(length: int, window_size: int) -> int:
     return math.ceil(max(length - 1, 0) / window_size)
 
 
-def stream_windows(texts: Iterator[str], window_size: int) -> Iterator[List[str]]:
+def stream_windows(texts: Iterator[str], window_size: int) -> Iterator[list[str]]:
     """The windows of the stream `texts`, endlessly: window k is tokens [kT, kT + T] (T + 1
     tokens, fewer at the end): the first T are read, the last T predicted, so a window's last
     token is the next one's first. Once the stream has ended, its last token alone (read,
@@ -44,14 +46,19 @@ def stream_windows(texts: Iterator[str], window_size: int) -> Iterator[List[str]
         window = window[-1:] + list(itertools.islice(texts, window_size))
 
 
-def split_chunk(chunk: CorpusChunk, piece_bytes: int) -> List[CorpusChunk]:
+def split_chunk(chunk: CorpusChunk, piece_bytes: int) -> list[CorpusChunk]:
     """A chunk as consecutive pieces of about `piece_bytes` (a compressed shard stays whole:
     it cannot be seeked)."""
     if chunk.end is None:
         return [chunk]
     count = max(1, round((chunk.end - chunk.start) / piece_bytes))
     span = chunk.end - chunk.start
-    return [CorpusChunk(chunk.path, chunk.start + span * i // count, chunk.start + span * (i + 1) // count) for i in range(count)]
+    return [
+        CorpusChunk(
+            chunk.path, chunk.start + span * i // count, chunk.start + span * (i + 1) // count
+        )
+        for i in range(count)
+    ]
 
 
 @DataLoader.register("elmo_streams")
@@ -92,35 +99,47 @@ class ElmoStreamsLoader(ElmoCorpusLoader):
         **kwargs,
     ) -> None:
         if not isinstance(reader, ElmoCorpusReader):
-            raise ConfigurationError("data_loader elmo_streams: needs the elmo_corpus dataset reader")
+            raise ConfigurationError(
+                "data_loader elmo_streams: needs the elmo_corpus dataset reader"
+            )
         if window_size < 1:
-            raise ConfigurationError(f"data_loader elmo_streams: window_size must be at least 1, got {window_size}")
-        super().__init__(reader, data_path, batch_size, shuffle=shuffle, chunk_bytes=chunk_bytes, **kwargs)
+            raise ConfigurationError(
+                f"data_loader elmo_streams: window_size must be at least 1, got {window_size}"
+            )
+        super().__init__(
+            reader, data_path, batch_size, shuffle=shuffle, chunk_bytes=chunk_bytes, **kwargs
+        )
         if self.num_workers:
-            raise ConfigurationError("data_loader elmo_streams: num_workers must be 0 (streams are read in order)")
+            raise ConfigurationError(
+                "data_loader elmo_streams: num_workers must be 0 (streams are read in order)"
+            )
         self.window_size = window_size
         self.pieces = [split_chunk(chunk, min(chunk_bytes, PIECE_BYTES)) for chunk in self.chunks]
-        self._piece_counts: Optional[List[List[int]]] = None
+        self._piece_counts: Optional[list[list[int]]] = None
 
     def layout(self) -> str:
         return f"{super().layout()}, window_size {self.window_size} (elmo_streams)"
 
-    def piece_texts(self, piece: CorpusChunk) -> List[str]:
+    def piece_texts(self, piece: CorpusChunk) -> list[str]:
         """Every token's text of one piece, in order (strings: no Token objects)."""
-        texts: List[str] = []
+        texts: list[str] = []
         for instance in self.reader.range_instances(piece.path, piece.start, piece.end):
             field = instance["source"]
-            texts.extend(field.texts if isinstance(field, ElmoTextField) else [t.text for t in field.tokens])
+            texts.extend(
+                field.texts if isinstance(field, ElmoTextField) else [t.text for t in field.tokens]
+            )
         return texts
 
-    def piece_counts(self) -> List[List[int]]:
+    def piece_counts(self) -> list[list[int]]:
         """Tokens per piece of each chunk (`self.pieces[c][i]` has `counts[c][i]`), counted by
         one read of the corpus on first use; an epoch's order only permutes the chunks."""
         if self._piece_counts is None:
-            self._piece_counts = [[len(self.piece_texts(piece)) for piece in pieces] for pieces in self.pieces]
+            self._piece_counts = [
+                [len(self.piece_texts(piece)) for piece in pieces] for pieces in self.pieces
+            ]
         return self._piece_counts
 
-    def epoch_pieces(self, epoch: int) -> Tuple[List[CorpusChunk], List[int]]:
+    def epoch_pieces(self, epoch: int) -> tuple[list[CorpusChunk], list[int]]:
         """(the pieces in the order epoch `epoch` reads them, the token offset where each starts
         in the epoch's text, plus the total at the end)."""
         counts = self.piece_counts()
@@ -129,17 +148,22 @@ class ElmoStreamsLoader(ElmoCorpusLoader):
         offsets = [0, *itertools.accumulate(n for c in order for n in counts[c])]
         return pieces, offsets
 
-    def stream_texts(self, pieces: List[CorpusChunk], offsets: List[int], start: int, stop: int, backward: bool) -> Iterator[str]:
+    def stream_texts(
+        self, pieces: list[CorpusChunk], offsets: list[int], start: int, stop: int, backward: bool
+    ) -> Iterator[str]:
         """The epoch's tokens [start, stop) in order, or from stop - 1 down to start with
         `backward`: one piece read at a time."""
         if start >= stop:
             return
-        first, last = bisect.bisect_right(offsets, start) - 1, bisect.bisect_right(offsets, stop - 1) - 1
+        first, last = (
+            bisect.bisect_right(offsets, start) - 1,
+            bisect.bisect_right(offsets, stop - 1) - 1,
+        )
         for i in range(last, first - 1, -1) if backward else range(first, last + 1):
             texts = self.piece_texts(pieces[i])[max(start - offsets[i], 0) : stop - offsets[i]]
             yield from reversed(texts) if backward else texts
 
-    def process_streams(self, total: int) -> Tuple[List[Tuple[int, int]], int]:
+    def process_streams(self, total: int) -> tuple[list[tuple[int, int]], int]:
         """(this process's `batch_size` streams as [start, stop) token offsets of an epoch of
         `total` tokens, the number of batches every process yields: the windows of the longest
         stream of all processes)."""
@@ -151,7 +175,9 @@ class ElmoStreamsLoader(ElmoCorpusLoader):
         bounds = stream_bounds(total, self.batch_size * self.world_size)
         longest = max(end - start for start, end in zip(bounds, bounds[1:]))
         first = self.rank * self.batch_size
-        return [(bounds[s], bounds[s + 1]) for s in range(first, first + self.batch_size)], window_count(longest, self.window_size)
+        return [
+            (bounds[s], bounds[s + 1]) for s in range(first, first + self.batch_size)
+        ], window_count(longest, self.window_size)
 
     def _batches(self, epoch: int, first_ordinal: int, skip: int) -> Iterator[tuple]:
         """(0, batch) for batches `skip`, `skip` + 1, ... of the epoch: the whole epoch is one
@@ -164,12 +190,20 @@ class ElmoStreamsLoader(ElmoCorpusLoader):
             done = min(skip * self.window_size, stop - start - 1)  # tokens before window `skip`
             forward = self.stream_texts(pieces, offsets, start + done, stop, backward=False)
             backward = self.stream_texts(pieces, offsets, start, stop - done, backward=True)
-            directions.append((stream_windows(forward, self.window_size), stream_windows(backward, self.window_size)))
+            directions.append(
+                (
+                    stream_windows(forward, self.window_size),
+                    stream_windows(backward, self.window_size),
+                )
+            )
         for k in range(skip, batches):
-            instances = [self._window_instance(next(forward), next(backward), k) for forward, backward in directions]
+            instances = [
+                self._window_instance(next(forward), next(backward), k)
+                for forward, backward in directions
+            ]
             yield 0, self.collate_fn([self._indexed(instance) for instance in instances])
 
-    def _window_instance(self, forward: List[str], backward: List[str], k: int) -> Instance:
+    def _window_instance(self, forward: list[str], backward: list[str], k: int) -> Instance:
         """Window k of a stream, forward and backward (read from the stream's reversed text)."""
         return Instance(
             {

@@ -1,5 +1,6 @@
 """`ElmoTextField`: a TextField that holds its tokens as strings, for fast pretraining data."""
-from typing import Dict, List, Optional
+
+from typing import Optional
 
 from allennlp.data import Token, Vocabulary
 from allennlp.data.fields import TextField
@@ -16,20 +17,23 @@ class ElmoTextField(TextField):
 
     __slots__ = ["texts"]
 
-    def __init__(self, texts: List[str], token_indexers: Optional[Dict[str, TokenIndexer]] = None) -> None:
+    def __init__(
+        self, texts: list[str], token_indexers: Optional[dict[str, TokenIndexer]] = None
+    ) -> None:
         # Not TextField.__init__: it stores and type-checks Token objects, made here on demand.
         self.texts = texts
         self._token_indexers = token_indexers
         self._indexed_tokens = None
 
     @property  # type: ignore[override]
-    def tokens(self) -> List[Token]:  # type: ignore[override]
+    def tokens(self) -> list[Token]:  # type: ignore[override]
         return [Token(text) for text in self.texts]
 
     def index(self, vocab: Vocabulary) -> None:
         tokens = self.tokens  # made once for all indexers, dropped after
         self._indexed_tokens = {
-            name: indexer.tokens_to_indices(tokens, vocab) for name, indexer in self.token_indexers.items()
+            name: indexer.tokens_to_indices(tokens, vocab)
+            for name, indexer in self.token_indexers.items()
         }
 
     def sequence_length(self) -> int:
@@ -43,9 +47,13 @@ class ElmoTextField(TextField):
 
     # Pickled (to and from data-loader workers) as its strings: the default for slotted classes
     # would read and then try to set TextField's `tokens`, which is a read-only property here.
-    def __getstate__(self) -> Dict[str, object]:
-        return {"texts": self.texts, "_token_indexers": self._token_indexers, "_indexed_tokens": self._indexed_tokens}
+    def __getstate__(self) -> dict[str, object]:
+        return {
+            "texts": self.texts,
+            "_token_indexers": self._token_indexers,
+            "_indexed_tokens": self._indexed_tokens,
+        }
 
-    def __setstate__(self, state: Dict[str, object]) -> None:
+    def __setstate__(self, state: dict[str, object]) -> None:
         for name, value in state.items():
             setattr(self, name, value)

@@ -1,10 +1,15 @@
 """Vocabulary `elmo_tokens_file`: an ELMo `tokens.txt` (one token per line, line i = softmax row i)."""
+
 import os
 import tempfile
 
 from allennlp.data.vocabulary import Vocabulary
 
-from elmo_plugin.data.elmo_vocab_file import read_elmo_vocab_file, with_specials, write_elmo_vocab_file
+from elmo_plugin.data.elmo_vocab_file import (
+    read_elmo_vocab_file,
+    with_specials,
+    write_elmo_vocab_file,
+)
 
 
 @Vocabulary.register("elmo_tokens_file", constructor="from_elmo_tokens_file")

@@ -1,10 +1,11 @@
 """The ELMo vocabulary file (`tokens.txt` / `vocab.txt`): one token per line, line i = softmax row
 i. One reader and one writer, used by the `elmo_tokens_file` vocabulary, `elmo-vocab`, and the
 softmax import and export, so a file maps to the same rows everywhere."""
+
 import logging
 import os
 import tempfile
-from typing import List, Sequence
+from collections.abc import Sequence
 
 from allennlp.common.checks import ConfigurationError
 from allennlp.data.vocabulary import DEFAULT_OOV_TOKEN
@@ -17,7 +18,7 @@ PUBLISHED_UNKNOWN = "<UNK>"
 SPECIALS = (BOS, EOS, DEFAULT_OOV_TOKEN)
 
 
-def read_elmo_vocab_file(path: str) -> List[str]:
+def read_elmo_vocab_file(path: str) -> list[str]:
     """The file's tokens, line i -> item i, `<UNK>` renamed to allennlp's OOV token. Blank lines at
     the end are ignored; a blank or whitespace-only line before the last token is an error naming
     file:line (no whitespace token can exist, and dropping the line would shift every later row)."""
@@ -29,13 +30,15 @@ def read_elmo_vocab_file(path: str) -> List[str]:
         tokens.pop()
     for number, token in enumerate(tokens, start=1):
         if not token.strip():
-            raise ConfigurationError(f"{path}:{number}: blank line in an ELMo vocabulary (one token per line)")
+            raise ConfigurationError(
+                f"{path}:{number}: blank line in an ELMo vocabulary (one token per line)"
+            )
     if DEFAULT_OOV_TOKEN not in tokens and PUBLISHED_UNKNOWN in tokens:
         tokens[tokens.index(PUBLISHED_UNKNOWN)] = DEFAULT_OOV_TOKEN
     return tokens
 
 
-def with_specials(tokens: List[str], path: str) -> List[str]:
+def with_specials(tokens: list[str], path: str) -> list[str]:
     """`tokens` plus the missing specials (`<S>`, `</S>`, OOV) at the end, with a warning."""
     missing = [special for special in SPECIALS if special not in tokens]
     if missing:
@@ -46,6 +49,8 @@ def with_specials(tokens: List[str], path: str) -> List[str]:
 def write_elmo_vocab_file(path: str, tokens: Sequence[str]) -> None:
     """One token per line, written under a temporary name and renamed when complete."""
     folder = os.path.dirname(os.path.abspath(path))
-    with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=folder, suffix=".partial", delete=False) as out:
+    with tempfile.NamedTemporaryFile(
+        "w", encoding="utf-8", dir=folder, suffix=".partial", delete=False
+    ) as out:
         out.write("".join(token + "\n" for token in tokens))
     os.replace(out.name, path)

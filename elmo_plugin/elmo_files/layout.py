@@ -4,8 +4,9 @@ Every read is validated: a missing file names the path, an unreadable (truncated
 HDF5 file names the file, a dataset whose shape does not match options.json names the file,
 the dataset and both shapes, and NaN / inf values name the file and the dataset.
 """
+
 import os
-from typing import Dict, Optional, Tuple
+from typing import Optional
 
 import h5py
 import numpy
@@ -35,7 +36,9 @@ class Hdf5Reader:
         try:
             self._file = h5py.File(path, "r")
         except OSError as error:
-            raise ElmoFilesError(f"{path}: cannot open as HDF5 (truncated or corrupt file?): {error}") from None
+            raise ElmoFilesError(
+                f"{path}: cannot open as HDF5 (truncated or corrupt file?): {error}"
+            ) from None
 
     def __enter__(self) -> "Hdf5Reader":
         return self
@@ -43,15 +46,17 @@ class Hdf5Reader:
     def __exit__(self, *exc_info) -> None:
         self._file.close()
 
-    def shape(self, name: str) -> Tuple[int, ...]:
+    def shape(self, name: str) -> tuple[int, ...]:
         try:
             if name not in self._file:
                 raise ElmoFilesError(f"{self.path}: dataset {name} is missing")
             return tuple(self._file[name].shape)
         except (OSError, RuntimeError, KeyError) as error:
-            raise ElmoFilesError(f"{self.path}: cannot read dataset {name} (truncated or corrupt file?): {error}") from None
+            raise ElmoFilesError(
+                f"{self.path}: cannot read dataset {name} (truncated or corrupt file?): {error}"
+            ) from None
 
-    def read(self, name: str, expected_shape: Tuple[int, ...]) -> numpy.ndarray:
+    def read(self, name: str, expected_shape: tuple[int, ...]) -> numpy.ndarray:
         shape = self.shape(name)
         if shape != tuple(expected_shape):
             raise ElmoFilesError(
@@ -60,7 +65,9 @@ class Hdf5Reader:
         try:
             array = numpy.asarray(self._file[name][...], dtype=numpy.float32)
         except (OSError, RuntimeError, ValueError, TypeError) as error:
-            raise ElmoFilesError(f"{self.path}: cannot read dataset {name} (truncated or corrupt file?): {error}") from None
+            raise ElmoFilesError(
+                f"{self.path}: cannot read dataset {name} (truncated or corrupt file?): {error}"
+            ) from None
         bad = int(array.size - numpy.isfinite(array).sum())
         if bad:
             raise ElmoFilesError(f"{self.path}: dataset {name} holds {bad} NaN or inf values")
@@ -83,7 +90,7 @@ def copy_into(parameter: torch.Tensor, value: numpy.ndarray) -> None:
         parameter.copy_(torch.from_numpy(numpy.ascontiguousarray(value)).to(parameter))
 
 
-def write_hdf5(path: str, arrays: Dict[str, numpy.ndarray]) -> None:
+def write_hdf5(path: str, arrays: dict[str, numpy.ndarray]) -> None:
     checked = {name: finite(name, array, path) for name, array in arrays.items()}
     partial = path + ".partial"  # renamed when complete: a killed export leaves no weights.hdf5
     with h5py.File(partial, "w") as out:

@@ -5,8 +5,9 @@ them (the reference: the `elmoformanylangs` package, 0.0.4.post2).
 The folder: `config.json` (`config_path` names the architecture JSON), `char.dic`, `word.dic`
 (when `word_dim` > 0), `token_embedder.pkl` and `encoder.pkl` (torch state dicts).
 """
+
 import os
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Optional
 
 import torch
 
@@ -17,11 +18,14 @@ from elmo_plugin.modules.bilm_encoder import Architecture, BiLmEncoder
 
 
 def manylangs_architecture(
-    config: Dict[str, Any], chars: Dict[str, int], words: Optional[Dict[str, int]], folder: str
+    config: dict[str, Any], chars: dict[str, int], words: Optional[dict[str, int]], folder: str
 ) -> Architecture:
     """Its architecture JSON -> ours; a clear error for what we do not support."""
     embedder, encoder = config.get("token_embedder", {}), config.get("encoder", {})
-    if str(embedder.get("name", "")).lower() != "cnn" or str(encoder.get("name", "")).lower() != "elmo":
+    if (
+        str(embedder.get("name", "")).lower() != "cnn"
+        or str(encoder.get("name", "")).lower() != "elmo"
+    ):
         raise ElmoFilesError(
             f"{folder}: token_embedder {embedder.get('name')!r} with encoder {encoder.get('name')!r} is not "
             "supported: only the 'cnn' token embedder with the 'elmo' encoder (ELMoForManyLangs' released models)"
@@ -55,13 +59,16 @@ def manylangs_architecture(
     }
 
 
-def token_embedder_state(state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+def token_embedder_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """token_embedder.pkl's keys -> `ElmoManyLangsCnn`'s."""
-    renamed = {"char_emb_layer.embedding.weight": "char_embedding.weight", "word_emb_layer.embedding.weight": "word_embedding.weight"}
+    renamed = {
+        "char_emb_layer.embedding.weight": "char_embedding.weight",
+        "word_emb_layer.embedding.weight": "word_embedding.weight",
+    }
     return {renamed.get(key, key): value for key, value in state.items()}
 
 
-def encoder_state(state: Dict[str, torch.Tensor], num_layers: int) -> Dict[str, torch.Tensor]:
+def encoder_state(state: dict[str, torch.Tensor], num_layers: int) -> dict[str, torch.Tensor]:
     """encoder.pkl (`LstmCellWithProjection`s, gates i, f, g, o as torch's) -> `elmo_lstm`'s
     torch LSTMs: input_linearity -> weight_ih, state_linearity -> weight_hh + bias_ih (bias_hh
     zero), state_projection -> weight_hr."""
@@ -70,35 +77,44 @@ def encoder_state(state: Dict[str, torch.Tensor], num_layers: int) -> Dict[str, 
         for layer in range(num_layers):
             source, target = f"{direction}_layer_{layer}.", f"{direction}_layers.{layer}."
             bias = state[source + "state_linearity.bias"]
-            converted.update({
-                target + "weight_ih_l0": state[source + "input_linearity.weight"],
-                target + "weight_hh_l0": state[source + "state_linearity.weight"],
-                target + "bias_ih_l0": bias,
-                target + "bias_hh_l0": torch.zeros_like(bias),
-                target + "weight_hr_l0": state[source + "state_projection.weight"],
-            })
+            converted.update(
+                {
+                    target + "weight_ih_l0": state[source + "input_linearity.weight"],
+                    target + "weight_hh_l0": state[source + "state_linearity.weight"],
+                    target + "bias_ih_l0": bias,
+                    target + "bias_hh_l0": torch.zeros_like(bias),
+                    target + "weight_hr_l0": state[source + "state_projection.weight"],
+                }
+            )
     return converted
 
 
-def load_state(path: str) -> Dict[str, torch.Tensor]:
+def load_state(path: str) -> dict[str, torch.Tensor]:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # torch raises many kinds for a damaged file
         raise ElmoFilesError(f"{path}: unreadable torch state dict ({error})") from None
 
 
-def read_manylangs_folder(folder: str) -> Tuple[BiLmEncoder, Architecture, Dict[str, int], Optional[Dict[str, int]]]:
+def read_manylangs_folder(
+    folder: str,
+) -> tuple[BiLmEncoder, Architecture, dict[str, int], Optional[dict[str, int]]]:
     """folder -> (encoder with its weights, eval mode; architecture; char and word dictionaries)."""
     config = model_config(folder)
     chars, words = read_dictionaries(folder, config)
     architecture = manylangs_architecture(config, chars, words, folder)
     encoder = BiLmEncoder.from_architecture(architecture)
     try:
-        encoder.char_cnn.load_state_dict(token_embedder_state(load_state(os.path.join(folder, "token_embedder.pkl"))))
+        encoder.char_cnn.load_state_dict(
+            token_embedder_state(load_state(os.path.join(folder, "token_embedder.pkl")))
+        )
         num_layers = architecture["contextualizer"]["num_layers"]
-        encoder.contextualizer.load_state_dict(encoder_state(load_state(os.path.join(folder, "encoder.pkl")), num_layers))
+        encoder.contextualizer.load_state_dict(
+            encoder_state(load_state(os.path.join(folder, "encoder.pkl")), num_layers)
+        )
     except (RuntimeError, KeyError) as error:
-        raise ElmoFilesError(f"{folder}: its weights do not fit its architecture ({error})") from None
+        raise ElmoFilesError(
+            f"{folder}: its weights do not fit its architecture ({error})"
+        ) from None
     encoder.char_cnn.dictionaries = (chars, words)
     return encoder.eval(), architecture, chars, words
-

@@ -1,7 +1,8 @@
 """`options.json` <-> a biLM encoder's architecture: reading and checking the file, the
 architecture it describes, and the file of one of our LSTM encoders."""
+
 import json
-from typing import Any, Dict, Optional
+from typing import Any, Optional
 
 from elmo_plugin.elmo_files.layout import ElmoFilesError, require_file
 from elmo_plugin.modules.bilm_encoder import Architecture, BiLmEncoder
@@ -11,24 +12,33 @@ from elmo_plugin.modules.elmo_lstm import ElmoLstmContextualizer
 MAX_CHARACTERS_PER_TOKEN = 50
 NUM_CHARACTERS = 262
 REQUIRED_OPTIONS = [
-    ("lstm", "projection_dim"), ("lstm", "dim"), ("lstm", "n_layers"),
-    ("char_cnn", "filters"), ("char_cnn", "n_highway"), ("char_cnn", "embedding"),
+    ("lstm", "projection_dim"),
+    ("lstm", "dim"),
+    ("lstm", "n_layers"),
+    ("char_cnn", "filters"),
+    ("char_cnn", "n_highway"),
+    ("char_cnn", "embedding"),
 ]
 ARCHITECTURE_KEYS = [
-    ("char_cnn", "activation"), ("char_cnn", "filters"), ("char_cnn", "n_highway"),
-    ("lstm", "projection_dim"), ("lstm", "dim"), ("lstm", "n_layers"),
-    ("lstm", "cell_clip"), ("lstm", "proj_clip"),
+    ("char_cnn", "activation"),
+    ("char_cnn", "filters"),
+    ("char_cnn", "n_highway"),
+    ("lstm", "projection_dim"),
+    ("lstm", "dim"),
+    ("lstm", "n_layers"),
+    ("lstm", "cell_clip"),
+    ("lstm", "proj_clip"),
 ]
 
 
-def _option(options: Dict[str, Any], section: str, key: str, options_file: str) -> Any:
+def _option(options: dict[str, Any], section: str, key: str, options_file: str) -> Any:
     try:
         return options[section][key]
     except (KeyError, TypeError):
         raise ElmoFilesError(f"{options_file}: missing option {section}.{key}") from None
 
 
-def read_options(options_file: str) -> Dict[str, Any]:
+def read_options(options_file: str) -> dict[str, Any]:
     """options.json -> dict, checked for everything our modules (and allennlp) need."""
     require_file(options_file, "options")
     try:
@@ -38,7 +48,10 @@ def read_options(options_file: str) -> Dict[str, Any]:
         raise ElmoFilesError(f"{options_file}: not valid JSON ({error})") from None
     for section, key in REQUIRED_OPTIONS:
         _option(options, section, key, options_file)
-    if not isinstance(options["char_cnn"]["embedding"], dict) or "dim" not in options["char_cnn"]["embedding"]:
+    if (
+        not isinstance(options["char_cnn"]["embedding"], dict)
+        or "dim" not in options["char_cnn"]["embedding"]
+    ):
         raise ElmoFilesError(f"{options_file}: missing option char_cnn.embedding.dim")
     if not options["lstm"].get("use_skip_connections"):
         raise ElmoFilesError(
@@ -47,7 +60,9 @@ def read_options(options_file: str) -> Dict[str, Any]:
         )
     activation = options["char_cnn"].get("activation", "relu")
     if activation not in ACTIVATIONS:
-        raise ElmoFilesError(f"{options_file}: char_cnn.activation {activation!r} is not one of {list(ACTIVATIONS)}")
+        raise ElmoFilesError(
+            f"{options_file}: char_cnn.activation {activation!r} is not one of {list(ACTIVATIONS)}"
+        )
     max_chars = options["char_cnn"].get("max_characters_per_token", MAX_CHARACTERS_PER_TOKEN)
     if max_chars != MAX_CHARACTERS_PER_TOKEN:
         raise ElmoFilesError(
@@ -62,7 +77,9 @@ def _clip(value: Optional[float]) -> Optional[float]:
     return float(value) if value else None
 
 
-def architecture_from_options(options: Dict[str, Any], num_characters: int = NUM_CHARACTERS) -> Architecture:
+def architecture_from_options(
+    options: dict[str, Any], num_characters: int = NUM_CHARACTERS
+) -> Architecture:
     """The encoder architecture (`BiLmEncoder.from_architecture`) an options dict describes."""
     cnn, lstm = options["char_cnn"], options["lstm"]
     return {
@@ -85,7 +102,7 @@ def architecture_from_options(options: Dict[str, Any], num_characters: int = NUM
     }
 
 
-def encoder_options(encoder: BiLmEncoder) -> Dict[str, Any]:
+def encoder_options(encoder: BiLmEncoder) -> dict[str, Any]:
     """The options.json dict of one of our encoders; an error for anything but an LSTM."""
     lstm = encoder.contextualizer
     if not isinstance(lstm, ElmoLstmContextualizer):
@@ -115,7 +132,7 @@ def encoder_options(encoder: BiLmEncoder) -> Dict[str, Any]:
     }
 
 
-def check_architecture(encoder: BiLmEncoder, options: Dict[str, Any], options_file: str) -> None:
+def check_architecture(encoder: BiLmEncoder, options: dict[str, Any], options_file: str) -> None:
     """An error listing every architecture option where the encoder (the config) and the
     options file differ."""
     ours = encoder_options(encoder)
@@ -135,4 +152,6 @@ def check_architecture(encoder: BiLmEncoder, options: Dict[str, Any], options_fi
             f"{options['char_cnn']['embedding']['dim']}"
         )
     if differences:
-        raise ElmoFilesError(f"the configured biLM does not match {options_file}: " + "; ".join(differences))
+        raise ElmoFilesError(
+            f"the configured biLM does not match {options_file}: " + "; ".join(differences)
+        )

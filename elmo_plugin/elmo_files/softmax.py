@@ -1,8 +1,8 @@
 """`softmax.hdf5` (`weight` (V, P), `bias` (V,)) + `vocab.txt` (line i = softmax row i) <-> a
 language model's softmax, given as (weight (rows, P), bias (rows,)) tensors whose row r scores
 vocabulary index r + 1 (index 0 is padding), as allennlp-models' `LanguageModel` lays it out."""
+
 import logging
-from typing import Dict, List, Tuple
 
 import numpy
 import torch
@@ -16,22 +16,29 @@ logger = logging.getLogger(__name__)
 NO_TOKEN_BIAS = -1.0e4
 
 
-def read_softmax(softmax_file: str, rows: int, dim: int) -> Tuple[numpy.ndarray, numpy.ndarray]:
+def read_softmax(softmax_file: str, rows: int, dim: int) -> tuple[numpy.ndarray, numpy.ndarray]:
     """softmax.hdf5 -> (weight (rows, dim), bias (rows,)), checked."""
     with Hdf5Reader(softmax_file, "softmax") as softmax:
         return softmax.read("weight", (rows, dim)), softmax.read("bias", (rows,))
 
 
 def export_softmax(
-    weight: torch.Tensor, bias: torch.Tensor, tokens: List[str], softmax_file: str, vocab_file: str
+    weight: torch.Tensor, bias: torch.Tensor, tokens: list[str], softmax_file: str, vocab_file: str
 ) -> None:
     """The rows of `tokens` (vocabulary indices 1..len(tokens)) -> softmax.hdf5 + vocab.txt."""
-    write_hdf5(softmax_file, {"weight": to_numpy(weight)[: len(tokens)], "bias": to_numpy(bias)[: len(tokens)]})
+    write_hdf5(
+        softmax_file,
+        {"weight": to_numpy(weight)[: len(tokens)], "bias": to_numpy(bias)[: len(tokens)]},
+    )
     write_elmo_vocab_file(vocab_file, tokens)
 
 
 def import_softmax(
-    weight: torch.Tensor, bias: torch.Tensor, token_to_index: Dict[str, int], softmax_file: str, vocab_file: str
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    token_to_index: dict[str, int],
+    softmax_file: str,
+    vocab_file: str,
 ) -> None:
     """softmax.hdf5 + vocab.txt -> `weight` and `bias` in place, row by token: the file's row for
     token t goes to the row of t's vocabulary index (`token_to_index`, 0 = padding). Tokens the
@@ -53,7 +60,11 @@ def import_softmax(
         logger.warning(
             "%s: %d of the model's %d tokens have no softmax row in it (initialized randomly); "
             "%d of its %d rows are not in the model's vocabulary (dropped)",
-            softmax_file, missing, vocabulary_rows, len(tokens) - len(file_rows), len(tokens),
+            softmax_file,
+            missing,
+            vocabulary_rows,
+            len(tokens) - len(file_rows),
+            len(tokens),
         )
     with torch.no_grad():
         index = torch.tensor(model_rows, dtype=torch.long, device=weight.device)

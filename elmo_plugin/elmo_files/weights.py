@@ -11,15 +11,28 @@ expects them:
   (torch: i, f, g, o), `B` (4H,) is stored without the +1.0 TensorFlow adds to the forget gate
   at run time, `W_P_0` (H, P) is the projection.
 """
+
 import json
 import os
-from typing import Any, Dict, Iterator, Optional, Tuple
+from collections.abc import Iterator
+from typing import Any, Optional
 
 import numpy
 import torch
 
-from elmo_plugin.elmo_files.layout import ElmoFilesError, Hdf5Reader, copy_into, to_numpy, write_hdf5
-from elmo_plugin.elmo_files.options import NUM_CHARACTERS, architecture_from_options, encoder_options, read_options
+from elmo_plugin.elmo_files.layout import (
+    ElmoFilesError,
+    Hdf5Reader,
+    copy_into,
+    to_numpy,
+    write_hdf5,
+)
+from elmo_plugin.elmo_files.options import (
+    NUM_CHARACTERS,
+    architecture_from_options,
+    encoder_options,
+    read_options,
+)
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 from elmo_plugin.modules.elmo_lstm import ElmoLstmContextualizer
 
@@ -30,7 +43,9 @@ def _lstm_dataset(direction: int, layer: int, name: str) -> str:
 
 def _swap_j_f(array: numpy.ndarray, cells: int) -> numpy.ndarray:
     """Gate blocks along axis 0: TensorFlow i, j, f, o <-> torch i, f, g(=j), o (an involution)."""
-    return numpy.concatenate([array[:cells], array[2 * cells : 3 * cells], array[cells : 2 * cells], array[3 * cells :]])
+    return numpy.concatenate(
+        [array[:cells], array[2 * cells : 3 * cells], array[cells : 2 * cells], array[3 * cells :]]
+    )
 
 
 def _forget_ones(cells: int) -> numpy.ndarray:
@@ -40,13 +55,15 @@ def _forget_ones(cells: int) -> numpy.ndarray:
     return ones
 
 
-def _directions(lstm: ElmoLstmContextualizer) -> Iterator[Tuple[int, int, torch.nn.LSTM]]:
+def _directions(lstm: ElmoLstmContextualizer) -> Iterator[tuple[int, int, torch.nn.LSTM]]:
     for layer, (forward, backward) in enumerate(zip(lstm.forward_layers, lstm.backward_layers)):
         yield 0, layer, forward
         yield 1, layer, backward
 
 
-def load_weights(encoder: BiLmEncoder, weights_file: str, options_file: Optional[str] = None) -> None:
+def load_weights(
+    encoder: BiLmEncoder, weights_file: str, options_file: Optional[str] = None
+) -> None:
     """Copies weights.hdf5 into an encoder whose architecture matches its options."""
     cnn, lstm = encoder.char_cnn, encoder.contextualizer
     encoder_options(encoder)  # an LSTM encoder, or a clear error
@@ -54,8 +71,13 @@ def load_weights(encoder: BiLmEncoder, weights_file: str, options_file: Optional
     num_filters = sum(count for _, count in cnn.filters)
     projection_dim, cells = lstm.input_dim, lstm.cell_size
     with Hdf5Reader(weights_file, "weights", options_file) as weights:
-        char_embed = weights.read("char_embed", (cnn.char_embedding.num_embeddings - 1, embedding_dim))
-        copy_into(cnn.char_embedding.weight, numpy.concatenate([numpy.zeros((1, embedding_dim), numpy.float32), char_embed]))
+        char_embed = weights.read(
+            "char_embed", (cnn.char_embedding.num_embeddings - 1, embedding_dim)
+        )
+        copy_into(
+            cnn.char_embedding.weight,
+            numpy.concatenate([numpy.zeros((1, embedding_dim), numpy.float32), char_embed]),
+        )
         for index, ((width, count), conv) in enumerate(zip(cnn.filters, cnn.convolutions)):
             kernel = weights.read(f"CNN/W_cnn_{index}", (1, width, embedding_dim, count))
             copy_into(conv.weight, kernel[0].transpose(2, 1, 0))
@@ -67,10 +89,14 @@ def load_weights(encoder: BiLmEncoder, weights_file: str, options_file: Optional
             b_carry = weights.read(f"CNN_high_{index}/b_carry", (num_filters,))
             copy_into(layer.weight, numpy.concatenate([w_transform.T, -w_carry.T]))
             copy_into(layer.bias, numpy.concatenate([b_transform, -b_carry]))
-        copy_into(cnn.projection.weight, weights.read("CNN_proj/W_proj", (num_filters, projection_dim)).T)
+        copy_into(
+            cnn.projection.weight, weights.read("CNN_proj/W_proj", (num_filters, projection_dim)).T
+        )
         copy_into(cnn.projection.bias, weights.read("CNN_proj/b_proj", (projection_dim,)))
         for direction, layer, cell in _directions(lstm):
-            packed = weights.read(_lstm_dataset(direction, layer, "W_0"), (2 * projection_dim, 4 * cells)).T
+            packed = weights.read(
+                _lstm_dataset(direction, layer, "W_0"), (2 * projection_dim, 4 * cells)
+            ).T
             bias = weights.read(_lstm_dataset(direction, layer, "B"), (4 * cells,))
             copy_into(cell.weight_ih_l0, _swap_j_f(packed[:, :projection_dim], cells))
             copy_into(cell.weight_hh_l0, _swap_j_f(packed[:, projection_dim:], cells))
@@ -78,7 +104,10 @@ def load_weights(encoder: BiLmEncoder, weights_file: str, options_file: Optional
             # the LSTM adds them, and writing it back out is exact.
             copy_into(cell.bias_ih_l0, _swap_j_f(bias, cells))
             copy_into(cell.bias_hh_l0, _forget_ones(cells))
-            copy_into(cell.weight_hr_l0, weights.read(_lstm_dataset(direction, layer, "W_P_0"), (cells, projection_dim)).T)
+            copy_into(
+                cell.weight_hr_l0,
+                weights.read(_lstm_dataset(direction, layer, "W_P_0"), (cells, projection_dim)).T,
+            )
 
 
 def read_bilm_encoder(options_file: str, weights_file: str) -> BiLmEncoder:
@@ -92,12 +121,14 @@ def read_bilm_encoder(options_file: str, weights_file: str) -> BiLmEncoder:
             f"{weights_file}: dataset char_embed has shape {shape} but {options_file} implies "
             f"({NUM_CHARACTERS - 1}, {dim})"
         )
-    encoder = BiLmEncoder.from_architecture(architecture_from_options(options, num_characters=shape[0] + 1))
+    encoder = BiLmEncoder.from_architecture(
+        architecture_from_options(options, num_characters=shape[0] + 1)
+    )
     load_weights(encoder, weights_file, options_file)
     return encoder.eval()
 
 
-def weight_arrays(encoder: BiLmEncoder) -> Dict[str, numpy.ndarray]:
+def weight_arrays(encoder: BiLmEncoder) -> dict[str, numpy.ndarray]:
     """Dataset name -> array of weights.hdf5 for one of our encoders."""
     encoder_options(encoder)
     cnn, lstm = encoder.char_cnn, encoder.contextualizer
@@ -117,10 +148,16 @@ def weight_arrays(encoder: BiLmEncoder) -> Dict[str, numpy.ndarray]:
     cells = lstm.cell_size
     for direction, layer, cell in _directions(lstm):
         packed = numpy.concatenate(
-            [_swap_j_f(to_numpy(cell.weight_ih_l0), cells), _swap_j_f(to_numpy(cell.weight_hh_l0), cells)], axis=1
+            [
+                _swap_j_f(to_numpy(cell.weight_ih_l0), cells),
+                _swap_j_f(to_numpy(cell.weight_hh_l0), cells),
+            ],
+            axis=1,
         )
         # stored without TensorFlow's run-time +1.0 forget bias
-        bias = _swap_j_f(to_numpy(cell.bias_ih_l0) + (to_numpy(cell.bias_hh_l0) - _forget_ones(cells)), cells)
+        bias = _swap_j_f(
+            to_numpy(cell.bias_ih_l0) + (to_numpy(cell.bias_hh_l0) - _forget_ones(cells)), cells
+        )
         arrays[_lstm_dataset(direction, layer, "W_0")] = packed.T
         arrays[_lstm_dataset(direction, layer, "B")] = bias
         arrays[_lstm_dataset(direction, layer, "W_P_0")] = to_numpy(cell.weight_hr_l0).T
@@ -128,8 +165,11 @@ def weight_arrays(encoder: BiLmEncoder) -> Dict[str, numpy.ndarray]:
 
 
 def write_bilm_encoder(
-    encoder: BiLmEncoder, options_file: str, weights_file: str, extra_options: Optional[Dict[str, Any]] = None
-) -> Dict[str, Any]:
+    encoder: BiLmEncoder,
+    options_file: str,
+    weights_file: str,
+    extra_options: Optional[dict[str, Any]] = None,
+) -> dict[str, Any]:
     """Writes an LSTM encoder as options.json + weights.hdf5; returns the options written."""
     options = encoder_options(encoder)
     options.update(extra_options or {})

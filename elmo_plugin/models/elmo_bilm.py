@@ -1,8 +1,9 @@
 """Model `elmo_bilm`: ELMo's joint forward + backward language model."""
+
 import contextlib
 import logging
 import os
-from typing import ContextManager, Dict, List, Optional, Tuple, Union
+from typing import ContextManager, Optional, Union
 
 import torch
 from allennlp.common.checks import ConfigurationError
@@ -16,7 +17,13 @@ from allennlp.nn.util import get_text_field_mask
 from allennlp_models.lm.models.language_model import LanguageModel
 
 from elmo_plugin.data.elmo_manylangs_files import is_manylangs_folder
-from elmo_plugin.elmo_files.layout import OPTIONS_FILE, SOFTMAX_FILE, VOCAB_FILE, WEIGHTS_FILE, ElmoFilesError
+from elmo_plugin.elmo_files.layout import (
+    OPTIONS_FILE,
+    SOFTMAX_FILE,
+    VOCAB_FILE,
+    WEIGHTS_FILE,
+    ElmoFilesError,
+)
 from elmo_plugin.elmo_files.manylangs import read_manylangs_folder
 from elmo_plugin.elmo_files.options import check_architecture, read_options
 from elmo_plugin.elmo_files.softmax import export_softmax, import_softmax
@@ -124,7 +131,7 @@ class ElmoLanguageModel(LanguageModel):
         self.stateful = stateful
         # The carried LSTM state of each mode (key: self.training), so validation between
         # training epochs keeps its own streams; None: zero state.
-        self._stream_state: Dict[bool, Optional[List[LayerState]]] = {True: None, False: None}
+        self._stream_state: dict[bool, Optional[list[LayerState]]] = {True: None, False: None}
         self._token_weighted_perplexity = TokenWeightedPerplexity()
         if mixed_precision not in MIXED_PRECISION:
             raise ConfigurationError(
@@ -142,13 +149,16 @@ class ElmoLanguageModel(LanguageModel):
         """The character CNN and contextualizer of this model (shared, not copied)."""
         return BiLmEncoder(self.char_cnn(), self._contextualizer)
 
-    def softmax_matrices(self) -> Tuple[torch.Tensor, torch.Tensor]:
+    def softmax_matrices(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(weight (rows, P), bias (rows,)): see `language_model_softmax.softmax_matrices`."""
         return softmax_matrices(self)
 
-    def softmax_tokens(self, namespace: str = "tokens") -> List[str]:
+    def softmax_tokens(self, namespace: str = "tokens") -> list[str]:
         """The tokens of softmax rows 0, 1, ... (vocabulary indices 1, 2, ...)."""
-        return [self.vocab.get_token_from_index(i, namespace) for i in range(1, self.vocab.get_vocab_size(namespace))]
+        return [
+            self.vocab.get_token_from_index(i, namespace)
+            for i in range(1, self.vocab.get_vocab_size(namespace))
+        ]
 
     def load_elmo_files(self, folder: str, namespace: str = "tokens") -> None:
         """Loads a folder of ELMo files into this model, whose configured architecture must equal
@@ -166,9 +176,16 @@ class ElmoLanguageModel(LanguageModel):
         softmax_file = os.path.join(folder, SOFTMAX_FILE)
         if os.path.exists(softmax_file):
             token_to_index = self.vocab.get_token_to_index_vocabulary(namespace)
-            import_softmax(*self.softmax_matrices(), token_to_index, softmax_file, os.path.join(folder, VOCAB_FILE))
+            import_softmax(
+                *self.softmax_matrices(),
+                token_to_index,
+                softmax_file,
+                os.path.join(folder, VOCAB_FILE),
+            )
         else:
-            logger.warning("%s has no %s: the softmax starts from its initial values", folder, SOFTMAX_FILE)
+            logger.warning(
+                "%s has no %s: the softmax starts from its initial values", folder, SOFTMAX_FILE
+            )
         logger.info("loaded the biLM weights of %s", folder)
 
     def load_manylangs_folder(self, folder: str) -> None:
@@ -183,15 +200,29 @@ class ElmoLanguageModel(LanguageModel):
                 f"{folder} is an ELMoForManyLangs model: elmo_bilm needs an elmo_manylangs_cnn token "
                 f"embedder to load it, not {type(ours.char_cnn).__name__}"
             )
-        contextualizer = {key: getattr(ours.contextualizer, key, None) for key in MANYLANGS_CONTEXTUALIZER_KEYS}
+        contextualizer = {
+            key: getattr(ours.contextualizer, key, None) for key in MANYLANGS_CONTEXTUALIZER_KEYS
+        }
         configured = {**ours.char_cnn.architecture, **contextualizer}
-        released = {**architecture["token_embedder"], **{key: architecture["contextualizer"][key] for key in contextualizer}}
-        differing = {key: (configured.get(key), value) for key, value in released.items() if configured.get(key) != value}
+        released = {
+            **architecture["token_embedder"],
+            **{key: architecture["contextualizer"][key] for key in contextualizer},
+        }
+        differing = {
+            key: (configured.get(key), value)
+            for key, value in released.items()
+            if configured.get(key) != value
+        }
         if differing:
-            raise ElmoFilesError(f"{folder}: the configured biLM differs from the release (configured, release): {differing}")
+            raise ElmoFilesError(
+                f"{folder}: the configured biLM differs from the release (configured, release): {differing}"
+            )
         ours.load_state_dict(release.state_dict())
         if os.path.exists(os.path.join(folder, "classifier.pkl")):
-            logger.warning("%s: its classifier.pkl is not imported: the softmax starts from its initial values", folder)
+            logger.warning(
+                "%s: its classifier.pkl is not imported: the softmax starts from its initial values",
+                folder,
+            )
         else:
             logger.warning("%s has no softmax: the softmax starts from its initial values", folder)
         logger.info("loaded the ELMoForManyLangs biLM of %s", folder)
@@ -208,7 +239,9 @@ class ElmoLanguageModel(LanguageModel):
         for embedder in embedders.values():
             if isinstance(embedder, (ElmoCharCnn, ElmoManyLangsCnn)):
                 return embedder
-        raise ConfigurationError("elmo_bilm: the text_field_embedder has no elmo_char_cnn (or elmo_manylangs_cnn)")
+        raise ConfigurationError(
+            "elmo_bilm: the text_field_embedder has no elmo_char_cnn (or elmo_manylangs_cnn)"
+        )
 
     def _compute_loss(
         self,
@@ -216,13 +249,15 @@ class ElmoLanguageModel(LanguageModel):
         token_embeddings: torch.Tensor,
         forward_targets: torch.Tensor,
         backward_targets: Optional[torch.Tensor] = None,
-    ) -> Tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(batch, timesteps) targets, 0 = none. allennlp-models' `LanguageModel` gives the first
         padding position of every padded sentence a backward target; drop it: a backward target
         at t exists exactly when the forward target at t - 1 does."""
         backward_targets = backward_targets.clone()
         backward_targets[:, 1:] *= forward_targets[:, :-1] > 0
-        return super()._compute_loss(lm_embeddings, token_embeddings, forward_targets, backward_targets)
+        return super()._compute_loss(
+            lm_embeddings, token_embeddings, forward_targets, backward_targets
+        )
 
     def _autocast(self) -> ContextManager:
         """bf16 autocast on the model's device when `mixed_precision` asks for it."""
@@ -236,7 +271,7 @@ class ElmoLanguageModel(LanguageModel):
         source: TextFieldTensors,
         backward_source: Optional[TextFieldTensors] = None,
         stream_start: Optional[torch.BoolTensor] = None,
-    ) -> Dict[str, torch.Tensor]:
+    ) -> dict[str, torch.Tensor]:
         with self._autocast():
             if backward_source is None:
                 output = super().forward(source)
@@ -254,16 +289,21 @@ class ElmoLanguageModel(LanguageModel):
             )
         return output
 
-    def get_metrics(self, reset: bool = False) -> Dict[str, float]:
+    def get_metrics(self, reset: bool = False) -> dict[str, float]:
         return self._token_weighted_perplexity.get_metric(reset)
 
     def _stream_forward(
-        self, source: TextFieldTensors, backward_source: TextFieldTensors, stream_start: Optional[torch.BoolTensor]
-    ) -> Dict[str, torch.Tensor]:
+        self,
+        source: TextFieldTensors,
+        backward_source: TextFieldTensors,
+        stream_start: Optional[torch.BoolTensor],
+    ) -> dict[str, torch.Tensor]:
         """Loss of `elmo_streams` windows (batch, T + 1 tokens) in each direction: positions
         0..T-1 are read, 1..T are the targets (0: padding, none)."""
         mask = get_text_field_mask(source)[:, :-1]
-        embeddings = torch.stack([self._text_field_embedder(text)[:, :-1] for text in (source, backward_source)])
+        embeddings = torch.stack(
+            [self._text_field_embedder(text)[:, :-1] for text in (source, backward_source)]
+        )
         targets = [text["tokens"]["tokens"][:, 1:] for text in (source, backward_source)]
         state = self._carried_state(stream_start, mask.size(0)) if self.stateful else None
         layers, final = self._contextualizer.stream_layers(embeddings, mask, state)
@@ -271,13 +311,19 @@ class ElmoLanguageModel(LanguageModel):
             self._stream_state[self.training] = [(h.detach(), c.detach()) for h, c in final]
         forward_embeddings, backward_embeddings = self._dropout(layers[-1]).chunk(2, -1)
         losses = [
-            self._loss_helper(direction, direction_embeddings, direction_targets, embeddings[direction])
+            self._loss_helper(
+                direction, direction_embeddings, direction_targets, embeddings[direction]
+            )
             for direction, (direction_embeddings, direction_targets) in enumerate(
                 zip((forward_embeddings, backward_embeddings), targets)
             )
         ]
         count = (targets[0] > 0).sum().float()
-        output = {"lm_embeddings": layers[-1], "noncontextual_token_embeddings": embeddings[0], "mask": mask}
+        output = {
+            "lm_embeddings": layers[-1],
+            "noncontextual_token_embeddings": embeddings[0],
+            "mask": mask,
+        }
         if count == 0:
             zero = layers[-1].new_zeros(())
             return {**output, "loss": zero, "forward_loss": zero, "backward_loss": zero}
@@ -291,7 +337,9 @@ class ElmoLanguageModel(LanguageModel):
             "batch_weight": count,
         }
 
-    def _carried_state(self, stream_start: Optional[torch.BoolTensor], batch: int) -> Optional[List[LayerState]]:
+    def _carried_state(
+        self, stream_start: Optional[torch.BoolTensor], batch: int
+    ) -> Optional[list[LayerState]]:
         """This mode's carried state, zero in the rows whose stream starts (all rows when the
         batch size changed); None when nothing is carried."""
         state = self._stream_state[self.training]

@@ -1,12 +1,11 @@
 """The softmax of any allennlp-models `LanguageModel` (ours or theirs) as plain matrices."""
-from typing import Tuple
 
 import torch
 from allennlp.modules.softmax_loss import SoftmaxLoss
 from allennlp_models.lm.models.language_model import LanguageModel
 
 
-def softmax_matrices(model: LanguageModel) -> Tuple[torch.Tensor, torch.Tensor]:
+def softmax_matrices(model: LanguageModel) -> tuple[torch.Tensor, torch.Tensor]:
     """(weight (rows, P), bias (rows,)) views of the softmax, whichever allennlp loss holds it:
     `SoftmaxLoss` (softmax_w (P, rows)) or `SampledSoftmaxLoss` (softmax_w (rows, P), or sparse
     embeddings). Row r scores vocabulary index r + 1 (index 0 is padding); allennlp-models

@@ -1,13 +1,14 @@
 """The contextualizer interface of a biLM (what `BiLmEncoder` needs of `elmo_lstm` and
 `elmo_transformer`)."""
-from typing import List, Optional, Tuple, Union
+
+from typing import Optional, Union
 
 import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 
 # One layer's carried state for both directions: (state (2, batch, dim), memory (2, batch, cells)).
-LayerState = Tuple[torch.Tensor, torch.Tensor]
+LayerState = tuple[torch.Tensor, torch.Tensor]
 
 
 class BiLmContextualizer(Seq2SeqEncoder):
@@ -34,7 +35,7 @@ class BiLmContextualizer(Seq2SeqEncoder):
     def is_bidirectional(self) -> bool:
         return True
 
-    def all_layers(self, inputs: torch.Tensor, mask: torch.BoolTensor) -> List[torch.Tensor]:
+    def all_layers(self, inputs: torch.Tensor, mask: torch.BoolTensor) -> list[torch.Tensor]:
         """Every layer's (batch, timesteps, 2 * input_dim) output, bottom first."""
         raise NotImplementedError
 
@@ -46,14 +47,16 @@ class BiLmContextualizer(Seq2SeqEncoder):
     supports_state = False
 
     def stream_layers(
-        self, inputs: torch.Tensor, mask: torch.BoolTensor, state: Optional[List[LayerState]] = None
-    ) -> Tuple[List[torch.Tensor], List[LayerState]]:
+        self, inputs: torch.Tensor, mask: torch.BoolTensor, state: Optional[list[LayerState]] = None
+    ) -> tuple[list[torch.Tensor], list[LayerState]]:
         """Each direction over its own stream with state carried in and out (see `elmo_lstm`)."""
         raise ConfigurationError(
             f"{type(self).__name__} cannot read elmo_streams batches (stateful training): use the elmo_lstm contextualizer"
         )
 
-    def forward(self, inputs: torch.Tensor, mask: torch.BoolTensor) -> Union[torch.Tensor, List[torch.Tensor]]:
+    def forward(
+        self, inputs: torch.Tensor, mask: torch.BoolTensor
+    ) -> Union[torch.Tensor, list[torch.Tensor]]:
         if self._return_all_layers:
             return self.all_layers(inputs, mask)
         return self.top_layer(inputs, mask)

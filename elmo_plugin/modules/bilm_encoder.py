@@ -1,7 +1,8 @@
 """The biLM encoder: character encoder + contextualizer, every layer out. Shared by the language
 model, the downstream embedder, the predictors and the commands."""
+
 import copy
-from typing import Any, Dict, List, Tuple
+from typing import Any
 
 import torch
 from allennlp.common import Params
@@ -16,7 +17,7 @@ from elmo_plugin.modules.elmo_char_cnn import ElmoCharCnn
 # {"char_cnn": {ElmoCharCnn arguments}, "contextualizer": {"type": "elmo_lstm" | ..., arguments}}
 # or, for allennlp-models' `language_model`, {"token_embedder": {"type": "character_encoding",
 # arguments}, "contextualizer": {"type": "bidirectional_language_model_transformer", arguments}}.
-Architecture = Dict[str, Any]
+Architecture = dict[str, Any]
 
 # allennlp-models' convention for a contextualizer that can return every layer
 # (`LanguageModelTokenEmbedder` sets `return_all_layers` through archive overrides).
@@ -28,9 +29,16 @@ def return_all_layers(contextualizer: Seq2SeqEncoder) -> None:
     layer: sets that flag wherever it is stored (the module and its stacks); an error if none is.
     The flag only selects outputs, so no weight changes."""
     flags = [
-        (module, name) for module in contextualizer.modules() for name in RETURN_ALL_LAYERS_FLAGS if name in vars(module)
+        (module, name)
+        for module in contextualizer.modules()
+        for name in RETURN_ALL_LAYERS_FLAGS
+        if name in vars(module)
     ]
-    if not flags or not hasattr(contextualizer, "num_layers") or not contextualizer.is_bidirectional():
+    if (
+        not flags
+        or not hasattr(contextualizer, "num_layers")
+        or not contextualizer.is_bidirectional()
+    ):
         raise ConfigurationError(
             f"a biLM needs a bidirectional contextualizer with `num_layers` and `return_all_layers` "
             f"(elmo_lstm, elmo_transformer or bidirectional_language_model_transformer), not "
@@ -70,12 +78,18 @@ class BiLmEncoder(torch.nn.Module):
         """A randomly initialized encoder with this architecture."""
         try:
             if "token_embedder" in architecture:
-                char_cnn = TokenEmbedder.from_params(Params(copy.deepcopy(architecture["token_embedder"])))
+                char_cnn = TokenEmbedder.from_params(
+                    Params(copy.deepcopy(architecture["token_embedder"]))
+                )
             else:
                 char_cnn = ElmoCharCnn(**architecture["char_cnn"])
-            contextualizer = Seq2SeqEncoder.from_params(Params(copy.deepcopy(architecture["contextualizer"])))
+            contextualizer = Seq2SeqEncoder.from_params(
+                Params(copy.deepcopy(architecture["contextualizer"]))
+            )
         except (KeyError, TypeError) as error:
-            raise ConfigurationError(f"cannot build a biLM encoder from architecture {architecture}: {error}") from None
+            raise ConfigurationError(
+                f"cannot build a biLM encoder from architecture {architecture}: {error}"
+            ) from None
         return cls(char_cnn, contextualizer)
 
     @property
@@ -85,17 +99,19 @@ class BiLmEncoder(torch.nn.Module):
     def get_output_dim(self) -> int:
         return self.contextualizer.get_output_dim()
 
-    def contextual_layers(self, tokens: torch.Tensor, mask: torch.BoolTensor) -> List[torch.Tensor]:
+    def contextual_layers(self, tokens: torch.Tensor, mask: torch.BoolTensor) -> list[torch.Tensor]:
         if isinstance(self.contextualizer, BiLmContextualizer):
             return self.contextualizer.all_layers(tokens, mask)
         return list(self.contextualizer(tokens, mask))  # built to return every layer
 
-    def layers_from_tokens(self, tokens: torch.Tensor, mask: torch.BoolTensor) -> List[torch.Tensor]:
+    def layers_from_tokens(
+        self, tokens: torch.Tensor, mask: torch.BoolTensor
+    ) -> list[torch.Tensor]:
         """The character encoder's output (batch, tokens, char_dim), zero at padding, -> every
         layer (as `forward`), for callers that compute or cache the token vectors themselves."""
         repeats = self.get_output_dim() // tokens.size(-1)
         return [torch.cat([tokens] * repeats, dim=-1), *self.contextual_layers(tokens, mask)]
 
-    def forward(self, char_ids: torch.Tensor) -> Tuple[List[torch.Tensor], torch.BoolTensor]:
+    def forward(self, char_ids: torch.Tensor) -> tuple[list[torch.Tensor], torch.BoolTensor]:
         mask = (char_ids > 0).any(dim=-1)
         return self.layers_from_tokens(self.char_cnn(char_ids), mask), mask

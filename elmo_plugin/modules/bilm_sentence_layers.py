@@ -1,6 +1,5 @@
 """Every biLM layer for whole sentences, `<S>` / `</S>` removed: shared by the `elmo_embeddings`
 predictor and `allennlp elmo-embed`, so both give the same vectors."""
-from typing import List, Tuple
 
 import torch
 from allennlp.nn.util import remove_sentence_boundaries
@@ -8,7 +7,9 @@ from allennlp.nn.util import remove_sentence_boundaries
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 
 
-def sentence_layers(encoder: BiLmEncoder, char_ids: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+def sentence_layers(
+    encoder: BiLmEncoder, char_ids: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """
     char_ids (batch, tokens + 2, 50) for `<S> w1 .. wn </S>`, right-padded ->
     (layers (batch, num_layers, tokens, dim), lengths (batch,) = n of each sentence).
@@ -17,10 +18,12 @@ def sentence_layers(encoder: BiLmEncoder, char_ids: torch.Tensor) -> Tuple[torch
     return without_boundaries(*encoder(char_ids))
 
 
-def without_boundaries(layers: List[torch.Tensor], mask: torch.BoolTensor) -> Tuple[torch.Tensor, torch.Tensor]:
+def without_boundaries(
+    layers: list[torch.Tensor], mask: torch.BoolTensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Every layer (batch, tokens + 2, dim) of `<S> w1 .. wn </S>` and its mask -> `sentence_layers`'s
     (layers (batch, num_layers, tokens, dim), lengths (batch,))."""
-    trimmed: List[torch.Tensor] = []
+    trimmed: list[torch.Tensor] = []
     new_mask = mask
     for layer in layers:
         inner, new_mask = remove_sentence_boundaries(layer, mask)

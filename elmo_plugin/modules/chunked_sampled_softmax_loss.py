@@ -1,4 +1,5 @@
 """allennlp's `SampledSoftmaxLoss` whose full-softmax evaluation runs over row chunks."""
+
 import torch
 from allennlp.modules.sampled_softmax_loss import SampledSoftmaxLoss
 

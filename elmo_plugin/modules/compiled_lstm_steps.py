@@ -12,11 +12,13 @@ source file's path and contents, torch's version and install and the CPU flags, 
 checkout, a changed source or another torch builds its own. Where it cannot be built (no C++
 compiler or ninja) or ELMO_PLUGIN_CPP_LOOP=0, the TorchScript loop runs instead.
 """
+
 import functools
 import hashlib
 import logging
 import os
-from typing import Callable, List, Optional
+from collections.abc import Callable
+from typing import Optional
 
 import torch
 
@@ -25,20 +27,30 @@ logger = logging.getLogger(__name__)
 SOURCE = os.path.join(os.path.dirname(__file__), "csrc", "clipped_lstm_steps.cpp")
 # the vector instructions torch's own kernels use on this CPU (its ATen/cpu/vec headers)
 VECTOR_FLAGS = {
-    "AVX512": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx2", "-mfma", "-DCPU_CAPABILITY_AVX512"],
+    "AVX512": [
+        "-mavx512f",
+        "-mavx512bw",
+        "-mavx512vl",
+        "-mavx512dq",
+        "-mavx2",
+        "-mfma",
+        "-DCPU_CAPABILITY_AVX512",
+    ],
     "AVX2": ["-mavx2", "-mfma", "-DCPU_CAPABILITY_AVX2"],
 }
 
 
-def build_name(flags: List[str]) -> str:
+def build_name(flags: list[str]) -> str:
     """The extension's name, unique to this source (path and contents), torch and flags: ninja
     does not see a changed torch header, and two checkouts must not rebuild each other's."""
     with open(SOURCE, "rb") as source:
         key = [SOURCE, source.read().hex(), torch.__version__, torch.__file__, *flags]
-    return "elmo_plugin_clipped_lstm_steps_" + hashlib.sha256("\n".join(key).encode()).hexdigest()[:16]
+    return (
+        "elmo_plugin_clipped_lstm_steps_" + hashlib.sha256("\n".join(key).encode()).hexdigest()[:16]
+    )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def compiled_forward_steps() -> Optional[Callable[..., None]]:
     """`torch.ops.elmo_plugin.clipped_lstm_steps` (the arguments of `forward_steps`), built once
     per process, or None where it cannot be built or is switched off."""
@@ -48,9 +60,16 @@ def compiled_forward_steps() -> Optional[Callable[..., None]]:
     try:
         from torch.utils import cpp_extension  # imports setuptools: only where it is needed
 
-        cpp_extension.load(name=build_name(flags), sources=[SOURCE], extra_cflags=flags, is_python_module=False)
+        cpp_extension.load(
+            name=build_name(flags), sources=[SOURCE], extra_cflags=flags, is_python_module=False
+        )
     except Exception as error:  # noqa: BLE001  (no compiler, no ninja, a failed build: the TorchScript loop)
-        cause = (str(error).strip().splitlines() or [type(error).__name__])[0]  # not the whole compiler log
-        logger.warning("The C++ LSTM loop could not be built (%s): the TorchScript loop runs instead, slower", cause)
+        cause = (str(error).strip().splitlines() or [type(error).__name__])[
+            0
+        ]  # not the whole compiler log
+        logger.warning(
+            "The C++ LSTM loop could not be built (%s): the TorchScript loop runs instead, slower",
+            cause,
+        )
         return None
     return torch.ops.elmo_plugin.clipped_lstm_steps

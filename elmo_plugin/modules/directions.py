@@ -1,6 +1,7 @@
 """Both reading directions of a padded batch at once: the backward direction reads each sentence
 reversed within its length, so padding stays at the end for both and one causal computation
 serves both (shared by the LSTM and transformer contextualizers)."""
+
 import torch
 
 
@@ -23,7 +24,9 @@ def both_directions(inputs: torch.Tensor, reverse_index: torch.Tensor) -> torch.
     return torch.stack([inputs, gather_timesteps(inputs, reverse_index)])
 
 
-def join_directions(states: torch.Tensor, reverse_index: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+def join_directions(
+    states: torch.Tensor, reverse_index: torch.Tensor, keep: torch.Tensor
+) -> torch.Tensor:
     """(2, batch, timesteps, dim) states of `both_directions` inputs -> (batch, timesteps, 2 * dim)
     [forward; backward] in the original order, times `keep` (batch, timesteps, 1): zero at padding."""
     return torch.cat([states[0], gather_timesteps(states[1], reverse_index)], dim=-1) * keep

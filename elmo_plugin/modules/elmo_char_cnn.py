@@ -1,5 +1,6 @@
 """TokenEmbedder `elmo_char_cnn`: ELMo's character CNN input layer, built without a weight file."""
-from typing import List, Optional, Tuple
+
+from typing import Optional
 
 import torch
 from allennlp.common.checks import ConfigurationError
@@ -58,7 +59,7 @@ class ElmoCharCnn(TokenEmbedder):
 
     def __init__(
         self,
-        filters: List[Tuple[int, int]],
+        filters: list[tuple[int, int]],
         num_highway: int,
         projection_dim: int,
         embedding_dim: int = 16,
@@ -67,12 +68,15 @@ class ElmoCharCnn(TokenEmbedder):
     ) -> None:
         super().__init__()
         if activation not in ACTIVATIONS:
-            raise ConfigurationError(f"elmo_char_cnn: activation must be one of {list(ACTIVATIONS)}")
+            raise ConfigurationError(
+                f"elmo_char_cnn: activation must be one of {list(ACTIVATIONS)}"
+            )
         self.filters = [(int(width), int(count)) for width, count in filters]
         self.activation = activation
         self.char_embedding = torch.nn.Embedding(num_characters, embedding_dim, padding_idx=0)
         self.convolutions = torch.nn.ModuleList(
-            torch.nn.Conv1d(embedding_dim, count, kernel_size=width) for width, count in self.filters
+            torch.nn.Conv1d(embedding_dim, count, kernel_size=width)
+            for width, count in self.filters
         )
         num_filters = sum(count for _, count in self.filters)
         self.highways = Highway(num_filters, num_highway, activation=torch.nn.functional.relu)
@@ -95,7 +99,9 @@ class ElmoCharCnn(TokenEmbedder):
             if self.activation == "relu":
                 torch.nn.init.uniform_(convolution.weight, -0.05, 0.05)
             else:
-                torch.nn.init.normal_(convolution.weight, std=(1.0 / (width * convolution.in_channels)) ** 0.5)
+                torch.nn.init.normal_(
+                    convolution.weight, std=(1.0 / (width * convolution.in_channels)) ** 0.5
+                )
             torch.nn.init.zeros_(convolution.bias)
         for layer in [*self.highways._layers, self.projection]:
             torch.nn.init.normal_(layer.weight, std=(1.0 / layer.in_features) ** 0.5)
@@ -110,13 +116,17 @@ class ElmoCharCnn(TokenEmbedder):
         """(total filters,) every filter's convolution of a window of padding characters only."""
         padding = self.char_embedding.weight[PADDING_CHAR_ID].view(1, -1, 1)
         windows = [padding.expand(-1, -1, width) for width, _ in self.filters]
-        return torch.cat([conv(window)[0, :, 0] for conv, window in zip(self.convolutions, windows)])
+        return torch.cat(
+            [conv(window)[0, :, 0] for conv, window in zip(self.convolutions, windows)]
+        )
 
     def filter_widths(self, device: torch.device) -> torch.Tensor:
         """(total filters,) each filter's width."""
-        return torch.tensor([width for width, count in self.filters for _ in range(count)], device=device)
+        return torch.tensor(
+            [width for width, count in self.filters for _ in range(count)], device=device
+        )
 
-    def filters_as_one_matrix(self) -> Optional[Tuple[RightMatrix, torch.Tensor]]:
+    def filters_as_one_matrix(self) -> Optional[tuple[RightMatrix, torch.Tensor]]:
         """Every filter as one (char_dim * widest, total filters) matrix, narrower filters
         padded with zero taps, prepacked for oneDNN once for all of a batch's length groups
         (a plain weight is reordered inside every call), and their biases (total filters,);
@@ -124,15 +134,22 @@ class ElmoCharCnn(TokenEmbedder):
         if not uses_onednn(self.char_embedding.weight, *self.convolutions.parameters()):
             return None
         pad = torch.nn.functional.pad
-        weight = torch.cat([pad(conv.weight, (0, self._widest - conv.weight.size(-1))) for conv in self.convolutions])
-        return RightMatrix(weight.flatten(1).t()), torch.cat([conv.bias for conv in self.convolutions])
+        weight = torch.cat(
+            [
+                pad(conv.weight, (0, self._widest - conv.weight.size(-1)))
+                for conv in self.convolutions
+            ]
+        )
+        return RightMatrix(weight.flatten(1).t()), torch.cat(
+            [conv.bias for conv in self.convolutions]
+        )
 
     def pooled_convolutions(
         self,
         char_ids: torch.Tensor,
         lengths: torch.Tensor,
         padding_windows: torch.Tensor,
-        filters: Optional[Tuple[RightMatrix, torch.Tensor]],
+        filters: Optional[tuple[RightMatrix, torch.Tensor]],
     ) -> torch.Tensor:
         """(n, chars) ids of real tokens, (n,) their lengths, `padding_windows`,
         `filters_as_one_matrix` -> (n, total filters): every filter's max over positions,
@@ -142,7 +159,9 @@ class ElmoCharCnn(TokenEmbedder):
         if filters is not None:
             best = self.best_windows_in_one_matmul(char_ids, longest, widths, filters)
         else:
-            characters = self.char_embedding(char_ids[:, : longest + self._widest - 1])  # (n, chars, char_dim)
+            characters = self.char_embedding(
+                char_ids[:, : longest + self._widest - 1]
+            )  # (n, chars, char_dim)
             # amax, not max: no argmax indices (several times faster); tied windows share the gradient
             best = torch.cat(
                 [
@@ -152,10 +171,16 @@ class ElmoCharCnn(TokenEmbedder):
                 dim=-1,
             )
         has_padding_window = lengths.unsqueeze(1) <= num_chars - widths  # (n, total filters)
-        return self._activation(torch.where(has_padding_window, torch.maximum(best, padding_windows), best))
+        return self._activation(
+            torch.where(has_padding_window, torch.maximum(best, padding_windows), best)
+        )
 
     def best_windows_in_one_matmul(
-        self, char_ids: torch.Tensor, longest: int, widths: torch.Tensor, filters: Tuple[RightMatrix, torch.Tensor]
+        self,
+        char_ids: torch.Tensor,
+        longest: int,
+        widths: torch.Tensor,
+        filters: tuple[RightMatrix, torch.Tensor],
     ) -> torch.Tensor:
         """(n, chars) ids of tokens no longer than `longest`, `filters_as_one_matrix` -> (n, total
         filters): each filter's max over the windows starting at positions 0 .. longest - 1
@@ -163,18 +188,26 @@ class ElmoCharCnn(TokenEmbedder):
         `windows_times_filters` with the widest window at every position. No gradient."""
         num_chars, reach = char_ids.size(-1), longest + self._widest - 1
         if reach > num_chars:  # windows past the last character: read padding, masked out below
-            char_ids = torch.nn.functional.pad(char_ids, (0, reach - num_chars), value=PADDING_CHAR_ID)
+            char_ids = torch.nn.functional.pad(
+                char_ids, (0, reach - num_chars), value=PADDING_CHAR_ID
+            )
         characters = self.char_embedding(char_ids[:, :reach])
-        products = windows_times_filters(characters, self._widest, *filters)  # (n, longest, filters)
+        products = windows_times_filters(
+            characters, self._widest, *filters
+        )  # (n, longest, filters)
         if reach > num_chars:
-            exists = torch.arange(longest, device=widths.device).unsqueeze(1) + widths <= num_chars  # (longest, filters)
+            exists = (
+                torch.arange(longest, device=widths.device).unsqueeze(1) + widths <= num_chars
+            )  # (longest, filters)
             products = products.masked_fill(~exists, float("-inf"))
         return products.amax(dim=1)
 
     def encode_distinct(self, char_ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """(n, chars) ids of real tokens sorted by length, (n,) lengths -> (n, projection_dim),
         one group of similar lengths at a time."""
-        bounds = torch.searchsorted(lengths, torch.tensor(LENGTH_GROUPS, device=lengths.device), right=True)
+        bounds = torch.searchsorted(
+            lengths, torch.tensor(LENGTH_GROUPS, device=lengths.device), right=True
+        )
         padding_windows, filters = self.padding_windows(), self.filters_as_one_matrix()
         pooled, start = [self.projection.weight.new_zeros(0, self.projection.in_features)], 0
         for end in bounds.tolist():
@@ -189,7 +222,9 @@ class ElmoCharCnn(TokenEmbedder):
         Where no gradient is needed on a float32 CPU (inference, or a frozen ELMo), the same
         computation as allennlp's `Highway` runs its matmuls through oneDNN (`onednn_matmul`)."""
         layers = [*self.highways._layers, self.projection]
-        if not uses_onednn(pooled, *(parameter for layer in layers for parameter in layer.parameters())):
+        if not uses_onednn(
+            pooled, *(parameter for layer in layers for parameter in layer.parameters())
+        ):
             return self.projection(self.highways(pooled))
         for layer in self.highways._layers:
             nonlinear, gate = linear(pooled, layer.weight, layer.bias).chunk(2, dim=-1)

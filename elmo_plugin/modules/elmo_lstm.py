@@ -1,6 +1,8 @@
 """Seq2SeqEncoder `elmo_lstm`: ELMo's two independent stacks of projected LSTMs."""
+
 import functools
-from typing import Callable, List, Optional, Sequence, Tuple
+from collections.abc import Callable, Sequence
+from typing import Optional
 
 import torch
 from allennlp.common.checks import ConfigurationError
@@ -29,14 +31,16 @@ def lstm_step(
     projection: torch.Tensor,
     cell_clip: Optional[float],
     proj_clip: Optional[float],
-) -> Tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One clipped LSTM-with-projection step for all directions at once: input_gates
     (directions, batch, 4 * cells) = x W_ih + b, state (directions, batch, proj), memory
     (directions, batch, cells), recurrent (directions, proj, 4 * cells), projection
     (directions, cells, proj) -> the new (state, memory)."""
     gates = torch.baddbmm(input_gates, state, recurrent)
     input_gate, forget_gate, candidate, output_gate = gates.chunk(4, dim=-1)
-    memory = torch.addcmul(torch.sigmoid(forget_gate) * memory, torch.sigmoid(input_gate), torch.tanh(candidate))
+    memory = torch.addcmul(
+        torch.sigmoid(forget_gate) * memory, torch.sigmoid(input_gate), torch.tanh(candidate)
+    )
     if cell_clip is not None:
         memory = memory.clamp(-cell_clip, cell_clip)
     state = torch.bmm(torch.sigmoid(output_gate) * torch.tanh(memory), projection)
@@ -45,14 +49,14 @@ def lstm_step(
     return state, memory
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def compiled_lstm_step() -> Callable:
     """`lstm_step` with its gate arithmetic fused by torch.compile (CUDA with Triton only), made
     on first use; `dynamic=None` lets a second batch size switch it to a dynamic batch dimension."""
     return torch.compile(lstm_step, dynamic=None)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def triton_available() -> bool:
     """Whether Triton (torch.compile's GPU code generator) is importable; asked once."""
     try:
@@ -67,7 +71,7 @@ def can_compile_step(device: torch.device) -> bool:
     return device.type == "cuda" and triton_available()
 
 
-def packed_weights(lstms: Sequence[torch.nn.LSTM]) -> Tuple[torch.Tensor, ...]:
+def packed_weights(lstms: Sequence[torch.nn.LSTM]) -> tuple[torch.Tensor, ...]:
     """(w_ih, bias, w_hh, w_hr) of all directions as `PackedClippedLstm` takes them: torch's
     layout, stacked (the gradients reach each weight contiguous)."""
     bias = torch.stack([lstm.bias_ih_l0 + lstm.bias_hh_l0 for lstm in lstms]).unsqueeze(1)
@@ -79,10 +83,16 @@ def packed_weights(lstms: Sequence[torch.nn.LSTM]) -> Tuple[torch.Tensor, ...]:
 def can_pack(inputs: torch.Tensor) -> bool:
     """The packed fast path takes float32 CPU tensors outside autocast (bf16 autocast keeps the
     memory cells float32, which the step loop does)."""
-    return inputs.device.type == "cpu" and inputs.dtype == torch.float32 and not torch.is_autocast_enabled("cpu")
+    return (
+        inputs.device.type == "cpu"
+        and inputs.dtype == torch.float32
+        and not torch.is_autocast_enabled("cpu")
+    )
 
 
-def initial_state(inputs: torch.Tensor, lstms: Sequence[torch.nn.LSTM]) -> Tuple[torch.Tensor, torch.Tensor]:
+def initial_state(
+    inputs: torch.Tensor, lstms: Sequence[torch.nn.LSTM]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Zero (state, memory) for (directions, batch, ...) inputs. The memory cell is kept at least
     in float32, also when bf16 autocast makes the inputs and gates bf16: it accumulates over
     every step, where bf16's 8-bit mantissa would lose the small updates."""
@@ -92,7 +102,9 @@ def initial_state(inputs: torch.Tensor, lstms: Sequence[torch.nn.LSTM]) -> Tuple
     return state, inputs.new_zeros(directions, batch, lstms[0].hidden_size, dtype=memory_dtype)
 
 
-def input_gates_by_step(inputs: torch.Tensor, lstms: Sequence[torch.nn.LSTM]) -> Tuple[torch.Tensor, ...]:
+def input_gates_by_step(
+    inputs: torch.Tensor, lstms: Sequence[torch.nn.LSTM]
+) -> tuple[torch.Tensor, ...]:
     """(directions, batch, timesteps, dim) -> per timestep (directions, batch, 4 * cells): every
     x W_ih + b_ih + b_hh in one batched matmul."""
     directions, batch, timesteps, dim = inputs.shape
@@ -118,13 +130,22 @@ def clipped_lstm(
     length: a sequence leaves the loop when it ends (least work; the CPU path)."""
     directions, batch, timesteps, _ = inputs.shape
     input_gates = input_gates_by_step(inputs, lstms)
-    recurrent, projection = stacked_weight(lstms, "weight_hh_l0"), stacked_weight(lstms, "weight_hr_l0")
+    recurrent, projection = (
+        stacked_weight(lstms, "weight_hh_l0"),
+        stacked_weight(lstms, "weight_hr_l0"),
+    )
     state, memory = initial_state(inputs, lstms)
     active = (lengths > torch.arange(timesteps, device=lengths.device).unsqueeze(1)).sum(dim=1)
     outputs = []
     for step, size in enumerate(active[active > 0].tolist()):  # size: sequences longer than step
         state, memory = lstm_step(
-            input_gates[step][:, :size], state[:, :size], memory[:, :size], recurrent, projection, cell_clip, proj_clip
+            input_gates[step][:, :size],
+            state[:, :size],
+            memory[:, :size],
+            recurrent,
+            projection,
+            cell_clip,
+            proj_clip,
         )
         outputs.append(torch.nn.functional.pad(state, (0, 0, 0, batch - size)))
     outputs += [state.new_zeros(directions, batch, lstms[0].proj_size)] * (timesteps - len(outputs))
@@ -145,23 +166,28 @@ def clipped_lstm_fixed_shape(
     they nor their (zero) gradients reach any real position."""
     timesteps = inputs.size(2)
     outputs, _ = lstm_steps(inputs, lstms, initial_state(inputs, lstms), cell_clip, proj_clip, step)
-    keep = torch.arange(timesteps, device=lengths.device) < lengths.unsqueeze(1)  # (batch, timesteps)
+    keep = torch.arange(timesteps, device=lengths.device) < lengths.unsqueeze(
+        1
+    )  # (batch, timesteps)
     return outputs * keep.unsqueeze(-1).to(outputs.dtype)
 
 
 def lstm_steps(
     inputs: torch.Tensor,
     lstms: Sequence[torch.nn.LSTM],
-    initial: Tuple[torch.Tensor, torch.Tensor],
+    initial: tuple[torch.Tensor, torch.Tensor],
     cell_clip: Optional[float],
     proj_clip: Optional[float],
     step: Callable = lstm_step,
-) -> Tuple[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
     """Every step over the whole batch from `initial` (state, memory) as `initial_state` shapes
     them: inputs (directions, batch, timesteps, dim) -> (outputs (directions, batch, timesteps,
     proj_size), padding not zeroed; the (state, memory) after the last step)."""
     input_gates = input_gates_by_step(inputs, lstms)
-    recurrent, projection = stacked_weight(lstms, "weight_hh_l0"), stacked_weight(lstms, "weight_hr_l0")
+    recurrent, projection = (
+        stacked_weight(lstms, "weight_hh_l0"),
+        stacked_weight(lstms, "weight_hr_l0"),
+    )
     state, memory = initial
     outputs = []
     for gates in input_gates:
@@ -204,7 +230,9 @@ class ElmoLstmContextualizer(BiLmContextualizer):
     ) -> None:
         super().__init__(input_dim, num_layers, return_all_layers)
         if (cell_size is None) == (hidden_dim is None):
-            raise ConfigurationError("elmo_lstm: give cell_size (hidden_dim is its old name), exactly once")
+            raise ConfigurationError(
+                "elmo_lstm: give cell_size (hidden_dim is its old name), exactly once"
+            )
         self.cell_size = cell_size if cell_size is not None else hidden_dim
         self.cell_clip = cell_clip
         self.proj_clip = proj_clip
@@ -215,25 +243,33 @@ class ElmoLstmContextualizer(BiLmContextualizer):
 
     def _make_stack(self) -> torch.nn.ModuleList:
         return torch.nn.ModuleList(
-            torch.nn.LSTM(self.input_dim, self.cell_size, proj_size=self.input_dim, batch_first=True)
+            torch.nn.LSTM(
+                self.input_dim, self.cell_size, proj_size=self.input_dim, batch_first=True
+            )
             for _ in range(self.num_layers)
         )
 
-    def _run_layer(self, lstms: Sequence[torch.nn.LSTM], inputs: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    def _run_layer(
+        self, lstms: Sequence[torch.nn.LSTM], inputs: torch.Tensor, lengths: torch.Tensor
+    ) -> torch.Tensor:
         """inputs (directions, batch, timesteps, input_dim), batch sorted by decreasing
         `lengths` -> (directions, batch, timesteps, input_dim), each direction through its LSTM."""
         if self.cell_clip is None and self.proj_clip is None:
             return torch.stack([lstm(direction)[0] for lstm, direction in zip(lstms, inputs)])
         if can_pack(inputs):
-            return packed_clipped_lstm(inputs, packed_weights(lstms), lengths, self.cell_clip, self.proj_clip)[0]
+            return packed_clipped_lstm(
+                inputs, packed_weights(lstms), lengths, self.cell_clip, self.proj_clip
+            )[0]
         if inputs.device.type == "cpu":
             return clipped_lstm(inputs, lstms, lengths, self.cell_clip, self.proj_clip)
         # On a GPU the loop is launch-bound: fixed shapes, no host syncs, fused gate kernels.
         compile_step = self.compile_on_gpu and can_compile_step(inputs.device)
         step = compiled_lstm_step() if compile_step else lstm_step
-        return clipped_lstm_fixed_shape(inputs, lstms, lengths, self.cell_clip, self.proj_clip, step)
+        return clipped_lstm_fixed_shape(
+            inputs, lstms, lengths, self.cell_clip, self.proj_clip, step
+        )
 
-    def all_layers(self, inputs: torch.Tensor, mask: torch.BoolTensor) -> List[torch.Tensor]:
+    def all_layers(self, inputs: torch.Tensor, mask: torch.BoolTensor) -> list[torch.Tensor]:
         """Every layer's (batch, timesteps, 2 * input_dim) output, bottom first. Runs on the batch
         sorted by decreasing length, both directions stacked (the backward one reversed within
         length); dropout draws its own mask for each direction."""
@@ -257,8 +293,12 @@ class ElmoLstmContextualizer(BiLmContextualizer):
     supports_state = True
 
     def _run_stream_layer(
-        self, lstms: Sequence[torch.nn.LSTM], inputs: torch.Tensor, lengths: torch.Tensor, initial: LayerState
-    ) -> Tuple[torch.Tensor, LayerState]:
+        self,
+        lstms: Sequence[torch.nn.LSTM],
+        inputs: torch.Tensor,
+        lengths: torch.Tensor,
+        initial: LayerState,
+    ) -> tuple[torch.Tensor, LayerState]:
         """inputs (directions, batch, timesteps, input_dim) in any row order, `initial` (state,
         memory) -> (outputs (directions, batch, timesteps, input_dim), the (state, memory) after
         the last step)."""
@@ -267,13 +307,18 @@ class ElmoLstmContextualizer(BiLmContextualizer):
         order = torch.argsort(lengths, descending=True, stable=True)  # the packed LSTM's row order
         restore = torch.argsort(order)
         outputs, final = packed_clipped_lstm(
-            inputs[:, order], packed_weights(lstms), lengths[order], self.cell_clip, self.proj_clip, tuple(part[:, order] for part in initial)
+            inputs[:, order],
+            packed_weights(lstms),
+            lengths[order],
+            self.cell_clip,
+            self.proj_clip,
+            tuple(part[:, order] for part in initial),
         )
         return outputs[:, restore], tuple(part[:, restore] for part in final)
 
     def stream_layers(
-        self, inputs: torch.Tensor, mask: torch.BoolTensor, state: Optional[List[LayerState]] = None
-    ) -> Tuple[List[torch.Tensor], List[LayerState]]:
+        self, inputs: torch.Tensor, mask: torch.BoolTensor, state: Optional[list[LayerState]] = None
+    ) -> tuple[list[torch.Tensor], list[LayerState]]:
         """Stateful streams (bilm-tf's training): inputs (2, batch, timesteps, input_dim), each
         direction's own text in its reading order, right-padded as `mask` (batch, timesteps)
         says; `state`: every layer's (state, memory) to start from (`initial_state` shapes),
@@ -287,7 +332,9 @@ class ElmoLstmContextualizer(BiLmContextualizer):
         layer_input, layers, final = inputs, [], []
         for index, lstms in enumerate(zip(self.forward_layers, self.backward_layers)):
             initial = state[index] if state is not None else initial_state(layer_input, lstms)
-            output, last = self._run_stream_layer(lstms, self._dropout(layer_input), lengths, initial)
+            output, last = self._run_stream_layer(
+                lstms, self._dropout(layer_input), lengths, initial
+            )
             if index > 0:
                 output = output + layer_input
             layers.append(torch.cat([output[0], output[1]], dim=-1) * keep)

@@ -1,5 +1,6 @@
 """TokenEmbedder `elmo_manylangs_cnn`: the "cnn" token embedder of ELMoForManyLangs (HIT-SCIR)."""
-from typing import Any, Dict, List, Optional, Tuple
+
+from typing import Any, Optional
 
 import torch
 from allennlp.common.checks import ConfigurationError
@@ -7,10 +8,15 @@ from allennlp.data import Vocabulary
 from allennlp.modules.highway import Highway
 from allennlp.modules.token_embedders import TokenEmbedder
 
-from elmo_plugin.data.elmo_manylangs_indexer import DEFAULT_NAMESPACE, PAD, boundary_ids, vocabulary_dictionaries
+from elmo_plugin.data.elmo_manylangs_indexer import (
+    DEFAULT_NAMESPACE,
+    PAD,
+    boundary_ids,
+    vocabulary_dictionaries,
+)
 from elmo_plugin.modules.elmo_char_cnn import ACTIVATIONS
 
-Dictionaries = Tuple[Dict[str, int], Optional[Dict[str, int]]]  # (chars, words or None)
+Dictionaries = tuple[dict[str, int], Optional[dict[str, int]]]  # (chars, words or None)
 
 
 @TokenEmbedder.register("elmo_manylangs_cnn")
@@ -37,7 +43,7 @@ class ElmoManyLangsCnn(TokenEmbedder):
     def __init__(
         self,
         char_dim: int,
-        filters: List[Tuple[int, int]],
+        filters: list[tuple[int, int]],
         num_highway: int,
         projection_dim: int,
         word_dim: int = 0,
@@ -45,7 +51,7 @@ class ElmoManyLangsCnn(TokenEmbedder):
         max_characters_per_token: int = 50,
         num_characters: Optional[int] = None,
         num_words: int = 0,
-        sentence_boundaries: Optional[Dict[str, List[int]]] = None,
+        sentence_boundaries: Optional[dict[str, list[int]]] = None,
         char_padding_id: Optional[int] = None,
         word_padding_id: Optional[int] = None,
         vocab: Optional[Vocabulary] = None,
@@ -53,7 +59,9 @@ class ElmoManyLangsCnn(TokenEmbedder):
     ) -> None:
         super().__init__()
         if activation not in ACTIVATIONS:
-            raise ConfigurationError(f"elmo_manylangs_cnn: activation must be one of {list(ACTIVATIONS)}")
+            raise ConfigurationError(
+                f"elmo_manylangs_cnn: activation must be one of {list(ACTIVATIONS)}"
+            )
         self.dictionaries: Optional[Dictionaries] = None
         if num_characters is None or sentence_boundaries is None:
             if vocab is None:
@@ -61,22 +69,36 @@ class ElmoManyLangsCnn(TokenEmbedder):
                     "elmo_manylangs_cnn: give num_characters and sentence_boundaries, or a vocabulary with the "
                     "model's dictionaries (vocabulary type elmo_manylangs)"
                 )
-            chars, words = self.dictionaries = vocabulary_dictionaries(vocab, namespace, word_dim > 0)
+            chars, words = self.dictionaries = vocabulary_dictionaries(
+                vocab, namespace, word_dim > 0
+            )
             num_characters, num_words = len(chars), len(words) if words else 0
             sentence_boundaries = boundary_ids(chars, words, max_characters_per_token)
             char_padding_id, word_padding_id = chars[PAD], words[PAD] if words else None
-        self.architecture: Dict[str, Any] = {
-            "type": "elmo_manylangs_cnn", "char_dim": char_dim, "filters": [list(f) for f in filters],
-            "num_highway": num_highway, "projection_dim": projection_dim, "word_dim": word_dim,
-            "activation": activation, "max_characters_per_token": max_characters_per_token,
-            "num_characters": num_characters, "num_words": num_words, "sentence_boundaries": sentence_boundaries,
-            "char_padding_id": char_padding_id, "word_padding_id": word_padding_id,
+        self.architecture: dict[str, Any] = {
+            "type": "elmo_manylangs_cnn",
+            "char_dim": char_dim,
+            "filters": [list(f) for f in filters],
+            "num_highway": num_highway,
+            "projection_dim": projection_dim,
+            "word_dim": word_dim,
+            "activation": activation,
+            "max_characters_per_token": max_characters_per_token,
+            "num_characters": num_characters,
+            "num_words": num_words,
+            "sentence_boundaries": sentence_boundaries,
+            "char_padding_id": char_padding_id,
+            "word_padding_id": word_padding_id,
         }
         self.filters = [(int(width), int(count)) for width, count in filters]
         # As its `EmbeddingLayer`s: the `<pad>` rows get no gradient (they are used, not zero).
-        self.char_embedding = torch.nn.Embedding(num_characters, char_dim, padding_idx=char_padding_id)
+        self.char_embedding = torch.nn.Embedding(
+            num_characters, char_dim, padding_idx=char_padding_id
+        )
         self.word_embedding = (
-            torch.nn.Embedding(num_words, word_dim, padding_idx=word_padding_id) if word_dim > 0 else None
+            torch.nn.Embedding(num_words, word_dim, padding_idx=word_padding_id)
+            if word_dim > 0
+            else None
         )
         self.convolutions = torch.nn.ModuleList(
             torch.nn.Conv1d(char_dim, count, kernel_size=width) for width, count in self.filters
@@ -101,7 +123,9 @@ class ElmoManyLangsCnn(TokenEmbedder):
             )
         ids = (elmo_tokens - 1).clamp(min=0)  # padding tokens: any valid id, zeroed below
         characters = self.char_embedding(ids[..., 1:].reshape(-1, ids.size(-1) - 1)).transpose(1, 2)
-        pooled = [self._activation(conv(characters).max(dim=-1).values) for conv in self.convolutions]
+        pooled = [
+            self._activation(conv(characters).max(dim=-1).values) for conv in self.convolutions
+        ]
         vectors = self.highways(torch.cat(pooled, dim=-1)).view(*ids.shape[:-1], -1)
         if self.word_embedding is not None:
             vectors = torch.cat([self.word_embedding(ids[..., 0]), vectors], dim=-1)

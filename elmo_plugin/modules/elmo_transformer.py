@@ -6,8 +6,9 @@ are stacked along a leading direction axis (0 = forward, 1 = backward), so every
 one batched matmul for both directions and attention is one fused
 `scaled_dot_product_attention(..., is_causal=True)` call.
 """
+
 import math
-from typing import List, Optional
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -56,13 +57,17 @@ def fast_dropout(inputs: torch.Tensor, p: float, training: bool) -> torch.Tensor
     return inputs * torch.where(keep, scale, inputs.new_tensor(0.0))
 
 
-def directional_linear(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+def directional_linear(
+    inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
+) -> torch.Tensor:
     """One matmul for both directions: inputs (2, n, in), weight (2, in, out), bias (2, 1, out)
     -> (2, n, out)."""
     return torch.baddbmm(bias, inputs, weight)
 
 
-def directional_layer_norm(inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+def directional_layer_norm(
+    inputs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor
+) -> torch.Tensor:
     """Layer norm over the last dim with per-direction gain and bias:
     inputs (2, ..., dim), weight and bias (2, 1, dim) -> same shape as inputs."""
     normalized = F.layer_norm(inputs, inputs.shape[-1:], eps=1e-6)
@@ -86,7 +91,12 @@ class DirectionalBlock(torch.nn.Module):
     """
 
     def __init__(
-        self, input_dim: int, feedforward_hidden_dim: int, num_heads: int, dropout: float, attention_dropout: float
+        self,
+        input_dim: int,
+        feedforward_hidden_dim: int,
+        num_heads: int,
+        dropout: float,
+        attention_dropout: float,
     ) -> None:
         super().__init__()
         self.input_dim, self.feedforward_hidden_dim = input_dim, feedforward_hidden_dim
@@ -145,15 +155,21 @@ class DirectionalBlock(torch.nn.Module):
     def feedforward(self, inputs: torch.Tensor) -> torch.Tensor:
         """(2, batch, timesteps, dim) normalized inputs -> position-wise FF output, same shape."""
         flat = inputs.view(inputs.size(0), -1, inputs.size(-1))
-        hidden = F.relu(directional_linear(flat, self.feedforward_in_weight, self.feedforward_in_bias))
+        hidden = F.relu(
+            directional_linear(flat, self.feedforward_in_weight, self.feedforward_in_bias)
+        )
         hidden = fast_dropout(hidden, self.dropout, self.training)
         output = directional_linear(hidden, self.feedforward_out_weight, self.feedforward_out_bias)
         return output.view_as(inputs)
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        normalized = directional_layer_norm(inputs, self.attention_norm_weight, self.attention_norm_bias)
+        normalized = directional_layer_norm(
+            inputs, self.attention_norm_weight, self.attention_norm_bias
+        )
         inputs = inputs + fast_dropout(self.attention(normalized), self.dropout, self.training)
-        normalized = directional_layer_norm(inputs, self.feedforward_norm_weight, self.feedforward_norm_bias)
+        normalized = directional_layer_norm(
+            inputs, self.feedforward_norm_weight, self.feedforward_norm_bias
+        )
         return inputs + fast_dropout(self.feedforward(normalized), self.dropout, self.training)
 
 
@@ -204,7 +220,9 @@ class ElmoTransformerContextualizer(BiLmContextualizer):
                 "elmo_transformer: give feedforward_hidden_dim (hidden_dim is its old name), exactly once"
             )
         if backward_positions not in BACKWARD_POSITIONS:
-            raise ConfigurationError(f"elmo_transformer: backward_positions must be one of {BACKWARD_POSITIONS}")
+            raise ConfigurationError(
+                f"elmo_transformer: backward_positions must be one of {BACKWARD_POSITIONS}"
+            )
         if num_layers < 1:
             raise ConfigurationError("elmo_transformer: num_layers must be at least 1")
         if input_dim % num_attention_heads != 0:
@@ -212,13 +230,21 @@ class ElmoTransformerContextualizer(BiLmContextualizer):
                 f"elmo_transformer: input_dim {input_dim} is not a multiple of "
                 f"num_attention_heads {num_attention_heads}"
             )
-        self.feedforward_hidden_dim = feedforward_hidden_dim if feedforward_hidden_dim is not None else hidden_dim
+        self.feedforward_hidden_dim = (
+            feedforward_hidden_dim if feedforward_hidden_dim is not None else hidden_dim
+        )
         self.num_attention_heads = num_attention_heads
         self.backward_positions = backward_positions
         self.input_dropout = input_dropout or 0.0
         self.input_norm = torch.nn.LayerNorm(input_dim) if input_layer_norm else None
         self.layers = torch.nn.ModuleList(
-            DirectionalBlock(input_dim, self.feedforward_hidden_dim, num_attention_heads, dropout, attention_dropout)
+            DirectionalBlock(
+                input_dim,
+                self.feedforward_hidden_dim,
+                num_attention_heads,
+                dropout,
+                attention_dropout,
+            )
             for _ in range(num_layers)
         )
         self.final_norm_weight = directional_parameter(1, input_dim, value=1.0)
@@ -244,7 +270,9 @@ class ElmoTransformerContextualizer(BiLmContextualizer):
             return both_directions(inputs + positions, reverse_index)
         return both_directions(inputs, reverse_index) + positions
 
-    def run_layers(self, inputs: torch.Tensor, mask: torch.BoolTensor, every_layer: bool) -> List[torch.Tensor]:
+    def run_layers(
+        self, inputs: torch.Tensor, mask: torch.BoolTensor, every_layer: bool
+    ) -> list[torch.Tensor]:
         """(batch, timesteps, input_dim) -> each layer's (batch, timesteps, 2 * input_dim)
         output, bottom first (only the top one unless `every_layer`); the top one after the
         final layer norm."""
@@ -256,12 +284,14 @@ class ElmoTransformerContextualizer(BiLmContextualizer):
             states = layer(states)
             is_top = index == self.num_layers - 1
             if is_top:
-                states = directional_layer_norm(states, self.final_norm_weight, self.final_norm_bias)
+                states = directional_layer_norm(
+                    states, self.final_norm_weight, self.final_norm_bias
+                )
             if every_layer or is_top:
                 layers.append(join_directions(states, reverse_index, keep))
         return layers
 
-    def all_layers(self, inputs: torch.Tensor, mask: torch.BoolTensor) -> List[torch.Tensor]:
+    def all_layers(self, inputs: torch.Tensor, mask: torch.BoolTensor) -> list[torch.Tensor]:
         """Every layer's (batch, timesteps, 2 * input_dim) output, bottom first."""
         return self.run_layers(inputs, mask, every_layer=True)
 

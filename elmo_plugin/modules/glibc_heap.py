@@ -11,6 +11,7 @@ blocks up to 32 MiB (glibc's maximum for the mmap threshold) come from the heap,
 batches. Nothing changes where the user set glibc's own MALLOC_* variables or GLIBC_TUNABLES,
 where ELMO_PLUGIN_KEEP_HEAP=0, or on a C library other than glibc.
 """
+
 import ctypes
 import functools
 import logging
@@ -22,19 +23,31 @@ logger = logging.getLogger(__name__)
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # <malloc.h>
 MMAP_THRESHOLD_BYTES = 32 << 20  # glibc refuses more (DEFAULT_MMAP_THRESHOLD_MAX on 64-bit)
 TRIM_THRESHOLD_BYTES = 1 << 30
-USER_SETTINGS = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "GLIBC_TUNABLES")
+USER_SETTINGS = (
+    "MALLOC_TRIM_THRESHOLD_",
+    "MALLOC_MMAP_THRESHOLD_",
+    "MALLOC_TOP_PAD_",
+    "GLIBC_TUNABLES",
+)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def keep_freed_heap() -> bool:
     """Sets glibc's mmap and trim thresholds once per process -> whether they were set."""
-    if os.environ.get("ELMO_PLUGIN_KEEP_HEAP", "1") == "0" or any(name in os.environ for name in USER_SETTINGS):
+    if os.environ.get("ELMO_PLUGIN_KEEP_HEAP", "1") == "0" or any(
+        name in os.environ for name in USER_SETTINGS
+    ):
         return False
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
     mallopt = ctypes.CDLL(None).mallopt
     # mmap threshold first: setting either one stops glibc adjusting the mmap threshold itself
-    done = mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1 and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES) == 1
+    done = (
+        mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES) == 1
+        and mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES) == 1
+    )
     if not done:
-        logger.warning("glibc's mallopt refused the heap thresholds: CPU tensors are allocated as glibc defaults")
+        logger.warning(
+            "glibc's mallopt refused the heap thresholds: CPU tensors are allocated as glibc defaults"
+        )
     return done

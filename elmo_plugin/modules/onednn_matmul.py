@@ -8,13 +8,14 @@ oneDNN's blocked layout (fastest for a weight used many times, as in a time loop
 was built without oneDNN, or for other devices and dtypes, the same calls run torch.matmul.
 Results equal torch.matmul's within float32 rounding (the summation order differs).
 """
+
 import functools
-from typing import List, Optional, Union
+from typing import Optional, Union
 
 import torch
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def onednn_built() -> bool:
     """Whether this torch has oneDNN's linear (asked once)."""
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
@@ -25,21 +26,30 @@ def uses_onednn(*tensors: torch.Tensor) -> bool:
     derivative: where one is needed, the caller differentiates by hand), outside CPU autocast
     (which would not see the call: torch's matmul keeps autocast's bf16)."""
     needs_graph = torch.is_grad_enabled() and any(tensor.requires_grad for tensor in tensors)
-    return onednn_built() and not needs_graph and not torch.is_autocast_enabled("cpu") and all(
-        tensor.device.type == "cpu" and tensor.dtype == torch.float32 for tensor in tensors
+    return (
+        onednn_built()
+        and not needs_graph
+        and not torch.is_autocast_enabled("cpu")
+        and all(tensor.device.type == "cpu" and tensor.dtype == torch.float32 for tensor in tensors)
     )
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+def linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None
+) -> torch.Tensor:
     """x (..., K) W^T (+ bias (N,)) for a plain (N, K) `weight` (any strides) -> (..., N)."""
     if x.numel() and weight.numel() and uses_onednn(x, weight):  # oneDNN refuses empty operands
         return onednn_linear(x, weight, bias)
     return torch.nn.functional.linear(x, weight, bias)
 
 
-def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+def onednn_linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
+) -> torch.Tensor:
     """`linear` through oneDNN; `weight` plain or prepacked. TorchScript compiles it."""
-    no_scalars = torch.jit.annotate(List[Optional[Union[int, float, complex]]], [])  # `[]` typed for TorchScript
+    no_scalars = torch.jit.annotate(
+        list[Optional[Union[int, float, complex]]], []
+    )  # `[]` typed for TorchScript
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", no_scalars, "")
 
 

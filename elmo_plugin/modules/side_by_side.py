@@ -3,17 +3,21 @@ loop, forward and backward. Each step is a few small torch calls; on one thread 
 dispatches them leaves cores idle between kernels however many intra-op threads torch has. On
 their own threads the directions overlap, each dispatching while the other computes (torch
 releases the GIL inside its kernels)."""
+
 import ctypes
 import functools
 import logging
 import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
-from typing import Any, Callable, List, Optional
+from typing import Any, Optional
 
 import torch
 
-OMP_PAUSE_SOFT = 1  # OpenMP 5.0's omp_pause_resource_t for "stop idle threads; they restart when needed"
+OMP_PAUSE_SOFT = (
+    1  # OpenMP 5.0's omp_pause_resource_t for "stop idle threads; they restart when needed"
+)
 
 logger = logging.getLogger(__name__)
 
@@ -23,7 +27,7 @@ _pool_key = (-1, 0)  # (the process that made it, its number of threads)
 _pool_lock = threading.Lock()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def openmp_backend() -> bool:
     """Whether torch's intra-op threads are OpenMP's, whose count is set per thread (torch's
     native backend has one process-wide pool, fixed once used)."""
@@ -36,7 +40,7 @@ def worth_it() -> bool:
     return torch.get_num_threads() >= 2 and openmp_backend()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def openmp_pause() -> Optional[Callable[[], int]]:
     """OpenMP 5.0's omp_pause_resource_all(omp_pause_soft) of the OpenMP runtime torch itself
     links (looked up through torch's extension module, which searches its dependencies:
@@ -44,7 +48,9 @@ def openmp_pause() -> Optional[Callable[[], int]]:
     try:
         pause = ctypes.CDLL(torch._C.__file__).omp_pause_resource_all
     except (AttributeError, OSError):  # no such symbol (no OpenMP, an OpenMP before 5.0)
-        logger.debug("no omp_pause_resource_all in torch's OpenMP runtime: idle OpenMP threads stay")
+        logger.debug(
+            "no omp_pause_resource_all in torch's OpenMP runtime: idle OpenMP threads stay"
+        )
         return None
     pause.argtypes, pause.restype = [ctypes.c_int], ctypes.c_int
     return functools.partial(pause, OMP_PAUSE_SOFT)
@@ -77,20 +83,25 @@ def thread_pool(workers: int) -> ThreadPoolExecutor:
     global _pool, _pool_key
     with _pool_lock:
         if _pool is None or _pool_key[0] != os.getpid() or _pool_key[1] < workers:
-            _pool, _pool_key = ThreadPoolExecutor(workers, thread_name_prefix="elmo_plugin"), (os.getpid(), workers)
+            _pool, _pool_key = (
+                ThreadPoolExecutor(workers, thread_name_prefix="elmo_plugin"),
+                (os.getpid(), workers),
+            )
         return _pool
 
 
 def on_thread(task: Callable[[], Any], threads: int, inference: bool) -> Any:
     """Runs task with `threads` intra-op threads and the caller's no-grad / inference mode (both
     thread-local in torch) -> its result."""
-    if torch.get_num_threads() != threads:  # OpenMP's count is per thread (side_by_side sets the rest back)
+    if (
+        torch.get_num_threads() != threads
+    ):  # OpenMP's count is per thread (side_by_side sets the rest back)
         torch.set_num_threads(threads)
     with torch.inference_mode(inference), torch.no_grad():
         return task()
 
 
-def side_by_side(tasks: List[Callable[[], Any]]) -> List[Any]:
+def side_by_side(tasks: list[Callable[[], Any]]) -> list[Any]:
     """Runs the tasks at once, one per pool thread, the caller's intra-op threads split between
     them (at least one each) -> their results, once all are done (then raising the first failed
     task's error). Without gradients: a task's tensors record no graph. The caller's idle OpenMP

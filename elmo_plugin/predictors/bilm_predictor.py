@@ -1,7 +1,6 @@
 """What the biLM predictors share: the archive must hold a bidirectional language model (our
 `elmo_bilm` or allennlp-models' `language_model`), and JSON inputs become one indexed tensor
 batch on the predictor's device."""
-from typing import Dict, List
 
 import torch
 from allennlp.common.checks import ConfigurationError
@@ -14,19 +13,24 @@ from allennlp.models import Model
 from allennlp.nn import util as nn_util
 from allennlp.predictors.predictor import Predictor
 
-from elmo_plugin.archives.bilm_archive import check_bidirectional_language_model, language_model_encoder
+from elmo_plugin.archives.bilm_archive import (
+    check_bidirectional_language_model,
+    language_model_encoder,
+)
 from elmo_plugin.data.elmo_vocab_file import BOS, EOS
 from elmo_plugin.predictors.json_input import input_tokens
 
 
-def reader_token_indexers(reader: DatasetReader) -> Dict[str, TokenIndexer]:
+def reader_token_indexers(reader: DatasetReader) -> dict[str, TokenIndexer]:
     """The token indexers of a language-model reader (`elmo_corpus`, allennlp-models'
     `simple_language_modeling`, or a `sharded` reader around one). Neither allennlp nor
     allennlp-models exposes them publicly: both readers keep them in `_token_indexers`."""
     base = reader.reader if isinstance(reader, ShardedDatasetReader) else reader
     indexers = getattr(base, "_token_indexers", None)
     if not indexers:
-        raise ConfigurationError(f"the archive's dataset reader ({type(base).__name__}) has no token indexers")
+        raise ConfigurationError(
+            f"the archive's dataset reader ({type(base).__name__}) has no token indexers"
+        )
     return indexers
 
 
@@ -38,7 +42,9 @@ class BiLmPredictor(Predictor):
 
     def __init__(self, model: Model, dataset_reader: DatasetReader, frozen: bool = True) -> None:
         super().__init__(model, dataset_reader, frozen)
-        self._bilm = check_bidirectional_language_model(model, f"{self.registered_as} needs an ELMo biLM archive but this archive")
+        self._bilm = check_bidirectional_language_model(
+            model, f"{self.registered_as} needs an ELMo biLM archive but this archive"
+        )
         self._encoder = language_model_encoder(self._bilm)
         self._token_indexers = reader_token_indexers(dataset_reader)
 
@@ -46,7 +52,7 @@ class BiLmPredictor(Predictor):
         tokens = [Token(BOS), *(Token(t) for t in input_tokens(json_dict)), Token(EOS)]
         return Instance({"source": TextField(tokens, self._token_indexers)})
 
-    def tensors(self, instances: List[Instance]) -> Dict[str, Dict[str, torch.Tensor]]:
+    def tensors(self, instances: list[Instance]) -> dict[str, dict[str, torch.Tensor]]:
         """The instances' `source` field as one padded batch: indexer name -> tensors."""
         for instance in instances:
             self._dataset_reader.apply_token_indexers(instance)  # instances the reader made
@@ -55,7 +61,7 @@ class BiLmPredictor(Predictor):
         return nn_util.move_to_device(batch.as_tensor_dict(), self.cuda_device)["source"]
 
 
-def char_ids_of(text_field_tensors: Dict[str, Dict[str, torch.Tensor]]) -> torch.Tensor:
+def char_ids_of(text_field_tensors: dict[str, dict[str, torch.Tensor]]) -> torch.Tensor:
     """The `elmo_tokens` tensor (batch, tokens, 50) among a text field's indexer outputs."""
     for indexed in text_field_tensors.values():
         if "elmo_tokens" in indexed:

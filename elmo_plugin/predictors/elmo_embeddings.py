@@ -1,6 +1,7 @@
 """Predictor `elmo_embeddings`: ELMo vectors of each input sentence from our biLM archive or
 allennlp-models' bidirectional `language_model` archive."""
-from typing import List, Optional
+
+from typing import Optional
 
 import torch
 from allennlp.common.checks import ConfigurationError
@@ -38,7 +39,7 @@ class ElmoEmbeddingsPredictor(BiLmPredictor):
         model: Model,
         dataset_reader: DatasetReader,
         frozen: bool = True,
-        scalar_mix_parameters: Optional[List[float]] = None,
+        scalar_mix_parameters: Optional[list[float]] = None,
         gamma: float = 1.0,
     ) -> None:
         super().__init__(model, dataset_reader, frozen)
@@ -50,7 +51,9 @@ class ElmoEmbeddingsPredictor(BiLmPredictor):
                     f"{self._encoder.num_layers} layers"
                 )
             self._scalar_mix = ScalarMix(
-                self._encoder.num_layers, initial_scalar_parameters=list(scalar_mix_parameters), trainable=False
+                self._encoder.num_layers,
+                initial_scalar_parameters=list(scalar_mix_parameters),
+                trainable=False,
             )
             with torch.no_grad():
                 self._scalar_mix.gamma.fill_(gamma)
@@ -58,7 +61,7 @@ class ElmoEmbeddingsPredictor(BiLmPredictor):
     def predict_instance(self, instance: Instance) -> JsonDict:
         return self.predict_batch_instance([instance])[0]
 
-    def predict_batch_instance(self, instances: List[Instance]) -> List[JsonDict]:
+    def predict_batch_instance(self, instances: list[Instance]) -> list[JsonDict]:
         with torch.no_grad():
             layers, lengths = sentence_layers(self._encoder, char_ids_of(self.tensors(instances)))
         outputs = []

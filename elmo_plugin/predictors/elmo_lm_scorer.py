@@ -1,7 +1,8 @@
 """Predictor `elmo_lm_scorer`: per-sentence perplexities and top-k next / previous words, from our
 biLM or allennlp-models' bidirectional `language_model`."""
+
 import math
-from typing import List, Optional
+from typing import Optional
 
 import torch
 from allennlp.common.checks import ConfigurationError
@@ -50,20 +51,20 @@ class ElmoLmScorerPredictor(BiLmPredictor):
     def predict_json(self, inputs: JsonDict) -> JsonDict:
         return self.predict_batch_json([inputs])[0]
 
-    def predict_batch_json(self, inputs: List[JsonDict]) -> List[JsonDict]:
+    def predict_batch_json(self, inputs: list[JsonDict]) -> list[JsonDict]:
         top_ks = [top_k_of(json_dict.get("top_k", DEFAULT_TOP_K)) for json_dict in inputs]
         return self._score(self._batch_json_to_instances(inputs), top_ks)
 
     def predict_instance(self, instance: Instance) -> JsonDict:
         return self._score([instance], [DEFAULT_TOP_K])[0]
 
-    def predict_batch_instance(self, instances: List[Instance]) -> List[JsonDict]:
+    def predict_batch_instance(self, instances: list[Instance]) -> list[JsonDict]:
         return self._score(instances, [DEFAULT_TOP_K] * len(instances))
 
-    def _words(self, rows: torch.Tensor) -> List[str]:
+    def _words(self, rows: torch.Tensor) -> list[str]:
         return [self._model.vocab.get_token_from_index(row + 1) for row in rows.tolist()]
 
-    def _top(self, log_probs: torch.Tensor, k: int) -> List[List[JsonDict]]:
+    def _top(self, log_probs: torch.Tensor, k: int) -> list[list[JsonDict]]:
         """(positions, V) log probs -> top k words per position; the last row (index V, no word)
         is left out."""
         k = min(k, log_probs.size(-1) - 1)
@@ -73,11 +74,13 @@ class ElmoLmScorerPredictor(BiLmPredictor):
             for r, v in zip(rows, values)
         ]
 
-    def _score(self, instances: List[Instance], top_ks: List[int]) -> List[JsonDict]:
+    def _score(self, instances: list[Instance], top_ks: list[int]) -> list[JsonDict]:
         tensors = self.tensors(instances)
         word_ids: Optional[torch.Tensor] = tensors.get("tokens", {}).get("tokens")
         if word_ids is None:
-            raise ConfigurationError("elmo_lm_scorer: the dataset reader has no `tokens` single-id indexer")
+            raise ConfigurationError(
+                "elmo_lm_scorer: the dataset reader has no `tokens` single-id indexer"
+            )
         weight, bias = softmax_matrices(self._bilm)
         outputs = []
         with torch.no_grad():
@@ -86,8 +89,12 @@ class ElmoLmScorerPredictor(BiLmPredictor):
             for index, (instance, k) in enumerate(zip(instances, top_ks)):
                 length = int(mask[index].sum())  # n + 2
                 ids = word_ids[index, :length] - 1  # softmax rows
-                forward = torch.log_softmax(forward_states[index, : length - 1] @ weight.t() + bias, dim=-1)
-                backward = torch.log_softmax(backward_states[index, 1:length] @ weight.t() + bias, dim=-1)
+                forward = torch.log_softmax(
+                    forward_states[index, : length - 1] @ weight.t() + bias, dim=-1
+                )
+                backward = torch.log_softmax(
+                    backward_states[index, 1:length] @ weight.t() + bias, dim=-1
+                )
                 forward_lp = forward.gather(1, ids[1:].unsqueeze(1)).squeeze(1)
                 backward_lp = backward.gather(1, ids[: length - 1].unsqueeze(1)).squeeze(1)
                 targets = length - 1
@@ -98,7 +105,9 @@ class ElmoLmScorerPredictor(BiLmPredictor):
                         "backward_log_probs": backward_lp.tolist(),
                         "forward_perplexity": math.exp(-forward_lp.sum().item() / targets),
                         "backward_perplexity": math.exp(-backward_lp.sum().item() / targets),
-                        "perplexity": math.exp(-(forward_lp.sum() + backward_lp.sum()).item() / (2 * targets)),
+                        "perplexity": math.exp(
+                            -(forward_lp.sum() + backward_lp.sum()).item() / (2 * targets)
+                        ),
                         "top_next": self._top(forward[1:], k),
                         "top_previous": self._top(backward[:-1], k),
                     }

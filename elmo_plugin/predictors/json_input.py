@@ -1,11 +1,10 @@
 """The input every elmo_plugin predictor takes: `{"sentence": "..."}` or `{"tokens": [...]}`."""
-from typing import List
 
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.util import JsonDict
 
 
-def input_tokens(json_dict: JsonDict) -> List[str]:
+def input_tokens(json_dict: JsonDict) -> list[str]:
     """`tokens` as given, or `sentence` split on whitespace; an error when neither is there."""
     if "tokens" in json_dict:
         tokens = json_dict["tokens"]
@@ -17,4 +16,6 @@ def input_tokens(json_dict: JsonDict) -> List[str]:
         if not isinstance(sentence, str):
             raise ConfigurationError(f'"sentence" must be a string, got {sentence!r}')
         return sentence.split()
-    raise ConfigurationError(f'expected {{"sentence": "..."}} or {{"tokens": [...]}}, got {json_dict!r}')
+    raise ConfigurationError(
+        f'expected {{"sentence": "..."}} or {{"tokens": [...]}}, got {json_dict!r}'
+    )

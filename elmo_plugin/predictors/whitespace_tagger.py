@@ -1,4 +1,5 @@
 """Predictor `whitespace_tagger`: a sentence tagger whose input is split on whitespace."""
+
 from allennlp.common.util import JsonDict
 from allennlp.data import Instance, Token
 from allennlp.predictors.predictor import Predictor

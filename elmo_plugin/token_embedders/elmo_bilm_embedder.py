@@ -1,9 +1,10 @@
 """TokenEmbedder `elmo_bilm_embedder`: ELMo for any AllenNLP config, from our biLM archive,
 allennlp-models' bidirectional `language_model` archive or the standard ELMo files, in archives
 that stay self-contained."""
+
 import json
 import logging
-from typing import List, Optional, Tuple
+from typing import Optional
 
 import numpy
 import torch
@@ -16,7 +17,10 @@ from allennlp.nn.util import add_sentence_boundary_token_ids, remove_sentence_bo
 
 from elmo_plugin.archives.bilm_architecture import load_encoder_and_architecture, with_current_keys
 from elmo_plugin.data.elmo_manylangs_indexer import (
-    DEFAULT_NAMESPACE, chars_namespace, record_dictionary, words_namespace,
+    DEFAULT_NAMESPACE,
+    chars_namespace,
+    record_dictionary,
+    words_namespace,
 )
 from elmo_plugin.modules.bilm_encoder import Architecture, BiLmEncoder
 
@@ -28,11 +32,11 @@ logger = logging.getLogger(__name__)
 ARCHITECTURE_NAMESPACE = "elmo_bilm_embedder_architecture"
 
 
-def _boundary_ids(characters: List[int]) -> torch.Tensor:
+def _boundary_ids(characters: list[int]) -> torch.Tensor:
     return torch.from_numpy(numpy.array(characters) + 1)
 
 
-def sentence_boundary_ids(bilm: BiLmEncoder) -> Tuple[torch.Tensor, torch.Tensor]:
+def sentence_boundary_ids(bilm: BiLmEncoder) -> tuple[torch.Tensor, torch.Tensor]:
     """The indexed `<S>` and `</S>` tokens: ELMo's character ids, or those an ELMoForManyLangs
     token embedder (`sentence_boundaries`) carries."""
     boundaries = getattr(bilm.char_cnn, "sentence_boundaries", None)
@@ -44,7 +48,9 @@ def sentence_boundary_ids(bilm: BiLmEncoder) -> Tuple[torch.Tensor, torch.Tensor
     )
 
 
-def record_manylangs_dictionaries(vocab: Vocabulary, namespace: str, bilm: BiLmEncoder, source: str) -> None:
+def record_manylangs_dictionaries(
+    vocab: Vocabulary, namespace: str, bilm: BiLmEncoder, source: str
+) -> None:
     """An ELMoForManyLangs biLM's char and word dictionaries (if it is one) into the vocabulary,
     where the `elmo_manylangs_ids` indexer reads them (and a downstream archive keeps them)."""
     dictionaries = getattr(bilm.char_cnn, "dictionaries", None)
@@ -60,9 +66,13 @@ def recorded_architecture(vocab: Vocabulary, namespace: str) -> Optional[Archite
     """The architecture JSON stored as a token of `namespace`, if any, under current key names."""
     # The namespace is padded, so it also holds allennlp's padding and OOV tokens: only a JSON
     # object (starting with "{") is the architecture.
-    tokens = [token for token in vocab.get_token_to_index_vocabulary(namespace) if token.startswith("{")]
+    tokens = [
+        token for token in vocab.get_token_to_index_vocabulary(namespace) if token.startswith("{")
+    ]
     if len(tokens) > 1:
-        raise ConfigurationError(f"elmo_bilm_embedder: vocabulary namespace {namespace!r} holds {len(tokens)} architectures")
+        raise ConfigurationError(
+            f"elmo_bilm_embedder: vocabulary namespace {namespace!r} holds {len(tokens)} architectures"
+        )
     return with_current_keys(json.loads(tokens[0])) if tokens else None
 
 
@@ -115,7 +125,7 @@ class ElmoBiLmEmbedder(TokenEmbedder):
         do_layer_norm: bool = False,
         dropout: float = 0.5,
         projection_dim: Optional[int] = None,
-        scalar_mix_parameters: Optional[List[float]] = None,
+        scalar_mix_parameters: Optional[list[float]] = None,
         architecture_namespace: str = ARCHITECTURE_NAMESPACE,
         dictionary_namespace: str = DEFAULT_NAMESPACE,
     ) -> None:
@@ -126,7 +136,8 @@ class ElmoBiLmEmbedder(TokenEmbedder):
             record_manylangs_dictionaries(vocab, dictionary_namespace, self.bilm, pretrained_file)
             if recorded is None:
                 vocab.add_token_to_namespace(
-                    json.dumps(architecture, sort_keys=True, separators=(",", ":")), architecture_namespace
+                    json.dumps(architecture, sort_keys=True, separators=(",", ":")),
+                    architecture_namespace,
                 )
             elif recorded != json.loads(json.dumps(architecture)):
                 raise ConfigurationError(
@@ -134,7 +145,9 @@ class ElmoBiLmEmbedder(TokenEmbedder):
                     f"vocabulary (namespace {architecture_namespace!r}) records {recorded}"
                 )
         elif recorded is not None:
-            self.bilm = BiLmEncoder.from_architecture(recorded)  # the weights come from the model's archive
+            self.bilm = BiLmEncoder.from_architecture(
+                recorded
+            )  # the weights come from the model's archive
         else:
             raise ConfigurationError(
                 "elmo_bilm_embedder: give pretrained_file (a biLM model.tar.gz, or a folder with "
@@ -152,7 +165,9 @@ class ElmoBiLmEmbedder(TokenEmbedder):
             trainable=scalar_mix_parameters is None,
         )
         self._dropout = torch.nn.Dropout(dropout)
-        self._projection = torch.nn.Linear(self.bilm.get_output_dim(), projection_dim) if projection_dim else None
+        self._projection = (
+            torch.nn.Linear(self.bilm.get_output_dim(), projection_dim) if projection_dim else None
+        )
         self._output_dim = projection_dim or self.bilm.get_output_dim()
         bos, eos = sentence_boundary_ids(self.bilm)
         self.register_buffer("_bos", bos, persistent=False)
@@ -175,7 +190,9 @@ class ElmoBiLmEmbedder(TokenEmbedder):
                 f"{self._bos.numel()} (ELMoForManyLangs: elmo_manylangs_ids' max_characters_per_token + 1)"
             )
         mask = (elmo_tokens > 0).any(dim=-1)
-        with_boundaries, mask_with_boundaries = add_sentence_boundary_token_ids(elmo_tokens, mask, self._bos, self._eos)
+        with_boundaries, mask_with_boundaries = add_sentence_boundary_token_ids(
+            elmo_tokens, mask, self._bos, self._eos
+        )
         layers, _ = self.bilm(with_boundaries)
         return layers, mask_with_boundaries
 

@@ -1,8 +1,8 @@
 """Checkpointer `elmo_checkpointer`: allennlp's checkpointer, safe against a kill mid-save."""
+
 import logging
 import os
 import zipfile
-from typing import Set, Tuple
 
 from allennlp.training.checkpointer import Checkpointer
 
@@ -21,18 +21,20 @@ class ElmoCheckpointer(Checkpointer):
     A file is complete when it ends with its zip directory (torch.save writes a zip, that last).
     """
 
-    def _find_all_checkpoints(self) -> Set[Tuple[int, int]]:
+    def _find_all_checkpoints(self) -> set[tuple[int, int]]:
         checkpoints = super()._find_all_checkpoints()
         incomplete = {point for point in checkpoints if not self._is_complete(point)}
         for point in incomplete:
             if self._is_primary:
                 logger.warning(
                     "%s: the checkpoint after epoch %d batch %d is incomplete (a run stopped while "
-                    "saving it): removed", self._serialization_dir, *point
+                    "saving it): removed",
+                    self._serialization_dir,
+                    *point,
                 )
                 self._remove_checkpoint(*point)
         return checkpoints - incomplete
 
-    def _is_complete(self, point: Tuple[int, int]) -> bool:
+    def _is_complete(self, point: tuple[int, int]) -> bool:
         paths = (self._model_state_path(*point), self._training_state_path(*point))
         return all(os.path.isfile(path) and zipfile.is_zipfile(path) for path in paths)

@@ -1,7 +1,8 @@
 """Trainer callback `elmo_corpus_resume`: saves the `elmo_corpus` data loader's position in every
 checkpoint and, on `allennlp train -r`, starts the loader there, so the resumed run trains
 exactly the batches the killed run had not, reading nothing before them."""
-from typing import Any, Dict, Optional
+
+from typing import Any, Optional
 
 from allennlp.common.checks import ConfigurationError
 from allennlp.training.callbacks.callback import TrainerCallback
@@ -18,21 +19,26 @@ class ElmoCorpusResumeCallback(TrainerCallback):
 
     def __init__(self, serialization_dir: str) -> None:
         super().__init__(serialization_dir)
-        self._restored: Optional[Dict[str, Any]] = None
+        self._restored: Optional[dict[str, Any]] = None
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
         return {"data_loader": self.trainer.data_loader.state_dict()} if self.trainer else {}
 
-    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._restored = state_dict.get("data_loader")
 
     def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
         super().on_start(trainer, is_primary=is_primary, **kwargs)
         if not isinstance(trainer.data_loader, ElmoCorpusLoader):
-            raise ConfigurationError("callback elmo_corpus_resume: needs data_loader type elmo_corpus")
+            raise ConfigurationError(
+                "callback elmo_corpus_resume: needs data_loader type elmo_corpus"
+            )
         if self._restored is None:
             return
-        epochs, batches = trainer._start_after_epochs_completed, trainer._start_after_batches_in_epoch_completed
+        epochs, batches = (
+            trainer._start_after_epochs_completed,
+            trainer._start_after_batches_in_epoch_completed,
+        )
         saved = (self._restored["epoch"], self._restored["batches"])
         # The loader counts batches, the trainer groups of num_gradient_accumulation_steps.
         if saved[0] != epochs or (batches == 0) != (saved[1] == 0):

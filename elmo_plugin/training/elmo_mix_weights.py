@@ -1,7 +1,8 @@
 """TrainerCallback `elmo_mix_weights`: the ELMo layer-mix weights softmax(s) and gamma over time, to TensorBoard."""
+
 import logging
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Optional
 
 import torch
 from allennlp.modules.scalar_mix import ScalarMix
@@ -10,10 +11,12 @@ from allennlp.training.callbacks.callback import TrainerCallback
 logger = logging.getLogger(__name__)
 
 
-def mix_weights(mix: ScalarMix) -> Tuple[List[float], float]:
+def mix_weights(mix: ScalarMix) -> tuple[list[float], float]:
     """(softmax(s)_j for every biLM layer j (layer 0 = character CNN), gamma), as the mix uses them."""
     with torch.no_grad():
-        weights = torch.softmax(torch.cat([parameter.float() for parameter in mix.scalar_parameters]), dim=0)
+        weights = torch.softmax(
+            torch.cat([parameter.float() for parameter in mix.scalar_parameters]), dim=0
+        )
         return weights.tolist(), mix.gamma.float().item()
 
 
@@ -33,7 +36,7 @@ class ElmoMixWeightsCallback(TrainerCallback):
     def __init__(self, serialization_dir: str, summary_interval: int = 100) -> None:
         super().__init__(serialization_dir)
         self._summary_interval = summary_interval
-        self._mixes: List[Tuple[str, ScalarMix]] = []
+        self._mixes: list[tuple[str, ScalarMix]] = []
         self._last_step: Optional[int] = None
         self._writer = None
 
@@ -55,7 +58,8 @@ class ElmoMixWeightsCallback(TrainerCallback):
             from tensorboardX import SummaryWriter
 
             self._writer = SummaryWriter(
-                os.path.join(self.serialization_dir, "log", "train"), filename_suffix=".elmo_mix_weights"
+                os.path.join(self.serialization_dir, "log", "train"),
+                filename_suffix=".elmo_mix_weights",
             )
         for name, mix in self._mixes:
             weights, gamma = mix_weights(mix)
@@ -67,9 +71,9 @@ class ElmoMixWeightsCallback(TrainerCallback):
     def on_batch(
         self,
         trainer,
-        batch_inputs: List[Any],
-        batch_outputs: List[Dict[str, Any]],
-        batch_metrics: Dict[str, Any],
+        batch_inputs: list[Any],
+        batch_outputs: list[dict[str, Any]],
+        batch_metrics: dict[str, Any],
         epoch: int,
         batch_number: int,
         is_training: bool,
@@ -77,15 +81,27 @@ class ElmoMixWeightsCallback(TrainerCallback):
         batch_grad_norm: Optional[float] = None,
         **kwargs,
     ) -> None:
-        if is_training and is_primary and trainer._total_batches_completed % self._summary_interval == 0:
+        if (
+            is_training
+            and is_primary
+            and trainer._total_batches_completed % self._summary_interval == 0
+        ):
             self._log(trainer)
 
-    def on_epoch(self, trainer, metrics: Dict[str, Any], epoch: int, is_primary: bool = True, **kwargs) -> None:
+    def on_epoch(
+        self, trainer, metrics: dict[str, Any], epoch: int, is_primary: bool = True, **kwargs
+    ) -> None:
         if is_primary:
             self._log(trainer)
 
-    def on_end(self, trainer, metrics: Dict[str, Any] = None, epoch: int = None, is_primary: bool = True,
-               **kwargs) -> None:
+    def on_end(
+        self,
+        trainer,
+        metrics: dict[str, Any] = None,
+        epoch: int = None,
+        is_primary: bool = True,
+        **kwargs,
+    ) -> None:
         if self._writer is not None:
             self._writer.close()
             self._writer = None

@@ -1,6 +1,8 @@
 """Optimizer `fused_adam`: allennlp's "adam" on torch's fused Adam kernel, plus lazy Adam for
 sparse gradients."""
-from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from collections.abc import Callable
+from typing import Any, Optional
 
 import torch
 from allennlp.common.checks import ConfigurationError
@@ -26,10 +28,10 @@ class FusedAdamOptimizer(Optimizer, torch.optim.Adam):
 
     def __init__(
         self,
-        model_parameters: List[Tuple[str, torch.nn.Parameter]],
-        parameter_groups: List[Tuple[List[str], Dict[str, Any]]] = None,
+        model_parameters: list[tuple[str, torch.nn.Parameter]],
+        parameter_groups: list[tuple[list[str], dict[str, Any]]] = None,
         lr: float = 0.001,
-        betas: Tuple[float, float] = (0.9, 0.999),
+        betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-08,
         weight_decay: float = 0.0,
         amsgrad: bool = False,
@@ -65,7 +67,7 @@ class FusedAdamOptimizer(Optimizer, torch.optim.Adam):
             self._sparse_step(group, parameter)
         return loss
 
-    def _sparse_step(self, group: Dict[str, Any], parameter: torch.nn.Parameter) -> None:
+    def _sparse_step(self, group: dict[str, Any], parameter: torch.nn.Parameter) -> None:
         if group["weight_decay"] != 0 or group["amsgrad"]:
             raise ConfigurationError(
                 "fused_adam: a parameter with sparse gradients (sparse_embeddings: true) needs "
@@ -80,6 +82,14 @@ class FusedAdamOptimizer(Optimizer, torch.optim.Adam):
         state["step"] += 1
         beta1, beta2 = group["betas"]
         sparse_adam(
-            [parameter], [parameter.grad], [state["exp_avg"]], [state["exp_avg_sq"]], [int(state["step"])],
-            eps=group["eps"], beta1=beta1, beta2=beta2, lr=group["lr"], maximize=group["maximize"],
+            [parameter],
+            [parameter.grad],
+            [state["exp_avg"]],
+            [state["exp_avg_sq"]],
+            [int(state["step"])],
+            eps=group["eps"],
+            beta1=beta1,
+            beta2=beta2,
+            lr=group["lr"],
+            maximize=group["maximize"],
         )

@@ -1,12 +1,11 @@
 """Sparse embedding gradients averaged over DDP processes by gathering the touched rows."""
-from typing import List
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 
-def sparse_parameter_names(module: torch.nn.Module) -> List[str]:
+def sparse_parameter_names(module: torch.nn.Module) -> list[str]:
     """Names (as `module.named_parameters()` gives them) of every `Embedding(sparse=True)` weight."""
     return [
         f"{name}.weight" if name else "weight"
@@ -48,7 +47,11 @@ def average_sparse_gradient(gradient: torch.Tensor) -> torch.Tensor:
 def broadcast_sparse_parameters(module: torch.nn.Module, inputs) -> None:
     """Forward pre-hook: before the first training forward under several processes, every
     process takes rank 0's sparse parameters (DDP broadcasts only the ones it manages)."""
-    if module.training and is_multiprocess() and not getattr(module, "_sparse_parameters_broadcast", False):
+    if (
+        module.training
+        and is_multiprocess()
+        and not getattr(module, "_sparse_parameters_broadcast", False)
+    ):
         parameters = dict(module.named_parameters())
         with torch.no_grad():
             for name in sparse_parameter_names(module):

@@ -1,6 +1,6 @@
 """Metric: forward, backward and joint perplexity, token-weighted over the whole dataset."""
+
 import math
-from typing import Dict
 
 import torch
 from allennlp.nn.util import dist_reduce_sum
@@ -30,7 +30,7 @@ class TokenWeightedPerplexity(Metric):
         self._backward_nll += dist_reduce_sum(float(backward_nll))
         self._targets += dist_reduce_sum(float(num_targets))
 
-    def get_metric(self, reset: bool = False) -> Dict[str, float]:
+    def get_metric(self, reset: bool = False) -> dict[str, float]:
         targets = max(self._targets, 1.0)
         forward, backward = self._forward_nll / targets, self._backward_nll / targets
         metrics = {

@@ -1,7 +1,8 @@
 """TrainerCallback `tokens_per_second`: training throughput in target tokens per second, to TensorBoard."""
+
 import os
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Optional
 
 import torch
 from allennlp.training.callbacks.callback import TrainerCallback
@@ -31,9 +32,9 @@ class TokensPerSecondCallback(TrainerCallback):
     def on_batch(
         self,
         trainer,
-        batch_inputs: List[Any],
-        batch_outputs: List[Dict[str, Any]],
-        batch_metrics: Dict[str, Any],
+        batch_inputs: list[Any],
+        batch_outputs: list[dict[str, Any]],
+        batch_metrics: dict[str, Any],
         epoch: int,
         batch_number: int,
         is_training: bool,
@@ -60,17 +61,29 @@ class TokensPerSecondCallback(TrainerCallback):
             from tensorboardX import SummaryWriter
 
             self._writer = SummaryWriter(
-                os.path.join(self.serialization_dir, "log", "train"), filename_suffix=".tokens_per_second"
+                os.path.join(self.serialization_dir, "log", "train"),
+                filename_suffix=".tokens_per_second",
             )
-        self._writer.add_scalar("train/tokens_per_second", tokens / max(now - self._window_start, 1e-9),
-                                trainer._total_batches_completed + 1)
+        self._writer.add_scalar(
+            "train/tokens_per_second",
+            tokens / max(now - self._window_start, 1e-9),
+            trainer._total_batches_completed + 1,
+        )
         self._window_start, self._tokens = now, None
 
-    def on_epoch(self, trainer, metrics: Dict[str, Any], epoch: int, is_primary: bool = True, **kwargs) -> None:
+    def on_epoch(
+        self, trainer, metrics: dict[str, Any], epoch: int, is_primary: bool = True, **kwargs
+    ) -> None:
         self._window_start, self._tokens = None, None  # validation time is not training time
 
-    def on_end(self, trainer, metrics: Dict[str, Any] = None, epoch: int = None, is_primary: bool = True,
-               **kwargs) -> None:
+    def on_end(
+        self,
+        trainer,
+        metrics: dict[str, Any] = None,
+        epoch: int = None,
+        is_primary: bool = True,
+        **kwargs,
+    ) -> None:
         if self._writer is not None:
             self._writer.close()
             self._writer = None

@@ -1,6 +1,7 @@
 """Archives made by the code before the one-way layering (fixtures/archives_before_layering: old
 Python names, contextualizer key `hidden_dim`, the tagger's recorded biLM architecture with the
 old keys) load with today's code and predict exactly what they predicted then."""
+
 import json
 
 import pytest
@@ -8,7 +9,11 @@ import pytest
 from tests.helpers import REPO_ROOT, run_allennlp
 
 FIXTURES = REPO_ROOT / "fixtures" / "archives_before_layering"
-CASES = [("bilm_lstm", "elmo_embeddings"), ("bilm_transformer", "elmo_embeddings"), ("tagger", "whitespace_tagger")]
+CASES = [
+    ("bilm_lstm", "elmo_embeddings"),
+    ("bilm_transformer", "elmo_embeddings"),
+    ("tagger", "whitespace_tagger"),
+]
 
 
 def max_difference(got, want) -> float:
@@ -23,11 +28,22 @@ def max_difference(got, want) -> float:
 def test_old_archive_predicts_what_it_predicted_before(archive, predictor, tmp_path):
     output = tmp_path / "predictions.jsonl"
     run_allennlp(
-        ["predict", str(FIXTURES / f"{archive}.tar.gz"), str(FIXTURES / "sentences.jsonl"),
-         "--predictor", predictor, "--output-file", str(output), "--silent"]
+        [
+            "predict",
+            str(FIXTURES / f"{archive}.tar.gz"),
+            str(FIXTURES / "sentences.jsonl"),
+            "--predictor",
+            predictor,
+            "--output-file",
+            str(output),
+            "--silent",
+        ]
     )
     got = [json.loads(line) for line in output.read_text().splitlines()]
-    want = [json.loads(line) for line in (FIXTURES / f"{archive}.predictions.jsonl").read_text().splitlines()]
+    want = [
+        json.loads(line)
+        for line in (FIXTURES / f"{archive}.predictions.jsonl").read_text().splitlines()
+    ]
     assert len(got) == len(want) == 3
     for new, old in zip(got, want):
         assert new.keys() == old.keys()

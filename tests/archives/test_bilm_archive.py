@@ -1,4 +1,5 @@
 """archives/: loading a biLM (encoder, model, architecture) from our archives and ELMo folders."""
+
 import json
 
 import pytest
@@ -35,7 +36,10 @@ def test_a_missing_or_unreadable_archive_is_an_error_naming_it(tmp_path, bad):
 
 def test_elmo_folder_loads_the_files_encoder(tmp_path):
     options_file, weights_file = write_pair(random_encoder(3.0), tmp_path)
-    loaded, expected = load_bilm_encoder(str(tmp_path)).eval(), read_bilm_encoder(options_file, weights_file)
+    loaded, expected = (
+        load_bilm_encoder(str(tmp_path)).eval(),
+        read_bilm_encoder(options_file, weights_file),
+    )
     char_ids = with_boundaries(batches((3,))[0])
     with torch.no_grad():
         for got, want in zip(loaded(char_ids)[0], expected(char_ids)[0]):
@@ -44,10 +48,16 @@ def test_elmo_folder_loads_the_files_encoder(tmp_path):
 
 def test_old_keys_are_renamed_and_dropout_is_zero_in_the_recorded_architecture():
     architecture = architecture_from_archive(str(OLD / "bilm_lstm.tar.gz"))
-    assert architecture["contextualizer"]["cell_size"] == 32 and "hidden_dim" not in architecture["contextualizer"]
+    assert (
+        architecture["contextualizer"]["cell_size"] == 32
+        and "hidden_dim" not in architecture["contextualizer"]
+    )
     assert architecture["contextualizer"]["dropout"] == 0.0
     transformer = architecture_from_archive(str(OLD / "bilm_transformer.tar.gz"))["contextualizer"]
-    assert transformer["feedforward_hidden_dim"] == 32 and transformer["dropout"] == transformer["input_dropout"] == 0.0
+    assert (
+        transformer["feedforward_hidden_dim"] == 32
+        and transformer["dropout"] == transformer["input_dropout"] == 0.0
+    )
     assert with_current_keys({"contextualizer": {"type": "elmo_lstm", "cell_size": 4}}) == {
         "contextualizer": {"type": "elmo_lstm", "cell_size": 4}
     }

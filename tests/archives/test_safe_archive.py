@@ -1,4 +1,5 @@
 """archives/safe_archive: hostile model archives are refused before anything is extracted."""
+
 import tarfile
 
 import pytest
@@ -15,7 +16,9 @@ BILM = REPO_ROOT / "fixtures" / "archives_before_layering" / "bilm_lstm.tar.gz"
 
 def hostile_members(tmp_path):
     """(member, what the error says) for every kind of member that is refused."""
-    escape = "../" * 30 + str(tmp_path / "escaped").lstrip("/")  # resolves to tmp_path/escaped from any folder
+    escape = "../" * 30 + str(tmp_path / "escaped").lstrip(
+        "/"
+    )  # resolves to tmp_path/escaped from any folder
     return [
         (tar_member(escape, size=3), "'..' path component"),
         (tar_member(str(tmp_path / "absolute"), size=3), "absolute path"),
@@ -28,17 +31,25 @@ def hostile_members(tmp_path):
 
 
 @pytest.mark.parametrize("case", range(7))
-def test_hostile_members_are_refused_naming_archive_and_member_and_nothing_is_written(tmp_path, case):
+def test_hostile_members_are_refused_naming_archive_and_member_and_nothing_is_written(
+    tmp_path, case
+):
     member, reason = hostile_members(tmp_path)[case]
     archive = copy_archive_with(BILM, tmp_path / "model.tar.gz", extra=member)
     for load in (load_bilm_model, architecture_from_archive):
         with pytest.raises(UnsafeArchiveError) as error:
             load(str(archive))
-        assert str(archive) in str(error.value) and repr(member.name) in str(error.value) and reason in str(error.value)
+        assert (
+            str(archive) in str(error.value)
+            and repr(member.name) in str(error.value)
+            and reason in str(error.value)
+        )
     assert sorted(path.name for path in tmp_path.iterdir()) == ["model.tar.gz"]
 
 
-@pytest.mark.parametrize("drop, message", [("config.json", "no config.json"), ("weights.th", "no model weights")])
+@pytest.mark.parametrize(
+    "drop, message", [("config.json", "no config.json"), ("weights.th", "no model weights")]
+)
 def test_an_archive_without_config_or_weights_is_an_error_naming_it(tmp_path, drop, message):
     archive = copy_archive_with(BILM, tmp_path / "model.tar.gz", drop=drop)
     with pytest.raises(ConfigurationError, match=f"{archive}: {message}"):
@@ -70,5 +81,7 @@ def test_a_damaged_weights_file_is_one_error_naming_the_archive(tmp_path):
         for member in original.getmembers():
             copy.addfile(member, original.extractfile(member) if member.isfile() else None)
         copy.add(damaged, "weights.th")
-    with pytest.raises(ConfigurationError, match=f"{tmp_path / 'model.tar.gz'}: cannot load the model"):
+    with pytest.raises(
+        ConfigurationError, match=f"{tmp_path / 'model.tar.gz'}: cannot load the model"
+    ):
         load_bilm_model(str(tmp_path / "model.tar.gz"))

@@ -1,4 +1,5 @@
 """benchmarks/gpu_original_elmo.py: `--help` and the shrunk `--dry-run` work on any machine."""
+
 import json
 import os
 import subprocess
@@ -10,21 +11,42 @@ SCRIPT = str(REPO_ROOT / "benchmarks" / "gpu_original_elmo.py")
 
 
 def run(*args: str, **env_overrides: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", PYTHONWARNINGS="ignore", **env_overrides)
-    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, env=env, timeout=600)
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        CUDA_VISIBLE_DEVICES="",
+        PYTHONWARNINGS="ignore",
+        **env_overrides,
+    )
+    return subprocess.run(
+        [sys.executable, SCRIPT, *args], capture_output=True, text=True, env=env, timeout=600
+    )
 
 
 def test_help_names_every_measurement():
     result = run("--help")
     assert result.returncode == 0, result.stderr
-    for words in ("tokens/s", "peak GPU memory", "FlopCounterMode", "--dry-run", "allennlp's `Elmo`"):
+    for words in (
+        "tokens/s",
+        "peak GPU memory",
+        "FlopCounterMode",
+        "--dry-run",
+        "allennlp's `Elmo`",
+    ):
         assert words in result.stdout
 
 
 def test_dry_run_trains_both_configs_and_embeds_on_cpu_and_leaves_no_temporary_files(tmp_path):
     temporary = tmp_path / "tmp"
     temporary.mkdir()
-    result = run("--dry-run", "--precisions", "fp32,bf16", "--out", str(tmp_path / "out"), TMPDIR=str(temporary))
+    result = run(
+        "--dry-run",
+        "--precisions",
+        "fp32,bf16",
+        "--out",
+        str(tmp_path / "out"),
+        TMPDIR=str(temporary),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert list(temporary.iterdir()) == []
     report = json.loads((tmp_path / "out" / "results.json").read_text())

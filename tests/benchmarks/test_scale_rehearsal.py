@@ -1,6 +1,7 @@
 """benchmarks/scale_rehearsal.py end to end at tiny sizes (the corpus and its 793,471-line
 tokens.txt are real, the model shrunk): corpus -> elmo-vocab -> train, kill -9 at a checkpoint,
 -r, evaluate (1 and 2 processes) -> the 793k vs 50k step-time ratio."""
+
 import json
 import math
 import os
@@ -17,11 +18,33 @@ TINY = {
 
 
 def test_rehearsal_kills_resumes_and_evaluates_in_one_and_two_processes(tmp_path):
-    command = [sys.executable, "-m", "benchmarks.scale_rehearsal", "--tokens", "60000", "--shards", "3",
-               "--train-tokens", "20000", "--heldout-tokens", "300", "--cell-size", "32",
-               "--workdir", str(tmp_path), "--model-overrides", json.dumps(TINY)]
-    result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=1200,
-                            env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore"))
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.scale_rehearsal",
+        "--tokens",
+        "60000",
+        "--shards",
+        "3",
+        "--train-tokens",
+        "20000",
+        "--heldout-tokens",
+        "300",
+        "--cell-size",
+        "32",
+        "--workdir",
+        str(tmp_path),
+        "--model-overrides",
+        json.dumps(TINY),
+    ]
+    result = subprocess.run(
+        command,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore"),
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     stages = {stage["stage"]: stage for stage in summary["stages"]}
@@ -30,20 +53,41 @@ def test_rehearsal_kills_resumes_and_evaluates_in_one_and_two_processes(tmp_path
     for name in ("train_1proc", "train_2proc"):
         stage = stages[name]
         assert stage["killed_after_batch"] > 0 and stage["checkpoint_mib"] > 0
-        assert (tmp_path / name / "model.tar.gz").is_file() and math.isfinite(stage["heldout_perplexity"])
+        assert (tmp_path / name / "model.tar.gz").is_file() and math.isfinite(
+            stage["heldout_perplexity"]
+        )
     assert summary["step_time_ratio_793k_vs_50k"] > 0
 
 
-def test_a_bare_processes_option_runs_only_the_timing_epochs_after_the_corpus_and_vocabulary(tmp_path):
+def test_a_bare_processes_option_runs_only_the_timing_epochs_after_the_corpus_and_vocabulary(
+    tmp_path,
+):
     """`--processes` with no values: no kill/resume runs, still the corpus, elmo-vocab and the
     793k and 50k timing epochs (checked on the commands of a dry run)."""
-    command = [sys.executable, "-m", "benchmarks.scale_rehearsal", "--dry-run", "--processes", "--workdir", str(tmp_path)]
-    result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
-                            env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.scale_rehearsal",
+        "--dry-run",
+        "--processes",
+        "--workdir",
+        str(tmp_path),
+    ]
+    result = subprocess.run(
+        command,
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONWARNINGS="ignore"),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     commands = [line for line in result.stdout.splitlines() if line.startswith("$ ")]
     assert any("make_scale_corpus.py" in line for line in commands)
     assert any(" elmo-vocab " in line for line in commands)
     trained = [line.split(" -s ")[1].split()[0] for line in commands if " train " in line]
-    assert trained == [str(tmp_path.resolve() / "epoch_vocab_793k"), str(tmp_path.resolve() / "epoch_vocab_50k")]
+    assert trained == [
+        str(tmp_path.resolve() / "epoch_vocab_793k"),
+        str(tmp_path.resolve() / "epoch_vocab_50k"),
+    ]
     assert not any(" evaluate " in line or line.endswith(" -r") for line in commands)

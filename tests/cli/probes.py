@@ -6,6 +6,7 @@ training process kills itself (SIGKILL) after the first training batch that foll
 checkpoint (allennlp saves a checkpoint synchronously after each epoch, before the next epoch's
 first batch). With $CHECKPOINT_PROBE_RECORD=PATH, `on_start`, which allennlp calls after restoring
 a checkpoint, saves the model's state_dict to PATH."""
+
 import json
 import os
 import signal
@@ -19,11 +20,28 @@ class CheckpointProbe(TrainerCallback):
     def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
         record = os.environ.get("CHECKPOINT_PROBE_RECORD")
         if record:
-            torch.save({name: value.clone() for name, value in trainer.model.state_dict().items()}, record)
+            torch.save(
+                {name: value.clone() for name, value in trainer.model.state_dict().items()}, record
+            )
 
-    def on_batch(self, trainer, batch_inputs, batch_outputs, batch_metrics, epoch, batch_number,
-                 is_training, is_primary=True, batch_grad_norm=None, **kwargs) -> None:
-        if os.environ.get("CHECKPOINT_PROBE_KILL") and is_training and trainer._epochs_completed >= 1:
+    def on_batch(
+        self,
+        trainer,
+        batch_inputs,
+        batch_outputs,
+        batch_metrics,
+        epoch,
+        batch_number,
+        is_training,
+        is_primary=True,
+        batch_grad_norm=None,
+        **kwargs,
+    ) -> None:
+        if (
+            os.environ.get("CHECKPOINT_PROBE_KILL")
+            and is_training
+            and trainer._epochs_completed >= 1
+        ):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -35,8 +53,19 @@ class TargetCounter(TrainerCallback):
     def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
         self._counts = {}
 
-    def on_batch(self, trainer, batch_inputs, batch_outputs, batch_metrics, epoch, batch_number,
-                 is_training, is_primary=True, batch_grad_norm=None, **kwargs) -> None:
+    def on_batch(
+        self,
+        trainer,
+        batch_inputs,
+        batch_outputs,
+        batch_metrics,
+        epoch,
+        batch_number,
+        is_training,
+        is_primary=True,
+        batch_grad_norm=None,
+        **kwargs,
+    ) -> None:
         if is_training:
             targets = sum(float(output.get("batch_weight", 0.0)) for output in batch_outputs)
             self._counts[epoch] = self._counts.get(epoch, 0.0) + targets
@@ -55,12 +84,27 @@ class BatchRecorder(TrainerCallback):
     With $BATCH_RECORDER_KILL="E,B", the process kills itself (SIGKILL) at batch B of epoch E,
     before that batch's checkpoint would be saved."""
 
-    def on_batch(self, trainer, batch_inputs, batch_outputs, batch_metrics, epoch, batch_number,
-                 is_training, is_primary=True, batch_grad_norm=None, **kwargs) -> None:
+    def on_batch(
+        self,
+        trainer,
+        batch_inputs,
+        batch_outputs,
+        batch_metrics,
+        epoch,
+        batch_number,
+        is_training,
+        is_primary=True,
+        batch_grad_norm=None,
+        **kwargs,
+    ) -> None:
         folder = os.environ.get("BATCH_RECORDER_DIR")
         if not (folder and is_training):
             return
-        rows = [[int(i) for i in row if i] for batch in batch_inputs for row in batch["source"]["tokens"]["tokens"].tolist()]
+        rows = [
+            [int(i) for i in row if i]
+            for batch in batch_inputs
+            for row in batch["source"]["tokens"]["tokens"].tolist()
+        ]
         with open(os.path.join(folder, f"rank{trainer._rank}.jsonl"), "a") as out:
             out.write(json.dumps({"epoch": epoch, "batch": batch_number, "rows": rows}) + "\n")
         if os.environ.get("BATCH_RECORDER_KILL") == f"{epoch},{batch_number}":

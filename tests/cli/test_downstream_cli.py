@@ -1,4 +1,5 @@
 """Downstream configs end to end: `allennlp train` / `evaluate` on CoNLL-U with our ELMo."""
+
 import json
 from pathlib import Path
 
@@ -7,19 +8,36 @@ from allennlp.models.archival import load_archive
 
 from tests.helpers import CONFIG_DIR, hidden, overrides, run_allennlp
 
-FAST = {"trainer.num_epochs": 6, "data_loader.batch_sampler.batch_size": 8, "trainer.optimizer.lr": 0.01}
+FAST = {
+    "trainer.num_epochs": 6,
+    "data_loader.batch_sampler.batch_size": 8,
+    "trainer.optimizer.lr": 0.01,
+}
 
 
-def test_elmo_tagger_learns_the_layer_mix_and_its_archive_stands_alone(tiny_elmo_tagger_archive, tiny_tagged_data, plugin_cwd):
+def test_elmo_tagger_learns_the_layer_mix_and_its_archive_stands_alone(
+    tiny_elmo_tagger_archive, tiny_tagged_data, plugin_cwd
+):
     metrics = json.loads((tiny_elmo_tagger_archive.parent / "metrics.json").read_text())
     assert metrics["best_validation_accuracy"] > 0.9
     assert metrics["training_reg_loss"] > 0  # the L2 penalty on the scalar mix weights is applied
     # With the biLM gone, the archive loads (allennlp drops pretrained_file) and evaluates the same.
-    bilm = Path(json.loads((tiny_elmo_tagger_archive.parent / "config.json").read_text())["model"]
-                ["text_field_embedder"]["token_embedders"]["elmo"]["pretrained_file"])
+    bilm = Path(
+        json.loads((tiny_elmo_tagger_archive.parent / "config.json").read_text())["model"][
+            "text_field_embedder"
+        ]["token_embedders"]["elmo"]["pretrained_file"]
+    )
     with hidden(bilm):
-        run_allennlp(["evaluate", str(tiny_elmo_tagger_archive), str(tiny_tagged_data / "valid.conllu"),
-                      "--output-file", "metrics.json"], cwd=plugin_cwd)
+        run_allennlp(
+            [
+                "evaluate",
+                str(tiny_elmo_tagger_archive),
+                str(tiny_tagged_data / "valid.conllu"),
+                "--output-file",
+                "metrics.json",
+            ],
+            cwd=plugin_cwd,
+        )
     evaluated = json.loads((plugin_cwd / "metrics.json").read_text())
     assert evaluated["accuracy"] == pytest.approx(metrics["best_validation_accuracy"], abs=1e-6)
     parameters = dict(load_archive(str(tiny_elmo_tagger_archive)).model.named_parameters())
@@ -31,10 +49,22 @@ def test_elmo_tagger_learns_the_layer_mix_and_its_archive_stands_alone(tiny_elmo
 
 
 def test_baseline_tagger_has_no_elmo(tiny_tagged_data, plugin_cwd):
-    values = dict(FAST, train_data_path=str(tiny_tagged_data / "train.conllu"),
-                  validation_data_path=str(tiny_tagged_data / "valid.conllu"))
-    run_allennlp(["train", str(CONFIG_DIR / "pos_tagger_baseline.jsonnet"), "-s", "out", "-o", overrides(values)],
-                 cwd=plugin_cwd)
+    values = dict(
+        FAST,
+        train_data_path=str(tiny_tagged_data / "train.conllu"),
+        validation_data_path=str(tiny_tagged_data / "valid.conllu"),
+    )
+    run_allennlp(
+        [
+            "train",
+            str(CONFIG_DIR / "pos_tagger_baseline.jsonnet"),
+            "-s",
+            "out",
+            "-o",
+            overrides(values),
+        ],
+        cwd=plugin_cwd,
+    )
     metrics = json.loads((plugin_cwd / "out" / "metrics.json").read_text())
     assert metrics["best_validation_accuracy"] > 0.9 and metrics["training_reg_loss"] == 0
     config = json.loads((plugin_cwd / "out" / "config.json").read_text())
@@ -47,7 +77,9 @@ def test_dependency_parser_with_elmo(tiny_bilm_archive, tiny_tagged_data, plugin
         train_data_path=str(tiny_tagged_data / "train.conllu"),
         validation_data_path=str(tiny_tagged_data / "valid.conllu"),
         **{
-            "model.text_field_embedder.token_embedders.elmo.pretrained_file": str(tiny_bilm_archive),
+            "model.text_field_embedder.token_embedders.elmo.pretrained_file": str(
+                tiny_bilm_archive
+            ),
             "model.encoder.input_size": 2 * 16 + 32 + 16,
             "model.encoder.hidden_size": 32,
             "model.arc_representation_dim": 32,
@@ -55,8 +87,17 @@ def test_dependency_parser_with_elmo(tiny_bilm_archive, tiny_tagged_data, plugin
             "trainer.num_epochs": 5,
         },
     )
-    run_allennlp(["train", str(CONFIG_DIR / "dependency_parser_elmo.jsonnet"), "-s", "out", "-o", overrides(values)],
-                 cwd=plugin_cwd)
+    run_allennlp(
+        [
+            "train",
+            str(CONFIG_DIR / "dependency_parser_elmo.jsonnet"),
+            "-s",
+            "out",
+            "-o",
+            overrides(values),
+        ],
+        cwd=plugin_cwd,
+    )
     metrics = json.loads((plugin_cwd / "out" / "metrics.json").read_text())
     # Chance (a random head among ~8 words) is ~0.15; the template grammar is easy to learn.
     assert metrics["best_validation_UAS"] > 0.6 and metrics["best_validation_LAS"] > 0.4

@@ -3,6 +3,7 @@ with `allennlp elmo-export`, train taggers on the export with allennlp's own
 `elmo_token_embedder` and with our `elmo_bilm_embedder` (from the files and from the biLM
 archive), continue pretraining from the export, then delete every biLM file and use the
 downstream archives."""
+
 import json
 import os
 import shutil
@@ -22,8 +23,21 @@ from allennlp.training.util import evaluate
 from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
 from elmo_plugin.elmo_files.softmax import NO_TOKEN_BIAS, read_softmax
 from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder
-from tests.helpers import CONFIG_DIR, REPO_ROOT, TINY_LSTM_OVERRIDES, hidden, overrides, run_allennlp
-from tests.elmo_files.elmo_reference import TOLERANCE, allennlp_elmo, allennlp_layers, max_diff, with_boundaries
+from tests.elmo_files.elmo_reference import (
+    TOLERANCE,
+    allennlp_elmo,
+    allennlp_layers,
+    max_diff,
+    with_boundaries,
+)
+from tests.helpers import (
+    CONFIG_DIR,
+    REPO_ROOT,
+    TINY_LSTM_OVERRIDES,
+    hidden,
+    overrides,
+    run_allennlp,
+)
 
 TAGGED = REPO_ROOT / "fixtures" / "tagged"
 ELMO_DIM = 2 * TINY_LSTM_OVERRIDES["model.contextualizer.input_dim"]
@@ -39,8 +53,15 @@ def tagger_config(embedder: dict, indexer: dict) -> dict:
         "model": {
             "type": "simple_tagger",
             "text_field_embedder": {"token_embedders": {"elmo": embedder}},
-            "encoder": {"type": "lstm", "input_size": ELMO_DIM, "hidden_size": 16, "bidirectional": True},
-            "regularizer": {"regexes": [["scalar_mix.*scalar_parameters", {"type": "l2", "alpha": 0.001}]]},
+            "encoder": {
+                "type": "lstm",
+                "input_size": ELMO_DIM,
+                "hidden_size": 16,
+                "bidirectional": True,
+            },
+            "regularizer": {
+                "regexes": [["scalar_mix.*scalar_parameters", {"type": "l2", "alpha": 0.001}]]
+            },
         },
         "data_loader": {"batch_size": 8, "shuffle": True},
         "trainer": {"num_epochs": 6, "optimizer": {"type": "adam", "lr": 0.01}, "cuda_device": -1},
@@ -69,8 +90,12 @@ def runs(tiny_bilm_archive, tiny_corpus, tmp_path_factory):
 
         configs = {
             "allennlp_embedder": tagger_config(
-                {"type": "elmo_token_embedder", "options_file": str(files / "options.json"),
-                 "weight_file": str(files / "weights.hdf5"), "dropout": 0.0},
+                {
+                    "type": "elmo_token_embedder",
+                    "options_file": str(files / "options.json"),
+                    "weight_file": str(files / "weights.hdf5"),
+                    "dropout": 0.0,
+                },
                 {"type": "elmo_characters"},
             ),
             "ours_from_files": tagger_config(
@@ -103,20 +128,37 @@ def runs(tiny_bilm_archive, tiny_corpus, tmp_path_factory):
         with ThreadPoolExecutor(len(jobs)) as pool:
             futures = {name: pool.submit(train, *job) for name, job in jobs.items()}
             outputs = {name: future.result() for name, future in futures.items()}
-    return {"root": root, "bilm": bilm, "files": files, "original_bilm": tiny_bilm_archive, **outputs}
+    return {
+        "root": root,
+        "bilm": bilm,
+        "files": files,
+        "original_bilm": tiny_bilm_archive,
+        **outputs,
+    }
 
 
 def test_export_writes_the_four_files_and_allennlp_elmo_reproduces_the_model(runs, tiny_corpus):
     files = runs["files"]
-    assert sorted(os.listdir(files)) == ["options.json", "softmax.hdf5", "vocab.txt", "weights.hdf5"]
+    assert sorted(os.listdir(files)) == [
+        "options.json",
+        "softmax.hdf5",
+        "vocab.txt",
+        "weights.hdf5",
+    ]
     model = load_archive(str(runs["bilm"])).model.eval()
     vocab_lines = (files / "vocab.txt").read_text().splitlines()
-    assert vocab_lines == [model.vocab.get_token_from_index(i) for i in range(1, model.vocab.get_vocab_size())]
+    assert vocab_lines == [
+        model.vocab.get_token_from_index(i) for i in range(1, model.vocab.get_vocab_size())
+    ]
     weight, _ = read_softmax(str(files / "softmax.hdf5"), len(vocab_lines), 16)
     model_weight, _ = model.softmax_matrices()
     assert torch.equal(torch.from_numpy(weight), model_weight[: len(vocab_lines)].detach())
     elmo = allennlp_elmo(str(files / "options.json"), str(files / "weights.hdf5"))
-    lines = [line.split() for line in (tiny_corpus / "valid.txt").read_text().splitlines() if line.strip()]
+    lines = [
+        line.split()
+        for line in (tiny_corpus / "valid.txt").read_text().splitlines()
+        if line.strip()
+    ]
     for batch in (lines[:1], lines[1:5], lines[5:21]):
         char_ids = batch_to_ids(batch)
         theirs, _ = allennlp_layers(elmo, char_ids)
@@ -139,7 +181,11 @@ def test_our_embedder_from_archive_equals_from_exported_files(runs, tiny_corpus)
 
 
 def test_taggers_train_on_the_export(runs):
-    tags = [item.rsplit("###", 1)[1] for line in (TAGGED / "valid_word_tag.txt").read_text().splitlines() for item in line.split()]
+    tags = [
+        item.rsplit("###", 1)[1]
+        for line in (TAGGED / "valid_word_tag.txt").read_text().splitlines()
+        for item in line.split()
+    ]
     majority = max(tags.count(tag) for tag in set(tags)) / len(tags)
     for name in ("allennlp_embedder", "ours_from_files", "ours_from_archive"):
         metrics = json.loads((runs[name] / "metrics.json").read_text())
@@ -164,7 +210,9 @@ def test_an_archive_without_a_biLM_is_refused(runs, tmp_path):
 
 def _evaluate(archive_path: Path, data_path: Path):
     archive = load_archive(str(archive_path))
-    loader = MultiProcessDataLoader(archive.validation_dataset_reader, str(data_path), batch_size=16)
+    loader = MultiProcessDataLoader(
+        archive.validation_dataset_reader, str(data_path), batch_size=16
+    )
     loader.index_with(archive.model.vocab)
     return archive.model, evaluate(archive.model, loader, cuda_device=-1)
 
@@ -197,9 +245,13 @@ def test_continued_pretraining_starts_from_the_imported_model(runs, tiny_corpus)
     model = archive.model.eval()
     with torch.no_grad():
         model.softmax_matrices()[1][model.vocab.get_vocab_size() - 1 :] = NO_TOKEN_BIAS
-    loader = MultiProcessDataLoader(archive.validation_dataset_reader, str(tiny_corpus / "valid.txt"), batch_size=16)
+    loader = MultiProcessDataLoader(
+        archive.validation_dataset_reader, str(tiny_corpus / "valid.txt"), batch_size=16
+    )
     loader.index_with(model.vocab)
     expected = evaluate(model, loader, cuda_device=-1)
     for name in ("forward_perplexity", "backward_perplexity", "perplexity"):
         assert continued[f"best_validation_{name}"] == pytest.approx(expected[name], rel=1e-5)
-    assert continued["best_validation_perplexity"] < model.vocab.get_vocab_size() / 2  # trained, not uniform
+    assert (
+        continued["best_validation_perplexity"] < model.vocab.get_vocab_size() / 2
+    )  # trained, not uniform

@@ -1,17 +1,23 @@
 """Exact mid-epoch resume through the CLI: elmo_lstm_original.jsonnet shrunk, with the
 `elmo_corpus` data loader shuffling; a run killed (SIGKILL) mid-epoch after a checkpoint and
 then resumed with `allennlp train -r` trains exactly the batches of one uninterrupted run."""
+
 import functools
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Dict, List
 
 import pytest
 from allennlp.common import Params
 from allennlp.data import DatasetReader, Vocabulary
 
-from tests.helpers import CONFIG_DIR, TINY_CHAR_CNN_OVERRIDES, free_port, run_allennlp, train_with_probes
+from tests.helpers import (
+    CONFIG_DIR,
+    TINY_CHAR_CNN_OVERRIDES,
+    free_port,
+    run_allennlp,
+    train_with_probes,
+)
 
 CONFIG = str(CONFIG_DIR / "elmo_lstm_original.jsonnet")
 train = functools.partial(train_with_probes, CONFIG)
@@ -19,7 +25,7 @@ KILLED_AT = (1, 11)  # epoch, batch: 2 batches after the checkpoint at batch 9 o
 SAVED_AT = 9
 
 
-def shrunk_original(corpus: Path, num_workers: int, processes: int) -> Dict:
+def shrunk_original(corpus: Path, num_workers: int, processes: int) -> dict:
     values = {
         "train_data_path": str(corpus / "train" / "*.txt"),
         "validation_data_path": str(corpus / "valid.txt"),
@@ -40,25 +46,37 @@ def shrunk_original(corpus: Path, num_workers: int, processes: int) -> Dict:
     return values
 
 
-def recorded(record: Path, rank: int, epoch: int, up_to: int = 10**9) -> Dict[int, List]:
+def recorded(record: Path, rank: int, epoch: int, up_to: int = 10**9) -> dict[int, list]:
     """batch number -> rows of target ids, for one worker's batches of one epoch."""
     lines = [json.loads(line) for line in (record / f"rank{rank}.jsonl").read_text().splitlines()]
-    return {line["batch"]: line["rows"] for line in lines if line["epoch"] == epoch and line["batch"] <= up_to}
+    return {
+        line["batch"]: line["rows"]
+        for line in lines
+        if line["epoch"] == epoch and line["batch"] <= up_to
+    }
 
 
 @pytest.mark.parametrize(
-    "num_workers, processes", [(0, 1), (1, 1), (2, 1), (1, 2)], ids=["0-workers", "1-worker", "2-workers", "2-processes"]
+    "num_workers, processes",
+    [(0, 1), (1, 1), (2, 1), (1, 2)],
+    ids=["0-workers", "1-worker", "2-workers", "2-processes"],
 )
-def test_killed_then_resumed_epoch_trains_the_uninterrupted_epochs_lines(tiny_corpus, tmp_path, num_workers, processes):
+def test_killed_then_resumed_epoch_trains_the_uninterrupted_epochs_lines(
+    tiny_corpus, tmp_path, num_workers, processes
+):
     """Per worker: the batches of the killed run up to its checkpoint plus those of the resumed
     run are the uninterrupted run's batches, batch for batch, so the multisets of lines are equal;
     and the resumed run trains nothing of the first epoch again."""
     values = shrunk_original(tiny_corpus, num_workers, processes)
     train(values, tmp_path / "whole", tmp_path / "whole-record")
-    killed = train(values, tmp_path / "cut", tmp_path / "killed-record", kill=",".join(map(str, KILLED_AT)))
+    killed = train(
+        values, tmp_path / "cut", tmp_path / "killed-record", kill=",".join(map(str, KILLED_AT))
+    )
     assert killed.returncode != 0
     assert (tmp_path / "cut" / f"model_state_e{KILLED_AT[0]}_b{SAVED_AT}.th").is_file()
-    train(values, tmp_path / "cut", tmp_path / "resumed-record", resume=True)  # -r refuses a changed config
+    train(
+        values, tmp_path / "cut", tmp_path / "resumed-record", resume=True
+    )  # -r refuses a changed config
     epoch = KILLED_AT[0]
     for rank in range(processes):
         whole = recorded(tmp_path / "whole-record", rank, epoch)
@@ -69,13 +87,26 @@ def test_killed_then_resumed_epoch_trains_the_uninterrupted_epochs_lines(tiny_co
         assert rows_of(before) + rows_of(after) == rows_of(whole)
         assert recorded(tmp_path / "resumed-record", rank, 0) == {}
     # Together the processes trained every window of the corpus once in the epoch.
-    trained = sum((rows_of(recorded(tmp_path / "whole-record", rank, epoch)) for rank in range(processes)), Counter())
+    trained = sum(
+        (rows_of(recorded(tmp_path / "whole-record", rank, epoch)) for rank in range(processes)),
+        Counter(),
+    )
     assert trained == corpus_rows(tiny_corpus, tmp_path / "whole" / "vocabulary")
     if num_workers == 0:  # validation and evaluate read with the same loader: the same perplexity
         metrics = json.loads((tmp_path / "cut" / "metrics.json").read_text())
         output = tmp_path / "evaluated.json"
-        run_allennlp(["evaluate", str(tmp_path / "cut" / "model.tar.gz"), str(tiny_corpus / "valid.txt"), "--output-file", str(output)])
-        assert json.loads(output.read_text())["perplexity"] == pytest.approx(metrics["validation_perplexity"], rel=1e-5)
+        run_allennlp(
+            [
+                "evaluate",
+                str(tmp_path / "cut" / "model.tar.gz"),
+                str(tiny_corpus / "valid.txt"),
+                "--output-file",
+                str(output),
+            ]
+        )
+        assert json.loads(output.read_text())["perplexity"] == pytest.approx(
+            metrics["validation_perplexity"], rel=1e-5
+        )
 
 
 def test_a_checkpoint_cut_short_by_a_kill_mid_save_is_skipped_by_resume(tiny_corpus, tmp_path):
@@ -93,11 +124,13 @@ def test_a_checkpoint_cut_short_by_a_kill_mid_save_is_skipped_by_resume(tiny_cor
     epoch = KILLED_AT[0]
     before = recorded(tmp_path / "killed-record", 0, epoch, up_to=SAVED_AT)
     after = recorded(tmp_path / "resumed-record", 0, epoch)
-    assert min(after) == SAVED_AT + 1 and {**before, **after} == recorded(tmp_path / "whole-record", 0, epoch)
+    assert min(after) == SAVED_AT + 1 and {**before, **after} == recorded(
+        tmp_path / "whole-record", 0, epoch
+    )
     assert not cut_short.exists()
 
 
-def rows_of(batches: Dict[int, List]) -> Counter:
+def rows_of(batches: dict[int, list]) -> Counter:
     return Counter(tuple(row) for rows in batches.values() for row in rows)
 
 

@@ -3,6 +3,7 @@ our subcommands meet, and hostile archives and output paths. A refusal exits non
 `allennlp CMD: error: ...` line naming the file, line, path or member, no Python traceback, and
 nothing written anywhere under the test's root folder; a counted skip exits 0 and says what it
 skipped. (`allennlp train` is allennlp's own command: its errors keep allennlp's traceback.)"""
+
 import bz2
 import gzip
 import json
@@ -38,7 +39,9 @@ def listing(root: Path) -> set:
 
 @pytest.fixture
 def root(plugin_cwd) -> Path:
-    (plugin_cwd / "in.txt").write_text("the file is open .\n\nreturn the value .\n", encoding="utf-8")
+    (plugin_cwd / "in.txt").write_text(
+        "the file is open .\n\nreturn the value .\n", encoding="utf-8"
+    )
     return plugin_cwd
 
 
@@ -80,8 +83,15 @@ def hostile_archive(root: Path, kind: str) -> Path:
 
 @pytest.mark.parametrize(
     "command, kind",
-    [("elmo-embed", "dotdot"), ("elmo-embed", "absolute"), ("elmo-embed", "symlink"),
-     ("elmo-export", "dotdot"), ("elmo-export", "hardlink"), ("elmo-export", "device"), ("elmo-embed", "fifo")],
+    [
+        ("elmo-embed", "dotdot"),
+        ("elmo-embed", "absolute"),
+        ("elmo-embed", "symlink"),
+        ("elmo-export", "dotdot"),
+        ("elmo-export", "hardlink"),
+        ("elmo-export", "device"),
+        ("elmo-embed", "fifo"),
+    ],
 )
 def test_an_archive_with_a_hostile_member_is_refused_before_extraction(root, command, kind):
     archive = hostile_archive(root, kind)
@@ -92,7 +102,9 @@ def test_an_archive_with_a_hostile_member_is_refused_before_extraction(root, com
     assert "refusing to extract member" in line
 
 
-def test_the_embedders_pretrained_file_refuses_a_hostile_archive_in_allennlp_train(root, tiny_tagged_data):
+def test_the_embedders_pretrained_file_refuses_a_hostile_archive_in_allennlp_train(
+    root, tiny_tagged_data
+):
     archive = hostile_archive(root, "dotdot")
     values = dict(
         TINY_TAGGER_OVERRIDES,
@@ -101,31 +113,54 @@ def test_the_embedders_pretrained_file_refuses_a_hostile_archive_in_allennlp_tra
         **{"model.text_field_embedder.token_embedders.elmo.pretrained_file": str(archive)},
     )
     before = listing(root)
-    result = run_allennlp(["train", str(CONFIG_DIR / "pos_tagger_elmo.jsonnet"), "-s", str(root / "run"),
-                           "-o", overrides(values)], cwd=root, check=False)
+    result = run_allennlp(
+        [
+            "train",
+            str(CONFIG_DIR / "pos_tagger_elmo.jsonnet"),
+            "-s",
+            str(root / "run"),
+            "-o",
+            overrides(values),
+        ],
+        cwd=root,
+        check=False,
+    )
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]  # allennlp's traceback ends with our error line
     assert "UnsafeArchiveError" in last and str(archive) in last and "escaped" in last
     assert not {path for path in listing(root) - before if not path.startswith("run")}
 
 
-@pytest.mark.parametrize("drop, message", [("config.json", "no config.json"), ("weights.th", "no model weights")])
+@pytest.mark.parametrize(
+    "drop, message", [("config.json", "no config.json"), ("weights.th", "no model weights")]
+)
 def test_an_archive_without_config_or_weights_is_an_error_naming_it(root, drop, message):
     archive = copy_archive_with(BILM, root / "incomplete.tar.gz", drop=drop)
     refused(["elmo-export", str(archive), "elmo"], root, str(archive), message)
 
 
 def test_an_archive_that_holds_no_bilm_says_what_it_holds(root):
-    refused(["elmo-embed", str(TAGGER), "in.txt", "out.hdf5"], root, str(TAGGER), "holds a CrfTagger model")
+    refused(
+        ["elmo-embed", str(TAGGER), "in.txt", "out.hdf5"],
+        root,
+        str(TAGGER),
+        "holds a CrfTagger model",
+    )
 
 
 @pytest.mark.parametrize(
     "args, named",
     [
         (["elmo-embed", str(BILM), "in.txt", "missing/out.hdf5"], "missing/out.hdf5"),
-        (["elmo-embed", str(BILM), "in.txt", "/sys/out.hdf5"], "/sys/out.hdf5"),  # unwritable, even for root
+        (
+            ["elmo-embed", str(BILM), "in.txt", "/sys/out.hdf5"],
+            "/sys/out.hdf5",
+        ),  # unwritable, even for root
         (["elmo-export", str(BILM), "missing/elmo"], "missing/elmo"),
-        (["elmo-vocab", "nothing/*.txt", "missing/tokens.txt"], "missing/tokens.txt"),  # before the corpus
+        (
+            ["elmo-vocab", "nothing/*.txt", "missing/tokens.txt"],
+            "missing/tokens.txt",
+        ),  # before the corpus
         (["elmo-vocab", "in.txt", "."], "it is a folder"),
     ],
 )
@@ -152,16 +187,25 @@ def test_skipped_lines_are_counted_and_compressed_shards_read(root):
     (shards / "3.txt.bz2").write_bytes(bz2.compress(b"bz1\n"))
     (shards / "4.txt.xz").write_bytes(lzma.compress(b"xz1\n"))
     log = succeeded(["elmo-vocab", "shards/*", "tokens.txt", "--skip-headings"], root, "tokens.txt")
-    assert "5 text lines from 5 files; skipped 1 empty files, 2 blank lines, 1 heading lines; 1 lines had invalid UTF-8" in log
+    assert (
+        "5 text lines from 5 files; skipped 1 empty files, 2 blank lines, 1 heading lines; 1 lines had invalid UTF-8"
+        in log
+    )
     assert "invalid UTF-8 at shards/0.txt:5" in log
     tokens = (root / "tokens.txt").read_text(encoding="utf-8").split("\n")
-    assert {"alpha", "\ufffd", "gz1", "gz2", "bz1", "xz1"} <= set(tokens) and "Heading" not in tokens
+    assert {"alpha", "\ufffd", "gz1", "gz2", "bz1", "xz1"} <= set(
+        tokens
+    ) and "Heading" not in tokens
 
 
 def test_embed_input_missing_is_named_and_bad_bytes_and_long_tokens_are_repaired(root):
-    refused(["elmo-embed", str(BILM), "nope.txt", "out.hdf5"], root, "input file not found: nope.txt")
+    refused(
+        ["elmo-embed", str(BILM), "nope.txt", "out.hdf5"], root, "input file not found: nope.txt"
+    )
     (root / "bad.txt").write_bytes(b"fine line\ncaf\xc3 " + b"x" * 5000 + b"\n")
-    log = succeeded(["elmo-embed", str(BILM), "bad.txt", "out.hdf5", "--layers", "top"], root, "out.hdf5")
+    log = succeeded(
+        ["elmo-embed", str(BILM), "bad.txt", "out.hdf5", "--layers", "top"], root, "out.hdf5"
+    )
     assert "invalid UTF-8 at bad.txt:2" in log
     with h5py.File(root / "out.hdf5", "r") as vectors:
         assert vectors["1"].shape == (2, 32)
@@ -199,9 +243,20 @@ def test_damaged_elmo_files_are_an_error_naming_file_and_dataset(root, elmo_fold
     folder = root / "elmo"
     shutil.copytree(elmo_folder, folder)
     message = damage(folder)
-    refused(["elmo-embed", str(folder), "in.txt", "out.hdf5"], root, str(folder / "weights.hdf5"), message)
+    refused(
+        ["elmo-embed", str(folder), "in.txt", "out.hdf5"],
+        root,
+        str(folder / "weights.hdf5"),
+        message,
+    )
 
 
 def test_elmo_export_writes_exactly_its_four_files(root):
-    written = ["elmo", "elmo/options.json", "elmo/weights.hdf5", "elmo/vocab.txt", "elmo/softmax.hdf5"]
+    written = [
+        "elmo",
+        "elmo/options.json",
+        "elmo/weights.hdf5",
+        "elmo/vocab.txt",
+        "elmo/softmax.hdf5",
+    ]
     succeeded(["elmo-export", str(BILM), "elmo"], root, *written)  # no temporary file left behind

@@ -1,4 +1,5 @@
 """ELMoForManyLangs models through the `allennlp` CLI: a tagger trained on one, `elmo-embed`."""
+
 import json
 
 import h5py
@@ -8,7 +9,6 @@ from allennlp.data import Vocabulary
 from allennlp.models.archival import load_archive
 
 from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder
-
 from tests.elmo_files.manylangs_reference import MAX_CHARS, make_manylangs_folder, reference_layers
 from tests.elmo_files.test_manylangs import assert_same_layers, our_layers
 from tests.helpers import CONFIG_DIR, hidden, overrides, run_allennlp
@@ -18,12 +18,17 @@ from tests.helpers import CONFIG_DIR, hidden, overrides, run_allennlp
 LINES = ["the cat sat on the mat", "über 中文 日本語 ßz xyz", "a" * 30 + " the cat" + "b" * 20, "é"]
 
 
-def test_tagger_on_manylangs_elmo_trains_and_its_archive_stands_alone(tmp_path, tiny_tagged_data, plugin_cwd):
+def test_tagger_on_manylangs_elmo_trains_and_its_archive_stands_alone(
+    tmp_path, tiny_tagged_data, plugin_cwd
+):
     folder = make_manylangs_folder(tmp_path / "manylangs")
     values = {
         "train_data_path": str(tiny_tagged_data / "train.conllu"),
         "validation_data_path": str(tiny_tagged_data / "valid.conllu"),
-        "dataset_reader.token_indexers.elmo": {"type": "elmo_manylangs_ids", "max_characters_per_token": MAX_CHARS},
+        "dataset_reader.token_indexers.elmo": {
+            "type": "elmo_manylangs_ids",
+            "max_characters_per_token": MAX_CHARS,
+        },
         "model.text_field_embedder.token_embedders.elmo.pretrained_file": str(folder),
         "model.encoder.input_size": 2 * 8 + 32,
         "model.encoder.hidden_size": 32,
@@ -31,16 +36,33 @@ def test_tagger_on_manylangs_elmo_trains_and_its_archive_stands_alone(tmp_path, 
         "data_loader.batch_sampler.batch_size": 8,
         "trainer.optimizer.lr": 0.01,
     }
-    run_allennlp(["train", str(CONFIG_DIR / "pos_tagger_elmo.jsonnet"), "-s", "out", "-o", overrides(values)],
-                 cwd=plugin_cwd)
+    run_allennlp(
+        [
+            "train",
+            str(CONFIG_DIR / "pos_tagger_elmo.jsonnet"),
+            "-s",
+            "out",
+            "-o",
+            overrides(values),
+        ],
+        cwd=plugin_cwd,
+    )
     archive = plugin_cwd / "out" / "model.tar.gz"
     metrics = json.loads((plugin_cwd / "out" / "metrics.json").read_text())
     assert metrics["best_validation_accuracy"] > 0.8
     sentences = [line.split() for line in LINES]
     expected = reference_layers(folder, sentences)
     with hidden(folder):  # the archive needs neither the weights nor the dictionaries
-        run_allennlp(["evaluate", str(archive), str(tiny_tagged_data / "valid.conllu"), "--output-file", "m.json"],
-                     cwd=plugin_cwd)
+        run_allennlp(
+            [
+                "evaluate",
+                str(archive),
+                str(tiny_tagged_data / "valid.conllu"),
+                "--output-file",
+                "m.json",
+            ],
+            cwd=plugin_cwd,
+        )
         loaded = load_archive(str(archive)).model
         elmo = loaded.text_field_embedder._token_embedders["elmo"]
         assert_same_layers(our_layers(elmo, loaded.vocab, sentences), expected)
@@ -52,8 +74,16 @@ def test_tagger_on_manylangs_elmo_trains_and_its_archive_stands_alone(tmp_path, 
 def test_elmo_embed_of_manylangs_folder_equals_its_embedder(tmp_path, word_dim):
     folder = make_manylangs_folder(tmp_path / "manylangs", word_dim=word_dim)
     (tmp_path / "input.txt").write_text("\n".join(LINES) + "\n", encoding="utf-8")
-    run_allennlp(["elmo-embed", str(folder), str(tmp_path / "input.txt"), str(tmp_path / "out.hdf5"),
-                  "--batch-size", "2"])
+    run_allennlp(
+        [
+            "elmo-embed",
+            str(folder),
+            str(tmp_path / "input.txt"),
+            str(tmp_path / "out.hdf5"),
+            "--batch-size",
+            "2",
+        ]
+    )
     with h5py.File(tmp_path / "out.hdf5", "r") as output:
         ours = [numpy.array(output[str(index)]) for index in range(len(LINES))]
     assert_same_layers(ours, reference_layers(folder, [line.split() for line in LINES]))
@@ -63,13 +93,22 @@ def test_elmo_embed_refuses_a_folder_of_no_known_kind_in_one_line(tmp_path):
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "char.dic").write_text("a\t0\n")
     (tmp_path / "input.txt").write_text("a b\n")
-    result = run_allennlp(["elmo-embed", str(tmp_path / "model"), str(tmp_path / "input.txt"),
-                           str(tmp_path / "out.hdf5")], check=False)
+    result = run_allennlp(
+        [
+            "elmo-embed",
+            str(tmp_path / "model"),
+            str(tmp_path / "input.txt"),
+            str(tmp_path / "out.hdf5"),
+        ],
+        check=False,
+    )
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "nor an ELMoForManyLangs model folder" in result.stderr
 
 
-def test_continued_pretraining_with_learning_rate_0_keeps_the_release_embeddings(tmp_path, tiny_corpus, plugin_cwd):
+def test_continued_pretraining_with_learning_rate_0_keeps_the_release_embeddings(
+    tmp_path, tiny_corpus, plugin_cwd
+):
     """allennlp train elmo_manylangs_continue.jsonnet (lr 0, tiny sizes) -> an archive whose
     embeddings, through elmo-embed, the elmo_embeddings predictor and elmo_bilm_embedder, are
     the release's."""
@@ -92,24 +131,49 @@ def test_continued_pretraining_with_learning_rate_0_keeps_the_release_embeddings
         "trainer.num_epochs": 1,
         "trainer.optimizer.lr": 0.0,
     }
-    run_allennlp(["train", str(CONFIG_DIR / "elmo_manylangs_continue.jsonnet"), "-s", "out", "-o", overrides(values)],
-                 cwd=plugin_cwd)
+    run_allennlp(
+        [
+            "train",
+            str(CONFIG_DIR / "elmo_manylangs_continue.jsonnet"),
+            "-s",
+            "out",
+            "-o",
+            overrides(values),
+        ],
+        cwd=plugin_cwd,
+    )
     archive = plugin_cwd / "out" / "model.tar.gz"
     metrics = json.loads((plugin_cwd / "out" / "metrics.json").read_text())
     assert numpy.isfinite(metrics["best_validation_perplexity"])
     sentences = [line.split() for line in LINES]
     expected = reference_layers(folder, sentences)
     (tmp_path / "input.txt").write_text("\n".join(LINES) + "\n", encoding="utf-8")
-    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"sentence": line}) + "\n" for line in LINES), encoding="utf-8")
+    (tmp_path / "in.jsonl").write_text(
+        "".join(json.dumps({"sentence": line}) + "\n" for line in LINES), encoding="utf-8"
+    )
     with hidden(folder):  # the archive alone
-        run_allennlp(["elmo-embed", str(archive), str(tmp_path / "input.txt"), str(tmp_path / "out.hdf5")])
-        run_allennlp(["predict", str(archive), str(tmp_path / "in.jsonl"), "--silent",
-                      "--output-file", str(tmp_path / "predicted.jsonl")])
+        run_allennlp(
+            ["elmo-embed", str(archive), str(tmp_path / "input.txt"), str(tmp_path / "out.hdf5")]
+        )
+        run_allennlp(
+            [
+                "predict",
+                str(archive),
+                str(tmp_path / "in.jsonl"),
+                "--silent",
+                "--output-file",
+                str(tmp_path / "predicted.jsonl"),
+            ]
+        )
         vocab = Vocabulary()
         embedder = ElmoBiLmEmbedder(vocab, pretrained_file=str(archive))
         downstream = our_layers(embedder, vocab, sentences)
     with h5py.File(tmp_path / "out.hdf5", "r") as output:
-        assert_same_layers([numpy.array(output[str(index)]) for index in range(len(LINES))], expected)
+        assert_same_layers(
+            [numpy.array(output[str(index)]) for index in range(len(LINES))], expected
+        )
     assert_same_layers(downstream, expected)
-    predicted = [json.loads(line) for line in (tmp_path / "predicted.jsonl").read_text().splitlines()]
+    predicted = [
+        json.loads(line) for line in (tmp_path / "predicted.jsonl").read_text().splitlines()
+    ]
     assert_same_layers([numpy.array(p["layers"], dtype=numpy.float32) for p in predicted], expected)

@@ -1,4 +1,5 @@
 """`allennlp train` / `evaluate` end to end for the biLM, on tiny sizes."""
+
 import json
 import math
 import os
@@ -28,10 +29,14 @@ def evaluate(archive, data_file, output_file):
     """`allennlp evaluate` -> its three perplexities, as written to --output-file."""
     run_allennlp(["evaluate", str(archive), str(data_file), "--output-file", str(output_file)])
     metrics = json.loads(output_file.read_text())
-    return {name: metrics[name] for name in ("forward_perplexity", "backward_perplexity", "perplexity")}
+    return {
+        name: metrics[name] for name in ("forward_perplexity", "backward_perplexity", "perplexity")
+    }
 
 
-def test_train_archive_load_evaluate_gives_identical_perplexities(tiny_bilm_archive, tiny_corpus, tmp_path):
+def test_train_archive_load_evaluate_gives_identical_perplexities(
+    tiny_bilm_archive, tiny_corpus, tmp_path
+):
     """Validation perplexity recorded during training == `allennlp evaluate` of the archive."""
     metrics = json.loads((tiny_bilm_archive.parent / "metrics.json").read_text())
     evaluated = evaluate(tiny_bilm_archive, tiny_corpus / "valid.txt", tmp_path / "metrics.json")
@@ -42,7 +47,10 @@ def test_train_archive_load_evaluate_gives_identical_perplexities(tiny_bilm_arch
 
 @pytest.mark.parametrize(
     "config, sizes",
-    [("elmo_lstm.jsonnet", TINY_LSTM_OVERRIDES), ("elmo_transformer.jsonnet", TINY_TRANSFORMER_OVERRIDES)],
+    [
+        ("elmo_lstm.jsonnet", TINY_LSTM_OVERRIDES),
+        ("elmo_transformer.jsonnet", TINY_TRANSFORMER_OVERRIDES),
+    ],
 )
 def test_wikitext_validation_perplexity_falls_epoch_over_epoch(config, sizes, tmp_path):
     lines = require_shared_file("wikitext-2/valid.txt").read_text(encoding="utf-8").splitlines()
@@ -54,20 +62,28 @@ def test_wikitext_validation_perplexity_falls_epoch_over_epoch(config, sizes, tm
         validation_data_path=str(tmp_path / "valid.txt"),
         **{"trainer.num_epochs": 3, "data_loader.batch_sampler.batch_size": 32},
     )
-    run_allennlp(["train", str(CONFIG_DIR / config), "-s", str(tmp_path / "out"), "-o", overrides(values)])
+    run_allennlp(
+        ["train", str(CONFIG_DIR / config), "-s", str(tmp_path / "out"), "-o", overrides(values)]
+    )
     perplexities = [
-        json.loads((tmp_path / "out" / f"metrics_epoch_{epoch}.json").read_text())["validation_perplexity"]
+        json.loads((tmp_path / "out" / f"metrics_epoch_{epoch}.json").read_text())[
+            "validation_perplexity"
+        ]
         for epoch in range(3)
     ]
     assert perplexities[0] > perplexities[1] > perplexities[2]
-    evaluated = evaluate(tmp_path / "out" / "model.tar.gz", tmp_path / "valid.txt", tmp_path / "metrics.json")
+    evaluated = evaluate(
+        tmp_path / "out" / "model.tar.gz", tmp_path / "valid.txt", tmp_path / "metrics.json"
+    )
     assert evaluated["perplexity"] == pytest.approx(perplexities[2], rel=1e-4)
 
 
 def test_distributed_cpu_training_over_shards(tiny_corpus, tmp_path):
     """2 DDP workers x 2 loader workers over 3 shards: both workers train, and together they
     train on every target of the corpus exactly once (counted by a probe callback)."""
-    callbacks = Params.from_file(str(CONFIG_DIR / "elmo_lstm.jsonnet")).as_dict()["trainer"]["callbacks"]
+    callbacks = Params.from_file(str(CONFIG_DIR / "elmo_lstm.jsonnet")).as_dict()["trainer"][
+        "callbacks"
+    ]
     values = dict(
         TINY_LSTM_OVERRIDES,
         train_data_path=str(tiny_corpus / "train" / "*.txt"),
@@ -82,11 +98,25 @@ def test_distributed_cpu_training_over_shards(tiny_corpus, tmp_path):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PYTHONPATH", str(REPO_ROOT))
         patch.setenv("TARGET_COUNTER_DIR", str(tmp_path))
-        run_allennlp(["train", str(CONFIG_DIR / "elmo_lstm.jsonnet"), "-s", str(tmp_path / "out"),
-                      "-o", overrides(values), "--include-package", "tests.cli.probes"])
+        run_allennlp(
+            [
+                "train",
+                str(CONFIG_DIR / "elmo_lstm.jsonnet"),
+                "-s",
+                str(tmp_path / "out"),
+                "-o",
+                overrides(values),
+                "--include-package",
+                "tests.cli.probes",
+            ]
+        )
     per_worker = [json.loads((tmp_path / f"rank{rank}.json").read_text())["0"] for rank in range(2)]
-    reader = DatasetReader.from_params(Params.from_file(str(CONFIG_DIR / "elmo_lstm.jsonnet")).pop("dataset_reader"))
-    corpus_targets = sum(len(i["source"].tokens) - 1 for i in reader.read(str(tiny_corpus / "train" / "*.txt")))
+    reader = DatasetReader.from_params(
+        Params.from_file(str(CONFIG_DIR / "elmo_lstm.jsonnet")).pop("dataset_reader")
+    )
+    corpus_targets = sum(
+        len(i["source"].tokens) - 1 for i in reader.read(str(tiny_corpus / "train" / "*.txt"))
+    )
     assert all(count > 0 for count in per_worker) and sum(per_worker) == corpus_targets
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert {"peak_worker_0_memory_MB", "peak_worker_1_memory_MB"} <= set(metrics)
@@ -97,11 +127,36 @@ def test_original_config_has_the_published_sizes():
     """elmo_lstm_original.jsonnet is Peters et al. (2018)'s biLM and bilm-tf's training setup."""
     params = Params.from_file(str(CONFIG_DIR / "elmo_lstm_original.jsonnet")).as_dict()
     model, trainer = params["model"], params["trainer"]
-    lstm, char_cnn = model["contextualizer"], model["text_field_embedder"]["token_embedders"]["elmo"]
-    assert (lstm["type"], lstm["num_layers"], lstm["input_dim"], lstm["cell_size"]) == ("elmo_lstm", 2, 512, 4096)
-    assert (lstm["cell_clip"], lstm["proj_clip"], lstm["dropout"], model["dropout"]) == (3, 3, 0.1, 0.1)
-    assert char_cnn["filters"] == [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
-    assert (char_cnn["num_highway"], char_cnn["projection_dim"], char_cnn["embedding_dim"]) == (2, 512, 16)
+    lstm, char_cnn = (
+        model["contextualizer"],
+        model["text_field_embedder"]["token_embedders"]["elmo"],
+    )
+    assert (lstm["type"], lstm["num_layers"], lstm["input_dim"], lstm["cell_size"]) == (
+        "elmo_lstm",
+        2,
+        512,
+        4096,
+    )
+    assert (lstm["cell_clip"], lstm["proj_clip"], lstm["dropout"], model["dropout"]) == (
+        3,
+        3,
+        0.1,
+        0.1,
+    )
+    assert char_cnn["filters"] == [
+        [1, 32],
+        [2, 32],
+        [3, 64],
+        [4, 128],
+        [5, 256],
+        [6, 512],
+        [7, 1024],
+    ]
+    assert (char_cnn["num_highway"], char_cnn["projection_dim"], char_cnn["embedding_dim"]) == (
+        2,
+        512,
+        16,
+    )
     assert model["num_samples"] == 8192 and params["data_loader"]["batch_size"] == 128
     assert model["sparse_embeddings"] is True  # bilm-tf's sparse softmax updates
     assert params["dataset_reader"]["max_sequence_length"] == 20
@@ -132,7 +187,9 @@ def full_softmax_perplexity(archive, data_file) -> float:
     return math.exp(nll / targets)
 
 
-def test_original_config_shrunk_trains_with_sampled_softmax_and_validates_with_the_full_one(tiny_corpus, tmp_path):
+def test_original_config_shrunk_trains_with_sampled_softmax_and_validates_with_the_full_one(
+    tiny_corpus, tmp_path
+):
     """elmo_lstm_original.jsonnet with sizes overridden down: trained with 20 sampled negatives,
     its validation perplexity is the full softmax's (computed independently here) and beats a
     uniform distribution over the vocabulary."""
@@ -150,9 +207,20 @@ def test_original_config_shrunk_trains_with_sampled_softmax_and_validates_with_t
         "validation_data_path": str(tiny_corpus / "valid.txt"),
     }
     out = tmp_path / "out"
-    run_allennlp(["train", str(CONFIG_DIR / "elmo_lstm_original.jsonnet"), "-s", str(out), "-o", overrides(values)])
+    run_allennlp(
+        [
+            "train",
+            str(CONFIG_DIR / "elmo_lstm_original.jsonnet"),
+            "-s",
+            str(out),
+            "-o",
+            overrides(values),
+        ]
+    )
     validation = json.loads((out / "metrics.json").read_text())["validation_perplexity"]
-    assert validation == pytest.approx(full_softmax_perplexity(out / "model.tar.gz", tiny_corpus / "valid.txt"), rel=1e-4)
+    assert validation == pytest.approx(
+        full_softmax_perplexity(out / "model.tar.gz", tiny_corpus / "valid.txt"), rel=1e-4
+    )
     vocab_size = len((out / "vocabulary" / "tokens.txt").read_text().splitlines())
     assert validation < vocab_size
 
@@ -161,17 +229,37 @@ def test_killed_run_resumes_from_its_last_checkpoint_with_recover(tiny_corpus, t
     """A run killed right after epoch 0's checkpoint (by a probe callback, no timing involved)
     resumes with `-r` from exactly that checkpoint's weights and does not train epoch 0 again."""
     out = tmp_path / "out"
-    callbacks = Params.from_file(str(CONFIG_DIR / "elmo_lstm.jsonnet")).as_dict()["trainer"]["callbacks"]
+    callbacks = Params.from_file(str(CONFIG_DIR / "elmo_lstm.jsonnet")).as_dict()["trainer"][
+        "callbacks"
+    ]
     values = dict(
         TINY_LSTM_OVERRIDES,
         train_data_path=str(tiny_corpus / "train" / "*.txt"),
         validation_data_path=str(tiny_corpus / "valid.txt"),
-        **{"trainer.num_epochs": 3, "trainer.callbacks": [*callbacks, {"type": "checkpoint_probe"}]},
+        **{
+            "trainer.num_epochs": 3,
+            "trainer.callbacks": [*callbacks, {"type": "checkpoint_probe"}],
+        },
     )
-    args = ["train", str(CONFIG_DIR / "elmo_lstm.jsonnet"), "-s", str(out), "-o", overrides(values),
-            "--include-package", "tests.cli.probes"]
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), CHECKPOINT_PROBE_KILL="1", OMP_NUM_THREADS="1")
-    killed = subprocess.run([ALLENNLP, *args, "--include-package", "elmo_plugin"], env=env, capture_output=True, timeout=600)
+    args = [
+        "train",
+        str(CONFIG_DIR / "elmo_lstm.jsonnet"),
+        "-s",
+        str(out),
+        "-o",
+        overrides(values),
+        "--include-package",
+        "tests.cli.probes",
+    ]
+    env = dict(
+        os.environ, PYTHONPATH=str(REPO_ROOT), CHECKPOINT_PROBE_KILL="1", OMP_NUM_THREADS="1"
+    )
+    killed = subprocess.run(
+        [ALLENNLP, *args, "--include-package", "elmo_plugin"],
+        env=env,
+        capture_output=True,
+        timeout=600,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert sorted(p.name for p in out.glob("metrics_epoch_*.json")) == ["metrics_epoch_0.json"]
     first_epoch = out / "metrics_epoch_0.json"
@@ -186,7 +274,10 @@ def test_killed_run_resumes_from_its_last_checkpoint_with_recover(tiny_corpus, t
     resumed_with = torch.load(restored)
     assert checkpoint.keys() == resumed_with.keys()
     assert all(torch.equal(checkpoint[name], resumed_with[name]) for name in checkpoint)
-    assert (first_epoch.stat().st_mtime_ns, first_epoch.read_text()) == before  # epoch 0 not trained again
+    assert (
+        first_epoch.stat().st_mtime_ns,
+        first_epoch.read_text(),
+    ) == before  # epoch 0 not trained again
     assert json.loads((out / "metrics.json").read_text())["epoch"] == 2
 
 
@@ -202,7 +293,16 @@ def test_bf16_training_through_the_cli_tracks_float32_losses(tiny_corpus, tmp_pa
             validation_data_path=str(tiny_corpus / "valid.txt"),
             **{"trainer.num_epochs": 2, "model.mixed_precision": precision},
         )
-        run_allennlp(["train", str(CONFIG_DIR / "elmo_lstm.jsonnet"), "-s", str(out), "-o", overrides(values)])
+        run_allennlp(
+            [
+                "train",
+                str(CONFIG_DIR / "elmo_lstm.jsonnet"),
+                "-s",
+                str(out),
+                "-o",
+                overrides(values),
+            ]
+        )
         metrics[precision] = json.loads((out / "metrics.json").read_text())
     for key in ("training_loss", "validation_loss"):
         assert metrics["bf16"][key] == pytest.approx(metrics[None][key], rel=2e-2), key

@@ -2,6 +2,7 @@
 reference: `elmo-embed` against allennlp's own ELMo reader (LSTM) and against the archived
 model (transformer); `elmo_embeddings` as the biLM's default predictor; `whitespace_tagger`'s
 logits and mask; the subcommands found through allennlp's global plugins file alone."""
+
 import json
 import os
 import subprocess
@@ -23,51 +24,94 @@ SENTENCES = ["The file is open .", "Return the value of the key in the table", "
 def embed_all_layers(model_path, tmp_path, cwd):
     """`allennlp elmo-embed MODEL` of SENTENCES, every layer -> {line: (layers, tokens, dim)}."""
     (tmp_path / "in.txt").write_text("\n".join(SENTENCES) + "\n")
-    run_allennlp(["elmo-embed", str(model_path), str(tmp_path / "in.txt"), str(tmp_path / "out.hdf5")], cwd=cwd)
+    run_allennlp(
+        ["elmo-embed", str(model_path), str(tmp_path / "in.txt"), str(tmp_path / "out.hdf5")],
+        cwd=cwd,
+    )
     with h5py.File(tmp_path / "out.hdf5", "r") as vectors:
-        return {int(name): torch.from_numpy(vectors[name][()]) for name in vectors if name != "sentence_to_index"}
+        return {
+            int(name): torch.from_numpy(vectors[name][()])
+            for name in vectors
+            if name != "sentence_to_index"
+        }
 
 
-def test_elmo_embed_of_exported_files_equals_allennlps_elmo(tiny_bilm_archive, tmp_path, plugin_cwd):
+def test_elmo_embed_of_exported_files_equals_allennlps_elmo(
+    tiny_bilm_archive, tmp_path, plugin_cwd
+):
     """elmo-embed on the folder `elmo-export` wrote: every layer equals what allennlp's own
     `Elmo` reader computes from the same options.json + weights.hdf5 (boundaries removed)."""
     run_allennlp(["elmo-export", str(tiny_bilm_archive), str(tmp_path / "files")], cwd=plugin_cwd)
     ours = embed_all_layers(tmp_path / "files", tmp_path, plugin_cwd)
-    elmo = allennlp_elmo(str(tmp_path / "files" / "options.json"), str(tmp_path / "files" / "weights.hdf5"))
+    elmo = allennlp_elmo(
+        str(tmp_path / "files" / "options.json"), str(tmp_path / "files" / "weights.hdf5")
+    )
     for line, sentence in enumerate(SENTENCES):
         layers, _ = allennlp_layers(elmo, batch_to_ids([sentence.split()]))
         expected = torch.stack([layer[0, 1:-1] for layer in layers])  # <S> and </S> removed
         torch.testing.assert_close(ours[line], expected, rtol=0, atol=1e-5)
 
 
-def test_elmo_embed_of_a_transformer_archive_equals_the_archived_model(tiny_transformer_archive, tmp_path, plugin_cwd):
+def test_elmo_embed_of_a_transformer_archive_equals_the_archived_model(
+    tiny_transformer_archive, tmp_path, plugin_cwd
+):
     ours = embed_all_layers(tiny_transformer_archive, tmp_path, plugin_cwd)
     encoder = load_archive(str(tiny_transformer_archive)).model.eval().bilm_encoder()
     indexer = ElmoCharIdsIndexer()
     for line, sentence in enumerate(SENTENCES):
-        char_ids = torch.tensor([[indexer.char_ids(token) for token in ["<S>", *sentence.split(), "</S>"]]])
+        char_ids = torch.tensor(
+            [[indexer.char_ids(token) for token in ["<S>", *sentence.split(), "</S>"]]]
+        )
         with torch.no_grad():
             layers, _ = encoder(char_ids)
-        torch.testing.assert_close(ours[line], torch.stack([layer[0, 1:-1] for layer in layers]), rtol=0, atol=1e-5)
+        torch.testing.assert_close(
+            ours[line], torch.stack([layer[0, 1:-1] for layer in layers]), rtol=0, atol=1e-5
+        )
 
 
 def test_elmo_embeddings_is_the_bilms_default_predictor(tiny_bilm_archive, tmp_path, plugin_cwd):
     """`allennlp predict` without --predictor on a biLM archive gives elmo_embeddings' output,
     equal to elmo-embed's vectors."""
-    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"sentence": s}) + "\n" for s in SENTENCES))
-    run_allennlp(["predict", str(tiny_bilm_archive), str(tmp_path / "in.jsonl"),
-                  "--output-file", str(tmp_path / "out.jsonl"), "--silent"], cwd=plugin_cwd)
+    (tmp_path / "in.jsonl").write_text(
+        "".join(json.dumps({"sentence": s}) + "\n" for s in SENTENCES)
+    )
+    run_allennlp(
+        [
+            "predict",
+            str(tiny_bilm_archive),
+            str(tmp_path / "in.jsonl"),
+            "--output-file",
+            str(tmp_path / "out.jsonl"),
+            "--silent",
+        ],
+        cwd=plugin_cwd,
+    )
     outputs = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     embedded = embed_all_layers(tiny_bilm_archive, tmp_path, plugin_cwd)
     for line, (sentence, output) in enumerate(zip(SENTENCES, outputs)):
         assert output["tokens"] == sentence.split()
-        torch.testing.assert_close(torch.tensor(output["layers"]), embedded[line], rtol=0, atol=1e-6)
+        torch.testing.assert_close(
+            torch.tensor(output["layers"]), embedded[line], rtol=0, atol=1e-6
+        )
 
 
-def test_whitespace_tagger_returns_the_models_logits_and_mask(tiny_elmo_tagger_archive, tmp_path, plugin_cwd):
+def test_whitespace_tagger_returns_the_models_logits_and_mask(
+    tiny_elmo_tagger_archive, tmp_path, plugin_cwd
+):
     (tmp_path / "in.jsonl").write_text(json.dumps({"sentence": SENTENCES[1]}) + "\n")
-    run_allennlp(["predict", str(tiny_elmo_tagger_archive), str(tmp_path / "in.jsonl"), "--predictor",
-                  "whitespace_tagger", "--output-file", str(tmp_path / "out.jsonl"), "--silent"], cwd=plugin_cwd)
+    run_allennlp(
+        [
+            "predict",
+            str(tiny_elmo_tagger_archive),
+            str(tmp_path / "in.jsonl"),
+            "--predictor",
+            "whitespace_tagger",
+            "--output-file",
+            str(tmp_path / "out.jsonl"),
+            "--silent",
+        ],
+        cwd=plugin_cwd,
+    )
     output = json.loads((tmp_path / "out.jsonl").read_text())
     words = SENTENCES[1].split()
     archive = load_archive(str(tiny_elmo_tagger_archive))
@@ -76,7 +120,9 @@ def test_whitespace_tagger_returns_the_models_logits_and_mask(tiny_elmo_tagger_a
     reader.apply_token_indexers(instance)
     expected = model.forward_on_instance(instance)
     assert output["mask"] == [True] * len(words) and output["words"] == words
-    torch.testing.assert_close(torch.tensor(output["logits"]), torch.from_numpy(expected["logits"]), rtol=0, atol=1e-5)
+    torch.testing.assert_close(
+        torch.tensor(output["logits"]), torch.from_numpy(expected["logits"]), rtol=0, atol=1e-5
+    )
     num_tags = model.vocab.get_vocab_size("labels")
     assert torch.tensor(output["logits"]).shape == (len(words), num_tags)
 
@@ -86,13 +132,20 @@ def test_make_install_is_idempotent_and_subcommands_come_from_the_global_plugins
     from a folder with no .allennlp_plugins and no --include-package, `allennlp` finds our
     subcommands through that file alone."""
     plugins_file = os.path.expanduser("~/.allennlp/plugins")
-    make = subprocess.run(["make", "install", f"PYTHON={sys.executable}"], cwd=REPO_ROOT, capture_output=True,
-                          text=True, timeout=600)
+    make = subprocess.run(
+        ["make", "install", f"PYTHON={sys.executable}"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert make.returncode == 0, make.stderr[-2000:]
     with open(plugins_file) as plugins:
         assert [line.strip() for line in plugins].count("elmo_plugin") == 1
     env = dict(os.environ, PYTHONWARNINGS="ignore")
-    help_text = subprocess.run([ALLENNLP, "--help"], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+    help_text = subprocess.run(
+        [ALLENNLP, "--help"], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300
+    )
     assert not (tmp_path / ".allennlp_plugins").exists()
     for command in ("elmo-embed", "elmo-export", "elmo-vocab"):
         assert command in help_text.stdout, help_text.stderr[-2000:]

@@ -1,6 +1,7 @@
 """The original configs' sparse softmax through `allennlp train`: DDP with 2 CPU processes
 trains exactly as one process does on the same global batches; the transformer's fused_adam
 trains it; export and the embedder read its layout."""
+
 import json
 
 import pytest
@@ -14,8 +15,8 @@ from allennlp.modules.elmo import batch_to_ids
 from elmo_plugin.elmo_files.softmax import read_softmax
 from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder
 from tests.elmo_files.elmo_reference import TOLERANCE, max_diff, with_boundaries
-from tests.training.test_tensorboard_callbacks import read_scalars
 from tests.helpers import CONFIG_DIR, free_port, overrides, run_allennlp
+from tests.training.test_tensorboard_callbacks import read_scalars
 
 # elmo_lstm_original.jsonnet shrunk, on the CPU, without dropout, sequential reading.
 TINY_ORIGINAL = {
@@ -30,7 +31,9 @@ TINY_ORIGINAL = {
     "data_loader.num_workers": 0,
     "trainer.cuda_device": -1,
     # TensorBoard's parameter / gradient statistics and gradient norm at every batch
-    "trainer.callbacks": [{"type": "tensorboard", "summary_interval": 1, "should_log_parameter_statistics": True}],
+    "trainer.callbacks": [
+        {"type": "tensorboard", "summary_interval": 1, "should_log_parameter_statistics": True}
+    ],
 }
 
 
@@ -40,7 +43,10 @@ def equal_length_corpus(tmp_path_factory):
     DDP's mean of per-process mean losses is the mean over the global batch."""
     folder = tmp_path_factory.mktemp("equal_lines")
     words = [f"w{index}" for index in range(60)]
-    lines = [" ".join(words[(7 * line + 3 * position) % 60] for position in range(8)) for line in range(64)]
+    lines = [
+        " ".join(words[(7 * line + 3 * position) % 60] for position in range(8))
+        for line in range(64)
+    ]
     (folder / "train.txt").write_text("\n".join(lines) + "\n")
     (folder / "valid.txt").write_text("\n".join(lines[:8]) + "\n")
     return folder
@@ -63,14 +69,32 @@ def one_and_two_processes(equal_length_corpus, tmp_path_factory):
     """elmo_lstm_original.jsonnet (sparse softmax, Adagrad), 4 steps with gradient-norm clipping
     that bites: 1 process x 16 lines per step, and 2 gloo processes x 8 lines -> their folders."""
     root = tmp_path_factory.mktemp("sparse_ddp")
-    common = {"model.contextualizer.cell_size": 16, "trainer.num_epochs": 1, "trainer.grad_norm": 0.1}
-    train("elmo_lstm_original.jsonnet", equal_length_corpus, root / "one", **common, **{"data_loader.batch_size": 16})
-    train("elmo_lstm_original.jsonnet", equal_length_corpus, root / "two", **common, **{"data_loader.batch_size": 8},
-          distributed={"cuda_devices": [-1, -1], "master_port": free_port()})
+    common = {
+        "model.contextualizer.cell_size": 16,
+        "trainer.num_epochs": 1,
+        "trainer.grad_norm": 0.1,
+    }
+    train(
+        "elmo_lstm_original.jsonnet",
+        equal_length_corpus,
+        root / "one",
+        **common,
+        **{"data_loader.batch_size": 16},
+    )
+    train(
+        "elmo_lstm_original.jsonnet",
+        equal_length_corpus,
+        root / "two",
+        **common,
+        **{"data_loader.batch_size": 8},
+        distributed={"cuda_devices": [-1, -1], "master_port": free_port()},
+    )
     return root / "one", root / "two"
 
 
-def test_two_ddp_processes_train_the_sparse_softmax_as_one_process_on_the_same_global_batch(one_and_two_processes):
+def test_two_ddp_processes_train_the_sparse_softmax_as_one_process_on_the_same_global_batch(
+    one_and_two_processes,
+):
     """Every parameter equal to float tolerance, the sparse softmax (whose gradients are gathered
     outside DDP's all-reduce) included; the same training loss; the same gradient norms logged
     to TensorBoard (clip_grad_norm_ over sparse gradients)."""
@@ -78,21 +102,39 @@ def test_two_ddp_processes_train_the_sparse_softmax_as_one_process_on_the_same_g
     assert one.keys() == two.keys() and "_softmax_loss.softmax_w.weight" in one
     for name in one:
         torch.testing.assert_close(two[name], one[name], rtol=1e-5, atol=1e-6, msg=name)
-    one_metrics, two_metrics = (json.loads((folder / "metrics.json").read_text()) for folder in one_and_two_processes)
+    one_metrics, two_metrics = (
+        json.loads((folder / "metrics.json").read_text()) for folder in one_and_two_processes
+    )
     assert two_metrics["training_loss"] == pytest.approx(one_metrics["training_loss"], rel=1e-5)
-    one_norms, two_norms = (read_scalars(folder / "log" / "train")["gradient_norm"] for folder in one_and_two_processes)
+    one_norms, two_norms = (
+        read_scalars(folder / "log" / "train")["gradient_norm"] for folder in one_and_two_processes
+    )
     assert len(one_norms) == 4 and two_norms == pytest.approx(one_norms, rel=1e-5)
     assert all(norm > 0.1 for norm in one_norms)  # clipping to 0.1 bit at every step
 
 
-def test_sparse_softmax_archive_evaluates_exports_imports_and_embeds(one_and_two_processes, equal_length_corpus, tmp_path):
+def test_sparse_softmax_archive_evaluates_exports_imports_and_embeds(
+    one_and_two_processes, equal_length_corpus, tmp_path
+):
     """The sparse-layout archive: `allennlp evaluate` (chunked full softmax) == its recorded
     validation perplexity; `allennlp elmo-export` writes its softmax rows; a fresh sparse model
     imports them and the biLM back; the embedder gives the same vectors from both."""
     archive = one_and_two_processes[0] / "model.tar.gz"
-    recorded = json.loads((one_and_two_processes[0] / "metrics.json").read_text())["validation_perplexity"]
-    run_allennlp(["evaluate", str(archive), str(equal_length_corpus / "valid.txt"), "--output-file", str(tmp_path / "eval.json")])
-    assert json.loads((tmp_path / "eval.json").read_text())["perplexity"] == pytest.approx(recorded, rel=1e-5)
+    recorded = json.loads((one_and_two_processes[0] / "metrics.json").read_text())[
+        "validation_perplexity"
+    ]
+    run_allennlp(
+        [
+            "evaluate",
+            str(archive),
+            str(equal_length_corpus / "valid.txt"),
+            "--output-file",
+            str(tmp_path / "eval.json"),
+        ]
+    )
+    assert json.loads((tmp_path / "eval.json").read_text())["perplexity"] == pytest.approx(
+        recorded, rel=1e-5
+    )
 
     files = tmp_path / "elmo"
     run_allennlp(["elmo-export", str(archive), str(files)])
@@ -104,25 +146,33 @@ def test_sparse_softmax_archive_evaluates_exports_imports_and_embeds(one_and_two
     assert torch.equal(torch.from_numpy(file_bias), bias[:rows].detach())
 
     torch.manual_seed(1)  # a different initialization than the trained model's
-    fresh = Model.from_params(vocab=model.vocab, params=Params(load_archive(str(archive)).config.as_dict()["model"]))
+    fresh = Model.from_params(
+        vocab=model.vocab, params=Params(load_archive(str(archive)).config.as_dict()["model"])
+    )
     assert isinstance(fresh._softmax_loss.softmax_w, torch.nn.Embedding)
     fresh.load_elmo_files(str(files))
     for mine, theirs in zip(fresh.softmax_matrices(), model.softmax_matrices()):
         assert torch.equal(mine[:rows], theirs[:rows])
-    char_ids = batch_to_ids([line.split() for line in (equal_length_corpus / "valid.txt").read_text().splitlines()])
+    char_ids = batch_to_ids(
+        [line.split() for line in (equal_length_corpus / "valid.txt").read_text().splitlines()]
+    )
     with torch.no_grad():
         # (the files store each LSTM's two biases summed: compare what the layers compute)
         layers, _ = fresh.eval().bilm_encoder()(with_boundaries(char_ids))
         expected, _ = model.bilm_encoder()(with_boundaries(char_ids))
         assert max_diff(layers, expected) <= TOLERANCE
         from_archive, from_files = (
-            ElmoBiLmEmbedder(Vocabulary(), pretrained_file=str(source), dropout=0.0).eval()(char_ids)
+            ElmoBiLmEmbedder(Vocabulary(), pretrained_file=str(source), dropout=0.0).eval()(
+                char_ids
+            )
             for source in (archive, files)
         )
     assert max_diff([from_files], [from_archive]) <= TOLERANCE
 
 
-def test_transformer_original_config_trains_its_sparse_softmax_with_fused_adam(equal_length_corpus, tmp_path):
+def test_transformer_original_config_trains_its_sparse_softmax_with_fused_adam(
+    equal_length_corpus, tmp_path
+):
     """elmo_transformer_original.jsonnet shrunk (noam warm-up shortened): fused_adam's lazy Adam
     trains the sparse softmax and the training loss falls epoch over epoch."""
     values = {
@@ -136,6 +186,12 @@ def test_transformer_original_config_trains_its_sparse_softmax_with_fused_adam(e
     }
     train("elmo_transformer_original.jsonnet", equal_length_corpus, tmp_path / "out", **values)
     config = json.loads((tmp_path / "out" / "config.json").read_text())
-    assert config["model"]["sparse_embeddings"] is True and config["trainer"]["optimizer"]["type"] == "fused_adam"
-    losses = [json.loads((tmp_path / "out" / f"metrics_epoch_{epoch}.json").read_text())["training_loss"] for epoch in range(3)]
+    assert (
+        config["model"]["sparse_embeddings"] is True
+        and config["trainer"]["optimizer"]["type"] == "fused_adam"
+    )
+    losses = [
+        json.loads((tmp_path / "out" / f"metrics_epoch_{epoch}.json").read_text())["training_loss"]
+        for epoch in range(3)
+    ]
     assert losses[0] > losses[1] > losses[2]

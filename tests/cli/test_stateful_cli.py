@@ -2,24 +2,32 @@
 and 2 gloo DDP processes, every token predicted once per epoch in each direction), evaluates as
 validation did (the held-out text streamed in order, state carried), and a run killed mid-epoch
 resumes with `-r` at exactly the batch after its checkpoint."""
+
 import functools
 import json
 from pathlib import Path
-from typing import Dict
 
 import pytest
 from allennlp.common import Params
 from allennlp.data import DatasetReader
 
 from tests.cli.test_exact_resume_cli import recorded
-from tests.helpers import CONFIG_DIR, TINY_CHAR_CNN_OVERRIDES, TINY_LSTM_OVERRIDES, free_port, overrides, run_allennlp, train_with_probes
+from tests.helpers import (
+    CONFIG_DIR,
+    TINY_CHAR_CNN_OVERRIDES,
+    TINY_LSTM_OVERRIDES,
+    free_port,
+    overrides,
+    run_allennlp,
+    train_with_probes,
+)
 
 CONFIG = str(CONFIG_DIR / "elmo_lstm_stateful.jsonnet")
 train = functools.partial(train_with_probes, CONFIG)
 STREAMS = 8
 
 
-def shrunk(corpus: Path, processes: int = 1, **extra) -> Dict:
+def shrunk(corpus: Path, processes: int = 1, **extra) -> dict:
     values = {k: v for k, v in TINY_LSTM_OVERRIDES.items() if not k.startswith("data_loader")}
     values.update(
         {
@@ -31,7 +39,11 @@ def shrunk(corpus: Path, processes: int = 1, **extra) -> Dict:
             "validation_data_loader.batch_size": STREAMS,
             "validation_data_loader.window_size": 10,
             "trainer.num_epochs": 2,
-            "trainer.callbacks": [{"type": "elmo_corpus_resume"}, {"type": "target_counter"}, {"type": "batch_recorder"}],
+            "trainer.callbacks": [
+                {"type": "elmo_corpus_resume"},
+                {"type": "target_counter"},
+                {"type": "batch_recorder"},
+            ],
             **extra,
         }
     )
@@ -43,17 +55,24 @@ def shrunk(corpus: Path, processes: int = 1, **extra) -> Dict:
 def corpus_tokens(corpus: Path) -> int:
     """Tokens (<S> and </S> included) the stateful config's reader makes of the training text."""
     reader = DatasetReader.from_params(Params.from_file(CONFIG).pop("dataset_reader"))
-    return sum(len(instance["source"].tokens) for instance in reader.read(str(corpus / "train" / "*.txt")))
+    return sum(
+        len(instance["source"].tokens) for instance in reader.read(str(corpus / "train" / "*.txt"))
+    )
 
 
 @pytest.mark.parametrize("processes", [1, 2], ids=["1-process", "2-processes"])
-def test_stateful_training_predicts_every_token_once_per_epoch_and_evaluates_as_validation(tiny_corpus, tmp_path, processes):
+def test_stateful_training_predicts_every_token_once_per_epoch_and_evaluates_as_validation(
+    tiny_corpus, tmp_path, processes
+):
     out, record = tmp_path / "out", tmp_path / "record"
     train(shrunk(tiny_corpus, processes), out, record)
     counts = [json.loads((record / f"rank{rank}.json").read_text()) for rank in range(processes)]
     # Each stream's first token is read, never predicted forward (its last, never backward).
     for epoch in ("0", "1"):
-        assert sum(count[epoch] for count in counts) == corpus_tokens(tiny_corpus) - STREAMS * processes
+        assert (
+            sum(count[epoch] for count in counts)
+            == corpus_tokens(tiny_corpus) - STREAMS * processes
+        )
     batches = [len(recorded(record, rank, 0)) for rank in range(processes)]
     assert len(set(batches)) == 1
     if processes == 1:
@@ -61,15 +80,31 @@ def test_stateful_training_predicts_every_token_once_per_epoch_and_evaluates_as_
         evaluated = tmp_path / "evaluated.json"
         archive, valid = str(out / "model.tar.gz"), str(tiny_corpus / "valid.txt")
         run_allennlp(["evaluate", archive, valid, "--output-file", str(evaluated)])
-        assert json.loads(evaluated.read_text())["perplexity"] == pytest.approx(metrics["validation_perplexity"], rel=1e-5)
+        assert json.loads(evaluated.read_text())["perplexity"] == pytest.approx(
+            metrics["validation_perplexity"], rel=1e-5
+        )
         # The carried state is used: the same windows from zero state score otherwise.
         stateless = tmp_path / "stateless.json"
-        run_allennlp(["evaluate", archive, valid, "--output-file", str(stateless), "-o", overrides({"model.stateful": False})])
-        assert json.loads(stateless.read_text())["perplexity"] != pytest.approx(metrics["validation_perplexity"], rel=1e-3)
+        run_allennlp(
+            [
+                "evaluate",
+                archive,
+                valid,
+                "--output-file",
+                str(stateless),
+                "-o",
+                overrides({"model.stateful": False}),
+            ]
+        )
+        assert json.loads(stateless.read_text())["perplexity"] != pytest.approx(
+            metrics["validation_perplexity"], rel=1e-3
+        )
 
 
 @pytest.mark.parametrize("processes", [1, 2], ids=["1-process", "2-processes"])
-def test_killed_stateful_run_resumes_at_the_batch_after_its_checkpoint(tiny_corpus, tmp_path, processes):
+def test_killed_stateful_run_resumes_at_the_batch_after_its_checkpoint(
+    tiny_corpus, tmp_path, processes
+):
     values = shrunk(tiny_corpus, processes, **{"trainer.checkpointer.save_every_num_batches": 3})
     train(values, tmp_path / "whole", tmp_path / "whole-record")
     killed = train(values, tmp_path / "cut", tmp_path / "killed-record", kill="1,8")
@@ -91,7 +126,11 @@ def test_original_stateful_config_is_bilm_tfs_regime_and_trains_when_shrunk(tiny
     params = Params.from_file(config).as_dict()
     assert params["model"]["stateful"] and params["model"]["contextualizer"]["cell_size"] == 4096
     for loader in (params["data_loader"], params["validation_data_loader"]):
-        assert (loader["type"], loader["batch_size"], loader["window_size"]) == ("elmo_streams", 128, 20)
+        assert (loader["type"], loader["batch_size"], loader["window_size"]) == (
+            "elmo_streams",
+            128,
+            20,
+        )
     values = {
         "train_data_path": str(tiny_corpus / "train" / "*.txt"),
         "validation_data_path": str(tiny_corpus / "valid.txt"),

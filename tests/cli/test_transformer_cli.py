@@ -1,9 +1,9 @@
 """elmo_transformer through the CLI: the published-size config (its sizes; trained when shrunk) and
 the demo config trained, evaluated, perplexity falling."""
+
 import json
 import math
 from pathlib import Path
-from typing import Tuple
 
 import pytest
 from allennlp.common import Params
@@ -11,7 +11,7 @@ from allennlp.common import Params
 from tests.helpers import CONFIG_DIR, REPO_ROOT, TINY_TRANSFORMER_OVERRIDES, overrides, run_allennlp
 
 
-def write_tiny_corpus(folder: Path, train_lines: int, valid_lines: int) -> Tuple[Path, Path]:
+def write_tiny_corpus(folder: Path, train_lines: int, valid_lines: int) -> tuple[Path, Path]:
     """train.txt and valid.txt cut from the bundled demo corpus."""
     lines = (REPO_ROOT / "fixtures/demo_corpus/train/shard_0.txt").read_text().splitlines()
     train, valid = folder / "train.txt", folder / "valid.txt"
@@ -26,8 +26,20 @@ def test_original_config_has_the_published_sizes():
     contextualizer = model["contextualizer"]
     char_cnn = model["text_field_embedder"]["token_embedders"]["elmo"]
     assert contextualizer["type"] == "elmo_transformer"
-    assert (contextualizer["num_layers"], contextualizer["input_dim"], contextualizer["feedforward_hidden_dim"]) == (6, 512, 2048)
-    assert char_cnn["filters"] == [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
+    assert (
+        contextualizer["num_layers"],
+        contextualizer["input_dim"],
+        contextualizer["feedforward_hidden_dim"],
+    ) == (6, 512, 2048)
+    assert char_cnn["filters"] == [
+        [1, 32],
+        [2, 32],
+        [3, 64],
+        [4, 128],
+        [5, 256],
+        [6, 512],
+        [7, 1024],
+    ]
     assert (char_cnn["num_highway"], char_cnn["projection_dim"]) == (2, 512)
     assert model["num_samples"] == 8192 and params["trainer"]["cuda_device"] == 0
 
@@ -40,7 +52,12 @@ def test_original_config_trains_through_the_cli_when_shrunk(tmp_path):
         "train_data_path": str(train),
         "validation_data_path": str(valid),
         "vocabulary.min_count.tokens": 1,
-        "model.text_field_embedder.token_embedders.elmo.filters": [[1, 8], [2, 8], [3, 16], [4, 16]],
+        "model.text_field_embedder.token_embedders.elmo.filters": [
+            [1, 8],
+            [2, 8],
+            [3, 16],
+            [4, 16],
+        ],
         "model.text_field_embedder.token_embedders.elmo.projection_dim": 16,
         "model.contextualizer.input_dim": 16,
         "model.contextualizer.feedforward_hidden_dim": 32,
@@ -55,7 +72,14 @@ def test_original_config_trains_through_the_cli_when_shrunk(tmp_path):
     }
     out = tmp_path / "model"
     run_allennlp(
-        ["train", str(CONFIG_DIR / "elmo_transformer_original.jsonnet"), "-s", str(out), "-o", overrides(values)],
+        [
+            "train",
+            str(CONFIG_DIR / "elmo_transformer_original.jsonnet"),
+            "-s",
+            str(out),
+            "-o",
+            overrides(values),
+        ],
         timeout=300,
     )
     metrics = json.loads((out / "metrics.json").read_text())
@@ -75,16 +99,31 @@ def test_demo_config_trains_and_evaluates_through_the_cli(tmp_path):
         validation_data_path=str(valid),
         **{"trainer.num_epochs": 2, "trainer.optimizer.lr": 0.003},
     )
-    run_allennlp(["train", str(CONFIG_DIR / "elmo_transformer.jsonnet"), "-s", str(out), "-o", overrides(values)], timeout=300)
+    run_allennlp(
+        [
+            "train",
+            str(CONFIG_DIR / "elmo_transformer.jsonnet"),
+            "-s",
+            str(out),
+            "-o",
+            overrides(values),
+        ],
+        timeout=300,
+    )
     epochs = [json.loads((out / f"metrics_epoch_{epoch}.json").read_text()) for epoch in range(2)]
     assert epochs[1]["validation_perplexity"] < epochs[0]["validation_perplexity"]
 
     metrics_file = tmp_path / "evaluation.json"
-    result = run_allennlp(["evaluate", str(out / "model.tar.gz"), str(valid), "--output-file", str(metrics_file)], timeout=300)
+    result = run_allennlp(
+        ["evaluate", str(out / "model.tar.gz"), str(valid), "--output-file", str(metrics_file)],
+        timeout=300,
+    )
     printed = result.stdout + result.stderr
     for name in ("forward_perplexity", "backward_perplexity", "perplexity"):
         assert name in printed
     metrics = json.loads(metrics_file.read_text())
-    expected = math.exp(0.5 * (math.log(metrics["forward_perplexity"]) + math.log(metrics["backward_perplexity"])))
+    expected = math.exp(
+        0.5 * (math.log(metrics["forward_perplexity"]) + math.log(metrics["backward_perplexity"]))
+    )
     assert metrics["perplexity"] == pytest.approx(expected, rel=1e-6)
     assert metrics["perplexity"] == pytest.approx(epochs[1]["validation_perplexity"], rel=1e-4)

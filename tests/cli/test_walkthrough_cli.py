@@ -1,11 +1,11 @@
 """The AllenNLP ELMo walkthrough's path, both ways, through the real `allennlp` CLI:
 allennlp-models' bidirectional `language_model` archives (plain and `sharded` reader) in our
 tools, and our biLM archive in allennlp-models' `bidirectional_lm_token_embedder`."""
+
 import json
 import math
 import shutil
 from pathlib import Path
-from typing import List
 
 import h5py
 import numpy
@@ -17,7 +17,9 @@ from allennlp.data import Batch, Instance, Token, Vocabulary
 from allennlp.data.fields import TextField
 from allennlp.data.token_indexers import ELMoTokenCharactersIndexer, SingleIdTokenIndexer
 from allennlp.models.archival import load_archive
-from allennlp_models.lm.modules.token_embedders.bidirectional_lm import BidirectionalLanguageModelTokenEmbedder
+from allennlp_models.lm.modules.token_embedders.bidirectional_lm import (
+    BidirectionalLanguageModelTokenEmbedder,
+)
 
 from elmo_plugin.archives.bilm_archive import load_bilm_encoder
 from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder
@@ -27,41 +29,65 @@ TOLERANCE = 1e-5
 SENTENCES = ["the cat sat on the mat .", "", "a b", "unseenword and the rest of it"]
 
 
-def walkthrough_config(tiny_corpus: Path, vocabulary: Path, sharded: bool, bidirectional: bool = True) -> dict:
+def walkthrough_config(
+    tiny_corpus: Path, vocabulary: Path, sharded: bool, bidirectional: bool = True
+) -> dict:
     """allennlp-models' walkthrough (`training_config/lm/bidirectional_language_model.jsonnet`)
     by its registered names, at a tiny size."""
     reader = {
         "type": "simple_language_modeling",
         "tokenizer": {"type": "just_spaces"},
-        "token_indexers": {"tokens": {"type": "single_id"}, "token_characters": {"type": "elmo_characters"}},
+        "token_indexers": {
+            "tokens": {"type": "single_id"},
+            "token_characters": {"type": "elmo_characters"},
+        },
         "max_sequence_length": 400,
         "start_tokens": ["<S>"],
         "end_tokens": ["</S>"],
     }
-    contextualizer = {"type": "bidirectional_language_model_transformer", "input_dim": 16, "hidden_dim": 32,
-                      "num_layers": 2, "dropout": 0.1, "input_dropout": 0.1}
+    contextualizer = {
+        "type": "bidirectional_language_model_transformer",
+        "input_dim": 16,
+        "hidden_dim": 32,
+        "num_layers": 2,
+        "dropout": 0.1,
+        "input_dropout": 0.1,
+    }
     if not bidirectional:
         contextualizer = {"type": "lstm", "input_size": 16, "hidden_size": 16}
     return {
         # `sharded` reads a glob (a single existing file is refused), its base reader each shard.
         "dataset_reader": {"type": "sharded", "base_reader": reader} if sharded else reader,
-        "train_data_path": str(tiny_corpus / "train" / "*.txt") if sharded else str(tiny_corpus / "train" / "shard_0.txt"),
-        "validation_data_path": str(tiny_corpus / "valid*.txt") if sharded else str(tiny_corpus / "valid.txt"),
+        "train_data_path": str(tiny_corpus / "train" / "*.txt")
+        if sharded
+        else str(tiny_corpus / "train" / "shard_0.txt"),
+        "validation_data_path": str(tiny_corpus / "valid*.txt")
+        if sharded
+        else str(tiny_corpus / "valid.txt"),
         "vocabulary": {"type": "from_files", "directory": str(vocabulary)},
         "model": {
             "type": "language_model",
             "bidirectional": bidirectional,
             "dropout": 0.1,
-            "text_field_embedder": {"token_embedders": {
-                "tokens": {"type": "empty"},
-                "token_characters": {
-                    "type": "character_encoding",
-                    "embedding": {"num_embeddings": 262, "embedding_dim": 4},
-                    "encoder": {"type": "cnn-highway", "activation": "relu", "embedding_dim": 4,
-                                "filters": [[1, 8], [2, 8], [3, 16]], "num_highway": 1, "projection_dim": 16,
-                                "projection_location": "after_highway", "do_layer_norm": True},
-                },
-            }},
+            "text_field_embedder": {
+                "token_embedders": {
+                    "tokens": {"type": "empty"},
+                    "token_characters": {
+                        "type": "character_encoding",
+                        "embedding": {"num_embeddings": 262, "embedding_dim": 4},
+                        "encoder": {
+                            "type": "cnn-highway",
+                            "activation": "relu",
+                            "embedding_dim": 4,
+                            "filters": [[1, 8], [2, 8], [3, 16]],
+                            "num_highway": 1,
+                            "projection_dim": 16,
+                            "projection_location": "after_highway",
+                            "do_layer_norm": True,
+                        },
+                    },
+                }
+            },
             "contextualizer": contextualizer,
         },
         "data_loader": {"batch_size": 16},
@@ -90,10 +116,12 @@ def train_walkthrough(tiny_corpus, vocabulary, folder: Path, **kwargs) -> Path:
 @pytest.fixture(scope="module", params=["plain", "sharded"])
 def their_archive(request, tiny_corpus, walkthrough_vocabulary, tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp(f"walkthrough_{request.param}")
-    return train_walkthrough(tiny_corpus, walkthrough_vocabulary, folder, sharded=request.param == "sharded")
+    return train_walkthrough(
+        tiny_corpus, walkthrough_vocabulary, folder, sharded=request.param == "sharded"
+    )
 
 
-def their_layers(archive: Path, sentences: List[List[str]]) -> List[numpy.ndarray]:
+def their_layers(archive: Path, sentences: list[list[str]]) -> list[numpy.ndarray]:
     """Per sentence, the layers allennlp-models' `bidirectional_lm_token_embedder` hands its
     ScalarMix, `<S>`/`</S>` removed: (layers, tokens, dim). On a `sharded` archive its own
     `<S>`/`</S>` lookup crashes (no `dataset_reader.token_indexers`), so there the boundaries
@@ -108,7 +136,9 @@ def their_layers(archive: Path, sentences: List[List[str]]) -> List[numpy.ndarra
         indexed = indexer.tokens_to_indices([Token(t) for t in tokens], Vocabulary())["elmo_tokens"]
         ids[row, : len(tokens)] = torch.tensor(indexed)
     captured = []
-    embedder._scalar_mix.register_forward_hook(lambda module, inputs, output: captured.append(inputs[0]))
+    embedder._scalar_mix.register_forward_hook(
+        lambda module, inputs, output: captured.append(inputs[0])
+    )
     with torch.no_grad():
         embedder(ids)
     return [
@@ -117,15 +147,31 @@ def their_layers(archive: Path, sentences: List[List[str]]) -> List[numpy.ndarra
     ]
 
 
-def test_elmo_embed_gives_the_layers_allennlp_models_embedder_mixes(their_archive, tmp_path, plugin_cwd):
+def test_elmo_embed_gives_the_layers_allennlp_models_embedder_mixes(
+    their_archive, tmp_path, plugin_cwd
+):
     (tmp_path / "input.txt").write_text("\n".join(SENTENCES) + "\n")
     for layers in ("all", "average", "top"):
-        run_allennlp(["elmo-embed", str(their_archive), str(tmp_path / "input.txt"), str(tmp_path / f"{layers}.hdf5"),
-                      "--layers", layers, "--batch-size", "2"], cwd=plugin_cwd)
+        run_allennlp(
+            [
+                "elmo-embed",
+                str(their_archive),
+                str(tmp_path / "input.txt"),
+                str(tmp_path / f"{layers}.hdf5"),
+                "--layers",
+                layers,
+                "--batch-size",
+                "2",
+            ],
+            cwd=plugin_cwd,
+        )
     sentences = [line.split() for line in SENTENCES if line]
     expected = dict(zip(["0", "2", "3"], their_layers(their_archive, sentences)))
-    with h5py.File(tmp_path / "all.hdf5") as every, h5py.File(tmp_path / "average.hdf5") as average, \
-            h5py.File(tmp_path / "top.hdf5") as top:
+    with (
+        h5py.File(tmp_path / "all.hdf5") as every,
+        h5py.File(tmp_path / "average.hdf5") as average,
+        h5py.File(tmp_path / "top.hdf5") as top,
+    ):
         assert every["1"].shape == (3, 0, 32)  # the blank line
         for line, layers in expected.items():
             assert every[line].shape == layers.shape == (3, len(SENTENCES[int(line)].split()), 32)
@@ -134,23 +180,43 @@ def test_elmo_embed_gives_the_layers_allennlp_models_embedder_mixes(their_archiv
             assert numpy.abs(top[line][()] - layers[-1]).max() <= TOLERANCE
 
 
-def source_tensors(archive, tokens: List[str]):
+def source_tensors(archive, tokens: list[str]):
     """`<S> tokens </S>` indexed by the walkthrough's indexers, as one batch."""
     model = load_archive(str(archive)).model.eval()
     indexers = {"tokens": SingleIdTokenIndexer(), "token_characters": ELMoTokenCharactersIndexer()}
-    batch = Batch([Instance({"source": TextField([Token(t) for t in ["<S>", *tokens, "</S>"]], indexers)})])
+    batch = Batch(
+        [Instance({"source": TextField([Token(t) for t in ["<S>", *tokens, "</S>"]], indexers)})]
+    )
     batch.index_instances(model.vocab)
     return model, batch.as_tensor_dict()["source"]
 
 
 def test_predictors_read_their_archive(their_archive, tmp_path, plugin_cwd):
     inputs = tmp_path / "input.jsonl"
-    inputs.write_text(json.dumps({"sentence": SENTENCES[0]}) + "\n" + json.dumps({"tokens": SENTENCES[2].split()}) + "\n")
+    inputs.write_text(
+        json.dumps({"sentence": SENTENCES[0]})
+        + "\n"
+        + json.dumps({"tokens": SENTENCES[2].split()})
+        + "\n"
+    )
     outputs = {}
     for predictor in ("elmo_embeddings", "elmo_lm_scorer"):
-        run_allennlp(["predict", str(their_archive), str(inputs), "--predictor", predictor, "--silent",
-                      "--output-file", str(tmp_path / f"{predictor}.jsonl")], cwd=plugin_cwd)
-        outputs[predictor] = [json.loads(line) for line in (tmp_path / f"{predictor}.jsonl").read_text().splitlines()]
+        run_allennlp(
+            [
+                "predict",
+                str(their_archive),
+                str(inputs),
+                "--predictor",
+                predictor,
+                "--silent",
+                "--output-file",
+                str(tmp_path / f"{predictor}.jsonl"),
+            ],
+            cwd=plugin_cwd,
+        )
+        outputs[predictor] = [
+            json.loads(line) for line in (tmp_path / f"{predictor}.jsonl").read_text().splitlines()
+        ]
     expected = their_layers(their_archive, [SENTENCES[0].split(), SENTENCES[2].split()])
     for output, layers in zip(outputs["elmo_embeddings"], expected):
         assert numpy.abs(numpy.array(output["layers"]) - layers).max() <= TOLERANCE
@@ -172,15 +238,35 @@ def test_elmo_bilm_embedder_over_their_archive_makes_a_tagger_archive_that_stand
         TINY_TAGGER_OVERRIDES,
         train_data_path=str(tiny_tagged_data / "train.conllu"),
         validation_data_path=str(tiny_tagged_data / "valid.conllu"),
-        **{"model.text_field_embedder.token_embedders.elmo.pretrained_file": str(copy), "trainer.num_epochs": 2,
-           "data_loader.batch_sampler.batch_size": 8},
+        **{
+            "model.text_field_embedder.token_embedders.elmo.pretrained_file": str(copy),
+            "trainer.num_epochs": 2,
+            "data_loader.batch_sampler.batch_size": 8,
+        },
     )
-    run_allennlp(["train", str(CONFIG_DIR / "pos_tagger_elmo.jsonnet"), "-s", "tagger", "-o", overrides(values)],
-                 cwd=plugin_cwd)
+    run_allennlp(
+        [
+            "train",
+            str(CONFIG_DIR / "pos_tagger_elmo.jsonnet"),
+            "-s",
+            "tagger",
+            "-o",
+            overrides(values),
+        ],
+        cwd=plugin_cwd,
+    )
     tagger = load_archive(str(plugin_cwd / "tagger" / "model.tar.gz")).model
     copy.unlink()  # the tagger archive rebuilds the biLM from its recorded architecture
-    run_allennlp(["evaluate", str(plugin_cwd / "tagger" / "model.tar.gz"), str(tiny_tagged_data / "valid.conllu"),
-                  "--output-file", "metrics.json"], cwd=plugin_cwd)
+    run_allennlp(
+        [
+            "evaluate",
+            str(plugin_cwd / "tagger" / "model.tar.gz"),
+            str(tiny_tagged_data / "valid.conllu"),
+            "--output-file",
+            "metrics.json",
+        ],
+        cwd=plugin_cwd,
+    )
     metrics = json.loads((plugin_cwd / "tagger" / "metrics.json").read_text())
     evaluated = json.loads((plugin_cwd / "metrics.json").read_text())
     assert evaluated["accuracy"] == pytest.approx(metrics["best_validation_accuracy"], abs=1e-6)
@@ -190,27 +276,48 @@ def test_elmo_bilm_embedder_over_their_archive_makes_a_tagger_archive_that_stand
     assert all(torch.equal(value, reference[name]) for name, value in bilm.state_dict().items())
 
 
-def test_a_unidirectional_language_model_is_a_clear_error(tiny_corpus, walkthrough_vocabulary, tmp_path):
-    archive = train_walkthrough(tiny_corpus, walkthrough_vocabulary, tmp_path, sharded=False, bidirectional=False)
-    with pytest.raises(ConfigurationError, match=r"unidirectional language_model .*\(bidirectional: true\)"):
+def test_a_unidirectional_language_model_is_a_clear_error(
+    tiny_corpus, walkthrough_vocabulary, tmp_path
+):
+    archive = train_walkthrough(
+        tiny_corpus, walkthrough_vocabulary, tmp_path, sharded=False, bidirectional=False
+    )
+    with pytest.raises(
+        ConfigurationError, match=r"unidirectional language_model .*\(bidirectional: true\)"
+    ):
         load_bilm_encoder(str(archive))
-    with pytest.raises(ConfigurationError, match=r"unidirectional language_model .*\(bidirectional: true\)"):
+    with pytest.raises(
+        ConfigurationError, match=r"unidirectional language_model .*\(bidirectional: true\)"
+    ):
         ElmoBiLmEmbedder(Vocabulary(), pretrained_file=str(archive))
 
 
-def test_tagger_trains_with_allennlp_models_embedder_over_our_archive(tiny_bilm_archive, tiny_tagged_data, tmp_path, plugin_cwd):
+def test_tagger_trains_with_allennlp_models_embedder_over_our_archive(
+    tiny_bilm_archive, tiny_tagged_data, tmp_path, plugin_cwd
+):
     config = Params.from_file(str(CONFIG_DIR / "pos_tagger_elmo.jsonnet")).as_dict()
     config["model"]["text_field_embedder"]["token_embedders"]["elmo"] = {
-        "type": "bidirectional_lm_token_embedder", "archive_file": str(tiny_bilm_archive), "dropout": 0.2,
+        "type": "bidirectional_lm_token_embedder",
+        "archive_file": str(tiny_bilm_archive),
+        "dropout": 0.2,
     }
-    config["trainer"]["callbacks"] = config["trainer"]["callbacks"][:1]  # no elmo_bilm_embedder to watch
+    config["trainer"]["callbacks"] = config["trainer"]["callbacks"][
+        :1
+    ]  # no elmo_bilm_embedder to watch
     (tmp_path / "tagger.json").write_text(json.dumps(config))
     values = dict(
         TINY_TAGGER_OVERRIDES,
         train_data_path=str(tiny_tagged_data / "train.conllu"),
         validation_data_path=str(tiny_tagged_data / "valid.conllu"),
-        **{"trainer.num_epochs": 6, "data_loader.batch_sampler.batch_size": 8, "trainer.optimizer.lr": 0.01},
+        **{
+            "trainer.num_epochs": 6,
+            "data_loader.batch_sampler.batch_size": 8,
+            "trainer.optimizer.lr": 0.01,
+        },
     )
-    run_allennlp(["train", str(tmp_path / "tagger.json"), "-s", "tagger", "-o", overrides(values)], cwd=plugin_cwd)
+    run_allennlp(
+        ["train", str(tmp_path / "tagger.json"), "-s", "tagger", "-o", overrides(values)],
+        cwd=plugin_cwd,
+    )
     metrics = json.loads((plugin_cwd / "tagger" / "metrics.json").read_text())
     assert metrics["best_validation_accuracy"] > 0.9

@@ -1,4 +1,5 @@
 """`allennlp elmo-embed` through the real CLI, from a working directory outside the repo."""
+
 import json
 import os
 import re
@@ -8,17 +9,16 @@ import subprocess
 import h5py
 import numpy
 import pytest
+import torch
 from allennlp.common.checks import ConfigurationError
 
-import torch
-
+from elmo_plugin.archives.bilm_archive import load_bilm_encoder
 from elmo_plugin.commands import elmo_embed
 from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
 from elmo_plugin.data.elmo_vocab_file import BOS, EOS
 from elmo_plugin.modules.bilm_sentence_layers import sentence_layers
 from elmo_plugin.modules.elmo_char_cnn import ElmoCharCnn
 from elmo_plugin.modules.token_vector_cache import TokenVectorCache
-from elmo_plugin.archives.bilm_archive import load_bilm_encoder
 from tests.helpers import ALLENNLP, REPO_ROOT, run_allennlp
 
 LONG_TOKEN = "x" * 70  # longer than ELMo's 50 characters: truncated, not fatal
@@ -31,8 +31,15 @@ LINES = [
     "caf\u00e9 ".encode() + b"caf\xc3 " + LONG_TOKEN.encode(),  # one invalid UTF-8 byte
     b"a",
 ]
-TEXTS = ["The file is open .", "", "Return the value of the key .", "The file is open .", "",
-         "caf\u00e9 caf\ufffd " + LONG_TOKEN, "a"]
+TEXTS = [
+    "The file is open .",
+    "",
+    "Return the value of the key .",
+    "The file is open .",
+    "",
+    "caf\u00e9 caf\ufffd " + LONG_TOKEN,
+    "a",
+]
 
 
 def embed(archive, input_file, output, cwd, *options):
@@ -54,7 +61,9 @@ def embedded(tiny_bilm_archive, tmp_path_factory):
     input_file = cwd / "input.txt"
     input_file.write_bytes(b"\n".join(LINES))  # no newline after the last line
     (cwd / "out").mkdir()
-    vectors, index = embed(tiny_bilm_archive, input_file, cwd / "out" / "all.hdf5", cwd, "--batch-size", "2")
+    vectors, index = embed(
+        tiny_bilm_archive, input_file, cwd / "out" / "all.hdf5", cwd, "--batch-size", "2"
+    )
     return cwd, input_file, vectors, index
 
 
@@ -63,7 +72,11 @@ def test_layers_shapes_and_sentence_to_index_with_blank_and_duplicate_lines(embe
     assert sorted(vectors, key=int) == [str(i) for i in range(len(LINES))]
     assert index == {TEXTS[0]: [0, 3], "": [1, 4], TEXTS[2]: [2], TEXTS[5]: [5], "a": [6]}
     for line, text in enumerate(TEXTS):
-        assert vectors[str(line)].shape == (3, len(text.split()), 32)  # char CNN + 2 LSTM layers, 2 x 16
+        assert vectors[str(line)].shape == (
+            3,
+            len(text.split()),
+            32,
+        )  # char CNN + 2 LSTM layers, 2 x 16
         assert vectors[str(line)].dtype == numpy.float32
     # Layer 0 is the character CNN output repeated to full width; the others differ per half.
     numpy.testing.assert_array_equal(vectors["2"][0, :, :16], vectors["2"][0, :, 16:])
@@ -76,8 +89,15 @@ def test_layers_shapes_and_sentence_to_index_with_blank_and_duplicate_lines(embe
 
 def test_average_and_top_layers(embedded, tiny_bilm_archive, tmp_path):
     cwd, input_file, every, _ = embedded
-    average, _ = embed(tiny_bilm_archive, input_file, tmp_path / "avg.hdf5", cwd, "--layers", "average")
-    elmo_embed.embed_file(load_bilm_encoder(str(tiny_bilm_archive)), str(input_file), str(tmp_path / "top.hdf5"), "top")
+    average, _ = embed(
+        tiny_bilm_archive, input_file, tmp_path / "avg.hdf5", cwd, "--layers", "average"
+    )
+    elmo_embed.embed_file(
+        load_bilm_encoder(str(tiny_bilm_archive)),
+        str(input_file),
+        str(tmp_path / "top.hdf5"),
+        "top",
+    )
     top, _ = read_hdf5(tmp_path / "top.hdf5")
     for line, text in enumerate(TEXTS):
         name = str(line)
@@ -91,22 +111,46 @@ def test_equals_elmo_embeddings_predictor_and_its_scalar_mix(embedded, tiny_bilm
     sentences = [(line, text) for line, text in enumerate(TEXTS) if text]
     jsonl = tmp_path / "sentences.jsonl"
     jsonl.write_text(
-        "".join(json.dumps({"sentence": text} if line % 2 else {"tokens": text.split()}) + "\n" for line, text in sentences),
+        "".join(
+            json.dumps({"sentence": text} if line % 2 else {"tokens": text.split()}) + "\n"
+            for line, text in sentences
+        ),
         encoding="utf-8",
     )
     mix = {"scalar_mix_parameters": [1.0, 2.0, -1.0], "gamma": 0.5}
-    run_allennlp(["predict", str(tiny_bilm_archive), str(jsonl), "--predictor", "elmo_embeddings",
-                  "--predictor-args", json.dumps(mix), "--output-file", str(tmp_path / "predicted.jsonl"),
-                  "--batch-size", "2", "--silent"], cwd=cwd)
-    predicted = [json.loads(line) for line in (tmp_path / "predicted.jsonl").read_text(encoding="utf-8").splitlines()]
+    run_allennlp(
+        [
+            "predict",
+            str(tiny_bilm_archive),
+            str(jsonl),
+            "--predictor",
+            "elmo_embeddings",
+            "--predictor-args",
+            json.dumps(mix),
+            "--output-file",
+            str(tmp_path / "predicted.jsonl"),
+            "--batch-size",
+            "2",
+            "--silent",
+        ],
+        cwd=cwd,
+    )
+    predicted = [
+        json.loads(line)
+        for line in (tmp_path / "predicted.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
     assert len(predicted) == len(sentences)
     weights = numpy.exp([1.0, 2.0, -1.0]) / numpy.exp([1.0, 2.0, -1.0]).sum()
     for (line, text), output in zip(sentences, predicted):
         assert output["tokens"] == text.split()
         layers = vectors[str(line)]
         numpy.testing.assert_allclose(numpy.array(output["layers"]), layers, atol=1e-5)
-        numpy.testing.assert_allclose(numpy.array(output["average"]), layers.mean(axis=0), atol=1e-5)
-        numpy.testing.assert_allclose(numpy.array(output["mix"]), 0.5 * numpy.einsum("l,ltd->td", weights, layers), atol=1e-5)
+        numpy.testing.assert_allclose(
+            numpy.array(output["average"]), layers.mean(axis=0), atol=1e-5
+        )
+        numpy.testing.assert_allclose(
+            numpy.array(output["mix"]), 0.5 * numpy.einsum("l,ltd->td", weights, layers), atol=1e-5
+        )
 
 
 @pytest.mark.parametrize(
@@ -118,12 +162,17 @@ def test_equals_elmo_embeddings_predictor_and_its_scalar_mix(embedded, tiny_bilm
         elmo_embed.Batching(batch_size=1, batch_tokens=1, sort_window=1, token_cache=0),
     ],
 )
-def test_token_batches_sort_windows_and_token_cache_give_each_sentence_alone_vectors(tiny_bilm_archive, tmp_path, batching):
+def test_token_batches_sort_windows_and_token_cache_give_each_sentence_alone_vectors(
+    tiny_bilm_archive, tmp_path, batching
+):
     """Batching by tokens, sorting by length within windows and the bounded token cache change
     no vector and no line's place: every line's vectors equal `sentence_layers` on that sentence
     alone (no padding, no cache); sentence_to_index lists lines in file order."""
     lines = tmp_path / "input.txt"
-    corpus = [" ".join(["the", "file", "is", "open", LONG_TOKEN][: 1 + i % 5] + ["."] * (i % 3)) for i in range(23)]
+    corpus = [
+        " ".join(["the", "file", "is", "open", LONG_TOKEN][: 1 + i % 5] + ["."] * (i % 3))
+        for i in range(23)
+    ]
     corpus[7] = ""
     lines.write_text("\n".join(corpus) + "\n", encoding="utf-8")
     encoder = load_bilm_encoder(str(tiny_bilm_archive))
@@ -152,8 +201,16 @@ def test_token_cache_is_bounded_and_equals_the_character_encoder():
         got = cache.vectors(texts)
         want = cnn(torch.tensor([[indexer.char_ids(text) for text in texts]]))[0]
         torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
-        torch.testing.assert_close(cache.vectors(["ccc", "a", "zz"]), cnn(torch.tensor([[indexer.char_ids(t) for t in ["ccc", "a", "zz"]]]))[0], atol=1e-6, rtol=0)
-    assert len(cache._vectors) == 2 and list(cache._vectors) == ["a", "zz"]  # the most recently used
+        torch.testing.assert_close(
+            cache.vectors(["ccc", "a", "zz"]),
+            cnn(torch.tensor([[indexer.char_ids(t) for t in ["ccc", "a", "zz"]]]))[0],
+            atol=1e-6,
+            rtol=0,
+        )
+    assert len(cache._vectors) == 2 and list(cache._vectors) == [
+        "a",
+        "zz",
+    ]  # the most recently used
     assert (cache.hits, cache.misses) == (1, 6)  # "ccc" was kept from the first call
 
 
@@ -168,12 +225,20 @@ def test_elmo_files_folder_gives_the_archive_vectors(embedded, tiny_bilm_archive
 
 def test_missing_input_is_an_error_naming_it(tiny_bilm_archive, tmp_path):
     with pytest.raises(ConfigurationError, match="nope.txt"):
-        elmo_embed.embed_file(load_bilm_encoder(str(tiny_bilm_archive)), str(tmp_path / "nope.txt"), str(tmp_path / "o.hdf5"))
+        elmo_embed.embed_file(
+            load_bilm_encoder(str(tiny_bilm_archive)),
+            str(tmp_path / "nope.txt"),
+            str(tmp_path / "o.hdf5"),
+        )
 
 
 def many_lines(tmp_path, count):
     """`count` lines of the demo corpus, every 7th blank."""
-    text = (REPO_ROOT / "fixtures/demo_corpus/train/shard_0.txt").read_text(encoding="utf-8").splitlines()
+    text = (
+        (REPO_ROOT / "fixtures/demo_corpus/train/shard_0.txt")
+        .read_text(encoding="utf-8")
+        .splitlines()
+    )
     lines = ["" if i % 7 == 3 else text[i % len(text)] for i in range(count)]
     path = tmp_path / "input.txt"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -194,7 +259,14 @@ def test_resume_after_a_real_kill_gives_the_uninterrupted_file(tiny_bilm_archive
     run_allennlp([*args, "whole.hdf5", *small], cwd=plugin_cwd)
     command = [ALLENNLP, *args, "resumed.hdf5", *small, "--include-package", "elmo_plugin"]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    killed = subprocess.Popen(command, cwd=plugin_cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    killed = subprocess.Popen(
+        command,
+        cwd=plugin_cwd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     log = ""
     while len(lines_done_records(log)) < 2:  # the signal: a chunk recorded as done
         line = killed.stderr.readline()
@@ -203,9 +275,14 @@ def test_resume_after_a_real_kill_gives_the_uninterrupted_file(tiny_bilm_archive
     killed.kill()
     killed.wait()
     assert killed.returncode == -signal.SIGKILL
-    assert not (plugin_cwd / "resumed.hdf5").exists() and (plugin_cwd / "resumed.hdf5.partial").exists()
+    assert (
+        not (plugin_cwd / "resumed.hdf5").exists()
+        and (plugin_cwd / "resumed.hdf5.partial").exists()
+    )
     resumed = run_allennlp([*args, "resumed.hdf5", *small, "--resume"], cwd=plugin_cwd)
-    assert lines_done_records(resumed.stderr)[0] > lines_done_records(log)[-1]  # recorded lines were skipped
+    assert (
+        lines_done_records(resumed.stderr)[0] > lines_done_records(log)[-1]
+    )  # recorded lines were skipped
     assert not (plugin_cwd / "resumed.hdf5.partial").exists()
     whole, whole_index = read_hdf5(plugin_cwd / "whole.hdf5")
     again, again_index = read_hdf5(plugin_cwd / "resumed.hdf5")
@@ -216,7 +293,9 @@ def test_resume_after_a_real_kill_gives_the_uninterrupted_file(tiny_bilm_archive
         assert dict(done.attrs) == {}  # nothing left of the resume record
 
 
-def test_a_failed_run_leaves_only_the_partial_file_and_resume_refuses_other_options(tiny_bilm_archive, tmp_path, monkeypatch):
+def test_a_failed_run_leaves_only_the_partial_file_and_resume_refuses_other_options(
+    tiny_bilm_archive, tmp_path, monkeypatch
+):
     input_file = many_lines(tmp_path, 100)
     encoder = load_bilm_encoder(str(tiny_bilm_archive))
     output = tmp_path / "out.hdf5"
@@ -234,7 +313,9 @@ def test_a_failed_run_leaves_only_the_partial_file_and_resume_refuses_other_opti
     with pytest.raises(KeyboardInterrupt):
         elmo_embed.embed_file(encoder, str(input_file), str(output), "all", batching)
     assert not output.exists() and (tmp_path / "out.hdf5.partial").exists()
-    with pytest.raises(ConfigurationError, match="out.hdf5.partial was written with .*'elmo_embed_layers': 'all'"):
+    with pytest.raises(
+        ConfigurationError, match="out.hdf5.partial was written with .*'elmo_embed_layers': 'all'"
+    ):
         elmo_embed.embed_file(encoder, str(input_file), str(output), "top", batching, resume=True)
     monkeypatch.setattr(elmo_embed, "embed_chunk", embed_chunk)
     elmo_embed.embed_file(encoder, str(input_file), str(output), "all", batching, resume=True)

@@ -1,4 +1,5 @@
 """`allennlp elmo-vocab` through the real CLI, from a working directory outside the repo."""
+
 import bz2
 import gzip
 import lzma
@@ -15,7 +16,12 @@ from tests.helpers import ALLENNLP, run_allennlp
 
 def failing_allennlp(args, cwd) -> str:
     """Runs the CLI expecting an error; returns its stderr."""
-    result = subprocess.run([ALLENNLP, *args, "--include-package", "elmo_plugin"], cwd=cwd, capture_output=True, text=True)
+    result = subprocess.run(
+        [ALLENNLP, *args, "--include-package", "elmo_plugin"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode != 0, result.stdout
     return result.stderr
 
@@ -35,10 +41,25 @@ def test_specials_first_then_by_count_ties_by_first_appearance(corpus):
     write_elmo_vocab([str(corpus / "first.txt"), str(corpus / "shards" / "*.txt")], str(out))
     # counts: b 3, a 2, c 2, d 2, = 2, Heading 1, e 1; ties in order of first appearance.
     assert out.read_text(encoding="utf-8").splitlines() == [
-        "<S>", "</S>", "@@UNKNOWN@@", "b", "a", "c", "d", "=", "Heading", "e"
+        "<S>",
+        "</S>",
+        "@@UNKNOWN@@",
+        "b",
+        "a",
+        "c",
+        "d",
+        "=",
+        "Heading",
+        "e",
     ]
     vocab = Vocabulary.from_params(Params({"type": "elmo_tokens_file", "tokens_file": str(out)}))
-    assert [vocab.get_token_index(t) for t in ["<S>", "</S>", "@@UNKNOWN@@", "b", "e"]] == [1, 2, 3, 4, 10]
+    assert [vocab.get_token_index(t) for t in ["<S>", "</S>", "@@UNKNOWN@@", "b", "e"]] == [
+        1,
+        2,
+        3,
+        4,
+        10,
+    ]
     assert vocab.get_token_index("never-seen") == 3
     assert vocab.get_vocab_size() == 11
 
@@ -46,9 +67,28 @@ def test_specials_first_then_by_count_ties_by_first_appearance(corpus):
 def test_cli_min_count_max_size_and_heading_skipping(corpus):
     """Through `allennlp elmo-vocab` (the ordering test above runs the same function in-process)."""
     out = corpus / "tokens.txt"
-    run_allennlp(["elmo-vocab", "first.txt", "shards/*.txt", str(out), "--min-count", "2", "--max-size", "6",
-                  "--skip-headings"], cwd=corpus)
-    assert out.read_text(encoding="utf-8").splitlines() == ["<S>", "</S>", "@@UNKNOWN@@", "b", "a", "c"]
+    run_allennlp(
+        [
+            "elmo-vocab",
+            "first.txt",
+            "shards/*.txt",
+            str(out),
+            "--min-count",
+            "2",
+            "--max-size",
+            "6",
+            "--skip-headings",
+        ],
+        cwd=corpus,
+    )
+    assert out.read_text(encoding="utf-8").splitlines() == [
+        "<S>",
+        "</S>",
+        "@@UNKNOWN@@",
+        "b",
+        "a",
+        "c",
+    ]
 
 
 def test_a_file_matched_by_two_patterns_counts_once(corpus):
@@ -98,11 +138,21 @@ def test_workers_count_compressed_shards_with_ties_exactly_as_one_process(plugin
     one, counted = count_tokens([pattern], skip_headings=True)
     # a 3, b 3, c 3, d 3, e 3, f 4, g 4, é 4, 中 4: ties in corpus order, not shard 1's `c b a d`
     assert list(one.items()) == [
-        ("a", 3), ("b", 3), ("c", 3), ("d", 3), ("e", 3), ("f", 4), ("é", 4), ("g", 4), ("中", 4)
+        ("a", 3),
+        ("b", 3),
+        ("c", 3),
+        ("d", 3),
+        ("e", 3),
+        ("f", 4),
+        ("é", 4),
+        ("g", 4),
+        ("中", 4),
     ]
     assert counted == 31
     for workers in (2, 3, 8):
-        assert list(count_tokens([pattern], skip_headings=True, workers=workers)[0].items()) == list(one.items())
+        assert list(
+            count_tokens([pattern], skip_headings=True, workers=workers)[0].items()
+        ) == list(one.items())
     assert vocab_tokens(one)[3:] == ["f", "é", "g", "中", "a", "b", "c", "d", "e"]
 
 
@@ -117,19 +167,41 @@ def test_cli_workers_2_writes_the_same_bytes_as_workers_1_and_prints_tokens_per_
     write_shards_with_ties(plugin_cwd / "shards")
     printed = {}
     for workers in ("1", "2"):
-        result = run_allennlp(["elmo-vocab", "shards/*", f"tokens-{workers}.txt", "--skip-headings",
-                               "--workers", workers], cwd=plugin_cwd)
+        result = run_allennlp(
+            [
+                "elmo-vocab",
+                "shards/*",
+                f"tokens-{workers}.txt",
+                "--skip-headings",
+                "--workers",
+                workers,
+            ],
+            cwd=plugin_cwd,
+        )
         printed[workers] = result.stdout.strip().splitlines()[-1]
     assert (plugin_cwd / "tokens-2.txt").read_bytes() == (plugin_cwd / "tokens-1.txt").read_bytes()
     assert (plugin_cwd / "tokens-1.txt").read_text(encoding="utf-8").splitlines()[3:] == [
-        "f", "é", "g", "中", "a", "b", "c", "d", "e"
+        "f",
+        "é",
+        "g",
+        "中",
+        "a",
+        "b",
+        "c",
+        "d",
+        "e",
     ]
     for workers, line in printed.items():
-        assert "counted 31 tokens in" in line and "tokens/s" in line and f"{workers} workers" in line
+        assert (
+            "counted 31 tokens in" in line and "tokens/s" in line and f"{workers} workers" in line
+        )
 
 
 def test_cli_workers_below_one_is_a_one_line_error(corpus):
     stderr = failing_allennlp(["elmo-vocab", "first.txt", "out.txt", "--workers", "0"], corpus)
     assert "Traceback" not in stderr
-    assert stderr.strip().splitlines()[-1] == "allennlp elmo-vocab: error: elmo-vocab: --workers must be at least 1, not 0"
+    assert (
+        stderr.strip().splitlines()[-1]
+        == "allennlp elmo-vocab: error: elmo-vocab: --workers must be at least 1, not 0"
+    )
     assert not (corpus / "out.txt").exists()

@@ -3,6 +3,7 @@
 `elmo-embed --cuda-device 0`). Runs in `make test` where CUDA is present; one skip line
 otherwise. `ELMO_CUDA_TESTS_DEVICE=cpu` runs them with the CPU in the GPU's place, to check the
 tests' own logic on a machine without a GPU (it proves nothing about CUDA)."""
+
 import copy
 import json
 import os
@@ -22,8 +23,8 @@ from allennlp.models import Model  # noqa: E402
 from allennlp.models.archival import load_archive  # noqa: E402
 from allennlp.predictors import Predictor  # noqa: E402
 
-from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder  # noqa: E402
 from elmo_plugin.modules.elmo_lstm import ElmoLstmContextualizer  # noqa: E402
+from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder  # noqa: E402
 from tests.helpers import (  # noqa: E402
     CONFIG_DIR,
     TINY_CHAR_CNN_OVERRIDES,
@@ -40,7 +41,9 @@ CONFIGS = {
     "lstm": ("elmo_lstm.jsonnet", dict(TINY_LSTM_OVERRIDES, **NO_DROPOUT)),
     "transformer": (
         "elmo_transformer.jsonnet",
-        dict(TINY_TRANSFORMER_OVERRIDES, **NO_DROPOUT, **{"model.contextualizer.input_dropout": 0.0}),
+        dict(
+            TINY_TRANSFORMER_OVERRIDES, **NO_DROPOUT, **{"model.contextualizer.input_dropout": 0.0}
+        ),
     ),
 }
 SOFTMAXES = {
@@ -92,7 +95,9 @@ def losses_and_gradients(model, batch, seed: int = 0):
     numpy.random.seed(seed)
     output = model(**batch)
     output["loss"].backward()
-    grads = {name: dense(p.grad).cpu() for name, p in model.named_parameters() if p.grad is not None}
+    grads = {
+        name: dense(p.grad).cpu() for name, p in model.named_parameters() if p.grad is not None
+    }
     return {key: float(output[key]) for key in ("loss", "forward_loss", "backward_loss")}, grads
 
 
@@ -140,7 +145,15 @@ def test_gpu_clipped_lstm_equals_cpu_in_values_and_gradients(compile_on_gpu):
     """The GPU loop (fixed shapes; gate arithmetic compiled by torch.compile where Triton is
     installed) against the CPU loop, with padding and a length-1 sentence, clips binding."""
     torch.manual_seed(0)
-    lstm = ElmoLstmContextualizer(8, 24, 2, cell_clip=0.5, proj_clip=0.3, return_all_layers=True, compile_on_gpu=compile_on_gpu)
+    lstm = ElmoLstmContextualizer(
+        8,
+        24,
+        2,
+        cell_clip=0.5,
+        proj_clip=0.3,
+        return_all_layers=True,
+        compile_on_gpu=compile_on_gpu,
+    )
     for parameter in lstm.parameters():
         torch.nn.init.normal_(parameter, std=0.5)
     gpu_lstm = copy.deepcopy(lstm).to(GPU)
@@ -171,12 +184,16 @@ def test_bf16_on_gpu_tracks_float32(config, tiny_corpus):
     bf16, grads = losses_and_gradients(model, to_device(batches[1], GPU))
     for key in fp32:
         assert bf16[key] == pytest.approx(fp32[key], rel=2e-2), key
-    assert all(grad.dtype == torch.float32 and torch.isfinite(grad).all() for grad in grads.values())
+    assert all(
+        grad.dtype == torch.float32 and torch.isfinite(grad).all() for grad in grads.values()
+    )
 
 
 def test_embedder_and_predictor_on_gpu_equal_cpu(tiny_bilm_archive):
     torch.manual_seed(0)
-    cpu_embedder = ElmoBiLmEmbedder(Vocabulary(), pretrained_file=str(tiny_bilm_archive), dropout=0.0).eval()
+    cpu_embedder = ElmoBiLmEmbedder(
+        Vocabulary(), pretrained_file=str(tiny_bilm_archive), dropout=0.0
+    ).eval()
     gpu_embedder = copy.deepcopy(cpu_embedder).to(GPU)
     from allennlp.modules.elmo import batch_to_ids
 
@@ -185,7 +202,9 @@ def test_embedder_and_predictor_on_gpu_equal_cpu(tiny_bilm_archive):
         assert_close(gpu_embedder(char_ids.to(GPU)), cpu_embedder(char_ids), "embedder", 1e-5)
     inputs = [{"sentence": "The file is open ."}, {"sentence": "Return the value"}]
     cpu = Predictor.from_archive(load_archive(str(tiny_bilm_archive)), "elmo_embeddings")
-    gpu = Predictor.from_archive(load_archive(str(tiny_bilm_archive), cuda_device=int(CUDA_DEVICE)), "elmo_embeddings")
+    gpu = Predictor.from_archive(
+        load_archive(str(tiny_bilm_archive), cuda_device=int(CUDA_DEVICE)), "elmo_embeddings"
+    )
     for want, got in zip(cpu.predict_batch_json(inputs), gpu.predict_batch_json(inputs)):
         assert want.keys() == got.keys()
         for key in want:
@@ -202,19 +221,28 @@ def test_elmo_embed_with_cuda_device_equals_cpu(tiny_bilm_archive, tiny_corpus, 
     outputs = {}
     for device in ("-1", CUDA_DEVICE):
         output = tmp_path / f"vectors_{device}.hdf5"
-        run_allennlp(["elmo-embed", str(tiny_bilm_archive), str(text), str(output), "--cuda-device", device])
+        run_allennlp(
+            ["elmo-embed", str(tiny_bilm_archive), str(text), str(output), "--cuda-device", device]
+        )
         with h5py.File(output, "r") as vectors:
-            outputs[device] = {name: vectors[name][()] for name in vectors if name != "sentence_to_index"}
+            outputs[device] = {
+                name: vectors[name][()] for name in vectors if name != "sentence_to_index"
+            }
     assert outputs[CUDA_DEVICE].keys() == outputs["-1"].keys() and len(outputs["-1"]) == len(lines)
     for name, want in outputs["-1"].items():
-        assert_close(torch.from_numpy(outputs[CUDA_DEVICE][name]), torch.from_numpy(want), name, 1e-5)
+        assert_close(
+            torch.from_numpy(outputs[CUDA_DEVICE][name]), torch.from_numpy(want), name, 1e-5
+        )
 
 
 @pytest.mark.parametrize(
     "config, values",
     [
         ("elmo_lstm.jsonnet", TINY_LSTM_OVERRIDES),
-        ("elmo_transformer.jsonnet", dict(TINY_TRANSFORMER_OVERRIDES, **{"model.mixed_precision": "bf16"})),
+        (
+            "elmo_transformer.jsonnet",
+            dict(TINY_TRANSFORMER_OVERRIDES, **{"model.mixed_precision": "bf16"}),
+        ),
         (
             "elmo_lstm_original.jsonnet",  # sparse softmax gradients with Adagrad, shrunk
             {
@@ -243,10 +271,21 @@ def test_allennlp_train_and_evaluate_on_gpu(config, values, tiny_corpus, tmp_pat
     for device in (CUDA_DEVICE, "-1"):
         metrics_file = tmp_path / f"metrics_{device}.json"
         run_allennlp(
-            ["evaluate", str(out / "model.tar.gz"), str(tiny_corpus / "valid.txt"),
-             "--cuda-device", device, "--output-file", str(metrics_file)]
+            [
+                "evaluate",
+                str(out / "model.tar.gz"),
+                str(tiny_corpus / "valid.txt"),
+                "--cuda-device",
+                device,
+                "--output-file",
+                str(metrics_file),
+            ]
         )
         metrics[device] = json.loads(metrics_file.read_text())
     for key in ("forward_perplexity", "backward_perplexity", "perplexity"):
-        assert metrics[CUDA_DEVICE][key] == pytest.approx(metrics["-1"][key], rel=2e-2 if "bf16" in str(values) else 1e-5)
-    assert metrics[CUDA_DEVICE]["perplexity"] < len(Vocabulary.from_files(str(out / "vocabulary")).get_token_to_index_vocabulary("tokens"))
+        assert metrics[CUDA_DEVICE][key] == pytest.approx(
+            metrics["-1"][key], rel=2e-2 if "bf16" in str(values) else 1e-5
+        )
+    assert metrics[CUDA_DEVICE]["perplexity"] < len(
+        Vocabulary.from_files(str(out / "vocabulary")).get_token_to_index_vocabulary("tokens")
+    )

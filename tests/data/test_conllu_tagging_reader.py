@@ -1,4 +1,5 @@
 """`conllu_tagging`: syntactic words and UPOS only; multiword tokens, empty nodes, comments skipped."""
+
 import pytest
 from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
@@ -75,7 +76,10 @@ def test_read_is_lazy(tmp_path, monkeypatch):
 
 def test_configured_indexers_give_word_ids_and_elmo_character_ids(conllu_file):
     reader, instances = read(
-        {"type": "conllu_tagging", "token_indexers": {"tokens": {"type": "single_id"}, "elmo": {"type": "elmo_char_ids"}}},
+        {
+            "type": "conllu_tagging",
+            "token_indexers": {"tokens": {"type": "single_id"}, "elmo": {"type": "elmo_char_ids"}},
+        },
         conllu_file,
     )
     vocab = Vocabulary.from_instances(instances)
@@ -88,15 +92,25 @@ def test_configured_indexers_give_word_ids_and_elmo_character_ids(conllu_file):
     assert tensors["tokens"]["tokens"]["tokens"][0].tolist()[:4] == [
         vocab.get_token_index(word) for word in ["Do", "n't", "stop", "."]
     ]
-    assert tensors["tags"][1].tolist() == [vocab.get_token_index(t, "labels") for t in ["PROPN", "VERB", "NOUN", "ADP", "DET"]]
+    assert tensors["tags"][1].tolist() == [
+        vocab.get_token_index(t, "labels") for t in ["PROPN", "VERB", "NOUN", "ADP", "DET"]
+    ]
     # "Do" is 'D','o' between begin/end-of-word marks, ids shifted by one as allennlp's ELMo mapper does.
-    assert tensors["tokens"]["elmo"]["elmo_tokens"][0, 0, :4].tolist() == [259, ord("D") + 1, ord("o") + 1, 260]
+    assert tensors["tokens"]["elmo"]["elmo_tokens"][0, 0, :4].tolist() == [
+        259,
+        ord("D") + 1,
+        ord("o") + 1,
+        260,
+    ]
 
 
 def test_text_to_instance_with_and_without_tags():
     reader = DatasetReader.from_params(Params({"type": "conllu_tagging"}))
     untagged = reader.text_to_instance(["a", "file"])
-    assert "tags" not in untagged.fields and [t.text for t in untagged["tokens"].tokens] == ["a", "file"]
+    assert "tags" not in untagged.fields and [t.text for t in untagged["tokens"].tokens] == [
+        "a",
+        "file",
+    ]
     assert reader.text_to_instance(["a", "file"], ["DET", "NOUN"])["tags"].labels == ["DET", "NOUN"]
     with pytest.raises(ConfigurationError, match="1 tags for 2 tokens"):
         reader.text_to_instance(["a", "file"], ["DET"])

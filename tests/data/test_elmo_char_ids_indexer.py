@@ -18,23 +18,45 @@ MIXED_CORPUS = [
 
 def same_ids(ours, reference) -> bool:
     """Our (tokens, 50) int16 array equals allennlp's list of 50-id lists."""
-    return ours.dtype == np.int16 and ours.shape == (len(reference), 50) and ours.tolist() == reference
+    return (
+        ours.dtype == np.int16 and ours.shape == (len(reference), 50) and ours.tolist() == reference
+    )
 
 
 def test_ids_equal_allennlp_elmo_characters_on_mixed_corpus():
     for cache_size in (1_000_000, 7, 0):  # all cached, a full cache, no cache
-        ours, reference, vocab = ElmoCharIdsIndexer(cache_size), ELMoTokenCharactersIndexer(), Vocabulary()
+        ours, reference, vocab = (
+            ElmoCharIdsIndexer(cache_size),
+            ELMoTokenCharactersIndexer(),
+            Vocabulary(),
+        )
         for line in MIXED_CORPUS * 2:  # second pass is served from the cache
             tokens = [Token(text) for text in line.split()]
             ids = ours.tokens_to_indices(tokens, vocab)
             assert list(ids) == ["elmo_tokens"]
-            assert same_ids(ids["elmo_tokens"], reference.tokens_to_indices(tokens, vocab)["elmo_tokens"])
+            assert same_ids(
+                ids["elmo_tokens"], reference.tokens_to_indices(tokens, vocab)["elmo_tokens"]
+            )
 
 
 def test_bulk_ids_equal_the_mappers_word_by_word_for_specials_empty_long_and_broken_text():
     mapper = ELMoCharacterMapper()
-    words = ["<S>", "</S>", "", "a", "x" * 200, "é" * 30, "🙂" * 13, "a" * 47 + "é", "\ud800", "<S>x", *MIXED_CORPUS[2].split()]
-    assert same_ids(words_to_char_ids(words), [mapper.convert_word_to_char_ids(word) for word in words])
+    words = [
+        "<S>",
+        "</S>",
+        "",
+        "a",
+        "x" * 200,
+        "é" * 30,
+        "🙂" * 13,
+        "a" * 47 + "é",
+        "\ud800",
+        "<S>x",
+        *MIXED_CORPUS[2].split(),
+    ]
+    assert same_ids(
+        words_to_char_ids(words), [mapper.convert_word_to_char_ids(word) for word in words]
+    )
     assert same_ids(words_to_char_ids([]), [])
     ids = words_to_char_ids(["x" * 200])[0]
     assert ids[0] == 259 and ids[49] == 260  # begin-of-word, end-of-word after 48 bytes (+1 shift)
@@ -50,8 +72,13 @@ def test_padded_tensor_matches_reference_padded_cut_and_empty():
         for length in (1, 2, 4, 7):  # (at length 0, allennlp's is shaped (0,), ours (0, 50))
             lengths = {"elmo_tokens": length}
             ours_tensor = ours.as_padded_tensor_dict(ours_ids, lengths)["elmo_tokens"]
-            reference_tensor = reference.as_padded_tensor_dict(reference_ids, lengths)["elmo_tokens"]
-            assert ours_tensor.shape == (length, 50) and ours_tensor.dtype == reference_tensor.dtype == torch.long
+            reference_tensor = reference.as_padded_tensor_dict(reference_ids, lengths)[
+                "elmo_tokens"
+            ]
+            assert (
+                ours_tensor.shape == (length, 50)
+                and ours_tensor.dtype == reference_tensor.dtype == torch.long
+            )
             assert torch.equal(ours_tensor, reference_tensor)
 
 

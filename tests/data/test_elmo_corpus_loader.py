@@ -1,11 +1,11 @@
 """The `elmo_corpus` data loader's order: a function of (seed, epoch) whatever the number of
 loader workers, every line once per epoch (split evenly across distributed processes), and a
 resume that reads only from the chunk of its position on."""
+
 import gzip
 import multiprocessing
 from collections import Counter
 from pathlib import Path
-from typing import List, Tuple
 
 import pytest
 from allennlp.common.checks import ConfigurationError
@@ -14,20 +14,28 @@ from allennlp.data import Vocabulary
 from elmo_plugin.data.elmo_corpus_loader import ElmoCorpusLoader, corpus_chunks
 from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader, byte_range_lines
 
-Batch = List[Tuple[str, ...]]
+Batch = list[tuple[str, ...]]
 
 
 def write_corpus(folder: Path) -> str:
     """4 shards of distinct lines (some longer than a window, some blank) -> their glob."""
     for shard in range(4):
-        lines = [" ".join(f"w{shard}_{line}_{t}" for t in range(1 + (line * 7) % 13)) for line in range(40 + shard)]
+        lines = [
+            " ".join(f"w{shard}_{line}_{t}" for t in range(1 + (line * 7) % 13))
+            for line in range(40 + shard)
+        ]
         lines[5] = ""
         (folder / f"shard_{shard}.txt").write_text("\n".join(lines) + "\n")
     return str(folder / "shard_*.txt")
 
 
 def corpus_texts(folder: Path) -> Counter:
-    return Counter(line for path in folder.glob("shard_*.txt") for line in path.read_text().splitlines() if line)
+    return Counter(
+        line
+        for path in folder.glob("shard_*.txt")
+        for line in path.read_text().splitlines()
+        if line
+    )
 
 
 def make_loader(pattern: str, **kwargs) -> ElmoCorpusLoader:
@@ -47,18 +55,20 @@ def texts_of(loader: ElmoCorpusLoader, batch) -> Batch:
     ]
 
 
-def epoch_batches(loader: ElmoCorpusLoader) -> List[Batch]:
+def epoch_batches(loader: ElmoCorpusLoader) -> list[Batch]:
     return [texts_of(loader, batch) for batch in loader]
 
 
-def lines_of(batches: List[Batch]) -> Counter:
+def lines_of(batches: list[Batch]) -> Counter:
     """The multiset of lines the batches hold (a line's windows joined back in order)."""
     by_line = {}
     for batch in batches:
         for window in batch:
             shard, line, token = window[0][1:].split("_")
             by_line.setdefault((shard, line), []).append((int(token), window))
-    return Counter(" ".join(t for _, window in sorted(windows) for t in window) for windows in by_line.values())
+    return Counter(
+        " ".join(t for _, window in sorted(windows) for t in window) for windows in by_line.values()
+    )
 
 
 def test_byte_ranges_cover_every_line_once(tmp_path):
@@ -68,7 +78,11 @@ def test_byte_ranges_cover_every_line_once(tmp_path):
     assert len(chunks) > 8
     for path in sorted(tmp_path.glob("shard_*.txt")):
         ranges = [chunk for chunk in chunks if chunk.path == str(path)]
-        read = [line for chunk in ranges for line in byte_range_lines(chunk.path, chunk.start, chunk.end)]
+        read = [
+            line
+            for chunk in ranges
+            for line in byte_range_lines(chunk.path, chunk.start, chunk.end)
+        ]
         assert read == path.read_bytes().splitlines(keepends=True)
 
 
@@ -97,7 +111,10 @@ def test_no_shuffle_reads_in_file_order(tmp_path):
     pattern = write_corpus(tmp_path)
     loader = make_loader(pattern, shuffle=False)
     in_order = [window for batch in epoch_batches(loader) for window in batch]
-    expected = [tuple(t.text for t in instance["source"].tokens[1:-1]) for instance in loader.reader.read(pattern)]
+    expected = [
+        tuple(t.text for t in instance["source"].tokens[1:-1])
+        for instance in loader.reader.read(pattern)
+    ]
     assert in_order == expected
 
 
@@ -115,7 +132,9 @@ def test_distributed_processes_split_each_chunk_evenly(tmp_path):
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
-def test_resume_continues_with_the_remaining_batches_reading_from_its_chunk_only(tmp_path, num_workers):
+def test_resume_continues_with_the_remaining_batches_reading_from_its_chunk_only(
+    tmp_path, num_workers
+):
     """A loader resumed from the state after batch k of epoch 1 yields the epoch-0 and first k
     batches as empty placeholders, then exactly the uninterrupted epoch's batches k+1...; the
     reader produces only the instances of the chunks from the position's chunk on."""
@@ -127,7 +146,9 @@ def test_resume_continues_with_the_remaining_batches_reading_from_its_chunk_only
     state = whole.state_dict()
     tail = [texts_of(whole, batch) for batch in iterator]
 
-    resumed = make_loader(pattern, seed=None, num_workers=num_workers)  # the seed comes from the state
+    resumed = make_loader(
+        pattern, seed=None, num_workers=num_workers
+    )  # the seed comes from the state
     read = multiprocessing.Value("i", 0)  # shared with the loader's forked workers
     range_instances = resumed.reader.range_instances
 
@@ -169,5 +190,7 @@ def test_bad_settings_are_one_line_errors(tmp_path):
     with pytest.raises(ConfigurationError, match="no file matches"):
         make_loader(str(tmp_path / "nothing*.txt"))
     state = make_loader(pattern).state_dict()
-    with pytest.raises(ConfigurationError, match="batch_size 4, 1 processes, not in .* batch_size 8"):
+    with pytest.raises(
+        ConfigurationError, match="batch_size 4, 1 processes, not in .* batch_size 8"
+    ):
         make_loader(pattern, batch_size=8).resume_from(state)

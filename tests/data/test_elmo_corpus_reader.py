@@ -12,7 +12,9 @@ from tests.helpers import first_item_before_end_of_file
 
 
 def read_texts(reader, path):
-    return [[token.text for token in instance["source"].tokens] for instance in reader.read(str(path))]
+    return [
+        [token.text for token in instance["source"].tokens] for instance in reader.read(str(path))
+    ]
 
 
 def test_lines_become_bos_tokens_eos(tmp_path):
@@ -38,14 +40,18 @@ def test_glob_of_shards_read_in_order_with_empty_shard_counted(tmp_path, caplog)
     with caplog.at_level(logging.INFO):
         texts = read_texts(ElmoCorpusReader(skip_headings=True), tmp_path / "s*.txt")
     assert texts == [["<S>", "a", "b", "</S>"], ["<S>", "c", "d", "</S>"]]
-    summary = [r.getMessage() for r in caplog.records if "text lines from 3 files" in r.getMessage()]
+    summary = [
+        r.getMessage() for r in caplog.records if "text lines from 3 files" in r.getMessage()
+    ]
     assert len(summary) == 1
     assert "1 empty files, 1 blank lines, 2 heading lines" in summary[0]
 
 
 def test_headings_kept_unless_asked(tmp_path):
     (tmp_path / "a.txt").write_text("= Title =\n")
-    assert read_texts(ElmoCorpusReader(), tmp_path / "a.txt") == [["<S>", "=", "Title", "=", "</S>"]]
+    assert read_texts(ElmoCorpusReader(), tmp_path / "a.txt") == [
+        ["<S>", "=", "Title", "=", "</S>"]
+    ]
 
 
 def test_pattern_matching_nothing_names_the_pattern(tmp_path):
@@ -81,7 +87,9 @@ def test_text_to_instance_with_indexers_gives_targets_and_char_ids(tmp_path):
     words = ["<S>", "hello", "world", "</S>"]
     assert tensors["tokens"]["tokens"].tolist() == [[vocab.get_token_index(word) for word in words]]
     mapper = ELMoCharacterMapper()  # allennlp's ids, shifted by one so that 0 is padding
-    assert tensors["elmo"]["elmo_tokens"].tolist() == [[mapper.convert_word_to_char_ids(word) for word in words]]
+    assert tensors["elmo"]["elmo_tokens"].tolist() == [
+        [mapper.convert_word_to_char_ids(word) for word in words]
+    ]
 
 
 def test_read_is_lazy(tmp_path):
@@ -89,7 +97,13 @@ def test_read_is_lazy(tmp_path):
     reader's look at the first SNIFF_LINES lines, which tells text from binary)."""
     head = "the cat sat\n" + "".join(f"line {i}\n" for i in range(SNIFF_LINES))
     instance = first_item_before_end_of_file(ElmoCorpusReader().read, tmp_path / "pipe.txt", head)
-    assert [token.text for token in instance["source"].tokens] == ["<S>", "the", "cat", "sat", "</S>"]
+    assert [token.text for token in instance["source"].tokens] == [
+        "<S>",
+        "the",
+        "cat",
+        "sat",
+        "</S>",
+    ]
 
 
 def test_invalid_utf8_lines_are_counted_and_the_first_few_named(tmp_path, caplog):
@@ -98,11 +112,19 @@ def test_invalid_utf8_lines_are_counted_and_the_first_few_named(tmp_path, caplog
     from elmo_plugin.data.elmo_corpus_reader import MAX_UTF8_WARNINGS
 
     bad_lines = MAX_UTF8_WARNINGS + 3
-    good = b"".join(b"fine %d\n" % i for i in range(SNIFF_LINES))  # mostly text: not refused as binary
-    (tmp_path / "bad.txt").write_bytes(good + b"".join(b"word \xff %d\n" % i for i in range(bad_lines)))
+    good = b"".join(
+        b"fine %d\n" % i for i in range(SNIFF_LINES)
+    )  # mostly text: not refused as binary
+    (tmp_path / "bad.txt").write_bytes(
+        good + b"".join(b"word \xff %d\n" % i for i in range(bad_lines))
+    )
     with caplog.at_level(logging.INFO):
         assert len(read_texts(ElmoCorpusReader(), tmp_path / "bad.txt")) == SNIFF_LINES + bad_lines
-    named = [r for r in caplog.records if r.levelno == logging.WARNING and "invalid UTF-8 at" in r.getMessage()]
+    named = [
+        r
+        for r in caplog.records
+        if r.levelno == logging.WARNING and "invalid UTF-8 at" in r.getMessage()
+    ]
     assert len(named) == MAX_UTF8_WARNINGS
     assert any(f"{bad_lines} lines had invalid UTF-8" in r.getMessage() for r in caplog.records)
 
@@ -113,7 +135,11 @@ def test_gz_bz2_and_xz_shards_are_read_as_plain_text(tmp_path):
     (tmp_path / "s2.txt.xz").write_bytes(lzma.compress("\u00e9 f\n".encode()))
     (tmp_path / "s3.txt").write_text("g\n")
     assert read_texts(ElmoCorpusReader(), tmp_path / "s*") == [
-        ["<S>", "a", "b", "</S>"], ["<S>", "c", "</S>"], ["<S>", "d", "</S>"], ["<S>", "\u00e9", "f", "</S>"], ["<S>", "g", "</S>"]
+        ["<S>", "a", "b", "</S>"],
+        ["<S>", "c", "</S>"],
+        ["<S>", "d", "</S>"],
+        ["<S>", "\u00e9", "f", "</S>"],
+        ["<S>", "g", "</S>"],
     ]
 
 
@@ -126,15 +152,21 @@ def test_gz_bz2_and_xz_shards_are_read_as_plain_text(tmp_path):
         ("broken.gz", b"not gzip at all\n", "cannot read"),
     ],
 )
-def test_a_file_that_is_not_text_is_an_error_naming_it_before_any_line_is_read(tmp_path, name, content, message):
+def test_a_file_that_is_not_text_is_an_error_naming_it_before_any_line_is_read(
+    tmp_path, name, content, message
+):
     (tmp_path / name).write_bytes(content)
     lines = ElmoCorpusReader().read(str(tmp_path / name))
-    with pytest.raises(ConfigurationError, match=f"{tmp_path / name}.*{message}|{message}.*{tmp_path / name}"):
+    with pytest.raises(
+        ConfigurationError, match=f"{tmp_path / name}.*{message}|{message}.*{tmp_path / name}"
+    ):
         next(iter(lines))
 
 
 def test_stray_nul_and_invalid_bytes_in_text_are_kept_not_refused(tmp_path):
     (tmp_path / "a.txt").write_bytes(b"a\x00b c\nd \xff e\nf g\n")
     assert read_texts(ElmoCorpusReader(), tmp_path / "a.txt") == [
-        ["<S>", "a\x00b", "c", "</S>"], ["<S>", "d", "\ufffd", "e", "</S>"], ["<S>", "f", "g", "</S>"]
+        ["<S>", "a\x00b", "c", "</S>"],
+        ["<S>", "d", "\ufffd", "e", "</S>"],
+        ["<S>", "f", "g", "</S>"],
     ]

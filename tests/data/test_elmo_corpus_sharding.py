@@ -1,4 +1,5 @@
 """Every line is read exactly once per epoch across distributed ranks x data-loader workers."""
+
 import json
 import os
 from collections import Counter
@@ -16,8 +17,13 @@ WORLD_SIZE, WORKERS = 2, 2
 def read_as_rank(rank: int, pattern: str, out_dir: str, port: int) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=WORLD_SIZE)
-    loader = MultiProcessDataLoader(ElmoCorpusReader(), pattern, batch_size=4, num_workers=WORKERS, max_instances_in_memory=8)
-    texts = [" ".join(token.text for token in instance["source"].tokens[1:-1]) for instance in loader.iter_instances()]
+    loader = MultiProcessDataLoader(
+        ElmoCorpusReader(), pattern, batch_size=4, num_workers=WORKERS, max_instances_in_memory=8
+    )
+    texts = [
+        " ".join(token.text for token in instance["source"].tokens[1:-1])
+        for instance in loader.iter_instances()
+    ]
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as out:
         json.dump(texts, out)
     dist.destroy_process_group()
@@ -29,7 +35,13 @@ def test_each_line_read_once_across_ranks_and_workers(tmp_path):
         shard_lines = [line for line in lines if line.endswith(f"shard {shard}")]
         (tmp_path / f"shard_{shard}.txt").write_text("\n".join(shard_lines) + "\n\n")
     (tmp_path / "shard_9.txt").write_text("")  # an empty shard among them
-    mp.spawn(read_as_rank, args=(str(tmp_path / "shard_*.txt"), str(tmp_path), free_port()), nprocs=WORLD_SIZE)
-    per_rank = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(WORLD_SIZE)]
+    mp.spawn(
+        read_as_rank,
+        args=(str(tmp_path / "shard_*.txt"), str(tmp_path), free_port()),
+        nprocs=WORLD_SIZE,
+    )
+    per_rank = [
+        json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(WORLD_SIZE)
+    ]
     assert all(per_rank), "every rank gets a share"
     assert Counter(text for texts in per_rank for text in texts) == Counter(lines)

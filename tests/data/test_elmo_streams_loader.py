@@ -1,17 +1,17 @@
 """The `elmo_streams` loader's layout: every token of every line once per epoch, in line order
 within its stream, backward windows reading the same stream reversed, the same number of
 batches in every distributed process, and a resume that yields exactly the remaining batches."""
+
 import tracemalloc
 from pathlib import Path
-from typing import List, Tuple
 
 import pytest
 import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
 
-from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
 from elmo_plugin.data import elmo_streams_loader
+from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
 from elmo_plugin.data.elmo_streams_loader import ElmoStreamsLoader, stream_bounds, window_count
 from tests.data.test_elmo_corpus_loader import write_corpus
 
@@ -19,7 +19,7 @@ WINDOW = 6
 ROWS = 3
 
 
-def make_loader(pattern: str, world: Tuple[int, int] = (1, 0), **kwargs) -> ElmoStreamsLoader:
+def make_loader(pattern: str, world: tuple[int, int] = (1, 0), **kwargs) -> ElmoStreamsLoader:
     options = dict(batch_size=ROWS, window_size=WINDOW, shuffle=False, chunk_bytes=300, seed=7)
     options.update(kwargs)
     loader = ElmoStreamsLoader(ElmoCorpusReader(max_sequence_length=5), pattern, **options)
@@ -28,19 +28,22 @@ def make_loader(pattern: str, world: Tuple[int, int] = (1, 0), **kwargs) -> Elmo
     return loader
 
 
-def file_order_tokens(pattern: str) -> List[str]:
+def file_order_tokens(pattern: str) -> list[str]:
     reader = ElmoCorpusReader(max_sequence_length=5)
     return [token.text for instance in reader.read(pattern) for token in instance["source"].tokens]
 
 
-def rows(loader: ElmoStreamsLoader, batch, field: str) -> List[List[str]]:
+def rows(loader: ElmoStreamsLoader, batch, field: str) -> list[list[str]]:
     vocab = loader._vocab
-    return [[vocab.get_token_from_index(i, "tokens") for i in row if i] for row in batch[field]["tokens"]["tokens"].tolist()]
+    return [
+        [vocab.get_token_from_index(i, "tokens") for i in row if i]
+        for row in batch[field]["tokens"]["tokens"].tolist()
+    ]
 
 
-def joined_streams(loader: ElmoStreamsLoader, batches, field: str) -> List[List[str]]:
+def joined_streams(loader: ElmoStreamsLoader, batches, field: str) -> list[list[str]]:
     """Each row's windows joined back, the one-token overlap of consecutive windows dropped."""
-    streams: List[List[str]] = [[] for _ in range(loader.batch_size)]
+    streams: list[list[str]] = [[] for _ in range(loader.batch_size)]
     for k, batch in enumerate(batches):
         for stream, window in zip(streams, rows(loader, batch, field)):
             stream.extend(window if k == 0 else window[1:])
@@ -65,12 +68,15 @@ def test_streams_hold_every_token_once_in_file_order(pattern):
 def test_backward_windows_read_each_stream_reversed(pattern):
     loader = make_loader(pattern)
     batches = list(loader)
-    forward, backward = joined_streams(loader, batches, "source"), joined_streams(loader, batches, "backward_source")
+    forward, backward = (
+        joined_streams(loader, batches, "source"),
+        joined_streams(loader, batches, "backward_source"),
+    )
     assert backward == [stream[::-1] for stream in forward]
     for batch in batches:  # the same number of tokens (same padding) in both directions
-        assert rows(loader, batch, "source") and [len(r) for r in rows(loader, batch, "source")] == [
-            len(r) for r in rows(loader, batch, "backward_source")
-        ]
+        assert rows(loader, batch, "source") and [
+            len(r) for r in rows(loader, batch, "source")
+        ] == [len(r) for r in rows(loader, batch, "backward_source")]
 
 
 def test_stream_start_marks_the_first_window_only(pattern):
@@ -95,7 +101,9 @@ def test_processes_read_disjoint_streams_with_the_same_number_of_batches(pattern
     loaders = [make_loader(pattern, world=(2, rank)) for rank in range(2)]
     epochs = [list(loader) for loader in loaders]
     assert len(epochs[0]) == len(epochs[1])
-    streams = [s for loader, epoch in zip(loaders, epochs) for s in joined_streams(loader, epoch, "source")]
+    streams = [
+        s for loader, epoch in zip(loaders, epochs) for s in joined_streams(loader, epoch, "source")
+    ]
     assert sum(streams, []) == file_order_tokens(pattern)
 
 
@@ -109,12 +117,17 @@ def test_resume_yields_placeholders_then_the_remaining_batches(pattern):
     rest = list(iterator)
     resumed = make_loader(pattern, shuffle=True)
     resumed.resume_from(state)
-    assert [b for b in resumed] == [{}] * len(list(make_loader(pattern, shuffle=True)))  # epoch 0 replayed empty
+    assert [b for b in resumed] == [{}] * len(
+        list(make_loader(pattern, shuffle=True))
+    )  # epoch 0 replayed empty
     again = list(resumed)
     assert again[:4] == [{}] * 4
     for mine, theirs in zip(again[4:], rest, strict=True):
         assert torch.equal(mine["source"]["tokens"]["tokens"], theirs["source"]["tokens"]["tokens"])
-        assert torch.equal(mine["backward_source"]["elmo"]["elmo_tokens"], theirs["backward_source"]["elmo"]["elmo_tokens"])
+        assert torch.equal(
+            mine["backward_source"]["elmo"]["elmo_tokens"],
+            theirs["backward_source"]["elmo"]["elmo_tokens"],
+        )
 
 
 def test_too_few_tokens_for_the_streams_is_an_error(tmp_path):
@@ -124,14 +137,18 @@ def test_too_few_tokens_for_the_streams_is_an_error(tmp_path):
         list(loader)
 
 
-def plain_windows(loader: ElmoStreamsLoader, epoch: int) -> List[Tuple[List[List[str]], List[List[str]]]]:
+def plain_windows(
+    loader: ElmoStreamsLoader, epoch: int
+) -> list[tuple[list[list[str]], list[list[str]]]]:
     """The layout computed the plain way: the whole epoch's tokens in memory, cut into streams,
     window k of a stream (reversed for backward) = tokens [kT, kT + T], the last token alone
     once the stream has ended."""
     tokens = [
         t.text
         for c in loader.chunk_order(epoch)
-        for instance in loader.reader.range_instances(loader.chunks[c].path, loader.chunks[c].start, loader.chunks[c].end)
+        for instance in loader.reader.range_instances(
+            loader.chunks[c].path, loader.chunks[c].start, loader.chunks[c].end
+        )
         for t in instance["source"].tokens
     ]
     bounds = stream_bounds(len(tokens), loader.batch_size * loader.world_size)
@@ -139,11 +156,14 @@ def plain_windows(loader: ElmoStreamsLoader, epoch: int) -> List[Tuple[List[List
     streams = [tokens[bounds[s] : bounds[s + 1]] for s in mine]
     batches = max(window_count(b - a, loader.window_size) for a, b in zip(bounds, bounds[1:]))
 
-    def window(stream: List[str], k: int) -> List[str]:
+    def window(stream: list[str], k: int) -> list[str]:
         start = min(k * loader.window_size, len(stream) - 1)
         return stream[start : start + loader.window_size + 1]
 
-    return [([window(s, k) for s in streams], [window(s[::-1], k) for s in streams]) for k in range(batches)]
+    return [
+        ([window(s, k) for s in streams], [window(s[::-1], k) for s in streams])
+        for k in range(batches)
+    ]
 
 
 @pytest.mark.parametrize(
@@ -156,19 +176,38 @@ def plain_windows(loader: ElmoStreamsLoader, epoch: int) -> List[Tuple[List[List
         dict(chunk_bytes=2500, piece_bytes=150, world=(3, 2), batch_size=2, window_size=11),
     ],
 )
-def test_streamed_windows_equal_the_plain_in_memory_layout_also_when_resumed(pattern, monkeypatch, options):
+def test_streamed_windows_equal_the_plain_in_memory_layout_also_when_resumed(
+    pattern, monkeypatch, options
+):
     options = dict(options)
-    monkeypatch.setattr(elmo_streams_loader, "PIECE_BYTES", options.pop("piece_bytes", elmo_streams_loader.PIECE_BYTES))
+    monkeypatch.setattr(
+        elmo_streams_loader,
+        "PIECE_BYTES",
+        options.pop("piece_bytes", elmo_streams_loader.PIECE_BYTES),
+    )
     loader = make_loader(pattern, **options)
     for epoch in range(2):
         expected = plain_windows(loader, epoch)
         batches = list(loader)
-        assert [(rows(loader, b, "source"), rows(loader, b, "backward_source")) for b in batches] == expected
+        assert [
+            (rows(loader, b, "source"), rows(loader, b, "backward_source")) for b in batches
+        ] == expected
     resumed = make_loader(pattern, **options)
-    resumed.resume_from({**loader.state_dict(), "epoch": 1, "batches": 3, "chunk_ordinal": 0, "chunk_batch": 3, "epoch_batches": [len(batches)]})
+    resumed.resume_from(
+        {
+            **loader.state_dict(),
+            "epoch": 1,
+            "batches": 3,
+            "chunk_ordinal": 0,
+            "chunk_batch": 3,
+            "epoch_batches": [len(batches)],
+        }
+    )
     list(resumed)  # epoch 0: placeholders
     again = [b for b in resumed if b]
-    assert [(rows(resumed, b, "source"), rows(resumed, b, "backward_source")) for b in again] == expected[3:]
+    assert [
+        (rows(resumed, b, "source"), rows(resumed, b, "backward_source")) for b in again
+    ] == expected[3:]
 
 
 def test_a_resumed_epoch_reads_nothing_before_each_streams_window(pattern, monkeypatch):
@@ -184,7 +223,15 @@ def test_a_resumed_epoch_reads_nothing_before_each_streams_window(pattern, monke
     resumed = make_loader(pattern, chunk_bytes=2500)
     resumed.piece_counts()
     monkeypatch.setattr(resumed, "piece_texts", lambda piece: read.append(piece) or original(piece))
-    resumed.resume_from({**loader.state_dict(), "epoch": 0, "batches": len(batches) - 1, "chunk_batch": len(batches) - 1, "epoch_batches": []})
+    resumed.resume_from(
+        {
+            **loader.state_dict(),
+            "epoch": 0,
+            "batches": len(batches) - 1,
+            "chunk_batch": len(batches) - 1,
+            "epoch_batches": [],
+        }
+    )
     assert len([b for b in resumed if b]) == 1
     # The last window of each stream and direction: one or two pieces each, not the whole epoch.
     assert len(read) <= 2 * 2 * ROWS < full
@@ -193,7 +240,10 @@ def test_a_resumed_epoch_reads_nothing_before_each_streams_window(pattern, monke
 def corpus_of(folder: Path, lines: int) -> str:
     folder.mkdir()
     # The same 500 words whatever the size: the indexer's cache grows with the vocabulary.
-    text = "\n".join(" ".join(f"w{(line * 7 + t) % 500}" for t in range(10)) for line in range(lines)) + "\n"
+    text = (
+        "\n".join(" ".join(f"w{(line * 7 + t) % 500}" for t in range(10)) for line in range(lines))
+        + "\n"
+    )
     (folder / "corpus.txt").write_text(text)
     return str(folder / "corpus.txt")
 
@@ -212,7 +262,9 @@ def epoch_peak_bytes(pattern: str) -> int:
 
 
 def test_memory_grows_with_the_batch_not_with_the_corpus(tmp_path, monkeypatch):
-    monkeypatch.setattr(elmo_streams_loader, "PIECE_BYTES", 4096)  # both corpora: streams of many pieces
+    monkeypatch.setattr(
+        elmo_streams_loader, "PIECE_BYTES", 4096
+    )  # both corpora: streams of many pieces
     small = epoch_peak_bytes(corpus_of(tmp_path / "small", 3_000))
     large = epoch_peak_bytes(corpus_of(tmp_path / "large", 24_000))  # 8x the tokens: 1.3 MB of text
     # Holding the epoch's tokens would take about 8x; a piece per stream and direction keeps it flat.

@@ -1,5 +1,6 @@
 """The fast data path (`elmo_corpus`'s ElmoTextField of strings + the bulk `elmo_char_ids`
 indexer) gives the same batches as the plain one (TextField of Tokens + allennlp's indexers)."""
+
 import copy
 import pickle
 from collections import Counter, defaultdict
@@ -57,7 +58,10 @@ def test_fast_reader_gives_the_same_tokens_and_padded_batches_as_the_plain_path(
     ]
     for size in (1, 3, len(fast_instances)):  # different padding lengths
         for start in range(0, len(fast_instances), size):
-            batches = [Batch(instances[start : start + size]) for instances in (fast_instances, plain_instances)]
+            batches = [
+                Batch(instances[start : start + size])
+                for instances in (fast_instances, plain_instances)
+            ]
             for batch in batches:
                 batch.index_instances(vocab)
             ours, theirs = (batch.as_tensor_dict()["source"] for batch in batches)
@@ -73,13 +77,17 @@ def test_data_loader_batches_equal_with_worker_processes(tmp_path):
     vocab = vocabulary()
     batches = []
     for reader in readers():
-        loader = MultiProcessDataLoader(reader, str(corpus), batch_size=4, num_workers=1, max_instances_in_memory=8)
+        loader = MultiProcessDataLoader(
+            reader, str(corpus), batch_size=4, num_workers=1, max_instances_in_memory=8
+        )
         loader.index_with(vocab)
         batches.append(list(loader))
     assert len(batches[0]) == len(batches[1]) > 3
     for ours, theirs in zip(*batches):
         assert torch.equal(ours["source"]["tokens"]["tokens"], theirs["source"]["tokens"]["tokens"])
-        assert torch.equal(ours["source"]["elmo"]["elmo_tokens"], theirs["source"]["elmo"]["elmo_tokens"])
+        assert torch.equal(
+            ours["source"]["elmo"]["elmo_tokens"], theirs["source"]["elmo"]["elmo_tokens"]
+        )
 
 
 def test_text_field_interface_on_strings():
@@ -104,4 +112,7 @@ def test_pickled_and_copied_field_keeps_its_strings_and_indexed_ids():
     for twin in (pickle.loads(pickle.dumps(field)), copy.deepcopy(field)):
         assert isinstance(twin, ElmoTextField) and twin.texts == field.texts
         lengths = field.get_padding_lengths()
-        assert torch.equal(twin.as_tensor(lengths)["tokens"]["tokens"], field.as_tensor(lengths)["tokens"]["tokens"])
+        assert torch.equal(
+            twin.as_tensor(lengths)["tokens"]["tokens"],
+            field.as_tensor(lengths)["tokens"]["tokens"],
+        )

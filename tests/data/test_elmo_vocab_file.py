@@ -1,5 +1,6 @@
 """One reader, one rule for ELMo vocabulary files: the `elmo_tokens_file` vocabulary and the
 softmax import map every line to the same row."""
+
 import logging
 
 import pytest
@@ -14,7 +15,9 @@ from elmo_plugin.elmo_files.softmax import import_softmax
 
 
 def vocab_from(tokens_file) -> Vocabulary:
-    return Vocabulary.from_params(Params({"type": "elmo_tokens_file", "tokens_file": str(tokens_file)}))
+    return Vocabulary.from_params(
+        Params({"type": "elmo_tokens_file", "tokens_file": str(tokens_file)})
+    )
 
 
 @pytest.mark.parametrize("blank", ["", "   ", "\t"])
@@ -41,9 +44,21 @@ def test_vocabulary_and_softmax_import_put_each_line_on_the_same_row(tmp_path):
     vocab = vocab_from(path)
     rows = 4
     weight_in_file = torch.arange(rows, dtype=torch.float32).unsqueeze(1).repeat(1, 2)
-    write_hdf5(str(tmp_path / "softmax.hdf5"), {"weight": weight_in_file.numpy(), "bias": weight_in_file[:, 0].numpy()})
-    weight, bias = torch.full((vocab.get_vocab_size(), 2), -1.0), torch.full((vocab.get_vocab_size(),), -1.0)
-    import_softmax(weight, bias, vocab.get_token_to_index_vocabulary(), str(tmp_path / "softmax.hdf5"), str(path))
+    write_hdf5(
+        str(tmp_path / "softmax.hdf5"),
+        {"weight": weight_in_file.numpy(), "bias": weight_in_file[:, 0].numpy()},
+    )
+    weight, bias = (
+        torch.full((vocab.get_vocab_size(), 2), -1.0),
+        torch.full((vocab.get_vocab_size(),), -1.0),
+    )
+    import_softmax(
+        weight,
+        bias,
+        vocab.get_token_to_index_vocabulary(),
+        str(tmp_path / "softmax.hdf5"),
+        str(path),
+    )
     for line, token in enumerate(["the", "cat", "@@UNKNOWN@@", "sat"]):
         assert vocab.get_token_index(token) == line + 1
         assert bias[line] == line and torch.equal(weight[line], weight_in_file[line])
@@ -54,7 +69,13 @@ def test_missing_specials_are_appended_with_a_warning(tmp_path, caplog):
     path.write_text("the\ncat\n")
     with caplog.at_level(logging.WARNING):
         vocab = vocab_from(path)
-    assert [vocab.get_token_index(t) for t in ["the", "cat", "<S>", "</S>", "@@UNKNOWN@@"]] == [1, 2, 3, 4, 5]
+    assert [vocab.get_token_index(t) for t in ["the", "cat", "<S>", "</S>", "@@UNKNOWN@@"]] == [
+        1,
+        2,
+        3,
+        4,
+        5,
+    ]
     assert any("lacks" in record.getMessage() for record in caplog.records)
 
 

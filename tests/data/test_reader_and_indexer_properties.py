@@ -1,5 +1,6 @@
 """Property-based (hypothesis): the `elmo_corpus` reader's windows and the `elmo_char_ids`
 indexer on arbitrary Unicode."""
+
 import tempfile
 from pathlib import Path
 
@@ -19,18 +20,26 @@ LINE = st.lists(TOKEN, max_size=30)
 
 
 @settings(max_examples=150, deadline=None)
-@given(lines=st.lists(LINE, min_size=1, max_size=6).filter(any), max_sequence_length=st.integers(1, 12))
-def test_windows_hold_every_token_once_in_order_within_the_limit_between_boundaries(lines, max_sequence_length):
+@given(
+    lines=st.lists(LINE, min_size=1, max_size=6).filter(any), max_sequence_length=st.integers(1, 12)
+)
+def test_windows_hold_every_token_once_in_order_within_the_limit_between_boundaries(
+    lines, max_sequence_length
+):
     """(A corpus without any token is an error, tested in test_elmo_corpus_reader.py.)"""
     with tempfile.TemporaryDirectory() as folder:
         corpus = Path(folder) / "corpus.txt"
         corpus.write_text("".join(" ".join(line) + "\n" for line in lines), encoding="utf-8")
-        instances = list(ElmoCorpusReader(max_sequence_length=max_sequence_length).read(str(corpus)))
+        instances = list(
+            ElmoCorpusReader(max_sequence_length=max_sequence_length).read(str(corpus))
+        )
     texts = [[token.text for token in instance["source"].tokens] for instance in instances]
     assert all(text[0] == BOS and text[-1] == EOS for text in texts)
     windows = [text[1:-1] for text in texts]
     assert all(1 <= len(window) <= max_sequence_length for window in windows)
-    assert [token for window in windows for token in window] == [token for line in lines for token in line]
+    assert [token for window in windows for token in window] == [
+        token for line in lines for token in line
+    ]
     # windows never span two lines: each line is cut into ceil(len / max) windows
     assert len(windows) == sum(-(-len(line) // max_sequence_length) for line in lines)
 
@@ -38,7 +47,9 @@ def test_windows_hold_every_token_once_in_order_within_the_limit_between_boundar
 @settings(max_examples=300, deadline=None)
 @given(tokens=st.lists(st.one_of(TOKEN, st.sampled_from([BOS, EOS, "x" * 70])), max_size=20))
 def test_indexer_ids_equal_allennlps_elmo_characters_on_any_unicode(tokens):
-    ours = ElmoCharIdsIndexer(cache_size=5)  # a small cache: cached and uncached tokens both checked
+    ours = ElmoCharIdsIndexer(
+        cache_size=5
+    )  # a small cache: cached and uncached tokens both checked
     theirs = ELMoTokenCharactersIndexer()
     vocab = Vocabulary()
     as_tokens = [Token(text) for text in tokens + tokens]

@@ -1,6 +1,7 @@
 """Helpers for comparing our modules with allennlp's own ELMo reader (`allennlp.modules.elmo`)."""
+
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Optional
 
 import h5py
 import numpy
@@ -16,7 +17,6 @@ from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 TOLERANCE = 1e-5
 
 
-
 SENTENCES = [
     "The cat sat on the mat .".split(),
     ["Hello"],
@@ -29,19 +29,33 @@ SENTENCES = [
 ]
 
 
-def tiny_options(clip: Optional[float], activation: str = "relu") -> Dict:
+def tiny_options(clip: Optional[float], activation: str = "relu") -> dict:
     return {
-        "lstm": {"use_skip_connections": True, "projection_dim": 16, "dim": 24, "n_layers": 2,
-                 "cell_clip": clip, "proj_clip": clip},
-        "char_cnn": {"activation": activation, "filters": [[1, 4], [2, 8], [3, 8], [5, 16]], "n_highway": 2,
-                     "embedding": {"dim": 8}, "n_characters": 262, "max_characters_per_token": 50},
+        "lstm": {
+            "use_skip_connections": True,
+            "projection_dim": 16,
+            "dim": 24,
+            "n_layers": 2,
+            "cell_clip": clip,
+            "proj_clip": clip,
+        },
+        "char_cnn": {
+            "activation": activation,
+            "filters": [[1, 4], [2, 8], [3, 8], [5, 16]],
+            "n_highway": 2,
+            "embedding": {"dim": 8},
+            "n_characters": 262,
+            "max_characters_per_token": 50,
+        },
     }
 
 
 def random_encoder(clip: Optional[float], seed: int = 0, activation: str = "relu") -> BiLmEncoder:
     """A tiny encoder with random weights large enough that clipping matters."""
     generator = torch.Generator().manual_seed(seed)
-    encoder = BiLmEncoder.from_architecture(architecture_from_options(tiny_options(clip, activation)))
+    encoder = BiLmEncoder.from_architecture(
+        architecture_from_options(tiny_options(clip, activation))
+    )
     with torch.no_grad():
         for name, parameter in encoder.named_parameters():
             scale = 0.3
@@ -50,7 +64,7 @@ def random_encoder(clip: Optional[float], seed: int = 0, activation: str = "relu
     return encoder.eval()
 
 
-def write_pair(encoder: BiLmEncoder, folder: Path) -> Tuple[str, str]:
+def write_pair(encoder: BiLmEncoder, folder: Path) -> tuple[str, str]:
     folder.mkdir(parents=True, exist_ok=True)
     options, weights = str(folder / "options.json"), str(folder / "weights.hdf5")
     write_bilm_encoder(encoder, options, weights)
@@ -58,10 +72,12 @@ def write_pair(encoder: BiLmEncoder, folder: Path) -> Tuple[str, str]:
 
 
 def allennlp_elmo(options_file: str, weights_file: str, **kwargs) -> Elmo:
-    return Elmo(options_file, weights_file, num_output_representations=1, dropout=0.0, **kwargs).eval()
+    return Elmo(
+        options_file, weights_file, num_output_representations=1, dropout=0.0, **kwargs
+    ).eval()
 
 
-def allennlp_layers(elmo: Elmo, char_ids: torch.Tensor) -> Tuple[List[torch.Tensor], torch.Tensor]:
+def allennlp_layers(elmo: Elmo, char_ids: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
     """allennlp's biLM layers (with <S>/</S>) from zero state (its ElmoLstm keeps state)."""
     elmo._elmo_lstm._elmo_lstm.reset_states()
     with torch.no_grad():
@@ -76,7 +92,7 @@ def with_boundaries(char_ids: torch.Tensor) -> torch.Tensor:
     return add_sentence_boundary_token_ids(char_ids, mask, bos, eos)[0]
 
 
-def batches(sizes=(1, 3, 7)) -> List[torch.Tensor]:
+def batches(sizes=(1, 3, 7)) -> list[torch.Tensor]:
     """Char-id batches of several sizes, with padding (sentences of different lengths)."""
     out, start = [], 0
     for size in sizes:
@@ -86,12 +102,12 @@ def batches(sizes=(1, 3, 7)) -> List[torch.Tensor]:
     return out
 
 
-def max_diff(ours: List[torch.Tensor], theirs: List[torch.Tensor]) -> float:
+def max_diff(ours: list[torch.Tensor], theirs: list[torch.Tensor]) -> float:
     assert len(ours) == len(theirs)
     return max(float((a - b).detach().abs().max()) for a, b in zip(ours, theirs))
 
 
-def write_random_tf_pair(folder: Path, options: Dict, seed: int = 0) -> Tuple[str, str]:
+def write_random_tf_pair(folder: Path, options: dict, seed: int = 0) -> tuple[str, str]:
     """options.json + weights.hdf5 written directly with h5py in the published layout (shapes as
     allennlp's reader expects), random values: independent of our writer."""
     import json
@@ -105,8 +121,12 @@ def write_random_tf_pair(folder: Path, options: Dict, seed: int = 0) -> Tuple[st
         arrays[f"CNN/W_cnn_{i}"] = rng.normal(0, 0.3, (1, width, dim, count))
         arrays[f"CNN/b_cnn_{i}"] = rng.normal(0, 0.3, (count,))
     for k in range(cnn["n_highway"]):
-        for name, shape in [("W_transform", (filters, filters)), ("W_carry", (filters, filters)),
-                            ("b_transform", (filters,)), ("b_carry", (filters,))]:
+        for name, shape in [
+            ("W_transform", (filters, filters)),
+            ("W_carry", (filters, filters)),
+            ("b_transform", (filters,)),
+            ("b_carry", (filters,)),
+        ]:
             arrays[f"CNN_high_{k}/{name}"] = rng.normal(0, 0.3, shape)
     arrays["CNN_proj/W_proj"] = rng.normal(0, 0.3, (filters, proj))
     arrays["CNN_proj/b_proj"] = rng.normal(0, 0.3, (proj,))
@@ -135,18 +155,33 @@ def transformer_bilm_folder(folder: Path):
 
     config = {
         "type": "elmo_bilm",
-        "text_field_embedder": {"token_embedders": {
-            "elmo": {"type": "elmo_char_cnn", "filters": [[1, 4], [2, 8]], "num_highway": 1, "projection_dim": 16},
-            "tokens": {"type": "empty"},
-        }},
-        "contextualizer": {"type": "elmo_transformer", "input_dim": 16, "feedforward_hidden_dim": 32, "num_layers": 2,
-                           "num_attention_heads": 2, "dropout": 0.1},
+        "text_field_embedder": {
+            "token_embedders": {
+                "elmo": {
+                    "type": "elmo_char_cnn",
+                    "filters": [[1, 4], [2, 8]],
+                    "num_highway": 1,
+                    "projection_dim": 16,
+                },
+                "tokens": {"type": "empty"},
+            }
+        },
+        "contextualizer": {
+            "type": "elmo_transformer",
+            "input_dim": 16,
+            "feedforward_hidden_dim": 32,
+            "num_layers": 2,
+            "num_attention_heads": 2,
+            "dropout": 0.1,
+        },
     }
     vocab = Vocabulary()
     vocab.add_tokens_to_namespace(["<S>", "</S>", "the"], "tokens")
     model = Model.from_params(Params(json.loads(json.dumps(config))), vocab=vocab).eval()
     folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps({"dataset_reader": {"type": "elmo_corpus"}, "model": config}))
+    (folder / "config.json").write_text(
+        json.dumps({"dataset_reader": {"type": "elmo_corpus"}, "model": config})
+    )
     torch.save(model.state_dict(), folder / "weights.th")
     vocab.save_to_files(str(folder / "vocabulary"))
     return folder, model

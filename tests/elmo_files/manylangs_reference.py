@@ -1,16 +1,16 @@
 """Tiny random ELMoForManyLangs models, built with the `elmoformanylangs` package's own classes
 and saved in its folder layout, and its own `Embedder`'s outputs for comparison."""
+
 import json
 import logging
 import sys
 import types
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 import numpy
 import pytest
 import torch
-
 
 
 def _import_elmoformanylangs():
@@ -59,7 +59,14 @@ MAX_CHARS = 12
 
 def architecture(word_dim: int, activation: str = "tanh", cell_clip: float = 3.0) -> dict:
     return {
-        "encoder": {"name": "elmo", "projection_dim": 8, "cell_clip": cell_clip, "proj_clip": 3, "dim": 16, "n_layers": 2},
+        "encoder": {
+            "name": "elmo",
+            "projection_dim": 8,
+            "cell_clip": cell_clip,
+            "proj_clip": 3,
+            "dim": 16,
+            "n_layers": 2,
+        },
         "token_embedder": {
             "name": "cnn",
             "activation": activation,
@@ -74,20 +81,29 @@ def architecture(word_dim: int, activation: str = "tanh", cell_clip: float = 3.0
     }
 
 
-def write_dictionary(path: Path, tokens: List[str]) -> dict:
-    path.write_text("".join(f"{token}\t{index}\n" for index, token in enumerate(tokens)), encoding="utf-8")
+def write_dictionary(path: Path, tokens: list[str]) -> dict:
+    path.write_text(
+        "".join(f"{token}\t{index}\n" for index, token in enumerate(tokens)), encoding="utf-8"
+    )
     return {token: index for index, token in enumerate(tokens)}
 
 
 def make_manylangs_folder(
-    folder: Path, word_dim: int = 6, activation: str = "tanh", config_path: Optional[str] = None, seed: int = 0, **kwargs
+    folder: Path,
+    word_dim: int = 6,
+    activation: str = "tanh",
+    config_path: Optional[str] = None,
+    seed: int = 0,
+    **kwargs,
 ) -> Path:
     """A random model of `architecture(word_dim, activation)` in ELMoForManyLangs' layout; its
     config.json names the architecture file `config_path` (default: a relative name)."""
     folder.mkdir(parents=True, exist_ok=True)
     config = architecture(word_dim, activation, **kwargs)
     (folder / "tiny.json").write_text(json.dumps(config), encoding="utf-8")
-    (folder / "config.json").write_text(json.dumps({"config_path": config_path or "tiny.json"}), encoding="utf-8")
+    (folder / "config.json").write_text(
+        json.dumps({"config_path": config_path or "tiny.json"}), encoding="utf-8"
+    )
     torch.manual_seed(seed)
     chars = write_dictionary(folder / "char.dic", CHAR_SPECIALS + CHARACTERS)
     char_layer = EmbeddingLayer(config["token_embedder"]["char_dim"], chars, fix_emb=False)
@@ -104,7 +120,7 @@ def make_manylangs_folder(
     return folder
 
 
-def reference_layers(folder: Path, sentences: List[List[str]]) -> List[numpy.ndarray]:
+def reference_layers(folder: Path, sentences: list[list[str]]) -> list[numpy.ndarray]:
     """Its own `Embedder` on one batch (its LSTM carries state across batches): per sentence
     (layers, tokens, dim), every layer (`output_layer=-2`)."""
     embedder = elmoformanylangs.Embedder(str(folder), batch_size=len(sentences))

@@ -1,5 +1,6 @@
 """options.json + weights.hdf5 (+ softmax.hdf5, vocab.txt) <-> our modules, checked numerically
 against allennlp's own ELMo reader, and every bad input of interfaces.md that applies."""
+
 import json
 import shutil
 from pathlib import Path
@@ -30,7 +31,6 @@ from tests.elmo_files.elmo_reference import (
     write_pair,
     write_random_tf_pair,
 )
-
 
 
 @pytest.mark.parametrize("clip", [1.0, None])
@@ -64,7 +64,9 @@ def test_clipping_changes_the_activations():
 def test_imported_files_match_allennlp_elmo(tmp_path, clip, activation):
     """A pair written directly with h5py (TensorFlow layout, random values) reads into our
     encoder with the activations allennlp's Elmo computes from it."""
-    options_file, weights_file = write_random_tf_pair(tmp_path, tiny_options(clip, activation), seed=1)
+    options_file, weights_file = write_random_tf_pair(
+        tmp_path, tiny_options(clip, activation), seed=1
+    )
     encoder = read_bilm_encoder(options_file, weights_file)
     elmo = allennlp_elmo(options_file, weights_file)
     for char_ids in batches((1, 4, 7)):
@@ -78,9 +80,14 @@ def test_round_trip_is_exact(tmp_path):
     options_file, weights_file = write_random_tf_pair(tmp_path / "a", tiny_options(3.0), seed=2)
     encoder = read_bilm_encoder(options_file, weights_file)
     write_pair(encoder, tmp_path / "b")
-    with h5py.File(weights_file, "r") as original, h5py.File(tmp_path / "b" / "weights.hdf5", "r") as copy:
+    with (
+        h5py.File(weights_file, "r") as original,
+        h5py.File(tmp_path / "b" / "weights.hdf5", "r") as copy,
+    ):
         names = []
-        original.visititems(lambda name, item: names.append(name) if isinstance(item, h5py.Dataset) else None)
+        original.visititems(
+            lambda name, item: names.append(name) if isinstance(item, h5py.Dataset) else None
+        )
         assert sorted(names) == sorted(weight_arrays(encoder))
         for name in names:
             assert numpy.array_equal(original[name][...], copy[name][...]), name
@@ -123,13 +130,26 @@ def tiny_bilm(vocab: Vocabulary, num_samples: Optional[int] = None, sparse: bool
     options = tiny_options(3.0)
     params = {
         "type": "elmo_bilm",
-        "text_field_embedder": {"token_embedders": {
-            "elmo": {"type": "elmo_char_cnn", "filters": options["char_cnn"]["filters"], "num_highway": 2,
-                     "projection_dim": 16, "embedding_dim": 8},
-            "tokens": {"type": "empty"},
-        }},
-        "contextualizer": {"type": "elmo_lstm", "input_dim": 16, "cell_size": 24, "num_layers": 2,
-                           "cell_clip": 3, "proj_clip": 3},
+        "text_field_embedder": {
+            "token_embedders": {
+                "elmo": {
+                    "type": "elmo_char_cnn",
+                    "filters": options["char_cnn"]["filters"],
+                    "num_highway": 2,
+                    "projection_dim": 16,
+                    "embedding_dim": 8,
+                },
+                "tokens": {"type": "empty"},
+            }
+        },
+        "contextualizer": {
+            "type": "elmo_lstm",
+            "input_dim": 16,
+            "cell_size": 24,
+            "num_layers": 2,
+            "cell_clip": 3,
+            "proj_clip": 3,
+        },
         "num_samples": num_samples,
         "sparse_embeddings": sparse,
         **kwargs,
@@ -152,7 +172,10 @@ def batch_for(vocab: Vocabulary, sentences):
     from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
 
     indexers = {"tokens": SingleIdTokenIndexer(), "elmo": ElmoCharIdsIndexer()}
-    instances = [Instance({"source": TextField([Token(t) for t in ["<S>", *s, "</S>"]], indexers)}) for s in sentences]
+    instances = [
+        Instance({"source": TextField([Token(t) for t in ["<S>", *s, "</S>"]], indexers)})
+        for s in sentences
+    ]
     batch = Batch(instances)
     batch.index_instances(vocab)
     return batch.as_tensor_dict()
@@ -166,17 +189,26 @@ def test_softmax_export_and_import_map_rows_by_token(tmp_path, num_samples, spar
     assert lines == ["@@UNKNOWN@@", *TOKENS]  # line i = vocabulary index i + 1 = softmax row i
     weight, bias = source.softmax_matrices()
     with h5py.File(tmp_path / "softmax.hdf5", "r") as softmax:
-        assert softmax["weight"].shape == (len(lines), 16) and softmax["bias"].shape == (len(lines),)
+        assert softmax["weight"].shape == (len(lines), 16) and softmax["bias"].shape == (
+            len(lines),
+        )
         assert numpy.array_equal(softmax["weight"][...], weight[: len(lines)].detach().numpy())
     # a model whose vocabulary orders the tokens differently and has one the file lacks
     shuffled = ["mat", "dog", ".", "the", "<S>", "sat", "</S>", "on", "cat"]
     target = tiny_bilm(vocab_of(shuffled), num_samples, sparse)
-    import_softmax(*target.softmax_matrices(), target.vocab.get_token_to_index_vocabulary(), str(tmp_path / "softmax.hdf5"), str(tmp_path / "vocab.txt"))
+    import_softmax(
+        *target.softmax_matrices(),
+        target.vocab.get_token_to_index_vocabulary(),
+        str(tmp_path / "softmax.hdf5"),
+        str(tmp_path / "vocab.txt"),
+    )
     new_weight, new_bias = target.softmax_matrices()
     for token in ["@@UNKNOWN@@", *TOKENS]:
         old_row = source.vocab.get_token_index(token) - 1
         new_row = target.vocab.get_token_index(token) - 1
-        assert torch.equal(new_weight[new_row], weight[old_row]) and new_bias[new_row] == bias[old_row]
+        assert (
+            torch.equal(new_weight[new_row], weight[old_row]) and new_bias[new_row] == bias[old_row]
+        )
     assert new_bias[-1] == NO_TOKEN_BIAS  # the row past the vocabulary scores no token
 
 
@@ -249,7 +281,10 @@ def test_options_that_do_not_match_weights_name_file_dataset_and_shapes(tmp_path
     options = json.loads(Path(options_file).read_text())
     options["lstm"]["dim"] = 20
     changed.write_text(json.dumps(options))
-    with pytest.raises(ConfigurationError, match=r"RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/W_0 has shape \(32, 96\) .* \(32, 80\)"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/W_0 has shape \(32, 96\) .* \(32, 80\)",
+    ):
         read_bilm_encoder(str(changed), weights_file)
     options = json.loads(Path(options_file).read_text())
     options["char_cnn"]["n_highway"] = 3
@@ -258,7 +293,9 @@ def test_options_that_do_not_match_weights_name_file_dataset_and_shapes(tmp_path
         read_bilm_encoder(str(changed), weights_file)
 
 
-@pytest.mark.parametrize("dataset", ["CNN_high_1/W_carry", "RNN_1/RNN/MultiRNNCell/Cell1/LSTMCell/B"])
+@pytest.mark.parametrize(
+    "dataset", ["CNN_high_1/W_carry", "RNN_1/RNN/MultiRNNCell/Cell1/LSTMCell/B"]
+)
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
 def test_nan_or_inf_weights_name_file_and_dataset(tmp_path, good_pair, dataset, value):
     options_file, weights_file = good_pair
@@ -270,7 +307,11 @@ def test_nan_or_inf_weights_name_file_and_dataset(tmp_path, good_pair, dataset, 
         weights[dataset][...] = array
     with pytest.raises(ConfigurationError) as error:
         read_bilm_encoder(options_file, str(broken))
-    assert str(broken) in str(error.value) and dataset in str(error.value) and "NaN or inf" in str(error.value)
+    assert (
+        str(broken) in str(error.value)
+        and dataset in str(error.value)
+        and "NaN or inf" in str(error.value)
+    )
 
 
 @pytest.mark.parametrize("keep_fraction", [0.0, 0.3, 0.9])
@@ -278,7 +319,9 @@ def test_truncated_or_corrupt_hdf5_names_the_file(tmp_path, good_pair, keep_frac
     options_file, weights_file = good_pair
     data = Path(weights_file).read_bytes()
     broken = tmp_path / "truncated.hdf5"
-    broken.write_bytes(data[: int(len(data) * keep_fraction)] if keep_fraction else b"not hdf5 at all\n" * 10)
+    broken.write_bytes(
+        data[: int(len(data) * keep_fraction)] if keep_fraction else b"not hdf5 at all\n" * 10
+    )
     with pytest.raises(ConfigurationError) as error:
         read_bilm_encoder(options_file, str(broken))
     assert str(broken) in str(error.value)
@@ -316,6 +359,9 @@ def test_a_transformer_has_no_standard_layout(tmp_path):
         input_dim=16, feedforward_hidden_dim=32, num_layers=1, num_attention_heads=2
     )
     encoder = BiLmEncoder(ElmoCharCnn([[1, 4]], 1, 16), transformer)
-    with pytest.raises(ConfigurationError, match="ElmoTransformerContextualizer, which the standard layout has no place for"):
+    with pytest.raises(
+        ConfigurationError,
+        match="ElmoTransformerContextualizer, which the standard layout has no place for",
+    ):
         write_pair(encoder, tmp_path)
     assert not (tmp_path / "weights.hdf5").exists()

@@ -1,4 +1,5 @@
 """ELMoForManyLangs model folders: our embedder equals its own `Embedder` (every layer)."""
+
 import json
 
 import numpy
@@ -9,23 +10,35 @@ from allennlp.data import Batch, Instance, Vocabulary
 from allennlp.data.fields import TextField
 from allennlp.data.tokenizers import Token
 
+from elmo_plugin.data.elmo_manylangs_files import read_dictionary
 from elmo_plugin.data.elmo_manylangs_indexer import ElmoManyLangsIndexer, sentence_ids
 from elmo_plugin.elmo_files.manylangs import read_manylangs_folder
-from elmo_plugin.data.elmo_manylangs_files import read_dictionary
 from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder
-from tests.elmo_files.manylangs_reference import MAX_CHARS, SENTENCES, make_manylangs_folder, reference_layers
+from tests.elmo_files.manylangs_reference import (
+    MAX_CHARS,
+    SENTENCES,
+    make_manylangs_folder,
+    reference_layers,
+)
 
 
-def our_layers(embedder: ElmoBiLmEmbedder, vocab: Vocabulary, sentences, max_chars: int = MAX_CHARS):
+def our_layers(
+    embedder: ElmoBiLmEmbedder, vocab: Vocabulary, sentences, max_chars: int = MAX_CHARS
+):
     """Every layer per sentence (layers, tokens, dim), `<bos>`/`<eos>` removed."""
     indexer = ElmoManyLangsIndexer(max_characters_per_token=max_chars)
-    instances = [Instance({"text": TextField([Token(t) for t in s], {"elmo": indexer})}) for s in sentences]
+    instances = [
+        Instance({"text": TextField([Token(t) for t in s], {"elmo": indexer})}) for s in sentences
+    ]
     batch = Batch(instances)
     batch.index_instances(vocab)
     ids = batch.as_tensor_dict()["text"]["elmo"]["elmo_tokens"]
     with torch.no_grad():
         layers, _ = embedder.layers(ids)
-    return [torch.stack([layer[i, 1 : len(s) + 1] for layer in layers]).numpy() for i, s in enumerate(sentences)]
+    return [
+        torch.stack([layer[i, 1 : len(s) + 1] for layer in layers]).numpy()
+        for i, s in enumerate(sentences)
+    ]
 
 
 def assert_same_layers(ours, theirs):
@@ -48,7 +61,9 @@ def test_every_layer_equals_elmoformanylangs_embedder(tmp_path, word_dim, activa
 def test_no_cell_clip_and_a_config_path_found_by_file_name(tmp_path):
     """cell_clip 0 means no clipping (its `if clip:`); an absolute config_path that does not exist
     is looked up by file name in the folder."""
-    folder = make_manylangs_folder(tmp_path / "model", config_path="/elsewhere/tiny.json", cell_clip=0)
+    folder = make_manylangs_folder(
+        tmp_path / "model", config_path="/elsewhere/tiny.json", cell_clip=0
+    )
     vocab = Vocabulary()
     embedder = ElmoBiLmEmbedder(vocab, pretrained_file=str(folder))
     assert embedder.bilm.contextualizer.cell_clip is None
@@ -70,7 +85,9 @@ def test_bad_dictionary_line_is_named(tmp_path):
         read_dictionary(str(path), ("<oov>",))
 
 
-@pytest.mark.parametrize("lines", ["<oov>\t0\na\t2\n", "<oov>\t0\na\t0\n"], ids=["gap", "shared_id"])
+@pytest.mark.parametrize(
+    "lines", ["<oov>\t0\na\t2\n", "<oov>\t0\na\t0\n"], ids=["gap", "shared_id"]
+)
 def test_dictionary_ids_must_be_its_embedding_rows(tmp_path, lines):
     path = tmp_path / "char.dic"
     path.write_text(lines, encoding="utf-8")
@@ -88,16 +105,23 @@ def test_downstream_archive_rebuilds_the_same_embedder_from_vocabulary(tmp_path)
     loaded = Vocabulary.from_files(str(tmp_path / "vocabulary"))
     rebuilt = ElmoBiLmEmbedder(loaded)
     rebuilt.load_state_dict(embedder.state_dict())
-    assert_same_layers(our_layers(rebuilt, loaded, SENTENCES), our_layers(embedder, vocab, SENTENCES))
+    assert_same_layers(
+        our_layers(rebuilt, loaded, SENTENCES), our_layers(embedder, vocab, SENTENCES)
+    )
 
 
 def test_indexer_with_another_character_limit_is_refused(tmp_path):
     folder = make_manylangs_folder(tmp_path / "model")
     vocab = Vocabulary()
     embedder = ElmoBiLmEmbedder(vocab, pretrained_file=str(folder))
-    with pytest.raises(ConfigurationError, match="its indexer gives 51 ids per token, the biLM reads 13"):
+    with pytest.raises(
+        ConfigurationError, match="its indexer gives 51 ids per token, the biLM reads 13"
+    ):
         our_layers(embedder, vocab, SENTENCES, max_chars=50)
-    with pytest.raises(ConfigurationError, match="got 50 characters per token, the model has max_characters_per_token 12"):
+    with pytest.raises(
+        ConfigurationError,
+        match="got 50 characters per token, the model has max_characters_per_token 12",
+    ):
         embedder.bilm.char_cnn(torch.ones(1, 2, 51, dtype=torch.long))
 
 
@@ -106,7 +130,9 @@ def test_unsupported_lstm_variants_are_refused(tmp_path):
     config = json.loads((folder / "tiny.json").read_text())
     config["encoder"]["name"] = "lstm"
     (folder / "tiny.json").write_text(json.dumps(config))
-    with pytest.raises(ConfigurationError, match="only the 'cnn' token embedder with the 'elmo' encoder"):
+    with pytest.raises(
+        ConfigurationError, match="only the 'cnn' token embedder with the 'elmo' encoder"
+    ):
         ElmoBiLmEmbedder(Vocabulary(), pretrained_file=str(folder))
 
 
@@ -134,7 +160,9 @@ def test_gradients_equal_elmoformanylangs_model(tmp_path):
     )
     their_layers = reference.model(words, chars, masks)  # (layers, batch, tokens, dim)
     keep = masks[0].bool()
-    weights = torch.randn(their_layers.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    weights = torch.randn(
+        their_layers.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64
+    )
     (their_layers * weights)[:, keep].sum().backward()
 
     encoder, _, chars_dic, words_dic = read_manylangs_folder(str(folder))
@@ -149,17 +177,30 @@ def test_gradients_equal_elmoformanylangs_model(tmp_path):
 
     theirs = dict(reference.model.token_embedder.named_parameters())
     ours = dict(encoder.char_cnn.named_parameters())
-    pairs = [(ours["char_embedding.weight"], theirs["char_emb_layer.embedding.weight"]),
-             (ours["word_embedding.weight"], theirs["word_emb_layer.embedding.weight"])]
-    pairs += [(ours[name], theirs[name]) for name in theirs if not name.endswith("emb_layer.embedding.weight")]
+    pairs = [
+        (ours["char_embedding.weight"], theirs["char_emb_layer.embedding.weight"]),
+        (ours["word_embedding.weight"], theirs["word_emb_layer.embedding.weight"]),
+    ]
+    pairs += [
+        (ours[name], theirs[name])
+        for name in theirs
+        if not name.endswith("emb_layer.embedding.weight")
+    ]
     lstm = dict(reference.model.encoder.named_parameters())
     for direction in ("forward", "backward"):
         for layer in range(2):
-            cell, torch_lstm = f"{direction}_layer_{layer}.", getattr(encoder.contextualizer, f"{direction}_layers")[layer]
-            pairs += [(torch_lstm.weight_ih_l0, lstm[cell + "input_linearity.weight"]),
-                      (torch_lstm.weight_hh_l0, lstm[cell + "state_linearity.weight"]),
-                      (torch_lstm.bias_ih_l0, lstm[cell + "state_linearity.bias"]),
-                      (torch_lstm.weight_hr_l0, lstm[cell + "state_projection.weight"])]
-    assert len(pairs) == 2 + 3 * 2 + 2 * 2 + 2 + 4 * 4  # embeddings, convs, highways, projection, LSTMs
+            cell, torch_lstm = (
+                f"{direction}_layer_{layer}.",
+                getattr(encoder.contextualizer, f"{direction}_layers")[layer],
+            )
+            pairs += [
+                (torch_lstm.weight_ih_l0, lstm[cell + "input_linearity.weight"]),
+                (torch_lstm.weight_hh_l0, lstm[cell + "state_linearity.weight"]),
+                (torch_lstm.bias_ih_l0, lstm[cell + "state_linearity.bias"]),
+                (torch_lstm.weight_hr_l0, lstm[cell + "state_projection.weight"]),
+            ]
+    assert (
+        len(pairs) == 2 + 3 * 2 + 2 * 2 + 2 + 4 * 4
+    )  # embeddings, convs, highways, projection, LSTMs
     for mine, reference_parameter in pairs:
         torch.testing.assert_close(mine.grad, reference_parameter.grad, rtol=1e-7, atol=1e-9)

@@ -12,7 +12,9 @@ from tests.helpers import CONFIG_DIR, TINY_LSTM_OVERRIDES
 
 @pytest.fixture(scope="module")
 def model_and_batches(tiny_corpus):
-    params = Params.from_file(str(CONFIG_DIR / "elmo_lstm.jsonnet"), json.dumps(TINY_LSTM_OVERRIDES))
+    params = Params.from_file(
+        str(CONFIG_DIR / "elmo_lstm.jsonnet"), json.dumps(TINY_LSTM_OVERRIDES)
+    )
     reader = DatasetReader.from_params(params.pop("dataset_reader"))
     instances = list(reader.read(str(tiny_corpus / "valid.txt")))
     vocab = Vocabulary.from_instances(instances)
@@ -40,8 +42,12 @@ def test_perplexities_are_token_weighted_over_the_whole_set(model_and_batches):
             targets += count
     metrics = model.get_metrics(reset=True)
     assert metrics["forward_perplexity"] == pytest.approx(math.exp(forward_nll / targets), rel=1e-6)
-    assert metrics["backward_perplexity"] == pytest.approx(math.exp(backward_nll / targets), rel=1e-6)
-    assert metrics["perplexity"] == pytest.approx(math.exp((forward_nll + backward_nll) / (2 * targets)), rel=1e-6)
+    assert metrics["backward_perplexity"] == pytest.approx(
+        math.exp(backward_nll / targets), rel=1e-6
+    )
+    assert metrics["perplexity"] == pytest.approx(
+        math.exp((forward_nll + backward_nll) / (2 * targets)), rel=1e-6
+    )
 
 
 def test_loss_goes_down_when_training(model_and_batches):
@@ -83,7 +89,12 @@ def test_perplexities_do_not_depend_on_batching_or_padding(model_and_batches):
         batched = model.get_metrics(reset=True)
         for row in range(tokens.size(0)):
             length = int((tokens[row] > 0).sum())
-            single = {"source": {key: {name: t[row : row + 1, :length] for name, t in value.items()} for key, value in padded["source"].items()}}
+            single = {
+                "source": {
+                    key: {name: t[row : row + 1, :length] for name, t in value.items()}
+                    for key, value in padded["source"].items()
+                }
+            }
             model(**single)
         one_by_one = model.get_metrics(reset=True)
     for name in batched:
@@ -111,6 +122,8 @@ def test_bf16_mixed_precision_tracks_float32_losses(model_and_batches):
 def test_unknown_mixed_precision_is_a_configuration_error():
     from allennlp.common.checks import ConfigurationError
 
-    params = Params.from_file(str(CONFIG_DIR / "elmo_lstm.jsonnet"), json.dumps({"model.mixed_precision": "fp8"}))
+    params = Params.from_file(
+        str(CONFIG_DIR / "elmo_lstm.jsonnet"), json.dumps({"model.mixed_precision": "fp8"})
+    )
     with pytest.raises(ConfigurationError, match="mixed_precision must be one of"):
         Model.from_params(vocab=Vocabulary(), params=params.pop("model"))

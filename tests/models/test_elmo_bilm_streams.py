@@ -1,6 +1,7 @@
 """`elmo_bilm` on `elmo_streams` batches: the stateful model carries each row's state from one
 batch to the next (detached), resets it where a stream starts, keeps training and evaluation
 states apart, and never sees the token it predicts across a window boundary."""
+
 import json
 
 import pytest
@@ -40,7 +41,9 @@ def batches(loader_and_vocab):
     return list(loader_and_vocab[0])[:3]
 
 
-def test_stateful_state_is_carried_detached_and_reset_where_a_stream_starts(loader_and_vocab, batches):
+def test_stateful_state_is_carried_detached_and_reset_where_a_stream_starts(
+    loader_and_vocab, batches
+):
     vocab = loader_and_vocab[1]
     stateful = build("elmo_lstm.jsonnet", TINY, vocab, stateful=True)
     stateless = build("elmo_lstm.jsonnet", TINY, vocab)
@@ -50,10 +53,14 @@ def test_stateful_state_is_carried_detached_and_reset_where_a_stream_starts(load
         carried = stateful(**batches[1])["lm_embeddings"]
         fresh = stateless(**batches[1])["lm_embeddings"]
     assert not torch.allclose(carried, fresh)
-    assert all(not h.requires_grad and not c.requires_grad for h, c in stateful._stream_state[False])
+    assert all(
+        not h.requires_grad and not c.requires_grad for h, c in stateful._stream_state[False]
+    )
     # Row 1 restarts: its outputs are those of zero state, the others' still carried.
     restart = dict(batches[1], stream_start=torch.tensor([False, True, False, False]))
-    stateful(**batches[0])  # with grad: the training path, whose float32 rounding differs from inference's
+    stateful(
+        **batches[0]
+    )  # with grad: the training path, whose float32 rounding differs from inference's
     with torch.no_grad():
         mixed = stateful(**restart)["lm_embeddings"]
     assert torch.equal(mixed[1], fresh[1]) and torch.allclose(mixed[0], carried[0], atol=1e-6)
@@ -67,8 +74,13 @@ def test_state_carried_over_windows_equals_one_long_window(loader_and_vocab, bat
         parts = [model(**batch)["lm_embeddings"] for batch in batches[:2]]
         joined = {
             name: {
-                indexer: {key: torch.cat([batches[0][name][indexer][key], batches[1][name][indexer][key][:, 1:]], dim=1)
-                          for key in batches[0][name][indexer]}
+                indexer: {
+                    key: torch.cat(
+                        [batches[0][name][indexer][key], batches[1][name][indexer][key][:, 1:]],
+                        dim=1,
+                    )
+                    for key in batches[0][name][indexer]
+                }
                 for indexer in batches[0][name]
             }
             for name in ("source", "backward_source")
@@ -94,7 +106,9 @@ def test_no_leak_of_the_predicted_token_across_two_consecutive_batches(loader_an
             # would move the outputs by about their size (1e-2).
             assert torch.allclose(model(**changed)["lm_embeddings"], base, rtol=0, atol=1e-7)
             for (h, c), (h2, c2) in zip(base_state, model._stream_state[False]):
-                assert torch.allclose(h, h2, rtol=0, atol=1e-7) and torch.allclose(c, c2, rtol=0, atol=1e-7)
+                assert torch.allclose(h, h2, rtol=0, atol=1e-7) and torch.allclose(
+                    c, c2, rtol=0, atol=1e-7
+                )
         # The changed token does change what follows it: window k + 1 reads it first.
         changed = {**batches[1], "source": {k: dict(v) for k, v in batches[1]["source"].items()}}
         chars = changed["source"]["elmo"]["elmo_tokens"].clone()
@@ -103,7 +117,9 @@ def test_no_leak_of_the_predicted_token_across_two_consecutive_batches(loader_an
         model(**batches[0])
         next_base = model(**batches[1])["lm_embeddings"]
         model(**batches[0])
-        assert not torch.allclose(model(**changed)["lm_embeddings"][..., :16], next_base[..., :16], rtol=0, atol=1e-4)
+        assert not torch.allclose(
+            model(**changed)["lm_embeddings"][..., :16], next_base[..., :16], rtol=0, atol=1e-4
+        )
 
 
 def test_training_and_evaluation_carry_separate_states(loader_and_vocab, batches):
@@ -116,5 +132,7 @@ def test_training_and_evaluation_carry_separate_states(loader_and_vocab, batches
 
 def test_stateful_transformer_is_a_configuration_error(loader_and_vocab):
     sizes = {k: v for k, v in TINY_TRANSFORMER_OVERRIDES.items() if not k.startswith("data_loader")}
-    with pytest.raises(ConfigurationError, match="stateful needs a contextualizer that carries state"):
+    with pytest.raises(
+        ConfigurationError, match="stateful needs a contextualizer that carries state"
+    ):
         build("elmo_transformer.jsonnet", sizes, loader_and_vocab[1], stateful=True)

@@ -1,5 +1,6 @@
 """The sampled softmax as sparse embeddings: the same training as dense with Adagrad; evaluation
 over chunks of softmax rows equals the unchunked full softmax."""
+
 import json
 import math
 
@@ -62,13 +63,17 @@ def adagrad(model: Model) -> torch.optim.Optimizer:
     return Optimizer.from_params(model_parameters=list(model.named_parameters()), params=settings)
 
 
-def train_step(model: Model, optimizer: torch.optim.Optimizer, batch, step: int, grad_norm: float) -> float:
+def train_step(
+    model: Model, optimizer: torch.optim.Optimizer, batch, step: int, grad_norm: float
+) -> float:
     """One allennlp-trainer-like step (zero_grad, backward, clip_grad_norm_, step); the sampled
     negatives are drawn from numpy's generator, seeded by `step`. Returns the gradient norm."""
     numpy.random.seed(step)
     optimizer.zero_grad()
     model(**batch)["loss"].backward()
-    norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.grad is not None], grad_norm)
+    norm = torch.nn.utils.clip_grad_norm_(
+        [p for p in model.parameters() if p.grad is not None], grad_norm
+    )
     optimizer.step()
     return float(norm)
 
@@ -88,8 +93,12 @@ def test_sparse_adagrad_training_equals_dense_and_leaves_untouched_rows_alone(vo
         dense.train(), sparse.train()
         dense_norm = train_step(dense, dense_adagrad, batch, step, grad_norm=0.1)
         sparse_norm = train_step(sparse, sparse_adagrad, batch, step, grad_norm=0.1)
-        assert sparse_norm == pytest.approx(dense_norm, rel=1e-5) and dense_norm > 0.1  # clipping bites
-        touched |= sparse._softmax_loss.softmax_w.weight.grad.coalesce().to_dense().abs().sum(dim=1) > 0
+        assert (
+            sparse_norm == pytest.approx(dense_norm, rel=1e-5) and dense_norm > 0.1
+        )  # clipping bites
+        touched |= (
+            sparse._softmax_loss.softmax_w.weight.grad.coalesce().to_dense().abs().sum(dim=1) > 0
+        )
     assert 0 < touched.sum() < touched.numel()
     for mine, theirs in zip(sparse.softmax_matrices(), dense.softmax_matrices()):
         torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-6)
@@ -97,10 +106,14 @@ def test_sparse_adagrad_training_equals_dense_and_leaves_untouched_rows_alone(vo
     assert torch.equal(sparse_weight[~touched], initial_weight[~touched])
     accumulator = sparse_adagrad.state[sparse._softmax_loss.softmax_w.weight]["sum"]
     assert torch.equal(accumulator[~touched], torch.ones_like(accumulator[~touched]))
-    torch.testing.assert_close(accumulator, dense_adagrad.state[dense._softmax_loss.softmax_w]["sum"], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        accumulator, dense_adagrad.state[dense._softmax_loss.softmax_w]["sum"], rtol=1e-5, atol=1e-6
+    )
     for name, parameter in dense.named_parameters():
         if "_softmax_loss" not in name:
-            torch.testing.assert_close(dict(sparse.named_parameters())[name], parameter, rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(
+                dict(sparse.named_parameters())[name], parameter, rtol=1e-5, atol=1e-6
+            )
 
 
 @pytest.mark.parametrize("sparse", [False, True])
@@ -118,7 +131,10 @@ def test_chunked_evaluation_equals_the_unchunked_full_softmax(vocab_and_batches,
         sum(losses).backward()
         gradients = [p.grad.to_dense().clone() for p in model._softmax_loss.parameters()]
         results[name] = (torch.stack(losses).detach(), model.get_metrics(reset=True), gradients)
-    (loss, metrics, grads), (chunked_loss, chunked_metrics, chunked_grads) = results["unchunked"], results["chunked"]
+    (loss, metrics, grads), (chunked_loss, chunked_metrics, chunked_grads) = (
+        results["unchunked"],
+        results["chunked"],
+    )
     torch.testing.assert_close(chunked_loss, loss, rtol=1e-5, atol=0)
     assert chunked_metrics == pytest.approx(metrics, rel=1e-5)
     assert all(math.isfinite(value) for value in metrics.values())
@@ -133,4 +149,6 @@ def test_unchunked_reference_is_allennlps_own_full_softmax(vocab_and_batches):
     embeddings = torch.randn(30, loss._embedding_dim)
     targets = torch.randint(0, loss._num_words, (30,))
     loss.max_eval_logits = 5
-    torch.testing.assert_close(loss(embeddings, targets), SampledSoftmaxLoss._forward_eval(loss, embeddings, targets))
+    torch.testing.assert_close(
+        loss(embeddings, targets), SampledSoftmaxLoss._forward_eval(loss, embeddings, targets)
+    )

@@ -1,5 +1,6 @@
 """The packed LSTM's forward time loop in C++ (`compiled_lstm_steps`) against the TorchScript
 loop it replaces."""
+
 import logging
 
 import pytest
@@ -44,7 +45,11 @@ def test_cpp_forward_loop_equals_the_torchscript_loop_in_values_and_gradients(
     shape = (2, len(lengths), int(lengths.max()))
     which = torch.arange(shape[0] * shape[1] * shape[2]).view(shape) % 2
     inputs = (torch.randn(2, DIM)[which] if repeated else torch.randn(*shape, DIM)).requires_grad_()
-    initial = (torch.randn(2, len(lengths), DIM), torch.randn(2, len(lengths), cells)) if with_initial else None
+    initial = (
+        (torch.randn(2, len(lengths), DIM), torch.randn(2, len(lengths), cells))
+        if with_initial
+        else None
+    )
     assert packed_module.forward_loop(True) is torch.ops.elmo_plugin.clipped_lstm_steps
     cpp = outputs_and_gradients(lstms, lengths, inputs, initial, clips)
     monkeypatch.setattr(packed_module, "compiled_forward_steps", lambda: None)
@@ -64,7 +69,9 @@ def test_cpp_loop_switched_off_by_the_environment(monkeypatch):
     assert compiled_module.compiled_forward_steps.__wrapped__() is None
 
 
-def test_cpp_loop_that_cannot_be_built_leaves_the_torchscript_loop_with_a_warning(monkeypatch, caplog):
+def test_cpp_loop_that_cannot_be_built_leaves_the_torchscript_loop_with_a_warning(
+    monkeypatch, caplog
+):
     """No compiler (or any failed build): a warning naming the cause, and None (`forward_loop`
     then runs the TorchScript loop)."""
     from torch.utils import cpp_extension
@@ -84,12 +91,31 @@ def test_cpp_loop_refuses_arguments_that_would_reach_outside_its_tensors():
     from elmo_plugin.modules.onednn_matmul import RightMatrix
 
     cells, proj, sizes = 4, 3, [2, 1]
-    recurrent, projection = RightMatrix(torch.randn(proj, 4 * cells)), RightMatrix(torch.randn(cells, proj))
+    recurrent, projection = (
+        RightMatrix(torch.randn(proj, 4 * cells)),
+        RightMatrix(torch.randn(cells, proj)),
+    )
 
     def run(gates, gate_rows=None, sizes=sizes, state0=None):
-        outputs = torch.empty(3, cells), torch.empty(2, cells), torch.empty(2, cells), torch.empty(3, proj)
+        outputs = (
+            torch.empty(3, cells),
+            torch.empty(2, cells),
+            torch.empty(2, cells),
+            torch.empty(3, proj),
+        )
         compiled_module.compiled_forward_steps()(
-            gates, gate_rows, *outputs, recurrent.weight, projection.weight, True, state0, None, sizes, 0.5, 0.3, False
+            gates,
+            gate_rows,
+            *outputs,
+            recurrent.weight,
+            projection.weight,
+            True,
+            state0,
+            None,
+            sizes,
+            0.5,
+            0.3,
+            False,
         )
 
     run(torch.randn(3, 4 * cells))  # well formed

@@ -16,8 +16,12 @@ def reference_cnn(cnn: ElmoCharCnn, char_ids: torch.Tensor) -> torch.Tensor:
     """The straightforward computation: every token, every convolution over all 50 positions."""
     flat = char_ids.reshape(-1, char_ids.size(-1))
     embedded = cnn.char_embedding(flat).transpose(1, 2)
-    pooled = [ACTIVATIONS[cnn.activation](conv(embedded).max(dim=-1).values) for conv in cnn.convolutions]
-    vectors = cnn.projection(cnn.highways(torch.cat(pooled, dim=-1))) * (flat > 0).any(dim=-1, keepdim=True)
+    pooled = [
+        ACTIVATIONS[cnn.activation](conv(embedded).max(dim=-1).values) for conv in cnn.convolutions
+    ]
+    vectors = cnn.projection(cnn.highways(torch.cat(pooled, dim=-1))) * (flat > 0).any(
+        dim=-1, keepdim=True
+    )
     return vectors.view(*char_ids.shape[:-1], -1)
 
 
@@ -25,7 +29,10 @@ def awkward_tokens() -> torch.Tensor:
     """(3, 44, 50): words of every length 1..60 (longer ones cut to 50 characters), repeated
     words, padding tokens, and random ids with the padding character inside, made of padding
     characters only, or with id 0 inside, in shuffled order."""
-    words = ["".join(chr(97 + (i * 7 + k) % 26) for k in range(length)) for i, length in enumerate(range(1, 61))]
+    words = [
+        "".join(chr(97 + (i * 7 + k) % 26) for k in range(length))
+        for i, length in enumerate(range(1, 61))
+    ]
     ids = batch_to_ids([words, ["a", "bb", words[3], "ab"]]).view(-1, 50)
     generator = torch.Generator().manual_seed(2)
     odd = torch.randint(1, 262, (6, 50), generator=generator)
@@ -56,7 +63,9 @@ def test_equals_the_full_computation_in_values_and_gradients(activation):
     expected_grads = torch.autograd.grad((expected * weights).sum(), list(cnn.parameters()))
     for (name, _), got, want in zip(cnn.named_parameters(), actual_grads, expected_grads):
         assert torch.allclose(got, want, atol=1e-5, rtol=1e-4), name
-    assert float(actual_grads[0][PADDING_CHAR_ID].abs().sum()) > 0  # the all-padding window is learned
+    assert (
+        float(actual_grads[0][PADDING_CHAR_ID].abs().sum()) > 0
+    )  # the all-padding window is learned
 
 
 def test_all_padding_and_empty_batches_give_zeros():
@@ -69,13 +78,24 @@ def test_gradients_reach_every_parameter_through_deduplication():
     cnn = make_cnn(activation="tanh")
     ids = torch.randint(1, 262, (2, 3, 50))
     cnn(ids).sum().backward()
-    assert all(p.grad is not None and p.grad.abs().sum() > 0 for name, p in cnn.named_parameters() if "char_embedding" not in name)
+    assert all(
+        p.grad is not None and p.grad.abs().sum() > 0
+        for name, p in cnn.named_parameters()
+        if "char_embedding" not in name
+    )
     assert cnn.char_embedding.weight.grad[0].abs().sum() == 0  # padding id stays zero
 
 
 def test_registered_and_built_from_params():
     cnn = TokenEmbedder.from_params(
-        Params({"type": "elmo_char_cnn", "filters": [[1, 4], [2, 4]], "num_highway": 1, "projection_dim": 3})
+        Params(
+            {
+                "type": "elmo_char_cnn",
+                "filters": [[1, 4], [2, 4]],
+                "num_highway": 1,
+                "projection_dim": 3,
+            }
+        )
     )
     assert isinstance(cnn, ElmoCharCnn) and cnn.get_output_dim() == 3
     assert cnn.highways._layers[0].weight.shape == (16, 8)
@@ -83,19 +103,25 @@ def test_registered_and_built_from_params():
 
 @pytest.mark.parametrize("activation", ["relu", "tanh"])
 def test_initialized_as_bilm_tf(activation):
-    cnn = ElmoCharCnn(filters=[[1, 64], [7, 256]], num_highway=2, projection_dim=64, activation=activation)
+    cnn = ElmoCharCnn(
+        filters=[[1, 64], [7, 256]], num_highway=2, projection_dim=64, activation=activation
+    )
     characters = cnn.char_embedding.weight
     assert characters[0].abs().max() == 0 and 0.9 < characters.abs().max() <= 1.0
     for (width, _), convolution in zip(cnn.filters, cnn.convolutions):
         if activation == "relu":
             assert convolution.weight.abs().max() <= 0.05 and convolution.weight.abs().max() > 0.04
         else:
-            assert convolution.weight.std().item() == pytest.approx((1 / (width * 16)) ** 0.5, rel=0.1)
+            assert convolution.weight.std().item() == pytest.approx(
+                (1 / (width * 16)) ** 0.5, rel=0.1
+            )
         assert convolution.bias.abs().max() == 0
     for layer in [*cnn.highways._layers, cnn.projection]:
         assert layer.weight.std().item() == pytest.approx((1 / 320) ** 0.5, rel=0.05)
     for layer in cnn.highways._layers:
-        assert layer.bias[:320].abs().max() == 0 and (layer.bias[320:] == 2.0).all()  # gates carry the input
+        assert (
+            layer.bias[:320].abs().max() == 0 and (layer.bias[320:] == 2.0).all()
+        )  # gates carry the input
     assert cnn.projection.bias.abs().max() == 0
 
 
@@ -107,11 +133,18 @@ def test_inference_fast_path_equals_allennlps_highway_and_the_full_computation(a
     convolutions over all 50 positions (the path that training takes), for tokens of every
     length, with and without an all-padding window, and a batch of one."""
     torch.manual_seed(0)
-    cnn = ElmoCharCnn(filters=[[1, 4], [2, 6], [3, 8], [7, 5]], num_highway=2, projection_dim=5, activation=activation)
+    cnn = ElmoCharCnn(
+        filters=[[1, 4], [2, 6], [3, 8], [7, 5]],
+        num_highway=2,
+        projection_dim=5,
+        activation=activation,
+    )
     ids = awkward_tokens()
     with torch.no_grad():
         fast, one = cnn(ids), cnn(ids[:1, :1])
         pooled = torch.randn(9, cnn.projection.in_features)
-        assert torch.allclose(cnn.highway_projection(pooled), cnn.projection(cnn.highways(pooled)), atol=1e-6)
+        assert torch.allclose(
+            cnn.highway_projection(pooled), cnn.projection(cnn.highways(pooled)), atol=1e-6
+        )
     assert torch.allclose(fast, reference_cnn(cnn, ids), atol=1e-6)
     assert torch.allclose(one, reference_cnn(cnn, ids[:1, :1]), atol=1e-6)

@@ -1,8 +1,13 @@
-from typing import List, Optional
+from typing import Optional
 
 import pytest
 import torch
 
+from elmo_plugin.modules import distinct_rows as distinct_rows_module
+from elmo_plugin.modules import onednn_matmul as onednn_matmul_module
+from elmo_plugin.modules import packed_clipped_lstm as packed_module
+from elmo_plugin.modules import side_by_side as side_by_side_module
+from elmo_plugin.modules.directions import gather_timesteps, reverse_within_length
 from elmo_plugin.modules.elmo_lstm import (
     ElmoLstmContextualizer,
     clipped_lstm,
@@ -11,19 +16,16 @@ from elmo_plugin.modules.elmo_lstm import (
     packed_weights,
 )
 from elmo_plugin.modules.packed_clipped_lstm import packed_clipped_lstm
-from elmo_plugin.modules import distinct_rows as distinct_rows_module
-from elmo_plugin.modules import onednn_matmul as onednn_matmul_module
-from elmo_plugin.modules import packed_clipped_lstm as packed_module
-from elmo_plugin.modules import side_by_side as side_by_side_module
 from elmo_plugin.modules.side_by_side import side_by_side
-from elmo_plugin.modules.directions import gather_timesteps, reverse_within_length
 
 DIM = 6
 
 
 def make_lstm(**kwargs) -> ElmoLstmContextualizer:
     torch.manual_seed(0)
-    return ElmoLstmContextualizer(input_dim=DIM, cell_size=10, num_layers=2, return_all_layers=True, **kwargs).eval()
+    return ElmoLstmContextualizer(
+        input_dim=DIM, cell_size=10, num_layers=2, return_all_layers=True, **kwargs
+    ).eval()
 
 
 def padded_batch():
@@ -69,7 +71,9 @@ def test_padding_changes_nothing_and_state_is_not_carried(clips):
     lstm = make_lstm(**clips)
     inputs, mask = padded_batch()
     batched = lstm(inputs, mask)
-    lstm(torch.randn(2, 4, DIM), torch.ones(2, 4, dtype=torch.bool))  # an unrelated batch in between
+    lstm(
+        torch.randn(2, 4, DIM), torch.ones(2, 4, dtype=torch.bool)
+    )  # an unrelated batch in between
     for row, length in enumerate(mask.sum(1).tolist()):
         alone = lstm(inputs[row : row + 1, :length], mask[row : row + 1, :length])
         for layer_batched, layer_alone in zip(batched, alone):
@@ -78,7 +82,10 @@ def test_padding_changes_nothing_and_state_is_not_carried(clips):
 
 
 def reference_clipped_lstm(
-    lstm: torch.nn.LSTM, inputs: torch.Tensor, cell_clip: Optional[float], proj_clip: Optional[float]
+    lstm: torch.nn.LSTM,
+    inputs: torch.Tensor,
+    cell_clip: Optional[float],
+    proj_clip: Optional[float],
 ) -> torch.Tensor:
     """One direction, step by step over every timestep, padding included."""
     state = inputs.new_zeros(inputs.size(0), lstm.proj_size)
@@ -88,15 +95,21 @@ def reference_clipped_lstm(
         gates = torch.nn.functional.linear(inputs[:, step], lstm.weight_ih_l0, lstm.bias_ih_l0)
         gates = gates + torch.nn.functional.linear(state, lstm.weight_hh_l0, lstm.bias_hh_l0)
         input_gate, forget_gate, candidate, output_gate = gates.chunk(4, dim=1)
-        memory = torch.sigmoid(forget_gate) * memory + torch.sigmoid(input_gate) * torch.tanh(candidate)
+        memory = torch.sigmoid(forget_gate) * memory + torch.sigmoid(input_gate) * torch.tanh(
+            candidate
+        )
         memory = memory.clamp(-cell_clip, cell_clip) if cell_clip is not None else memory
-        state = torch.nn.functional.linear(torch.sigmoid(output_gate) * torch.tanh(memory), lstm.weight_hr_l0)
+        state = torch.nn.functional.linear(
+            torch.sigmoid(output_gate) * torch.tanh(memory), lstm.weight_hr_l0
+        )
         state = state.clamp(-proj_clip, proj_clip) if proj_clip is not None else state
         outputs.append(state)
     return torch.stack(outputs, dim=1)
 
 
-def reference_layers(lstm: ElmoLstmContextualizer, inputs: torch.Tensor, mask: torch.BoolTensor) -> List[torch.Tensor]:
+def reference_layers(
+    lstm: ElmoLstmContextualizer, inputs: torch.Tensor, mask: torch.BoolTensor
+) -> list[torch.Tensor]:
     """The straightforward computation (no dropout): each direction on its own, batch in input
     order, every timestep; torch's LSTM itself when nothing is clipped."""
     reverse_index = reverse_within_length(mask.sum(dim=1), mask.size(1))
@@ -106,11 +119,20 @@ def reference_layers(lstm: ElmoLstmContextualizer, inputs: torch.Tensor, mask: t
         if lstm.cell_clip is None and lstm.proj_clip is None:
             forward_output, backward_output = pair[0](forward_input)[0], pair[1](backward_input)[0]
         else:
-            forward_output = reference_clipped_lstm(pair[0], forward_input, lstm.cell_clip, lstm.proj_clip)
-            backward_output = reference_clipped_lstm(pair[1], backward_input, lstm.cell_clip, lstm.proj_clip)
+            forward_output = reference_clipped_lstm(
+                pair[0], forward_input, lstm.cell_clip, lstm.proj_clip
+            )
+            backward_output = reference_clipped_lstm(
+                pair[1], backward_input, lstm.cell_clip, lstm.proj_clip
+            )
         if index > 0:
-            forward_output, backward_output = forward_output + forward_input, backward_output + backward_input
-        layer = torch.cat([forward_output, gather_timesteps(backward_output, reverse_index)], dim=-1)
+            forward_output, backward_output = (
+                forward_output + forward_input,
+                backward_output + backward_input,
+            )
+        layer = torch.cat(
+            [forward_output, gather_timesteps(backward_output, reverse_index)], dim=-1
+        )
         layers.append(layer * mask.unsqueeze(-1))
         forward_input, backward_input = forward_output, backward_output
     return layers
@@ -200,7 +222,8 @@ def test_gpu_fixed_shape_loop_equals_the_shrinking_loop_in_values_and_gradients(
     weights = torch.randn_like(fixed)
     wrt = [inputs, *(p for lstm in lstms for p in lstm.parameters())]
     for got, want in zip(
-        torch.autograd.grad((fixed * weights).sum(), wrt), torch.autograd.grad((shrinking * weights).sum(), wrt)
+        torch.autograd.grad((fixed * weights).sum(), wrt),
+        torch.autograd.grad((shrinking * weights).sum(), wrt),
     ):
         assert torch.allclose(got, want, atol=1e-5, rtol=1e-4)
 
@@ -210,7 +233,9 @@ def test_memory_cells_stay_float32_under_bf16_autocast():
     inputs, mask = padded_batch()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         layers = lstm(inputs, mask)
-        state, memory = initial_state(torch.zeros(2, 3, 7, DIM, dtype=torch.bfloat16), lstm.forward_layers)
+        state, memory = initial_state(
+            torch.zeros(2, 3, 7, DIM, dtype=torch.bfloat16), lstm.forward_layers
+        )
     assert (state.dtype, memory.dtype) == (torch.bfloat16, torch.float32)
     for got, want in zip(layers, lstm(inputs, mask)):
         assert (got.float() - want).abs().max() < 0.05
@@ -221,8 +246,12 @@ def test_hidden_dim_is_still_accepted_as_the_old_name_of_cell_size():
     from allennlp.common.checks import ConfigurationError
     from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 
-    old = Seq2SeqEncoder.from_params(Params({"type": "elmo_lstm", "input_dim": DIM, "hidden_dim": 10, "num_layers": 1}))
-    new = Seq2SeqEncoder.from_params(Params({"type": "elmo_lstm", "input_dim": DIM, "cell_size": 10, "num_layers": 1}))
+    old = Seq2SeqEncoder.from_params(
+        Params({"type": "elmo_lstm", "input_dim": DIM, "hidden_dim": 10, "num_layers": 1})
+    )
+    new = Seq2SeqEncoder.from_params(
+        Params({"type": "elmo_lstm", "input_dim": DIM, "cell_size": 10, "num_layers": 1})
+    )
     assert old.cell_size == new.cell_size == 10
     assert old.state_dict().keys() == new.state_dict().keys()
     with pytest.raises(ConfigurationError, match="exactly once"):
@@ -230,8 +259,12 @@ def test_hidden_dim_is_still_accepted_as_the_old_name_of_cell_size():
 
 
 @pytest.mark.parametrize("lengths", [[7, 5, 3, 3, 0], [1], [4, 1], [6, 6, 6], [0, 0]])
-@pytest.mark.parametrize("clips", [{"cell_clip": 0.5, "proj_clip": 0.3}, {"cell_clip": 0.5}, {"proj_clip": 0.3}])
-def test_packed_hand_differentiated_lstm_equals_the_step_loop_in_values_and_gradients(lengths, clips):
+@pytest.mark.parametrize(
+    "clips", [{"cell_clip": 0.5, "proj_clip": 0.3}, {"cell_clip": 0.5}, {"proj_clip": 0.3}]
+)
+def test_packed_hand_differentiated_lstm_equals_the_step_loop_in_values_and_gradients(
+    lengths, clips
+):
     """The CPU fast path (packed positions, hand-written backward) gives the autograd step loop's
     outputs and gradients (inputs and every weight), with padding, length-1 sentences, a batch of
     one and an all-padding batch; its outputs are zero past each length."""
@@ -254,7 +287,9 @@ def test_packed_hand_differentiated_lstm_equals_the_step_loop_in_values_and_grad
     wrt = [inputs, *(p for lstm in lstms for p in lstm.parameters())]
     got = torch.autograd.grad((packed * weights).sum(), wrt, allow_unused=True)
     want = torch.autograd.grad((loop * weights).sum(), wrt, allow_unused=True)
-    for name, a, b in zip(["inputs", *(n for lstm in lstms for n, _ in lstm.named_parameters())], got, want):
+    for name, a, b in zip(
+        ["inputs", *(n for lstm in lstms for n, _ in lstm.named_parameters())], got, want
+    ):
         a = torch.zeros_like(wrt[0]) if a is None else a
         b = torch.zeros_like(a) if b is None else b
         assert torch.allclose(a, b, atol=1e-5, rtol=1e-4), name
@@ -270,7 +305,9 @@ def test_packed_lstm_gradients_reach_every_weight_contiguous_in_its_own_layout()
         for name, parameter in lstm.named_parameters():
             parameter.register_hook(lambda grad, key=(index, name): arriving.setdefault(key, grad))
     inputs = torch.randn(2, 3, 4, DIM)
-    packed_clipped_lstm(inputs, packed_weights(lstms), torch.tensor([4, 2, 1]), 0.5, 0.3)[0].sum().backward()
+    packed_clipped_lstm(inputs, packed_weights(lstms), torch.tensor([4, 2, 1]), 0.5, 0.3)[
+        0
+    ].sum().backward()
     assert len(arriving) == 2 * 5
     for (index, name), grad in arriving.items():
         assert grad.shape == getattr(lstms[index], name).shape and grad.is_contiguous(), name
@@ -303,7 +340,9 @@ def test_packed_lstm_without_a_backward_pass_gives_the_same_outputs_and_final_st
     lengths = torch.tensor(lengths)
     inputs = torch.randn(2, len(lengths), max(int(lengths.max()), 1), DIM)
     initial = (torch.randn(2, len(lengths), DIM), torch.randn(2, len(lengths), 10))
-    training = packed_clipped_lstm(inputs.requires_grad_(), packed_weights(lstms), lengths, 0.5, 0.3, initial)
+    training = packed_clipped_lstm(
+        inputs.requires_grad_(), packed_weights(lstms), lengths, 0.5, 0.3, initial
+    )
     with torch.no_grad():
         inference = packed_clipped_lstm(inputs, packed_weights(lstms), lengths, 0.5, 0.3, initial)
     for got, want in zip([inference[0], *inference[1]], [training[0], *training[1]]):
@@ -334,27 +373,39 @@ def test_packed_lstm_inference_computes_input_gates_once_per_distinct_input_vect
     inputs = torch.randn(*shape, DIM) if vectors is None else torch.randn(vectors, DIM)[which]
     if colliding_hashes:
         monkeypatch.setattr(distinct_rows_module, "hash_powers", lambda width: [0] * width)
-    rows_multiplied: List[int] = []
+    rows_multiplied: list[int] = []
     plain_linear = packed_module.linear
-    monkeypatch.setattr(packed_module, "linear", lambda x, *rest: rows_multiplied.append(len(x)) or plain_linear(x, *rest))
+    monkeypatch.setattr(
+        packed_module,
+        "linear",
+        lambda x, *rest: rows_multiplied.append(len(x)) or plain_linear(x, *rest),
+    )
     with torch.no_grad():
         packed, final = packed_clipped_lstm(inputs, packed_weights(lstms), lengths, 0.5, 0.3)
     positions = int(lengths.sum())
     shared = vectors is not None and 4 * vectors <= 3 * positions
     assert rows_multiplied == ([vectors] if shared else [positions]) * 2
     assert torch.allclose(packed, clipped_lstm(inputs, lstms, lengths, 0.5, 0.3), atol=1e-6)
-    _, training_final = packed_clipped_lstm(inputs.clone().requires_grad_(), packed_weights(lstms), lengths, 0.5, 0.3)
+    _, training_final = packed_clipped_lstm(
+        inputs.clone().requires_grad_(), packed_weights(lstms), lengths, 0.5, 0.3
+    )
     for got, want in zip(final, training_final):
         assert torch.allclose(got, want.detach(), atol=1e-6)
     initial = (torch.randn(2, len(lengths), DIM), torch.randn(2, len(lengths), 10))
     with torch.no_grad():
-        from_initial = packed_clipped_lstm(inputs, packed_weights(lstms), lengths, 0.5, 0.3, initial)
-    training = packed_clipped_lstm(inputs.clone().requires_grad_(), packed_weights(lstms), lengths, 0.5, 0.3, initial)
+        from_initial = packed_clipped_lstm(
+            inputs, packed_weights(lstms), lengths, 0.5, 0.3, initial
+        )
+    training = packed_clipped_lstm(
+        inputs.clone().requires_grad_(), packed_weights(lstms), lengths, 0.5, 0.3, initial
+    )
     for got, want in zip([from_initial[0], *from_initial[1]], [training[0], *training[1]]):
         assert torch.allclose(got, want.detach(), atol=1e-6)
 
 
-def two_directions_counting_side_by_side(lengths: List[int], with_initial: bool, monkeypatch, repeated: bool = False):
+def two_directions_counting_side_by_side(
+    lengths: list[int], with_initial: bool, monkeypatch, repeated: bool = False
+):
     """Two directions' LSTMs, a batch of the given lengths (inputs all different, or two vectors
     repeated), an initial state or None, and the list that records each side_by_side call's
     number of tasks."""
@@ -364,9 +415,17 @@ def two_directions_counting_side_by_side(lengths: List[int], with_initial: bool,
     shape = (2, len(lengths), max(int(lengths.max()), 1))
     which = torch.arange(shape[0] * shape[1] * shape[2]).view(shape) % 2
     inputs = torch.randn(2, DIM)[which] if repeated else torch.randn(*shape, DIM)
-    initial = (torch.randn(2, len(lengths), DIM), torch.randn(2, len(lengths), 10)) if with_initial else None
-    calls: List[int] = []
-    monkeypatch.setattr(side_by_side_module, "side_by_side", lambda tasks: calls.append(len(tasks)) or side_by_side(tasks))
+    initial = (
+        (torch.randn(2, len(lengths), DIM), torch.randn(2, len(lengths), 10))
+        if with_initial
+        else None
+    )
+    calls: list[int] = []
+    monkeypatch.setattr(
+        side_by_side_module,
+        "side_by_side",
+        lambda tasks: calls.append(len(tasks)) or side_by_side(tasks),
+    )
     return lstms, lengths, inputs, initial, calls
 
 
@@ -381,12 +440,16 @@ def test_packed_lstm_inference_with_each_direction_on_its_own_thread_equals_one_
     the same outputs and final (state, memory) as the directions in turn on 1 thread,
     with padding, length-1 and empty rows, a batch of one, under no_grad and inference_mode,
     with all-different and with repeated input vectors (each step gathering its gates)."""
-    lstms, lengths, inputs, initial, calls = two_directions_counting_side_by_side(lengths, with_initial, monkeypatch, repeated)
+    lstms, lengths, inputs, initial, calls = two_directions_counting_side_by_side(
+        lengths, with_initial, monkeypatch, repeated
+    )
     results = {}
     for threads in (1, 2):
         torch.set_num_threads(threads)
         with grad_mode():
-            results[threads] = packed_clipped_lstm(inputs, packed_weights(lstms), lengths, 0.5, 0.3, initial)
+            results[threads] = packed_clipped_lstm(
+                inputs, packed_weights(lstms), lengths, 0.5, 0.3, initial
+            )
     assert torch.get_num_threads() == 2
     assert calls == ([2] if int(lengths.max()) > 0 else [])
     one_loop, two_threads = results[1], results[2]
@@ -397,26 +460,36 @@ def test_packed_lstm_inference_with_each_direction_on_its_own_thread_equals_one_
 def test_packed_lstm_keeps_one_loop_where_torchs_threads_are_not_openmps(monkeypatch):
     """torch's native thread pool has one process-wide size: there the directions stay in one loop."""
     monkeypatch.setattr(side_by_side_module, "openmp_backend", lambda: False)
-    monkeypatch.setattr(side_by_side_module, "side_by_side", lambda tasks: pytest.fail("ran side by side"))
+    monkeypatch.setattr(
+        side_by_side_module, "side_by_side", lambda tasks: pytest.fail("ran side by side")
+    )
     torch.set_num_threads(2)
     lstms = [torch.nn.LSTM(DIM, 10, proj_size=DIM, batch_first=True) for _ in range(2)]
     with torch.no_grad():
-        outputs, _ = packed_clipped_lstm(torch.randn(2, 3, 4, DIM), packed_weights(lstms), torch.tensor([4, 2, 1]), 0.5, 0.3)
+        outputs, _ = packed_clipped_lstm(
+            torch.randn(2, 3, 4, DIM), packed_weights(lstms), torch.tensor([4, 2, 1]), 0.5, 0.3
+        )
     assert outputs.shape == (2, 3, 4, DIM)
 
 
 @pytest.mark.parametrize("with_initial", [False, True])
 @pytest.mark.parametrize("lengths", [[7, 5, 3, 3, 0], [1], [4, 1]])
-def test_packed_lstm_training_with_each_direction_on_its_own_thread_equals_one_thread(lengths, with_initial, monkeypatch):
+def test_packed_lstm_training_with_each_direction_on_its_own_thread_equals_one_thread(
+    lengths, with_initial, monkeypatch
+):
     """With 2 torch threads the forward and the hand-written backward run the two directions side
     by side: the same outputs, final states and gradients (inputs and every weight) as on 1 thread."""
-    lstms, lengths, inputs, initial, calls = two_directions_counting_side_by_side(lengths, with_initial, monkeypatch)
+    lstms, lengths, inputs, initial, calls = two_directions_counting_side_by_side(
+        lengths, with_initial, monkeypatch
+    )
     inputs.requires_grad_()
     results = {}
     for threads in (1, 2):
         torch.set_num_threads(threads)
-        outputs, (state, memory) = packed_clipped_lstm(inputs, packed_weights(lstms), lengths, 0.5, 0.3, initial)
-        loss = (outputs * torch.linspace(-1, 1, outputs.size(-1))).sum() + (state ** 2).sum()
+        outputs, (state, memory) = packed_clipped_lstm(
+            inputs, packed_weights(lstms), lengths, 0.5, 0.3, initial
+        )
+        loss = (outputs * torch.linspace(-1, 1, outputs.size(-1))).sum() + (state**2).sum()
         parameters = [inputs, *(p for lstm in lstms for p in lstm.parameters())]
         results[threads] = [outputs, state, memory, *torch.autograd.grad(loss, parameters)]
     assert calls == [2, 2]  # the forward and the backward, on 2 threads only
@@ -426,14 +499,20 @@ def test_packed_lstm_training_with_each_direction_on_its_own_thread_equals_one_t
 
 @pytest.mark.parametrize("with_initial", [False, True])
 @pytest.mark.parametrize("lengths", [[7, 5, 3, 3, 0], [1], [4, 1]])
-def test_packed_lstm_time_loops_compiled_by_torchscript_equal_them_run_as_python(lengths, with_initial, monkeypatch):
+def test_packed_lstm_time_loops_compiled_by_torchscript_equal_them_run_as_python(
+    lengths, with_initial, monkeypatch
+):
     """The packed LSTM's time loops, forward and backward, run compiled by TorchScript (the
     forward in C++ where it builds: `test_compiled_lstm_steps`): the same outputs, final states
     and gradients (inputs and every weight) as the same loops run as Python, with padding,
     length-1 rows, a batch of one and an initial state."""
     assert isinstance(packed_module.scripted(packed_module.forward_steps), torch.jit.ScriptFunction)
-    assert isinstance(packed_module.scripted(packed_module.backward_steps), torch.jit.ScriptFunction)
-    lstms, lengths, inputs, initial, _ = two_directions_counting_side_by_side(lengths, with_initial, monkeypatch)
+    assert isinstance(
+        packed_module.scripted(packed_module.backward_steps), torch.jit.ScriptFunction
+    )
+    lstms, lengths, inputs, initial, _ = two_directions_counting_side_by_side(
+        lengths, with_initial, monkeypatch
+    )
     inputs.requires_grad_()
     monkeypatch.setattr(packed_module, "compiled_forward_steps", lambda: None)
     compiled = packed_module.scripted
@@ -445,18 +524,29 @@ def test_packed_lstm_time_loops_compiled_by_torchscript_equal_them_run_as_python
         assert torch.equal(got, want)
 
 
-def outputs_and_gradients(lstms, lengths, inputs, initial, clips=(0.5, 0.3)) -> List[torch.Tensor]:
+def outputs_and_gradients(lstms, lengths, inputs, initial, clips=(0.5, 0.3)) -> list[torch.Tensor]:
     """The packed LSTM's outputs, final (state, memory) and gradients (inputs and every weight)
     for a fixed loss, then its inference outputs and final (state, memory); clips (cell, proj)."""
-    outputs, (state, memory) = packed_clipped_lstm(inputs, packed_weights(lstms), lengths, *clips, initial)
-    loss = (outputs * torch.linspace(-1, 1, outputs.size(-1))).sum() + (state ** 2).sum()
+    outputs, (state, memory) = packed_clipped_lstm(
+        inputs, packed_weights(lstms), lengths, *clips, initial
+    )
+    loss = (outputs * torch.linspace(-1, 1, outputs.size(-1))).sum() + (state**2).sum()
     parameters = [inputs, *(p for lstm in lstms for p in lstm.parameters())]
     with torch.no_grad():
         inference = packed_clipped_lstm(inputs, packed_weights(lstms), lengths, *clips, initial)
-    return [outputs, state, memory, *torch.autograd.grad(loss, parameters), inference[0], *inference[1]]
+    return [
+        outputs,
+        state,
+        memory,
+        *torch.autograd.grad(loss, parameters),
+        inference[0],
+        *inference[1],
+    ]
 
 
-def test_packed_lstm_time_loops_run_as_python_where_torchscript_cannot_compile_them(monkeypatch, caplog):
+def test_packed_lstm_time_loops_run_as_python_where_torchscript_cannot_compile_them(
+    monkeypatch, caplog
+):
     """Where torch.jit.script fails (TorchScript is deprecated), the loop runs as Python, with a
     warning naming it."""
 

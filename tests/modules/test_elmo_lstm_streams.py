@@ -1,6 +1,7 @@
 """`elmo_lstm`'s stateful streams: a window read in two halves with the state carried equals the
 whole window (values and gradients within it), and the state carried out never holds a token
 after the window, in either direction."""
+
 import pytest
 import torch
 
@@ -49,10 +50,11 @@ def test_zero_state_is_the_stateless_start(clips):
     lstm = make_lstm(**clips)
     inputs = streams()
     fresh, _ = lstm.stream_layers(inputs, full_mask(inputs))
-    zero_state = [
-        (torch.zeros(2, 3, DIM), torch.zeros(2, 3, 10)) for _ in range(2)
-    ]
-    assert all(torch.equal(a, b) for a, b in zip(fresh, lstm.stream_layers(inputs, full_mask(inputs), zero_state)[0]))
+    zero_state = [(torch.zeros(2, 3, DIM), torch.zeros(2, 3, 10)) for _ in range(2)]
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(fresh, lstm.stream_layers(inputs, full_mask(inputs), zero_state)[0])
+    )
 
 
 @pytest.mark.parametrize("clips", CLIPS)
@@ -80,9 +82,12 @@ def test_no_future_token_leak_across_two_consecutive_windows(clips):
 
 def test_the_transformer_refuses_stateful_streams():
     from allennlp.common.checks import ConfigurationError
+
     from elmo_plugin.modules.elmo_transformer import ElmoTransformerContextualizer
 
-    transformer = ElmoTransformerContextualizer(input_dim=DIM, num_layers=1, num_attention_heads=2, feedforward_hidden_dim=8)
+    transformer = ElmoTransformerContextualizer(
+        input_dim=DIM, num_layers=1, num_attention_heads=2, feedforward_hidden_dim=8
+    )
     with pytest.raises(ConfigurationError, match="use the elmo_lstm contextualizer"):
         transformer.stream_layers(torch.zeros(2, 1, 3, DIM), torch.ones(1, 3, dtype=torch.bool))
 
@@ -139,7 +144,12 @@ def test_packed_final_state_is_each_rows_state_at_its_last_position(clips):
     short = torch.arange(5) < torch.tensor([5, 3, 4]).unsqueeze(1)
     _, carried = lstm.stream_layers(inputs[:, :, :5], short)
     for row, length in enumerate([5, 3, 4]):
-        whole, _ = lstm.stream_layers(torch.cat([inputs[:, row:row + 1, :length], inputs[:, row:row + 1, 5:]], dim=2), torch.ones(1, length + 3, dtype=torch.bool))
-        state = [(h[:, row:row + 1], c[:, row:row + 1]) for h, c in carried]
-        rest, _ = lstm.stream_layers(inputs[:, row:row + 1, 5:], torch.ones(1, 3, dtype=torch.bool), state)
+        whole, _ = lstm.stream_layers(
+            torch.cat([inputs[:, row : row + 1, :length], inputs[:, row : row + 1, 5:]], dim=2),
+            torch.ones(1, length + 3, dtype=torch.bool),
+        )
+        state = [(h[:, row : row + 1], c[:, row : row + 1]) for h, c in carried]
+        rest, _ = lstm.stream_layers(
+            inputs[:, row : row + 1, 5:], torch.ones(1, 3, dtype=torch.bool), state
+        )
         assert torch.allclose(whole[-1][:, length:], rest[-1], atol=1e-6)

@@ -1,5 +1,4 @@
 """elmo_transformer: no peeking in either direction, padding invariance, shapes, dropout."""
-from typing import Tuple
 
 import pytest
 import torch
@@ -9,7 +8,11 @@ from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 from elmo_plugin.modules.elmo_char_cnn import ElmoCharCnn
-from elmo_plugin.modules.elmo_transformer import ElmoTransformerContextualizer, fast_dropout, sinusoidal_positions
+from elmo_plugin.modules.elmo_transformer import (
+    ElmoTransformerContextualizer,
+    fast_dropout,
+    sinusoidal_positions,
+)
 
 DIM = 16
 LENGTHS = [9, 6, 3]
@@ -18,11 +21,18 @@ TOLERANCE = 1e-5
 
 def make_transformer(**kwargs) -> ElmoTransformerContextualizer:
     torch.manual_seed(1)
-    defaults = dict(input_dim=DIM, feedforward_hidden_dim=32, num_layers=3, num_attention_heads=4, dropout=0.1, input_dropout=0.1)
+    defaults = dict(
+        input_dim=DIM,
+        feedforward_hidden_dim=32,
+        num_layers=3,
+        num_attention_heads=4,
+        dropout=0.1,
+        input_dropout=0.1,
+    )
     return ElmoTransformerContextualizer(**{**defaults, **kwargs}).eval()
 
 
-def padded_batch(lengths=LENGTHS) -> Tuple[torch.Tensor, torch.BoolTensor]:
+def padded_batch(lengths=LENGTHS) -> tuple[torch.Tensor, torch.BoolTensor]:
     """Random inputs (batch, max length, DIM) and the prefix mask of `lengths`."""
     torch.manual_seed(2)
     timesteps = max(lengths)
@@ -39,14 +49,30 @@ def perturbed(inputs: torch.Tensor, position: int) -> torch.Tensor:
 
 def test_rejects_bad_arguments():
     with pytest.raises(ConfigurationError, match="num_attention_heads"):
-        ElmoTransformerContextualizer(input_dim=10, feedforward_hidden_dim=8, num_layers=1, num_attention_heads=4)
+        ElmoTransformerContextualizer(
+            input_dim=10, feedforward_hidden_dim=8, num_layers=1, num_attention_heads=4
+        )
     with pytest.raises(ConfigurationError, match="backward_positions"):
-        ElmoTransformerContextualizer(input_dim=8, feedforward_hidden_dim=8, num_layers=1, num_attention_heads=4, backward_positions="middle")
+        ElmoTransformerContextualizer(
+            input_dim=8,
+            feedforward_hidden_dim=8,
+            num_layers=1,
+            num_attention_heads=4,
+            backward_positions="middle",
+        )
 
 
 def test_registered_and_built_from_params():
     encoder = Seq2SeqEncoder.from_params(
-        Params({"type": "elmo_transformer", "input_dim": 8, "hidden_dim": 16, "num_layers": 2, "num_attention_heads": 2})
+        Params(
+            {
+                "type": "elmo_transformer",
+                "input_dim": 8,
+                "hidden_dim": 16,
+                "num_layers": 2,
+                "num_attention_heads": 2,
+            }
+        )
     )
     assert isinstance(encoder, ElmoTransformerContextualizer)
     assert encoder.num_layers == 2 and encoder.is_bidirectional()
@@ -84,7 +110,12 @@ def test_forward_direction_never_sees_the_future(position, backward_positions):
     after = transformer.all_layers(perturbed(inputs, position + 1), mask)
     for layer_before, layer_after in zip(before, after):
         forward_before, forward_after = layer_before[..., :DIM], layer_after[..., :DIM]
-        torch.testing.assert_close(forward_after[:, : position + 1], forward_before[:, : position + 1], atol=TOLERANCE, rtol=0)
+        torch.testing.assert_close(
+            forward_after[:, : position + 1],
+            forward_before[:, : position + 1],
+            atol=TOLERANCE,
+            rtol=0,
+        )
     # ...while the perturbed token itself does reach the forward state of its own sentence
     changed = (after[-1][0, position + 1, :DIM] - before[-1][0, position + 1, :DIM]).abs().max()
     assert changed > 1e-3
@@ -99,7 +130,9 @@ def test_backward_direction_never_sees_the_past(position, backward_positions):
     after = transformer.all_layers(perturbed(inputs, position - 1), mask)
     for layer_before, layer_after in zip(before, after):
         backward_before, backward_after = layer_before[..., DIM:], layer_after[..., DIM:]
-        torch.testing.assert_close(backward_after[:, position:], backward_before[:, position:], atol=TOLERANCE, rtol=0)
+        torch.testing.assert_close(
+            backward_after[:, position:], backward_before[:, position:], atol=TOLERANCE, rtol=0
+        )
     changed = (after[-1][0, position - 1, DIM:] - before[-1][0, position - 1, DIM:]).abs().max()
     assert changed > 1e-3
 
@@ -115,15 +148,18 @@ def test_gradients_flow_only_from_allowed_positions_in_training_mode():
         for position in range(length):
             torch.manual_seed(3)
             output = transformer(inputs, mask)
-            forward_grad, = torch.autograd.grad(output[sentence, position, :DIM] @ probe, inputs)
+            (forward_grad,) = torch.autograd.grad(output[sentence, position, :DIM] @ probe, inputs)
             torch.manual_seed(3)
             output = transformer(inputs, mask)
-            backward_grad, = torch.autograd.grad(output[sentence, position, DIM:] @ probe, inputs)
+            (backward_grad,) = torch.autograd.grad(output[sentence, position, DIM:] @ probe, inputs)
             assert forward_grad[sentence, position + 1 :].abs().sum() == 0
             assert backward_grad[sentence, :position].abs().sum() == 0
             others = [index for index in range(len(LENGTHS)) if index != sentence]
             assert forward_grad[others].abs().max() == 0 and backward_grad[others].abs().max() == 0
-            assert forward_grad[sentence, position].abs().max() > 0 and backward_grad[sentence, position].abs().max() > 0
+            assert (
+                forward_grad[sentence, position].abs().max() > 0
+                and backward_grad[sentence, position].abs().max() > 0
+            )
 
 
 @pytest.mark.parametrize("backward_positions", ["from_end", "from_start"])
@@ -132,9 +168,13 @@ def test_padding_never_changes_real_outputs(backward_positions):
     inputs, mask = padded_batch()
     batched = transformer.all_layers(inputs, mask)
     for sentence, length in enumerate(LENGTHS):
-        alone = transformer.all_layers(inputs[sentence : sentence + 1, :length], mask[sentence : sentence + 1, :length])
+        alone = transformer.all_layers(
+            inputs[sentence : sentence + 1, :length], mask[sentence : sentence + 1, :length]
+        )
         for layer_alone, layer_batched in zip(alone, batched):
-            torch.testing.assert_close(layer_alone[0], layer_batched[sentence, :length], atol=TOLERANCE, rtol=0)
+            torch.testing.assert_close(
+                layer_alone[0], layer_batched[sentence, :length], atol=TOLERANCE, rtol=0
+            )
     # whatever sits in the padding positions
     garbage = inputs.clone()
     garbage[~mask] = 1e3
@@ -151,14 +191,25 @@ def test_each_direction_is_a_language_model_of_its_own_context():
     sentence, extra = torch.randn(1, 5, DIM), torch.randn(1, 3, DIM)
     full = torch.ones(1, 8, dtype=torch.bool)
     alone = make_transformer(backward_positions="from_end").all_layers(sentence, full[:, :5])
-    appended = make_transformer(backward_positions="from_end").all_layers(torch.cat([sentence, extra], dim=1), full)
-    prepended = make_transformer(backward_positions="from_end").all_layers(torch.cat([extra, sentence], dim=1), full)
+    appended = make_transformer(backward_positions="from_end").all_layers(
+        torch.cat([sentence, extra], dim=1), full
+    )
+    prepended = make_transformer(backward_positions="from_end").all_layers(
+        torch.cat([extra, sentence], dim=1), full
+    )
     for layer_alone, layer_appended, layer_prepended in zip(alone, appended, prepended):
-        torch.testing.assert_close(layer_appended[:, :5, :DIM], layer_alone[..., :DIM], atol=TOLERANCE, rtol=0)
-        torch.testing.assert_close(layer_prepended[:, 3:, DIM:], layer_alone[..., DIM:], atol=TOLERANCE, rtol=0)
+        torch.testing.assert_close(
+            layer_appended[:, :5, :DIM], layer_alone[..., :DIM], atol=TOLERANCE, rtol=0
+        )
+        torch.testing.assert_close(
+            layer_prepended[:, 3:, DIM:], layer_alone[..., DIM:], atol=TOLERANCE, rtol=0
+        )
     from_start = make_transformer()
     assert from_start.backward_positions == "from_start"
-    moved = from_start(torch.cat([extra, sentence], dim=1), full)[:, 3:, DIM:] - from_start(sentence, full[:, :5])[..., DIM:]
+    moved = (
+        from_start(torch.cat([extra, sentence], dim=1), full)[:, 3:, DIM:]
+        - from_start(sentence, full[:, :5])[..., DIM:]
+    )
     assert moved.abs().max() > 1e-3
 
 
@@ -168,7 +219,9 @@ def test_inputs_are_layer_normed_unless_switched_off():
     inputs, mask = padded_batch()
     scales = torch.rand(*inputs.shape[:2], 1) * 5 + 0.5
     normed = make_transformer()
-    torch.testing.assert_close(normed(inputs * scales, mask), normed(inputs, mask), atol=1e-4, rtol=0)
+    torch.testing.assert_close(
+        normed(inputs * scales, mask), normed(inputs, mask), atol=1e-4, rtol=0
+    )
     raw = make_transformer(input_layer_norm=False)
     assert raw.input_norm is None
     assert (raw(inputs * scales, mask) - raw(inputs, mask)).abs().max() > 1e-2
@@ -202,14 +255,21 @@ def test_cpu_dropout_is_inverted_bernoulli_dropout(p):
     dropped = fast_dropout(inputs, p, training=True)
     kept = dropped != 0
     assert kept.float().mean().item() == pytest.approx(1 - p, abs=0.003)
-    torch.testing.assert_close(dropped[kept], torch.full_like(dropped[kept], 1 / (1 - p)), rtol=1e-4, atol=0)
+    torch.testing.assert_close(
+        dropped[kept], torch.full_like(dropped[kept], 1 / (1 - p)), rtol=1e-4, atol=0
+    )
     assert dropped.mean().item() == pytest.approx(1.0, abs=0.005)
     dropped.sum().backward()
     torch.testing.assert_close(inputs.grad, dropped.detach())  # gradient = mask * scale
     assert kept[:, :-1].float().mean(dim=0).std() < 0.05  # no column pattern in the 4-per-word draw
     torch.manual_seed(4)
-    torch.testing.assert_close(fast_dropout(inputs, p, training=True), dropped)  # reproducible from the seed
-    assert fast_dropout(inputs, p, training=False) is inputs and fast_dropout(inputs, 0.0, training=True) is inputs
+    torch.testing.assert_close(
+        fast_dropout(inputs, p, training=True), dropped
+    )  # reproducible from the seed
+    assert (
+        fast_dropout(inputs, p, training=False) is inputs
+        and fast_dropout(inputs, 0.0, training=True) is inputs
+    )
 
 
 def test_bilm_encoder_uses_it_unchanged():
@@ -234,17 +294,25 @@ def test_bilm_encoder_uses_it_unchanged():
 
 def test_hidden_dim_is_still_accepted_as_the_old_name_of_feedforward_hidden_dim():
     old = make_transformer(feedforward_hidden_dim=None, hidden_dim=24)
-    assert old.feedforward_hidden_dim == 24 and old.layers[0].feedforward_in_weight.shape == (2, DIM, 24)
+    assert old.feedforward_hidden_dim == 24 and old.layers[0].feedforward_in_weight.shape == (
+        2,
+        DIM,
+        24,
+    )
     with pytest.raises(ConfigurationError, match="exactly once"):
         make_transformer(hidden_dim=24)
-    assert "feedforward_hidden_dim=32" in repr(make_transformer())  # DirectionalBlock prints its sizes
+    assert "feedforward_hidden_dim=32" in repr(
+        make_transformer()
+    )  # DirectionalBlock prints its sizes
 
 
 def copy_into_allennlp_models(ours: ElmoTransformerContextualizer, theirs) -> None:
     """Our stacked per-direction parameters -> allennlp-models' two `make_model` transformers
     (their Linear weights are (out, in), ours (in, out) for x @ W)."""
     with torch.no_grad():
-        for direction, stack in enumerate([theirs._forward_transformer, theirs._backward_transformer]):
+        for direction, stack in enumerate(
+            [theirs._forward_transformer, theirs._backward_transformer]
+        ):
             for block, layer in zip(ours.layers, stack.layers):
                 attention_norm, feedforward_norm = layer.sublayer[0].norm, layer.sublayer[1].norm
                 attention_norm.gamma.copy_(block.attention_norm_weight[direction, 0])
@@ -278,14 +346,20 @@ def test_equals_allennlp_models_transformer_in_values_and_gradients():
     )
 
     ours = make_transformer(
-        num_attention_heads=8, dropout=0.0, input_dropout=0.0, input_layer_norm=False,
-        backward_positions="from_start", return_all_layers=True,
+        num_attention_heads=8,
+        dropout=0.0,
+        input_dropout=0.0,
+        input_layer_norm=False,
+        backward_positions="from_start",
+        return_all_layers=True,
     )
     with torch.no_grad():  # non-trivial norms and biases, so a misplaced one shows
         for name, parameter in ours.named_parameters():
             if "norm" in name or "bias" in name:
                 parameter.add_(torch.randn_like(parameter) * 0.3)
-    theirs = BidirectionalLanguageModelTransformer(DIM, 32, 3, dropout=0.0, return_all_layers=True).eval()
+    theirs = BidirectionalLanguageModelTransformer(
+        DIM, 32, 3, dropout=0.0, return_all_layers=True
+    ).eval()
     copy_into_allennlp_models(ours, theirs)
     inputs, mask = padded_batch()
     real = mask.unsqueeze(-1)
@@ -294,7 +368,9 @@ def test_equals_allennlp_models_transformer_in_values_and_gradients():
         leaf = inputs.clone().requires_grad_()
         layers = module(leaf, mask)
         weights = torch.Generator().manual_seed(3)
-        loss = sum((layer * real * torch.randn(layer.shape, generator=weights)).sum() for layer in layers)
+        loss = sum(
+            (layer * real * torch.randn(layer.shape, generator=weights)).sum() for layer in layers
+        )
         results.append(([layer * real for layer in layers], torch.autograd.grad(loss, leaf)[0]))
     (our_layers, our_grad), (their_layers, their_grad) = results
     assert len(our_layers) == len(their_layers) == 3

@@ -40,9 +40,15 @@ def test_keep_freed_heap_says_so_when_glibc_refuses(glibc, caplog):
 
 @pytest.mark.parametrize(
     "setting",
-    [("ELMO_PLUGIN_KEEP_HEAP", "0"), ("MALLOC_TRIM_THRESHOLD_", "131072"), ("GLIBC_TUNABLES", "glibc.malloc.trim_threshold=131072")],
+    [
+        ("ELMO_PLUGIN_KEEP_HEAP", "0"),
+        ("MALLOC_TRIM_THRESHOLD_", "131072"),
+        ("GLIBC_TUNABLES", "glibc.malloc.trim_threshold=131072"),
+    ],
 )
-def test_keep_freed_heap_leaves_the_heap_alone_where_the_user_set_it_or_opted_out(setting, glibc, monkeypatch):
+def test_keep_freed_heap_leaves_the_heap_alone_where_the_user_set_it_or_opted_out(
+    setting, glibc, monkeypatch
+):
     """glibc's own MALLOC_* variables and GLIBC_TUNABLES win, and ELMO_PLUGIN_KEEP_HEAP=0 opts out:
     mallopt is never called."""
     monkeypatch.setenv(*setting)

@@ -54,7 +54,9 @@ def test_packed_lstm_through_onednn_equals_it_through_torch_matmul(lengths, monk
     wrt = [inputs, *(p for lstm in lstms for p in lstm.parameters())]
 
     def run():
-        outputs, final = packed_clipped_lstm(inputs, packed_weights(lstms), lengths, 0.5, 0.3, initial)
+        outputs, final = packed_clipped_lstm(
+            inputs, packed_weights(lstms), lengths, 0.5, 0.3, initial
+        )
         weights = torch.linspace(-1, 1, outputs.numel()).view_as(outputs)
         return [outputs, *final, *torch.autograd.grad((outputs * weights).sum(), wrt)]
 

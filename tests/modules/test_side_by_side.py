@@ -15,13 +15,22 @@ def thread_counts_seen(tasks: int):
 
     def task():
         with lock:
-            seen.append((threading.current_thread().name, torch.get_num_threads(), torch.is_grad_enabled(), torch.is_inference_mode_enabled()))
+            seen.append(
+                (
+                    threading.current_thread().name,
+                    torch.get_num_threads(),
+                    torch.is_grad_enabled(),
+                    torch.is_inference_mode_enabled(),
+                )
+            )
 
     return seen, [task] * tasks
 
 
 @pytest.mark.parametrize("threads, tasks, each", [(2, 2, 1), (4, 2, 2), (1, 2, 1), (3, 3, 1)])
-def test_side_by_side_splits_the_callers_threads_and_leaves_its_setting_and_the_process_default(threads, tasks, each):
+def test_side_by_side_splits_the_callers_threads_and_leaves_its_setting_and_the_process_default(
+    threads, tasks, each
+):
     """Each task runs on a pool thread with the caller's intra-op threads divided among the tasks
     (at least one), without gradients; afterwards the caller, MKL and a brand-new thread still see
     the caller's count (torch.set_num_threads also sets MKL's and the default of threads made later)."""
@@ -32,8 +41,14 @@ def test_side_by_side_splits_the_callers_threads_and_leaves_its_setting_and_the_
     assert [count for _, count, _, _ in seen] == [each] * tasks
     assert not any(grad for _, _, grad, _ in seen)
     assert torch.get_num_threads() == threads
-    mkl = [line for line in torch.__config__.parallel_info().splitlines() if "mkl_get_max_threads" in line]
-    assert all(line.split(":")[-1].strip() == str(threads) for line in mkl)  # MKL's count is process-wide
+    mkl = [
+        line
+        for line in torch.__config__.parallel_info().splitlines()
+        if "mkl_get_max_threads" in line
+    ]
+    assert all(
+        line.split(":")[-1].strip() == str(threads) for line in mkl
+    )  # MKL's count is process-wide
     fresh = []
     thread = threading.Thread(target=lambda: fresh.append(torch.get_num_threads()))
     thread.start()
@@ -49,7 +64,9 @@ def threads_in_this_process() -> int:
     side_by_side_module.openmp_pause() is None or not os.path.isdir("/proc/self/task"),
     reason="torch's OpenMP runtime cannot pause, or no /proc to count threads",
 )
-def test_idle_openmp_threads_are_released_before_tasks_go_side_by_side_and_parallel_ops_still_agree(monkeypatch):
+def test_idle_openmp_threads_are_released_before_tasks_go_side_by_side_and_parallel_ops_still_agree(
+    monkeypatch,
+):
     """Releasing this thread's idle OpenMP workers ends them (the process has 2 threads fewer
     after a 3-thread parallel op) and keeps its thread count; the next parallel op starts them
     again and gives the same numbers. side_by_side releases them before any task starts."""
@@ -72,7 +89,9 @@ def test_idle_openmp_threads_are_released_before_tasks_go_side_by_side_and_paral
     assert torch.get_num_threads() == 3 and torch.equal(x.exp(), before)
     assert threads_in_this_process() == without_workers + 2
     events = []
-    monkeypatch.setattr(side_by_side_module, "release_idle_openmp_threads", lambda: events.append("release"))
+    monkeypatch.setattr(
+        side_by_side_module, "release_idle_openmp_threads", lambda: events.append("release")
+    )
     side_by_side([lambda: events.append("task")] * 2)
     assert events == ["release", "task", "task"]
 

@@ -1,4 +1,5 @@
 """`elmo_lm_scorer` through `allennlp predict`: its perplexities are the model's own numbers."""
+
 import json
 import math
 
@@ -42,11 +43,32 @@ def test_log_probs_are_the_models_own_numbers(archive, tiny_corpus, plugin_cwd, 
     for line in (tiny_corpus / "valid.txt").read_text(encoding="utf-8").splitlines():
         tokens = line.split()
         windows += [tokens[start : start + WINDOW] for start in range(0, len(tokens), WINDOW)]
-    inputs = [{"tokens": w} if i % 2 else {"sentence": " ".join(w), "top_k": 3} for i, w in enumerate(windows)]
-    (plugin_cwd / "in.jsonl").write_text("".join(json.dumps(i) + "\n" for i in inputs), encoding="utf-8")
-    run_allennlp(["predict", str(tiny_bilm_archive), "in.jsonl", "--predictor", "elmo_lm_scorer",
-                  "--output-file", "out.jsonl", "--batch-size", "8", "--silent"], cwd=plugin_cwd)
-    outputs = [json.loads(line) for line in (plugin_cwd / "out.jsonl").read_text(encoding="utf-8").splitlines()]
+    inputs = [
+        {"tokens": w} if i % 2 else {"sentence": " ".join(w), "top_k": 3}
+        for i, w in enumerate(windows)
+    ]
+    (plugin_cwd / "in.jsonl").write_text(
+        "".join(json.dumps(i) + "\n" for i in inputs), encoding="utf-8"
+    )
+    run_allennlp(
+        [
+            "predict",
+            str(tiny_bilm_archive),
+            "in.jsonl",
+            "--predictor",
+            "elmo_lm_scorer",
+            "--output-file",
+            "out.jsonl",
+            "--batch-size",
+            "8",
+            "--silent",
+        ],
+        cwd=plugin_cwd,
+    )
+    outputs = [
+        json.loads(line)
+        for line in (plugin_cwd / "out.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
     assert len(outputs) == len(windows)
 
     forward_nll = -sum(sum(o["forward_log_probs"]) for o in outputs)
@@ -55,7 +77,9 @@ def test_log_probs_are_the_models_own_numbers(archive, tiny_corpus, plugin_cwd, 
     assert targets == sum(len(w) + 1 for w in windows)
     # Forward: the perplexity `allennlp train` recorded for the archive (token-weighted, batched).
     metrics = json.loads((tiny_bilm_archive.parent / "metrics.json").read_text())
-    assert math.exp(forward_nll / targets) == pytest.approx(metrics["best_validation_forward_perplexity"], rel=1e-4)
+    assert math.exp(forward_nll / targets) == pytest.approx(
+        metrics["best_validation_forward_perplexity"], rel=1e-4
+    )
     # Both directions: the model's own losses, one sentence per batch. (Batched, allennlp-models'
     # LanguageModel also scores a bogus backward target at the first padding position of every
     # shorter sentence, so its batched backward numbers depend on padding.)
@@ -70,15 +94,27 @@ def test_log_probs_are_the_models_own_numbers(archive, tiny_corpus, plugin_cwd, 
         assert len(output["forward_log_probs"]) == len(output["backward_log_probs"]) == n + 1
         forward, backward = sum(output["forward_log_probs"]), sum(output["backward_log_probs"])
         assert output["forward_perplexity"] == pytest.approx(math.exp(-forward / (n + 1)), rel=1e-5)
-        assert output["backward_perplexity"] == pytest.approx(math.exp(-backward / (n + 1)), rel=1e-5)
-        assert output["perplexity"] == pytest.approx(math.exp(-(forward + backward) / (2 * (n + 1))), rel=1e-5)
+        assert output["backward_perplexity"] == pytest.approx(
+            math.exp(-backward / (n + 1)), rel=1e-5
+        )
+        assert output["perplexity"] == pytest.approx(
+            math.exp(-(forward + backward) / (2 * (n + 1))), rel=1e-5
+        )
         assert len(output["top_next"]) == len(output["top_previous"]) == n
         for position in range(n):
             next_word = window[position + 1] if position + 1 < n else "</S>"
             previous_word = window[position - 1] if position else "<S>"
             for top, word, log_prob in (
-                (output["top_next"][position], next_word, output["forward_log_probs"][position + 1]),
-                (output["top_previous"][position], previous_word, output["backward_log_probs"][position]),
+                (
+                    output["top_next"][position],
+                    next_word,
+                    output["forward_log_probs"][position + 1],
+                ),
+                (
+                    output["top_previous"][position],
+                    previous_word,
+                    output["backward_log_probs"][position],
+                ),
             ):
                 values = [entry["log_prob"] for entry in top]
                 assert len(top) == k and values == sorted(values, reverse=True)

@@ -1,4 +1,5 @@
 """`whitespace_tagger` through `allennlp predict` on a trained ELMo tagger archive."""
+
 import json
 
 import pytest
@@ -9,15 +10,40 @@ from conllu import parse_incr
 from tests.helpers import run_allennlp
 
 
-def test_tags_whitespace_sentences_and_token_lists(tiny_elmo_tagger_archive, tiny_tagged_data, plugin_cwd):
+def test_tags_whitespace_sentences_and_token_lists(
+    tiny_elmo_tagger_archive, tiny_tagged_data, plugin_cwd
+):
     with open(tiny_tagged_data / "valid.conllu", encoding="utf-8") as conllu:
         gold = [([w["form"] for w in s], [w["upos"] for w in s]) for s in parse_incr(conllu)]
-    inputs = [{"sentence": " ".join(words)} if i % 2 else {"tokens": words} for i, (words, _) in enumerate(gold)]
-    inputs.append({"sentence": "  ".join(gold[0][0]) + " "})  # the first sentence again, odd spacing
-    (plugin_cwd / "in.jsonl").write_text("".join(json.dumps(i) + "\n" for i in inputs), encoding="utf-8")
-    run_allennlp(["predict", str(tiny_elmo_tagger_archive), "in.jsonl", "--predictor", "whitespace_tagger",
-                  "--output-file", "out.jsonl", "--batch-size", "4", "--silent"], cwd=plugin_cwd)
-    outputs = [json.loads(line) for line in (plugin_cwd / "out.jsonl").read_text(encoding="utf-8").splitlines()]
+    inputs = [
+        {"sentence": " ".join(words)} if i % 2 else {"tokens": words}
+        for i, (words, _) in enumerate(gold)
+    ]
+    inputs.append(
+        {"sentence": "  ".join(gold[0][0]) + " "}
+    )  # the first sentence again, odd spacing
+    (plugin_cwd / "in.jsonl").write_text(
+        "".join(json.dumps(i) + "\n" for i in inputs), encoding="utf-8"
+    )
+    run_allennlp(
+        [
+            "predict",
+            str(tiny_elmo_tagger_archive),
+            "in.jsonl",
+            "--predictor",
+            "whitespace_tagger",
+            "--output-file",
+            "out.jsonl",
+            "--batch-size",
+            "4",
+            "--silent",
+        ],
+        cwd=plugin_cwd,
+    )
+    outputs = [
+        json.loads(line)
+        for line in (plugin_cwd / "out.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
     assert len(outputs) == len(gold) + 1
     correct = total = 0
     for (words, tags), output in zip(gold, outputs):
@@ -30,5 +56,7 @@ def test_tags_whitespace_sentences_and_token_lists(tiny_elmo_tagger_archive, tin
 
 def test_biLM_predictors_refuse_a_tagger_archive(tiny_elmo_tagger_archive):
     for name in ("elmo_embeddings", "elmo_lm_scorer"):
-        with pytest.raises(ConfigurationError, match="needs an ELMo biLM archive .* holds a CrfTagger"):
+        with pytest.raises(
+            ConfigurationError, match="needs an ELMo biLM archive .* holds a CrfTagger"
+        ):
             Predictor.from_path(str(tiny_elmo_tagger_archive), name)

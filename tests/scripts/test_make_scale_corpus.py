@@ -1,11 +1,11 @@
 """scripts/make_scale_corpus.py, run as the real CLI: shards, tokens.txt, statistics, refusals."""
+
 import os
 import re
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import List
 
 import pytest
 from allennlp.common import Params
@@ -20,9 +20,21 @@ TOKENS, SHARDS = 20_000, 3
 SHARD_NAMES = [f"shard-{i:05d}-of-{SHARDS:05d}.txt" for i in range(SHARDS)]
 
 
-def make_corpus(out: Path, tokens: int = TOKENS, shards: int = SHARDS, seed: int = 0) -> subprocess.CompletedProcess:
-    command = [sys.executable, str(SCRIPT), "--tokens", str(tokens), "--shards", str(shards), "--out", str(out),
-               "--seed", str(seed)]
+def make_corpus(
+    out: Path, tokens: int = TOKENS, shards: int = SHARDS, seed: int = 0
+) -> subprocess.CompletedProcess:
+    command = [
+        sys.executable,
+        str(SCRIPT),
+        "--tokens",
+        str(tokens),
+        "--shards",
+        str(shards),
+        "--out",
+        str(out),
+        "--seed",
+        str(seed),
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     return subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
 
@@ -37,7 +49,7 @@ def text_of(folder: Path) -> bytes:
     return b"".join((folder / name).read_bytes() for name in sorted(os.listdir(folder)))
 
 
-def sentences(folder: Path) -> List[List[str]]:
+def sentences(folder: Path) -> list[list[str]]:
     return [line.split() for line in text_of(folder).decode("utf-8").split("\n")[:-1]]
 
 
@@ -47,19 +59,24 @@ def corpus(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def tokens_file(corpus) -> List[str]:
+def tokens_file(corpus) -> list[str]:
     return (corpus.parent / "tokens.txt").read_text(encoding="utf-8").split("\n")[:-1]
 
 
 @pytest.fixture(scope="module")
 def large_corpus(tmp_path_factory) -> Path:
     """200k tokens, seed 1, one shard: enough sentences for the length tail and Zipf counts."""
-    return generated(tmp_path_factory.mktemp("scale_large") / "shards", tokens=200_000, shards=1, seed=1)
+    return generated(
+        tmp_path_factory.mktemp("scale_large") / "shards", tokens=200_000, shards=1, seed=1
+    )
 
 
 def test_exactly_k_shards_and_nothing_else(corpus):
     assert sorted(os.listdir(corpus)) == SHARD_NAMES
-    assert sorted(os.listdir(corpus.parent)) == ["shards", "tokens.txt"]  # no temporary shard left behind
+    assert sorted(os.listdir(corpus.parent)) == [
+        "shards",
+        "tokens.txt",
+    ]  # no temporary shard left behind
     assert all((corpus / name).stat().st_size > 0 for name in SHARD_NAMES)
 
 
@@ -98,7 +115,12 @@ def test_tokens_file_loads_as_elmo_vocabulary(corpus):
     vocab = Vocabulary.from_params(params)
     # padding + one entry per line: 793,471 softmax rows, as elmo-export counts them
     assert vocab.get_vocab_size("tokens") == NUM_TYPES + 1
-    assert [vocab.get_token_index(token) for token in ["<S>", "</S>", "@@UNKNOWN@@", "the"]] == [1, 2, 3, 4]
+    assert [vocab.get_token_index(token) for token in ["<S>", "</S>", "@@UNKNOWN@@", "the"]] == [
+        1,
+        2,
+        3,
+        4,
+    ]
     assert vocab.get_token_index("never-generated-token") == 3
 
 
@@ -112,7 +134,9 @@ def test_deterministic_by_seed(corpus, large_corpus, tmp_path):
     # The text does not depend on N or K beyond where it is cut, so only the seed makes these differ.
     assert text_of(large_corpus)[:2000] != text_of(corpus)[:2000]
     # the type list is fixed, whatever the seed
-    assert (large_corpus.parent / "tokens.txt").read_bytes() == (corpus.parent / "tokens.txt").read_bytes()
+    assert (large_corpus.parent / "tokens.txt").read_bytes() == (
+        corpus.parent / "tokens.txt"
+    ).read_bytes()
 
 
 def test_sentence_lengths_like_1b_word(large_corpus):
@@ -142,7 +166,17 @@ def test_refusals(tmp_path, args, problem):
     (out / "existing.txt").write_text("x\n")
     if args:  # the bad number is refused even for an empty folder
         (out / "existing.txt").unlink()
-    command = [sys.executable, str(SCRIPT), "--shards", "3", "--tokens", "100", "--out", str(out), *args]
+    command = [
+        sys.executable,
+        str(SCRIPT),
+        "--shards",
+        "3",
+        "--tokens",
+        "100",
+        "--out",
+        str(out),
+        *args,
+    ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1 and problem in result.stderr

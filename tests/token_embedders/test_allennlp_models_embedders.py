@@ -1,12 +1,13 @@
 """Our biLM archives as `archive_file` of allennlp-models' `bidirectional_lm_token_embedder` and
 `language_model_token_embedder`: they mix exactly the layers our `elmo_bilm_embedder` gives."""
-from typing import List
 
 import pytest
 import torch
 from allennlp.data import Vocabulary
 from allennlp.models.archival import load_archive
-from allennlp_models.lm.modules.token_embedders.bidirectional_lm import BidirectionalLanguageModelTokenEmbedder
+from allennlp_models.lm.modules.token_embedders.bidirectional_lm import (
+    BidirectionalLanguageModelTokenEmbedder,
+)
 from allennlp_models.lm.modules.token_embedders.language_model import LanguageModelTokenEmbedder
 
 from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
@@ -16,7 +17,7 @@ TOLERANCE = 1e-5
 SENTENCES = [["the", "cat", "sat", "on", "the", "mat"], ["a", "b"], ["unseenword", "."]]
 
 
-def char_ids(sentences: List[List[str]]) -> torch.Tensor:
+def char_ids(sentences: list[list[str]]) -> torch.Tensor:
     """(sentences, longest, 50) ELMo character ids, right-padded with 0."""
     indexer = ElmoCharIdsIndexer()
     ids = torch.zeros(len(sentences), max(map(len, sentences)), 50, dtype=torch.long)
@@ -25,19 +26,25 @@ def char_ids(sentences: List[List[str]]) -> torch.Tensor:
     return ids
 
 
-def mixed_layers(embedder: LanguageModelTokenEmbedder, ids: torch.Tensor) -> List[torch.Tensor]:
+def mixed_layers(embedder: LanguageModelTokenEmbedder, ids: torch.Tensor) -> list[torch.Tensor]:
     """The layers allennlp-models' embedder hands its ScalarMix (with `<S>`/`</S>`)."""
     captured = []
-    hook = embedder._scalar_mix.register_forward_hook(lambda module, inputs, output: captured.append(inputs[0]))
+    hook = embedder._scalar_mix.register_forward_hook(
+        lambda module, inputs, output: captured.append(inputs[0])
+    )
     with torch.no_grad():
         embedder(ids)
     hook.remove()
     return captured[0]
 
 
-@pytest.mark.parametrize("embedder_class", [BidirectionalLanguageModelTokenEmbedder, LanguageModelTokenEmbedder])
+@pytest.mark.parametrize(
+    "embedder_class", [BidirectionalLanguageModelTokenEmbedder, LanguageModelTokenEmbedder]
+)
 @pytest.mark.parametrize("archive", ["tiny_bilm_archive", "tiny_transformer_archive"])
-def test_allennlp_models_embedder_mixes_the_layers_of_our_embedder(archive, embedder_class, request):
+def test_allennlp_models_embedder_mixes_the_layers_of_our_embedder(
+    archive, embedder_class, request
+):
     path = str(request.getfixturevalue(archive))
     theirs = embedder_class(archive_file=path).eval()
     ours = ElmoBiLmEmbedder(Vocabulary(), pretrained_file=path, dropout=0.0).eval()
@@ -56,5 +63,7 @@ def test_allennlp_models_embedder_mixes_the_layers_of_our_embedder(archive, embe
 
 def test_our_archived_reader_config_names_its_indexers(tiny_bilm_archive):
     """allennlp-models' embedders read `dataset_reader.token_indexers` from the archived config."""
-    indexers = load_archive(str(tiny_bilm_archive)).config.as_dict()["dataset_reader"]["token_indexers"]
+    indexers = load_archive(str(tiny_bilm_archive)).config.as_dict()["dataset_reader"][
+        "token_indexers"
+    ]
     assert indexers == {"tokens": {"type": "single_id"}, "elmo": {"type": "elmo_char_ids"}}

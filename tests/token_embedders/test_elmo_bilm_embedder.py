@@ -1,5 +1,6 @@
 """elmo_bilm_embedder: allennlp Elmo's numbers from the same files, archives that rebuild
 without pretrained_file, frozen / fine-tuned biLM."""
+
 import json
 
 import pytest
@@ -23,7 +24,6 @@ from tests.elmo_files.elmo_reference import (
     write_pair,
 )
 
-
 MIX, GAMMA = [0.3, -0.5, 1.0], 1.7
 
 
@@ -38,7 +38,9 @@ def set_mix(scalar_mix) -> None:
 @pytest.mark.parametrize("do_layer_norm", [False, True])
 def test_embedder_matches_allennlp_elmo_on_the_same_files(tmp_path, clip, do_layer_norm):
     options_file, weights_file = write_pair(random_encoder(clip), tmp_path)
-    ours = ElmoBiLmEmbedder(Vocabulary(), pretrained_file=str(tmp_path), dropout=0.0, do_layer_norm=do_layer_norm).eval()
+    ours = ElmoBiLmEmbedder(
+        Vocabulary(), pretrained_file=str(tmp_path), dropout=0.0, do_layer_norm=do_layer_norm
+    ).eval()
     theirs = allennlp_elmo(options_file, weights_file, do_layer_norm=do_layer_norm)
     set_mix(ours.scalar_mix)
     set_mix(theirs.scalar_mix_0)
@@ -61,16 +63,25 @@ def test_architecture_is_recorded_and_rebuilds_without_pretrained_file(tmp_path)
     vocab.add_tokens_to_namespace(["word"], "tokens")
     original = ElmoBiLmEmbedder(vocab, pretrained_file=str(tmp_path / "elmo"), dropout=0.0).eval()
     set_mix(original.scalar_mix)
-    recorded = [t for t in vocab.get_token_to_index_vocabulary(ARCHITECTURE_NAMESPACE) if t.startswith("{")]
+    recorded = [
+        t for t in vocab.get_token_to_index_vocabulary(ARCHITECTURE_NAMESPACE) if t.startswith("{")
+    ]
     architecture = json.loads(recorded[0])
     assert architecture["contextualizer"] == {
-        "type": "elmo_lstm", "input_dim": 16, "cell_size": 24, "num_layers": 2, "cell_clip": 1.0, "proj_clip": 1.0,
+        "type": "elmo_lstm",
+        "input_dim": 16,
+        "cell_size": 24,
+        "num_layers": 2,
+        "cell_clip": 1.0,
+        "proj_clip": 1.0,
     }
     assert architecture["char_cnn"]["filters"] == [[1, 4], [2, 8], [3, 8], [5, 16]]
     # what an archive holds: the saved vocabulary and the state dict, but no pretrained_file
     vocab.save_to_files(str(tmp_path / "vocabulary"))
     (tmp_path / "elmo" / "weights.hdf5").unlink()
-    rebuilt = ElmoBiLmEmbedder(Vocabulary.from_files(str(tmp_path / "vocabulary")), dropout=0.0).eval()
+    rebuilt = ElmoBiLmEmbedder(
+        Vocabulary.from_files(str(tmp_path / "vocabulary")), dropout=0.0
+    ).eval()
     rebuilt.load_state_dict(original.state_dict())
     char_ids = batches((7,))[0]
     with torch.no_grad():
@@ -93,15 +104,22 @@ def test_a_different_recorded_architecture_is_an_error(tmp_path):
 @pytest.mark.parametrize("requires_grad", [False, True])
 def test_frozen_or_fine_tuned_biLM(tmp_path, requires_grad):
     write_pair(random_encoder(1.0), tmp_path)
-    embedder = ElmoBiLmEmbedder(Vocabulary(), pretrained_file=str(tmp_path), requires_grad=requires_grad, dropout=0.0)
+    embedder = ElmoBiLmEmbedder(
+        Vocabulary(), pretrained_file=str(tmp_path), requires_grad=requires_grad, dropout=0.0
+    )
     embedder.train()
     embedder(batches((3,))[0]).pow(2).sum().backward()
-    assert all(p.grad is not None and float(p.grad.abs().sum()) > 0 for p in embedder.scalar_mix.parameters())
+    assert all(
+        p.grad is not None and float(p.grad.abs().sum()) > 0
+        for p in embedder.scalar_mix.parameters()
+    )
     bilm_grads = [p.grad for p in embedder.bilm.parameters()]
     if requires_grad:
         assert sum(float(g.abs().sum()) for g in bilm_grads if g is not None) > 0
     else:
-        assert all(g is None for g in bilm_grads) and not any(p.requires_grad for p in embedder.bilm.parameters())
+        assert all(g is None for g in bilm_grads) and not any(
+            p.requires_grad for p in embedder.bilm.parameters()
+        )
 
 
 def test_no_state_is_carried_between_batches(tmp_path):
@@ -137,8 +155,17 @@ def test_transformer_archive_rebuilds_from_the_recorded_architecture(tmp_path):
         expected_layers, _ = bilm.bilm_encoder()(with_boundaries(char_ids))
         actual_layers, _ = embedder.layers(char_ids)
     assert max_diff(actual_layers, expected_layers) <= TOLERANCE
-    recorded = json.loads([t for t in vocab.get_token_to_index_vocabulary(ARCHITECTURE_NAMESPACE) if t.startswith("{")][0])
-    assert recorded["contextualizer"]["type"] == "elmo_transformer" and recorded["contextualizer"]["dropout"] == 0.0
+    recorded = json.loads(
+        [
+            t
+            for t in vocab.get_token_to_index_vocabulary(ARCHITECTURE_NAMESPACE)
+            if t.startswith("{")
+        ][0]
+    )
+    assert (
+        recorded["contextualizer"]["type"] == "elmo_transformer"
+        and recorded["contextualizer"]["dropout"] == 0.0
+    )
     rebuilt = ElmoBiLmEmbedder(vocab, dropout=0.0).eval()
     rebuilt.load_state_dict(embedder.state_dict())
     with torch.no_grad():
@@ -148,7 +175,9 @@ def test_transformer_archive_rebuilds_from_the_recorded_architecture(tmp_path):
 def test_projection_dim_projects_the_mix_linearly(tmp_path):
     write_pair(random_encoder(1.0), tmp_path)
     plain = ElmoBiLmEmbedder(Vocabulary(), pretrained_file=str(tmp_path), dropout=0.0).eval()
-    projected = ElmoBiLmEmbedder(Vocabulary(), pretrained_file=str(tmp_path), dropout=0.0, projection_dim=5).eval()
+    projected = ElmoBiLmEmbedder(
+        Vocabulary(), pretrained_file=str(tmp_path), dropout=0.0, projection_dim=5
+    ).eval()
     projected.scalar_mix.load_state_dict(plain.scalar_mix.state_dict())
     char_ids = batches((3,))[0]
     with torch.no_grad():
@@ -163,7 +192,9 @@ def test_scalar_mix_parameters_fix_the_mix(tmp_path):
     and they are not trained."""
     write_pair(random_encoder(1.0), tmp_path)
     fixed = [1.0, -2.0, 0.5]
-    embedder = ElmoBiLmEmbedder(Vocabulary(), pretrained_file=str(tmp_path), dropout=0.0, scalar_mix_parameters=fixed)
+    embedder = ElmoBiLmEmbedder(
+        Vocabulary(), pretrained_file=str(tmp_path), dropout=0.0, scalar_mix_parameters=fixed
+    )
     embedder.eval()
     char_ids = batches((3,))[0]
     with torch.no_grad():

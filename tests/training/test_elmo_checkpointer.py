@@ -1,4 +1,5 @@
 """elmo_checkpointer: -r resumes from the newest complete checkpoint, and removes one cut short."""
+
 import torch
 from allennlp.training.checkpointer import Checkpointer
 
@@ -7,7 +8,9 @@ from elmo_plugin.training.elmo_checkpointer import ElmoCheckpointer
 
 def save_pair(folder, epoch: int, batch: int, value: float) -> None:
     torch.save({"weight": torch.full((64,), value)}, folder / f"model_state_e{epoch}_b{batch}.th")
-    torch.save({"batches_in_epoch_completed": batch}, folder / f"training_state_e{epoch}_b{batch}.th")
+    torch.save(
+        {"batches_in_epoch_completed": batch}, folder / f"training_state_e{epoch}_b{batch}.th"
+    )
 
 
 def cut_short(path, fraction: float = 0.5) -> None:
@@ -31,7 +34,10 @@ def test_checkpoints_cut_short_are_skipped_and_removed_and_complete_ones_load(tm
 
     assert torch.equal(checkpoint.model_state["weight"], torch.full((64,), 3.0))
     assert checkpoint.trainer_state == {"batches_in_epoch_completed": 3}
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["model_state_e0_b3.th", "training_state_e0_b3.th"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "model_state_e0_b3.th",
+        "training_state_e0_b3.th",
+    ]
 
 
 def test_without_checkpoints_there_is_nothing_to_load(tmp_path):

@@ -1,4 +1,5 @@
 """fused_adam: the same updates and checkpoints as allennlp's "adam"; SparseAdam's on sparse gradients."""
+
 import copy
 
 import pytest
@@ -16,7 +17,8 @@ def model_and_optimizer(optimizer_type: str):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 1))
     optimizer = Optimizer.from_params(
-        model_parameters=list(model.named_parameters()), params=Params({"type": optimizer_type, **SETTINGS})
+        model_parameters=list(model.named_parameters()),
+        params=Params({"type": optimizer_type, **SETTINGS}),
     )
     return model, optimizer
 
@@ -89,7 +91,10 @@ def test_sparse_gradients_get_torch_sparse_adam_and_dense_ones_adam():
     torch's Adam on the rest; untouched rows keep their weights and zero moments."""
     model = SparseModel()
     initial = model.embedding.weight.detach().clone()
-    fused = Optimizer.from_params(model_parameters=list(model.named_parameters()), params=Params({"type": "fused_adam", **SETTINGS, "weight_decay": 0.0}))
+    fused = Optimizer.from_params(
+        model_parameters=list(model.named_parameters()),
+        params=Params({"type": "fused_adam", **SETTINGS, "weight_decay": 0.0}),
+    )
     train_sparse(model, [fused], range(10))
     reference = SparseModel()
     settings = {"lr": SETTINGS["lr"], "betas": SETTINGS["betas"], "eps": SETTINGS["eps"]}
@@ -103,12 +108,19 @@ def test_sparse_gradients_get_torch_sparse_adam_and_dense_ones_adam():
     assert (model.embedding.weight[:6] - initial[:6]).abs().min() > 0  # touched rows moved
     assert torch.equal(model.embedding.weight[6:], initial[6:])
     state = fused.state[model.embedding.weight]
-    assert int(state["step"]) == 10 and not state["exp_avg"][6:].any() and not state["exp_avg_sq"][6:].any()
+    assert (
+        int(state["step"]) == 10
+        and not state["exp_avg"][6:].any()
+        and not state["exp_avg_sq"][6:].any()
+    )
 
 
 def test_sparse_gradients_with_weight_decay_are_a_configuration_error():
     model = SparseModel()
-    fused = Optimizer.from_params(model_parameters=list(model.named_parameters()), params=Params({"type": "fused_adam", **SETTINGS}))
+    fused = Optimizer.from_params(
+        model_parameters=list(model.named_parameters()),
+        params=Params({"type": "fused_adam", **SETTINGS}),
+    )
     model(0).backward()
     with pytest.raises(ConfigurationError, match="sparse gradients.*weight_decay 0"):
         fused.step()
@@ -118,7 +130,9 @@ def test_sparse_gradients_resume_from_the_state_dict_exactly():
     def fresh():
         model = SparseModel()
         settings = Params({"type": "fused_adam", **SETTINGS, "weight_decay": 0.0})
-        return model, Optimizer.from_params(model_parameters=list(model.named_parameters()), params=settings)
+        return model, Optimizer.from_params(
+            model_parameters=list(model.named_parameters()), params=settings
+        )
 
     model, optimizer = fresh()
     train_sparse(model, [optimizer], range(5))
