@@ -17,6 +17,9 @@ local pos_dim = 16;
       elmo: { type: "elmo_char_ids" },
     },
   },
+  // A label that only the evaluation data holds is scored as an error, with a counted
+  // warning (allennlp's default vocabulary stops with a KeyError).
+  vocabulary: { type: "unseen_labels_as_errors" },
   train_data_path: "fixtures/tagged/train.conllu",
   validation_data_path: "fixtures/tagged/valid.conllu",
   model: {
