@@ -1,12 +1,13 @@
 // The published original ELMo (Peters et al., 2018) for GPU runs: 2 x 4096/512 LSTM with
 // clips 3, 2048-filter character CNN with 2 highway layers, sampled softmax with 8192
 // negatives, dropout 0.1, Adagrad 0.2, gradient norm 10, windows of 20 tokens.
-// The original used batch 128 per GPU on 3 GPUs; for several GPUs add
-//   -o '{"distributed": {"cuda_devices": [0, 1, 2]}}'
-// Data: your own shards, e.g. -o '{"train_data_path": "corpus/train/*.txt", ...}'. The
-// vocabulary is counted from the training data (sorted by frequency, as the sampled softmax
-// expects); for a big corpus count it once with `allennlp elmo-vocab` and use
-//   -o '{"vocabulary": {"type": "elmo_tokens_file", "tokens_file": "tokens.txt"}}'
+// The original used batch 128 per GPU on 3 GPUs. Your data on 3 GPUs, every override in one
+// JSON (allennlp keeps only the last -o):
+//   -o '{"train_data_path": "corpus/train/*.txt", "validation_data_path": "corpus/valid.txt",
+//        "distributed": {"cuda_devices": [0, 1, 2]}}'
+// The vocabulary is counted from the training data (sorted by frequency, as the sampled softmax
+// expects); for a big corpus count it once with `allennlp elmo-vocab` and add to that JSON
+//   "vocabulary": {"type": "elmo_tokens_file", "tokens_file": "tokens.txt"}
 {
   dataset_reader: {
     type: "elmo_corpus",
