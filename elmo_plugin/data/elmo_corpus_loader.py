@@ -29,6 +29,7 @@ from elmo_plugin.data.elmo_corpus_reader import (
 
 logger = logging.getLogger(__name__)
 
+LENGTH_SAMPLE_CHUNKS = 8  # chunks read to estimate the first epoch's length
 WORKER_QUEUE_BATCHES = 64  # batches a loader worker may hold ready (about a chunk's worth)
 END_OF_CHUNK = "end of chunk"
 
@@ -56,6 +57,11 @@ def corpus_chunks(pattern: str, chunk_bytes: int) -> list[CorpusChunk]:
             CorpusChunk(path, size * i // count, size * (i + 1) // count) for i in range(count)
         )
     return chunks
+
+
+def chunk_size(chunk: CorpusChunk) -> int:
+    """A chunk's bytes on disk (a whole compressed shard: its compressed size)."""
+    return (chunk.end if chunk.end is not None else os.path.getsize(chunk.path)) - chunk.start
 
 
 @dataclass
@@ -129,6 +135,7 @@ class ElmoCorpusLoader(DataLoader):
         )
         self.position = LoaderPosition(seed=random.randrange(2**32) if seed is None else seed)
         self._resume_start: Optional[LoaderPosition] = None  # set by resume_from
+        self._estimated_length: Optional[int] = None  # see __len__
         self._vocab: Optional[Vocabulary] = None
         self._device: Optional[torch.device] = (
             None if cuda_device is None else torch.device(cuda_device)
@@ -174,6 +181,47 @@ class ElmoCorpusLoader(DataLoader):
             position.batches += 1
             yield batch if self._device is None else nn_util.move_to_device(batch, self._device)
         self._end_epoch()
+
+    def __len__(self) -> int:
+        """This process's batches per epoch, which allennlp's progress bar shows as its total and
+        passes to learning-rate schedulers as `num_steps_per_epoch`. Exact once an epoch has been
+        read (every epoch has the same batches, in another order); before that an estimate
+        (`length_is_estimate`) from a sample of chunks, read once."""
+        finished = self.position.epoch_batches or (
+            self._resume_start.epoch_batches if self._resume_start is not None else []
+        )
+        if finished:
+            return max(finished)  # (an epoch broken off early counts fewer)
+        if self._estimated_length is None:
+            self._estimated_length = self.estimated_batches()
+        return self._estimated_length
+
+    @property
+    def length_is_estimate(self) -> bool:
+        """Whether `len(self)` is still the estimate (no epoch read yet)."""
+        finished = self._resume_start.epoch_batches if self._resume_start is not None else []
+        return not (self.position.epoch_batches or finished)
+
+    def estimated_batches(self) -> int:
+        """Batches per epoch estimated from up to `LENGTH_SAMPLE_CHUNKS` chunks spread over the
+        corpus: their instances per byte of shard (for a compressed shard, per compressed byte)
+        times each chunk's bytes."""
+        step = max(1, len(self.chunks) // LENGTH_SAMPLE_CHUNKS)
+        sample = self.chunks[::step][:LENGTH_SAMPLE_CHUNKS]
+        instances = sum(
+            1 for c in sample for _ in self.reader.range_instances(c.path, c.start, c.end)
+        )
+        per_byte = instances / max(sum(map(chunk_size, sample)), 1)
+        per_batch = self.world_size * self.batch_size
+        estimate = sum(math.ceil(per_byte * chunk_size(c) / per_batch) for c in self.chunks)
+        logger.info(
+            "data_loader elmo_corpus: about %d batches per epoch, estimated from %d of %d chunks "
+            "(exact from the second epoch on)",
+            estimate,
+            len(sample),
+            len(self.chunks),
+        )
+        return estimate
 
     # --- positions, for exact resume ---
 

@@ -120,6 +120,15 @@ class ElmoStreamsLoader(ElmoCorpusLoader):
     def layout(self) -> str:
         return f"{super().layout()}, window_size {self.window_size} (elmo_streams)"
 
+    def __len__(self) -> int:
+        """Exact: the windows of the longest stream, from the corpus's token count (the one read
+        of the corpus that the first epoch needs anyway)."""
+        return self.process_streams(sum(map(sum, self.piece_counts())))[1]
+
+    @property
+    def length_is_estimate(self) -> bool:
+        return False
+
     def piece_texts(self, piece: CorpusChunk) -> list[str]:
         """Every token's text of one piece, in order (strings: no Token objects)."""
         texts: list[str] = []

@@ -194,3 +194,36 @@ def test_bad_settings_are_one_line_errors(tmp_path):
         ConfigurationError, match="batch_size 4, 1 processes, not in .* batch_size 8"
     ):
         make_loader(pattern, batch_size=8).resume_from(state)
+
+
+def test_the_length_is_estimated_from_the_first_chunk_then_exact_after_an_epoch(tmp_path):
+    loader = make_loader(write_corpus(tmp_path))
+    estimate = len(loader)
+    assert loader.length_is_estimate
+    batches = epoch_batches(loader)
+    assert abs(estimate - len(batches)) <= 0.2 * len(batches)  # lines of one distribution
+    assert len(loader) == len(batches) and not loader.length_is_estimate
+    assert len(epoch_batches(loader)) == len(batches)  # every epoch has as many
+
+
+def test_a_resumed_loader_knows_the_exact_length_of_its_finished_epochs(tmp_path):
+    pattern = write_corpus(tmp_path)
+    first = make_loader(pattern)
+    exact = len(epoch_batches(first))
+    next(iter(first))  # one batch into the second epoch
+    resumed = make_loader(pattern)
+    resumed.resume_from(first.state_dict())
+    assert len(resumed) == exact and not resumed.length_is_estimate
+
+
+def test_the_length_under_distributed_training_is_each_processs_share(tmp_path):
+    pattern = write_corpus(tmp_path)
+    lengths = []
+    for rank in range(2):
+        loader = make_loader(pattern)
+        loader.world_size, loader.rank = 2, rank
+        estimate = len(loader)
+        lengths.append((estimate, len(epoch_batches(loader))))
+    assert lengths[0][1] == lengths[1][1]  # every process has as many batches
+    for estimate, exact in lengths:
+        assert abs(estimate - exact) <= 0.2 * exact

@@ -269,3 +269,11 @@ def test_memory_grows_with_the_batch_not_with_the_corpus(tmp_path, monkeypatch):
     large = epoch_peak_bytes(corpus_of(tmp_path / "large", 24_000))  # 8x the tokens: 1.3 MB of text
     # Holding the epoch's tokens would take about 8x; a piece per stream and direction keeps it flat.
     assert large < 1.5 * small, (small, large)
+
+
+def test_the_length_is_exact_before_the_first_epoch_for_every_process(pattern):
+    for world in ((1, 0), (2, 0), (2, 1)):
+        loader = make_loader(pattern, world=world, shuffle=True)
+        length = len(loader)
+        assert not loader.length_is_estimate
+        assert length == len(list(loader)) == len(list(loader))
