@@ -2,11 +2,12 @@
 // clips 3, 2048-filter character CNN with 2 highway layers, sampled softmax with 8192
 // negatives, dropout 0.1, Adagrad 0.2, gradient norm 10, windows of 20 tokens.
 // The original used batch 128 per GPU on 3 GPUs; for several GPUs add
-//   -o '{"distributed": {"cuda_devices": [0, 1, 2]}}'
+//   "distributed": {"cuda_devices": [0, 1, 2]}
 // Data: your own shards, e.g. -o '{"train_data_path": "corpus/train/*.txt", ...}'. The
 // vocabulary is counted from the training data (sorted by frequency, as the sampled softmax
-// expects); for a big corpus count it once with `allennlp elmo-vocab` and use
-//   -o '{"vocabulary": {"type": "elmo_tokens_file", "tokens_file": "tokens.txt"}}'
+// expects); for a big corpus count it once with `allennlp elmo-vocab` and add
+//   "vocabulary": {"type": "elmo_tokens_file", "tokens_file": "tokens.txt"}
+// All overrides go in one -o object: allennlp keeps only the last -o (docs/scaling.md).
 {
   dataset_reader: {
     type: "elmo_corpus",
@@ -65,7 +66,7 @@
     grad_norm: 10.0,
     validation_metric: "-perplexity",
     // TensorBoard event files in <serialization dir>/log/{train,validation}: every metric, the loss
-    // and the learning rate, each summary_interval batches and per epoch (README: Watching training).
+    // and the learning rate, each summary_interval batches and per epoch (docs/pretraining.md: Watching training).
     // A checkpoint every 2000 batches (minutes on a GPU; an epoch of 1B Word is hours):
     // `allennlp train -r` goes on from the last one. (allennlp refuses save_every_num_seconds
     // under distributed training.)
