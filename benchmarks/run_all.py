@@ -4,7 +4,7 @@
 
 One line per benchmark as it finishes (its headline figure, or why it was skipped), then one
 summary table. Quick settings trade precision for time (the whole run takes at most about 15
-minutes on 2 CPU cores); the README gives each benchmark's full command. A benchmark whose
+minutes on 2 CPU cores); docs/benchmarks.md gives each benchmark's full command. A benchmark whose
 real data (`$ELMO_PLUGIN_DATA`, default ../shared/data) or GPU is missing is a skip line, not a
 failure, and so is a benchmark that measured but missed its own target at these quick settings
 ("missed"); any other non-zero exit or a timeout makes this script exit 1.

@@ -10,7 +10,7 @@
    (`elmo_tokens_file`), the LSTM shrunk to 2 x `--cell-size`/512 (1024/512: the softmax stays 512 wide)
    and everything else at full size: the 2048-filter character CNN, 8192 sampled negatives,
    batch 128 x 20, the sparse softmax, Adagrad, the `elmo_corpus` loader. One epoch of the first
-   `--train-tokens` tokens of the corpus (500k: about 300 steps), in 1 process and in 2 CPU DDP
+   `--train-tokens` tokens of the corpus (500k: 263 steps), in 1 process and in 2 CPU DDP
    processes (gloo), validated on the held-out text. Each run is `kill -9`ed as soon as its
    first mid-epoch checkpoint is complete (`save_every_num_batches`, about half an epoch),
    resumed with `-r`, and then evaluated with `allennlp evaluate` on the held-out text (the full

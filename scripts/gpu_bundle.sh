@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Run HERE (a machine with PyPI), from the repo root: fills .gpu_bundle/ with the cp312 manylinux
-# x86_64 wheels that the offline GPU machine (Python 3.12, torch 2.11 + numpy 2.x + transformers 5.x
-# and most of the scientific stack preinstalled, see /work/.library/device/KINDS.md) lacks or has in
-# a version allennlp cannot use. scripts/gpu_install.sh installs them there, with no index.
+# Run on a machine with PyPI, from the repo root: fills .gpu_bundle/ with the cp312 manylinux
+# x86_64 wheels that an offline GPU machine (Python 3.12 with a CUDA torch, numpy and most of the
+# scientific stack preinstalled) lacks or has in a version allennlp cannot use.
+# scripts/gpu_install.sh installs them there, with no index (docs/install.md: An offline GPU machine).
 #
 # Only what is imported on the paths we run is carried (traced with a sys.modules diff of
 # `allennlp train/evaluate/predict` + import_plugins() + allennlp_models + our tests), not the
@@ -11,7 +11,7 @@
 # (allennlp needs transformers<4.47) and setuptools 80.9 (allennlp-models imports pkg_resources).
 # Versions come from constraints.txt. Idempotent; prints the folder's size at the end.
 #
-# To stay under the ~55 MiB that travels with the repo, each wheel is slimmed once, when it is
+# To keep the bundle small (about 50 MiB), each wheel is slimmed once, when it is
 # fetched (same name and version, RECORD rewritten): debug info is stripped from its .so files
 # (spaCy's 3.8 wheels ship it: 35 MB -> a few MB; `strip --strip-debug` keeps every symbol), and
 # botocore keeps only the S3/STS service models (cached_path imports boto3 at import time, but the
@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.."
 BUNDLE=${GPU_BUNDLE:-.gpu_bundle}
 PY=${PYTHON:-python3}
 # Python 3.12 to build the packages that ship only an sdist.
-BUILD_PY=${BUILD_PYTHON:-$(pyenv root 2>/dev/null)/versions/3.12.1/bin/python3}
+BUILD_PY=${BUILD_PYTHON:-$(command -v python3.12 || true)}
 
 # Wheels published on PyPI for cp312 manylinux x86_64 (or pure Python).
 WHEELS=(

@@ -3,13 +3,13 @@
 # .gpu_bundle/ elsewhere. Makes a venv over the image's Python (--system-site-packages: its CUDA
 # torch, numpy, triton, h5py, scipy, ... are used as they are), installs the bundled wheels and
 # this package with no index and no resolver, and registers the plugin with allennlp.
-#   GPU_VENV     where the venv goes (default /tmp/elmo-venv)
+#   GPU_VENV     where the venv goes (default .venv-gpu)
 #   BASE_PYTHON  the Python that holds torch (default python3)
 # Then: source "$GPU_VENV/bin/activate" (or put "$GPU_VENV/bin" first on PATH).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-VENV=${GPU_VENV:-/tmp/elmo-venv}
+VENV=${GPU_VENV:-.venv-gpu}
 BASE_PYTHON=${BASE_PYTHON:-python3}
 BUNDLE=${GPU_BUNDLE:-.gpu_bundle}
 
@@ -26,7 +26,7 @@ if [[ ! -x $VENV/bin/python ]]; then
   "$BASE_PYTHON" -m venv --system-site-packages "$VENV" ||
     "$BASE_PYTHON" -m venv --clear --system-site-packages --without-pip "$VENV"
 fi
-# The image's python3 is itself a venv (/opt/torch/.venv): --system-site-packages reaches only the
+# The image's python3 may itself be a venv: --system-site-packages reaches only the
 # interpreter's own site-packages, not that venv's torch. A .pth file adds the base venv's
 # site-packages (with the .pth files in it) after ours, so the bundled wheels take precedence.
 venv_site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
@@ -48,7 +48,7 @@ PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 # attempt can only fail (or hang on DNS). An empty stand-in in $VENV/nltk_data (on nltk's default
 # path) skips it; nothing we run uses punkt.
 mkdir -p "$VENV/nltk_data/tokenizers/punkt"
-(cd /tmp && "$VENV/bin/python" -m elmo_plugin.commands.register_plugin)
+(cd "$VENV" && bin/python -m elmo_plugin.commands.register_plugin)
 
 "$VENV/bin/python" - <<'EOF'
 import allennlp.version, numpy, torch, transformers

@@ -7,17 +7,18 @@
 #   train: `allennlp train elmo_lstm_original.jsonnet` at full size on ~200 batches of 1B
 #          Word-shaped text with the 793,471-word tokens.txt, then `allennlp evaluate` on a
 #          held-out shard, both on cuda:0.
-# Logs and results go to $OUT (default /tmp/gpu_out); the end of each log is printed.
+# Logs and results go to $OUT (default gpu_out/); the end of each log is printed. Scratch data and
+# the training run go to $OUT/scratch; the venv to $GPU_VENV (default .venv-gpu/).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/gpu_out}
+OUT=${OUT:-gpu_out}
 mkdir -p "$OUT"
 STAGES=${*:-tests bench train}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false PYTHONWARNINGS=ignore
 status=0
 
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
-VENV=${GPU_VENV:-/tmp/elmo-venv}
+VENV=${GPU_VENV:-.venv-gpu}
 if [[ ! -f $VENV/.ready ]]; then  # a machine kept warm between calls keeps its venv
   bash scripts/gpu_install.sh > "$OUT/install.log" 2>&1 || { tail -40 "$OUT/install.log"; exit 1; }
   tail -6 "$OUT/install.log" && touch "$VENV/.ready"
@@ -48,10 +49,10 @@ fi
 
 if stage train; then
   echo "== train"
-  data=/tmp/elmo_scale && rm -rf "$data" && mkdir -p "$data"
+  data=$OUT/scratch/elmo_scale && rm -rf "$data" && mkdir -p "$data"
   python scripts/make_scale_corpus.py --tokens 380000 --shards 4 --out "$data/train" --seed 1 > /dev/null
   python scripts/make_scale_corpus.py --tokens 20000 --shards 1 --out "$data/heldout" --seed 2 > /dev/null
-  run=/tmp/elmo_original_run && rm -rf "$run"
+  run=$OUT/scratch/elmo_original_run && rm -rf "$run"
   values=$(printf '{"train_data_path": "%s/train/*.txt", "validation_data_path": "%s/heldout/*.txt", "vocabulary": {"type": "elmo_tokens_file", "tokens_file": "%s/tokens.txt"}, "trainer.num_epochs": 1, "data_loader.num_workers": 2, %s}' \
     "$data" "$data" "$data" "${TRAIN_MODEL_ARGS:-\"model.tf32\": true, \"model.mixed_precision\": \"bf16\"}")
   start=$(date +%s)

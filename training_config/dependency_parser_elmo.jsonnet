@@ -70,7 +70,7 @@ local pos_dim = 16;
     grad_norm: 5.0,
     validation_metric: "+LAS",
     // TensorBoard event files in <serialization dir>/log/{train,validation}: every metric, the loss
-    // and the learning rate, each summary_interval batches and per epoch (README: Watching training).
+    // and the learning rate, each summary_interval batches and per epoch (docs/pretraining.md: Watching training).
     callbacks: [
       { type: "tensorboard", summary_interval: 10, should_log_learning_rate: true },
       { type: "elmo_mix_weights", summary_interval: 10 },  // elmo_mix/*: softmax(s)_j and gamma

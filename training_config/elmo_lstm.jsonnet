@@ -51,7 +51,7 @@
     // allennlp's checkpointer, except that -r skips a checkpoint cut short by a kill mid-save.
     checkpointer: { type: "elmo_checkpointer" },
     // TensorBoard event files in <serialization dir>/log/{train,validation}: every metric, the loss
-    // and the learning rate, each summary_interval batches and per epoch (README: Watching training).
+    // and the learning rate, each summary_interval batches and per epoch (docs/pretraining.md: Watching training).
     callbacks: [
       { type: "tensorboard", summary_interval: 20, should_log_learning_rate: true },
       { type: "tokens_per_second", summary_interval: 20 },  // train/tokens_per_second

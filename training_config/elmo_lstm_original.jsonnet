@@ -2,7 +2,7 @@
 // clips 3, 2048-filter character CNN with 2 highway layers, sampled softmax with 8192
 // negatives, dropout 0.1, Adagrad 0.2, gradient norm 10, windows of 20 tokens.
 // The original used batch 128 per GPU on 3 GPUs. Your data on 3 GPUs, every override in one
-// JSON (allennlp keeps only the last -o):
+// JSON (allennlp keeps only the last -o; docs/scaling.md):
 //   -o '{"train_data_path": "corpus/train/*.txt", "validation_data_path": "corpus/valid.txt",
 //        "distributed": {"cuda_devices": [0, 1, 2]}}'
 // The vocabulary is counted from the training data (sorted by frequency, as the sampled softmax
@@ -66,7 +66,7 @@
     grad_norm: 10.0,
     validation_metric: "-perplexity",
     // TensorBoard event files in <serialization dir>/log/{train,validation}: every metric, the loss
-    // and the learning rate, each summary_interval batches and per epoch (README: Watching training).
+    // and the learning rate, each summary_interval batches and per epoch (docs/pretraining.md: Watching training).
     // A checkpoint every 2000 batches (minutes on a GPU; an epoch of 1B Word is hours):
     // `allennlp train -r` goes on from the last one. (allennlp refuses save_every_num_seconds
     // under distributed training.)

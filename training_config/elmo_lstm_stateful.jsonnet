@@ -15,6 +15,6 @@ base {
   validation_data_loader: { type: 'elmo_streams', batch_size: 32, window_size: 20 },
   trainer+: {
     checkpointer+: { save_every_num_batches: 200 },
-    callbacks+: [{ type: 'elmo_corpus_resume' }],  // exact mid-epoch resume (see README)
+    callbacks+: [{ type: 'elmo_corpus_resume' }],  // exact mid-epoch resume (docs/pretraining.md)
   },
 }

@@ -6,8 +6,9 @@
 // Data: your own shards, e.g.
 //   -o '{"train_data_path": "corpus/train/*.txt", "validation_data_path": "corpus/valid.txt"}'
 // For a big corpus count the vocabulary once with `allennlp elmo-vocab` and add
-//   -o '{"vocabulary": {"type": "elmo_tokens_file", "tokens_file": "tokens.txt"}}'
-// For several GPUs add -o '{"distributed": {"cuda_devices": [0, 1, 2]}}'.
+//   "vocabulary": {"type": "elmo_tokens_file", "tokens_file": "tokens.txt"}
+// For several GPUs add "distributed": {"cuda_devices": [0, 1, 2]}. All overrides go in one
+// -o object: allennlp keeps only the last -o (docs/scaling.md).
 local lstm = import 'elmo_lstm_original.jsonnet';
 
 lstm {
@@ -29,7 +30,7 @@ lstm {
     // The noam schedule sets the learning rate at every step (peak 5.7e-4 at step 6000).
     // allennlp's "adam" in one fused kernel; the softmax's sparse rows (sparse_embeddings: true,
     // from elmo_lstm_original.jsonnet) get lazy Adam: a step updates the moments and weights of
-    // the rows it touched only (README: Sparse softmax).
+    // the rows it touched only (docs/pretraining.md: Sparse softmax).
     optimizer: { type: 'fused_adam', lr: 0.0005, betas: [0.9, 0.98], eps: 1e-9 },
     learning_rate_scheduler: { type: 'noam', model_size: 512, warmup_steps: 6000 },
   },

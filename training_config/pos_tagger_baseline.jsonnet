@@ -29,7 +29,7 @@ local word_dim = 32;
     grad_norm: 5.0,
     validation_metric: "+accuracy",
     // TensorBoard event files in <serialization dir>/log/{train,validation}: every metric, the loss
-    // and the learning rate, each summary_interval batches and per epoch (README: Watching training).
+    // and the learning rate, each summary_interval batches and per epoch (docs/pretraining.md: Watching training).
     callbacks: [
       { type: "tensorboard", summary_interval: 10, should_log_learning_rate: true },
     ],

@@ -6,7 +6,7 @@
 //        "model.text_field_embedder.token_embedders.elmo.pretrained_file": "bilm/model.tar.gz"}'
 // pretrained_file: our biLM model.tar.gz, or a folder with options.json + weights.hdf5, or an
 // ELMoForManyLangs model folder (then the elmo indexer is
-// { type: "elmo_manylangs_ids", max_characters_per_token: 50 }; README: ELMo for other languages).
+// { type: "elmo_manylangs_ids", max_characters_per_token: 50 }; docs/other-languages.md).
 // The encoder's input_dim is the ELMo width (2 x the biLM's projection: 256 for the demo
 // biLM, 1024 for the published original) + the word embedding: override
 // "model.encoder.input_size" for another biLM.
@@ -53,7 +53,7 @@ local word_dim = 32;
     grad_norm: 5.0,
     validation_metric: "+accuracy",
     // TensorBoard event files in <serialization dir>/log/{train,validation}: every metric, the loss
-    // and the learning rate, each summary_interval batches and per epoch (README: Watching training).
+    // and the learning rate, each summary_interval batches and per epoch (docs/pretraining.md: Watching training).
     callbacks: [
       { type: "tensorboard", summary_interval: 10, should_log_learning_rate: true },
       { type: "elmo_mix_weights", summary_interval: 10 },  // elmo_mix/*: softmax(s)_j and gamma

@@ -57,9 +57,9 @@ class ElmoLanguageModel(LanguageModel):
 
     `sparse_embeddings: true` (with `num_samples`) keeps the sampled softmax as sparse embeddings: a step computes and
     applies gradients for the rows it touched only (use Adagrad, or a sparse-capable optimizer
-    for them: README, "Sparse softmax"). Under allennlp's distributed training their gradients
-    are averaged over processes by gathering the touched rows, outside DDP's all-reduce, so it
-    works on gloo and NCCL (`synchronize_sparse_gradients`).
+    for them: docs/pretraining.md, "Sparse softmax"). Under allennlp's distributed training
+    their gradients are averaged over processes by gathering the touched rows, outside DDP's
+    all-reduce, so it works on gloo and NCCL (`synchronize_sparse_gradients`).
 
     `source` must hold the character ids for the text field embedder and a `tokens` single-id
     entry (embedded by an `empty` embedder) for the targets.
