@@ -55,6 +55,9 @@
     callbacks: [
       { type: "tensorboard", summary_interval: 20, should_log_learning_rate: true },
       { type: "tokens_per_second", summary_interval: 20 },  // train/tokens_per_second
+      // Validation inside the epoch: every 50 batches on the first 5 validation batches, logged
+      // to validation_checks.jsonl and log/checks; the best check -> model_best_check.tar.gz.
+      { type: "elmo_validation_checks", every_num_batches: 50, max_batches: 5 },
     ],
     cuda_device: -1,
   },

@@ -1,5 +1,6 @@
 from elmo_plugin.commands import (  # noqa: F401
     elmo_embed,
     elmo_export,  # noqa: F401
+    elmo_plan,
     elmo_vocab,
 )

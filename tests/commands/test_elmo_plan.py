@@ -1,0 +1,69 @@
+"""`allennlp elmo-plan`: the figures of a real training step of the config, nothing written,
+one-line errors for a config that cannot be built, does not fit, or kills its steps."""
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+from allennlp.common.checks import ConfigurationError
+
+from elmo_plugin.commands import elmo_plan
+from tests.cli.test_exact_resume_cli import CONFIG, shrunk_original
+from tests.helpers import overrides, run_allennlp
+
+
+def test_the_plan_measures_the_configs_steps_and_its_checkpoint_size(
+    tiny_corpus, tmp_path, plugin_cwd
+):
+    values = shrunk_original(tiny_corpus, num_workers=0, processes=1)
+    values["trainer.callbacks"] = [{"type": "elmo_corpus_resume"}]
+    values["trainer.num_epochs"] = 1
+    before = sorted(plugin_cwd.iterdir())
+    result = run_allennlp(["elmo-plan", CONFIG, "-o", overrides(values)], cwd=plugin_cwd)
+    assert sorted(plugin_cwd.iterdir()) == before  # nothing written
+    plan = json.loads(result.stdout.strip().splitlines()[-1])
+    assert plan["device"] == "cpu" and plan["tokens_per_second"] > 0
+    assert plan["batches_per_epoch_is_estimate"] and plan["batches_per_epoch"] > 0
+    assert plan["epoch_seconds"] == pytest.approx(
+        plan["seconds_per_batch"] * plan["batches_per_epoch"]
+    )
+    assert plan["run_seconds"] == pytest.approx(plan["epoch_seconds"])  # one epoch
+    assert "one epoch:" in result.stdout and "tokens/s:" in result.stdout
+    # one checkpoint as allennlp writes it: the model state and the training state
+    run_allennlp(["train", CONFIG, "-s", str(tmp_path / "run"), "-o", overrides(values)])
+    written = sum(
+        (tmp_path / "run" / f"{kind}_state_e1_b0.th").stat().st_size  # the epoch's end
+        for kind in ("model", "training")
+    )
+    assert plan["checkpoint_bytes"] == pytest.approx(written, rel=0.1)
+
+
+def test_a_config_that_cannot_be_built_is_one_line(plugin_cwd, tiny_corpus):
+    values = {**shrunk_original(tiny_corpus, 0, 1), "model.no_such_key": 1}
+    result = run_allennlp(
+        ["elmo-plan", CONFIG, "-o", overrides(values)], cwd=plugin_cwd, check=False
+    )
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("allennlp elmo-plan: error: ") and "no_such_key" in last
+    assert "Traceback" not in result.stderr
+
+
+def test_parameters_and_optimizer_state_beyond_the_free_memory_are_named(monkeypatch):
+    model = torch.nn.Linear(1024, 1024)  # 4 MiB of parameters
+    monkeypatch.setattr(elmo_plan, "available_memory", lambda device: 10 << 20)
+    with pytest.raises(ConfigurationError, match=r"adam optimizer's state need 0.0 GiB") as error:
+        elmo_plan.fits_or_raise(model, "adam", -1)
+    assert "memory has 0.0 GiB free" in str(error.value)
+    elmo_plan.fits_or_raise(model, "sgd", -1)  # parameters + gradients, 8 MiB, fit
+
+
+def test_steps_killed_by_the_system_become_a_one_line_error(monkeypatch):
+    monkeypatch.setattr(elmo_plan, "measure", lambda *args: os.kill(os.getpid(), signal.SIGKILL))
+    config = Path(__file__).parents[2] / "training_config" / "elmo_lstm.jsonnet"
+    with pytest.raises(ConfigurationError, match="killed by SIGKILL") as error:
+        elmo_plan.plan_config(str(config), "", 0, 1)
+    assert "does not fit this machine" in str(error.value)
