@@ -10,7 +10,7 @@ from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 
 from elmo_plugin.modules.bilm_contextualizer import BiLmContextualizer, LayerState
 from elmo_plugin.modules.directions import both_directions, join_directions, reverse_within_length
-from elmo_plugin.modules.packed_clipped_lstm import packed_clipped_lstm
+from elmo_plugin.cpu.packed_clipped_lstm import packed_clipped_lstm
 
 
 def stacked_parameter(lstms: Sequence[torch.nn.LSTM], name: str) -> torch.Tensor:

@@ -3,10 +3,10 @@ from typing import Optional
 import pytest
 import torch
 
-from elmo_plugin.modules import distinct_rows as distinct_rows_module
-from elmo_plugin.modules import onednn_matmul as onednn_matmul_module
-from elmo_plugin.modules import packed_clipped_lstm as packed_module
-from elmo_plugin.modules import side_by_side as side_by_side_module
+from elmo_plugin.cpu import distinct_rows as distinct_rows_module
+from elmo_plugin.cpu import onednn_matmul as onednn_matmul_module
+from elmo_plugin.cpu import packed_clipped_lstm as packed_module
+from elmo_plugin.cpu import side_by_side as side_by_side_module
 from elmo_plugin.modules.directions import gather_timesteps, reverse_within_length
 from elmo_plugin.modules.elmo_lstm import (
     ElmoLstmContextualizer,
@@ -15,8 +15,8 @@ from elmo_plugin.modules.elmo_lstm import (
     initial_state,
     packed_weights,
 )
-from elmo_plugin.modules.packed_clipped_lstm import packed_clipped_lstm
-from elmo_plugin.modules.side_by_side import side_by_side
+from elmo_plugin.cpu.packed_clipped_lstm import packed_clipped_lstm
+from elmo_plugin.cpu.side_by_side import side_by_side
 
 DIM = 6
 

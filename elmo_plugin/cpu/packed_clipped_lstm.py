@@ -9,11 +9,11 @@ from typing import Any, Optional
 
 import torch
 
-from elmo_plugin.modules import side_by_side
-from elmo_plugin.modules.compiled_lstm_steps import compiled_forward_steps
-from elmo_plugin.modules.distinct_rows import distinct_rows, row_hashes
+from elmo_plugin.cpu import side_by_side
+from elmo_plugin.cpu.compiled_lstm_steps import compiled_forward_steps
+from elmo_plugin.cpu.distinct_rows import distinct_rows, row_hashes
 from elmo_plugin.modules.glibc_heap import keep_freed_heap
-from elmo_plugin.modules.onednn_matmul import (
+from elmo_plugin.cpu.onednn_matmul import (
     RightMatrix,
     linear,
     prepackable,

@@ -6,8 +6,8 @@ import logging
 import pytest
 import torch
 
-from elmo_plugin.modules import compiled_lstm_steps as compiled_module
-from elmo_plugin.modules import packed_clipped_lstm as packed_module
+from elmo_plugin.cpu import compiled_lstm_steps as compiled_module
+from elmo_plugin.cpu import packed_clipped_lstm as packed_module
 from tests.modules.test_elmo_lstm import outputs_and_gradients
 
 DIM = 6
@@ -88,7 +88,7 @@ def test_cpp_loop_that_cannot_be_built_leaves_the_torchscript_loop_with_a_warnin
 def test_cpp_loop_refuses_arguments_that_would_reach_outside_its_tensors():
     """The op is reachable through `torch.ops`: wrong shapes, sizes or gate row indices are a
     RuntimeError naming the argument, never a read or write outside a tensor."""
-    from elmo_plugin.modules.onednn_matmul import RightMatrix
+    from elmo_plugin.cpu.onednn_matmul import RightMatrix
 
     cells, proj, sizes = 4, 3, [2, 1]
     recurrent, projection = (

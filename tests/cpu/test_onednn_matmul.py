@@ -1,10 +1,10 @@
 import pytest
 import torch
 
-from elmo_plugin.modules import onednn_matmul
+from elmo_plugin.cpu import onednn_matmul
 from elmo_plugin.modules.elmo_lstm import packed_weights
-from elmo_plugin.modules.onednn_matmul import RightMatrix, linear, transposed_matmul, uses_onednn
-from elmo_plugin.modules.packed_clipped_lstm import packed_clipped_lstm
+from elmo_plugin.cpu.onednn_matmul import RightMatrix, linear, transposed_matmul, uses_onednn
+from elmo_plugin.cpu.packed_clipped_lstm import packed_clipped_lstm
 
 
 def close(a: torch.Tensor, b: torch.Tensor) -> bool:
