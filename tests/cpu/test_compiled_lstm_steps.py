@@ -1,5 +1,5 @@
-"""The packed LSTM's forward time loop in C++ (`compiled_lstm_steps`) against the TorchScript
-loop it replaces."""
+"""The C++ time loops' build (`compiled_lstm_steps`) and the argument checks of their ops (their
+numbers: tests/cpu/test_packed_clipped_lstm.py)."""
 
 import logging
 
@@ -7,123 +7,121 @@ import pytest
 import torch
 
 from elmo_plugin.cpu import compiled_lstm_steps as compiled_module
-from elmo_plugin.cpu import packed_clipped_lstm as packed_module
-from tests.modules.test_elmo_lstm import outputs_and_gradients
-
-DIM = 6
+from elmo_plugin.cpu.onednn_matmul import RightMatrix
 
 
-def directions_lstms(cells: int):
-    torch.manual_seed(0)
-    lstms = [torch.nn.LSTM(DIM, cells, proj_size=DIM, batch_first=True) for _ in range(2)]
-    for parameter in (p for lstm in lstms for p in lstm.parameters()):
-        torch.nn.init.normal_(parameter, std=0.5)  # large enough that clipping binds
-    return lstms
+def test_the_cpp_loops_build_here():
+    """A guard for CI (whose machines have a C++ compiler and ninja): both ops are registered."""
+    steps = compiled_module.compiled_steps()
+    assert steps is not None
+    assert steps.forward is torch.ops.elmo_plugin.clipped_lstm_forward_steps
+    assert steps.backward is torch.ops.elmo_plugin.clipped_lstm_backward_steps
 
 
-def test_the_cpp_loop_builds_here():
-    """A guard for CI (whose machines have a C++ compiler and ninja): the loop is built and
-    registered, so the tests below compare it and not the TorchScript loop with itself."""
-    assert compiled_module.compiled_forward_steps() is torch.ops.elmo_plugin.clipped_lstm_steps
-
-
-@pytest.mark.parametrize("clips", [(0.5, 0.3), (None, None), (0.5, None), (None, 0.3)])
-@pytest.mark.parametrize("repeated", [False, True])
-@pytest.mark.parametrize("with_initial", [False, True])
-@pytest.mark.parametrize("cells", [10, 37])
-@pytest.mark.parametrize("lengths", [[7, 5, 3, 3, 0], [1], [4, 1]])
-def test_cpp_forward_loop_equals_the_torchscript_loop_in_values_and_gradients(
-    lengths, cells, with_initial, repeated, clips, monkeypatch
-):
-    """Training and inference with the C++ forward loop give the TorchScript loop's outputs, final
-    (state, memory) and gradients (inputs and every weight) within float32 rounding: with padding,
-    length-1 rows, a batch of one, an initial state, repeated input vectors (inference gathers
-    each step's gates), with and without each clip, and cell counts below and past one vector
-    register (10 and 37: the partial last vector)."""
-    lstms = directions_lstms(cells)
-    lengths = torch.tensor(lengths)
-    shape = (2, len(lengths), int(lengths.max()))
-    which = torch.arange(shape[0] * shape[1] * shape[2]).view(shape) % 2
-    inputs = (torch.randn(2, DIM)[which] if repeated else torch.randn(*shape, DIM)).requires_grad_()
-    initial = (
-        (torch.randn(2, len(lengths), DIM), torch.randn(2, len(lengths), cells))
-        if with_initial
-        else None
-    )
-    assert packed_module.forward_loop(True) is torch.ops.elmo_plugin.clipped_lstm_steps
-    cpp = outputs_and_gradients(lstms, lengths, inputs, initial, clips)
-    monkeypatch.setattr(packed_module, "compiled_forward_steps", lambda: None)
-    assert isinstance(packed_module.forward_loop(True), torch.jit.ScriptFunction)
-    torchscript = outputs_and_gradients(lstms, lengths, inputs, initial, clips)
-    for got, want in zip(cpp, torchscript):
-        assert torch.allclose(got, want, atol=1e-5, rtol=1e-5), (got - want).abs().max()
-
-
-def test_cpp_loop_runs_only_for_onednns_prepacked_weights():
-    """Without prepacked weights (torch's own matmuls, which autocast may change) the Python loop runs."""
-    assert packed_module.forward_loop(False) is packed_module.forward_steps
-
-
-def test_cpp_loop_switched_off_by_the_environment(monkeypatch):
-    monkeypatch.setenv("ELMO_PLUGIN_CPP_LOOP", "0")
-    assert compiled_module.compiled_forward_steps.__wrapped__() is None
-
-
-def test_cpp_loop_that_cannot_be_built_leaves_the_torchscript_loop_with_a_warning(
-    monkeypatch, caplog
-):
-    """No compiler (or any failed build): a warning naming the cause, and None (`forward_loop`
-    then runs the TorchScript loop)."""
+def test_a_failed_build_is_one_warning_naming_the_cause_and_no_loops(monkeypatch, caplog):
+    """No compiler, no ninja or any failed build: one warning line (not the compiler's log)."""
     from torch.utils import cpp_extension
 
     def no_compiler(**kwargs):
-        raise RuntimeError("Ninja is required to load C++ extensions")
+        raise RuntimeError("Ninja is required to load C++ extensions\nthe rest of the log")
 
     monkeypatch.setattr(cpp_extension, "load", no_compiler)
     with caplog.at_level(logging.WARNING):
-        assert compiled_module.compiled_forward_steps.__wrapped__() is None
-    assert "could not be built (Ninja is required to load C++ extensions)" in caplog.text
+        assert compiled_module.compiled_steps.__wrapped__() is None
+    assert [record.getMessage() for record in caplog.records] == [
+        "The C++ LSTM loops could not be built (Ninja is required to load C++ extensions): "
+        "the reference loop runs instead, slower"
+    ]
 
 
-def test_cpp_loop_refuses_arguments_that_would_reach_outside_its_tensors():
-    """The op is reachable through `torch.ops`: wrong shapes, sizes or gate row indices are a
-    RuntimeError naming the argument, never a read or write outside a tensor."""
-    from elmo_plugin.cpu.onednn_matmul import RightMatrix
+def test_the_build_name_changes_with_the_flags():
+    assert compiled_module.build_name(["-O3"]) != compiled_module.build_name(["-O2"])
+    assert compiled_module.build_name(["-O3"]).startswith("elmo_plugin_clipped_lstm_steps_")
 
-    cells, proj, sizes = 4, 3, [2, 1]
-    recurrent, projection = (
-        RightMatrix(torch.randn(proj, 4 * cells)),
-        RightMatrix(torch.randn(cells, proj)),
-    )
 
-    def run(gates, gate_rows=None, sizes=sizes, state0=None):
-        outputs = (
-            torch.empty(3, cells),
-            torch.empty(2, cells),
-            torch.empty(2, cells),
-            torch.empty(3, proj),
+CELLS, PROJ, SIZES = 4, 3, [2, 1]
+
+
+def prepacked(matrix: torch.Tensor) -> torch.Tensor:
+    return RightMatrix(matrix).weight
+
+
+def test_forward_op_refuses_arguments_that_would_reach_outside_its_tensors():
+    """The op is reachable through `torch.ops`: wrong shapes, sizes, weights or gate row
+    indices are a RuntimeError naming the argument, never a read or write outside a tensor."""
+    w_hh, w_hr = torch.randn(PROJ, 4 * CELLS), torch.randn(CELLS, PROJ)
+
+    def run(**changes):
+        arguments = dict(
+            gates=torch.randn(3, 4 * CELLS),
+            gate_rows=None,
+            memory=torch.empty(3, CELLS),
+            tanh_memory=torch.empty(2, CELLS),
+            hidden=torch.empty(2, CELLS),
+            states=torch.empty(3, PROJ),
+            w_hh=prepacked(w_hh),
+            w_hr=prepacked(w_hr),
+            state0=None,
+            memory0=None,
+            sizes=SIZES,
+            cell_clip=0.5,
+            proj_clip=0.3,
+            every_step=False,
         )
-        compiled_module.compiled_forward_steps()(
-            gates,
-            gate_rows,
-            *outputs,
-            recurrent.weight,
-            projection.weight,
-            True,
-            state0,
-            None,
-            sizes,
-            0.5,
-            0.3,
-            False,
-        )
+        compiled_module.compiled_steps().forward(**{**arguments, **changes})
 
-    run(torch.randn(3, 4 * cells))  # well formed
+    run()  # well formed
     with pytest.raises(RuntimeError, match="gate_rows\\[2\\] = 5 is not a row of gates"):
-        run(torch.randn(2, 4 * cells), gate_rows=torch.tensor([0, 1, 5]))
+        run(gates=torch.randn(2, 4 * CELLS), gate_rows=torch.tensor([0, 1, 5]))
     with pytest.raises(RuntimeError, match="gates need n rows"):
-        run(torch.randn(2, 4 * cells))
+        run(gates=torch.randn(2, 4 * CELLS))
     with pytest.raises(RuntimeError, match="sizes must be positive and non-increasing"):
-        run(torch.randn(3, 4 * cells), sizes=[1, 2])
+        run(sizes=[1, 2])
     with pytest.raises(RuntimeError, match="state0 needs sizes\\[0\\] rows"):
-        run(torch.randn(3, 4 * cells), state0=torch.randn(1, proj))
+        run(state0=torch.randn(1, PROJ))
+    with pytest.raises(RuntimeError, match="float32 and prepacked weights only"):
+        run(w_hh=w_hh.t().contiguous())
+
+
+def test_backward_op_refuses_arguments_that_would_reach_outside_its_tensors():
+    w_hh, w_hr = torch.randn(4 * CELLS, PROJ), torch.randn(PROJ, CELLS)
+
+    def run(n=3, **changes):
+        arguments = dict(
+            gates=torch.rand(n, 4 * CELLS),
+            memory=torch.randn(n, CELLS),
+            tanh_memory=torch.randn(n, CELLS),
+            states=torch.randn(n, PROJ),
+            grad_states=torch.randn(n, PROJ),
+            grad_memory_out=torch.randn(n, CELLS),
+            grad_gates=torch.empty(n, 4 * CELLS),
+            grad_bias=torch.empty(4 * CELLS),
+            grad_state0=torch.empty(2, PROJ),
+            grad_memory0=torch.empty(2, CELLS),
+            w_hh_t=prepacked(w_hh),
+            w_hr_t=prepacked(w_hr),
+            memory0=torch.randn(2, CELLS),
+            sizes=SIZES,
+            cell_clip=0.5,
+            proj_clip=0.3,
+        )
+        compiled_module.compiled_steps().backward(**{**arguments, **changes})
+
+    run()  # well formed
+    run(memory0=None, grad_memory_out=None, grad_state0=None, grad_memory0=None)
+    with pytest.raises(RuntimeError, match="for n = sum\\(sizes\\)"):
+        run(n=4)
+    with pytest.raises(RuntimeError, match="sizes must be positive and non-increasing"):
+        run(sizes=[1, 2])
+    with pytest.raises(RuntimeError, match="memory0 needs \\(sizes\\[0\\], cells\\)"):
+        run(memory0=torch.randn(1, CELLS))
+    with pytest.raises(RuntimeError, match="grad_memory_out must be contiguous float32"):
+        run(grad_memory_out=torch.randn(4, CELLS))
+    with pytest.raises(RuntimeError, match="grad_state0 must be contiguous float32"):
+        run(grad_state0=torch.empty(1, PROJ))
+    with pytest.raises(RuntimeError, match="grad_memory0 must be contiguous float32"):
+        run(grad_memory0=torch.empty(2, CELLS + 1))
+    with pytest.raises(RuntimeError, match="contiguous float32 tensors only"):
+        run(grad_bias=torch.empty(8 * CELLS)[::2])
+    with pytest.raises(RuntimeError, match="prepacked weights only"):
+        run(w_hr_t=w_hr.t().contiguous())
