@@ -34,12 +34,11 @@ class LstmState(NamedTuple):
     memory: torch.Tensor
 
 
-def stacked_weights(lstms: Sequence[torch.nn.LSTM]) -> LstmWeights:
+def stacked_weights(lstms: Sequence[torch.nn.Module]) -> LstmWeights:
     """Each direction's `torch.nn.LSTM` (one layer, with projection) as `LstmWeights`; gradients
     flow back to the LSTMs' own parameters."""
-    bias = torch.stack([lstm.bias_ih_l0 + lstm.bias_hh_l0 for lstm in lstms]).unsqueeze(1)
-    w_ih, w_hh, w_hr = (
-        torch.stack([getattr(lstm, name) for lstm in lstms])
-        for name in ("weight_ih_l0", "weight_hh_l0", "weight_hr_l0")
+    names = ("weight_ih_l0", "bias_ih_l0", "bias_hh_l0", "weight_hh_l0", "weight_hr_l0")
+    w_ih, b_ih, b_hh, w_hh, w_hr = (
+        torch.stack([getattr(lstm, name) for lstm in lstms]) for name in names
     )
-    return LstmWeights(w_ih, bias, w_hh, w_hr)
+    return LstmWeights(w_ih, (b_ih + b_hh).unsqueeze(1), w_hh, w_hr)

@@ -13,7 +13,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from elmo_plugin.cpu import side_by_side
-from elmo_plugin.cpu.compiled_lstm_steps import compiled_steps
+from elmo_plugin.cpu.compiled_lstm_steps import CompiledSteps, compiled_steps
 from elmo_plugin.cpu.distinct_rows import distinct_rows, row_hashes
 from elmo_plugin.cpu.lstm_tensors import Clips, LstmState, LstmWeights
 from elmo_plugin.cpu.onednn_matmul import RightMatrix, linear, onednn_built, transposed_matmul
@@ -33,6 +33,14 @@ def runs_fast(inputs: torch.Tensor) -> bool:
     )
 
 
+def cpp_loops() -> CompiledSteps:
+    """The C++ time loops (`runs_fast` says whether they could be built)."""
+    loops = compiled_steps()
+    if loops is None:
+        raise RuntimeError("packed_clipped_lstm: its C++ loops could not be built (see runs_fast)")
+    return loops
+
+
 def packed_clipped_lstm(
     inputs: torch.Tensor,
     weights: LstmWeights,
@@ -49,13 +57,15 @@ def packed_clipped_lstm(
     directions, batch, timesteps, dim = inputs.shape
     index, sizes = packed_positions(lengths, timesteps)
     proj, cells = weights.w_hr.shape[1:]
+    first_rows: tuple[Optional[torch.Tensor], Optional[torch.Tensor]]
     if initial is None:
         initial = LstmState(
             inputs.new_zeros(directions, batch, proj), inputs.new_zeros(directions, batch, cells)
         )
         first_rows = (None, None)  # zero: the loops skip what it would add
-    else:
-        first_rows = tuple(part[:, : sizes[0]] if sizes else part for part in initial)
+    else:  # the rows of the first step (all rows but those of length 0)
+        first = sizes[0] if sizes else 0
+        first_rows = (initial.state[:, :first], initial.memory[:, :first])
     outputs = inputs.new_zeros(directions, batch * timesteps, proj)
     if not sizes:
         return outputs.view(directions, batch, timesteps, -1), initial
@@ -213,7 +223,7 @@ def forward_direction(
         gates, gate_rows = linear(inputs[d], w_ih, bias[0]), None
     out = buffers.direction(d)
     # states @ W_hh^T and hidden @ W_hr^T at every step: torch's (out, in) weights, transposed
-    compiled_steps().forward(
+    cpp_loops().forward(
         gates=gates,
         gate_rows=gate_rows,
         memory=out.memory,
@@ -250,10 +260,10 @@ def backward_direction(
     inputs, saved, gates_d = inputs[d], buffers.direction(d), gates[d]
     w_ih, w_hh, w_hr = (weight[d] for weight in weights)
     first, proj = steps.sizes[0], saved.states.size(1)
-    grad_initial = (
-        LstmState(inputs.new_empty(first, proj), inputs.new_empty(first, saved.memory.size(1)))
+    grad_initial: tuple[Optional[torch.Tensor], Optional[torch.Tensor]] = (
+        (inputs.new_empty(first, proj), inputs.new_empty(first, saved.memory.size(1)))
         if initial is not None and initial_needs_grad
-        else LstmState(None, None)
+        else (None, None)
     )
     # what flows into each state: its output's gradient plus, step by step, what flows back
     # through time (the C++ loop adds it in place)
@@ -261,7 +271,7 @@ def backward_direction(
     grad_gates = torch.empty_like(gates_d)
     grad_bias = gates_d.new_empty(gates_d.size(1))
     # gradients flow back through the weights themselves: grad @ W for torch's (out, in) W
-    compiled_steps().backward(
+    cpp_loops().backward(
         gates=gates_d,
         memory=saved.memory,
         tanh_memory=saved.tanh_memory,
@@ -270,8 +280,8 @@ def backward_direction(
         grad_memory_out=None if grad_memory is None else grad_memory[d].contiguous(),
         grad_gates=grad_gates,
         grad_bias=grad_bias,
-        grad_state0=grad_initial.state,
-        grad_memory0=grad_initial.memory,
+        grad_state0=grad_initial[0],
+        grad_memory0=grad_initial[1],
         w_hh_t=RightMatrix(w_hh).weight,
         w_hr_t=RightMatrix(w_hr).weight,
         memory0=None if initial is None else initial.memory[d],
@@ -323,7 +333,7 @@ def each_direction(run: Callable[[int], Any], directions: int) -> list[Any]:
     """[run(d) for every direction d]: the directions are independent, so each runs on its own
     thread where threads can be spared (`side_by_side`), without a graph to record (the
     autograd Function's forward and backward record none)."""
-    each = [functools.partial(run, d) for d in range(directions)]
+    each: list[Callable[[], Any]] = [functools.partial(run, d) for d in range(directions)]
     if directions > 1 and not torch.is_grad_enabled() and side_by_side.worth_it():
         return side_by_side.side_by_side(each)
     return [direction() for direction in each]

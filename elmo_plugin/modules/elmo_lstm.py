@@ -118,7 +118,7 @@ class ElmoLstmContextualizer(BiLmContextualizer):
 
     def _reference(
         self,
-        lstms: Sequence[torch.nn.LSTM],
+        lstms: Sequence[torch.nn.Module],
         inputs: torch.Tensor,
         lengths: torch.Tensor,
         initial: Optional[LstmState] = None,
@@ -129,7 +129,7 @@ class ElmoLstmContextualizer(BiLmContextualizer):
         return clipped_lstm(inputs, stacked_weights(lstms), lengths, self._clips(), initial, step)
 
     def _run_layer(
-        self, lstms: Sequence[torch.nn.LSTM], inputs: torch.Tensor, lengths: torch.Tensor
+        self, lstms: Sequence[torch.nn.Module], inputs: torch.Tensor, lengths: torch.Tensor
     ) -> torch.Tensor:
         """inputs (directions, batch, timesteps, input_dim), batch sorted by decreasing
         `lengths` -> (directions, batch, timesteps, input_dim), each direction through its LSTM."""
@@ -165,7 +165,7 @@ class ElmoLstmContextualizer(BiLmContextualizer):
 
     def _run_stream_layer(
         self,
-        lstms: Sequence[torch.nn.LSTM],
+        lstms: Sequence[torch.nn.Module],
         inputs: torch.Tensor,
         lengths: torch.Tensor,
         initial: LayerState,
