@@ -4,6 +4,7 @@ backward, oneDNN matmuls) against the reference loop (`modules/clipped_lstm.py`)
 import pytest
 import torch
 
+from elmo_plugin.cpu import distinct_rows as distinct_rows_module
 from elmo_plugin.cpu import packed_clipped_lstm as packed_module
 from elmo_plugin.cpu import side_by_side as side_by_side_module
 from elmo_plugin.cpu.lstm_tensors import Clips, LstmState, stacked_weights
@@ -114,11 +115,17 @@ def test_fast_path_inference_equals_the_reference_in_values_and_final_states(
         assert not fast[0].any()
 
 
+@pytest.mark.parametrize("colliding_hashes", [False, True])
 @pytest.mark.parametrize("vectors", [2, None])
 @pytest.mark.parametrize("lengths", [[7, 5, 3, 3, 0], [4, 1], [1]], ids=str)
-def test_inference_multiplies_each_distinct_input_vector_once(lengths, vectors, monkeypatch):
+def test_inference_multiplies_each_distinct_input_vector_once(
+    lengths, vectors, colliding_hashes, monkeypatch
+):
     """x W_ih + b runs on the distinct input vectors where there are at most 3/4 as many as
-    positions, else on every position, for each direction."""
+    positions, else on every position, for each direction, also when every row hashes alike
+    (the rows themselves are then compared); the reference's outputs and final states."""
+    if colliding_hashes:
+        monkeypatch.setattr(distinct_rows_module, "hash_powers", lambda width: [0] * width)
     lstms = directions_lstms()
     lengths, inputs, _ = a_batch(lengths, 10, False, repeated=vectors is not None)
     rows_multiplied: list[int] = []
@@ -128,11 +135,12 @@ def test_inference_multiplies_each_distinct_input_vector_once(lengths, vectors, 
         "linear",
         lambda x, *rest: rows_multiplied.append(len(x)) or plain_linear(x, *rest),
     )
-    with torch.no_grad():
-        packed_clipped_lstm(inputs, stacked_weights(lstms), lengths, Clips(0.5, 0.3))
+    args = (lstms, lengths, inputs, None, Clips(0.5, 0.3))
+    fast = inferred(packed_clipped_lstm, *args)
     positions = int(lengths.sum())
     shared = vectors is not None and 4 * vectors <= 3 * positions
     assert rows_multiplied == ([vectors] if shared else [positions]) * 2
+    assert_all_close(fast, inferred(clipped_lstm, *args))
 
 
 def test_an_unused_final_memory_or_unused_outputs_leave_the_other_gradients_as_they_are():
