@@ -40,7 +40,7 @@ from benchmarks.wikitext_data import wikitext_file  # noqa: E402
 from elmo_plugin.elmo_files.options import architecture_from_options  # noqa: E402
 from elmo_plugin.elmo_files.weights import write_bilm_encoder  # noqa: E402
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder  # noqa: E402
-from elmo_plugin.modules.compiled_lstm_steps import compiled_forward_steps  # noqa: E402
+from elmo_plugin.cpu.compiled_lstm_steps import compiled_steps  # noqa: E402
 from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder  # noqa: E402
 
 PUBLISHED_SMALL = {
@@ -159,7 +159,7 @@ def main() -> None:
         "model": "published small (2 x 1024/128, 2048 filters, 1 highway, clips 3), random weights",
         "torch_threads": torch.get_num_threads(),
         "clock": args.clock,
-        "lstm_forward_loop": "c++" if compiled_forward_steps() is not None else "torchscript",
+        "lstm_forward_loop": "c++" if compiled_steps() is not None else "reference",
         **small,
     }
     if args.original_tokens > 0:

@@ -41,7 +41,7 @@ from allennlp.modules.elmo_lstm import ElmoLstm  # noqa: E402
 
 from benchmarks.embedder_vs_allennlp_elmo import CLOCKS  # noqa: E402
 from elmo_plugin.modules.elmo_lstm import ElmoLstmContextualizer  # noqa: E402
-from elmo_plugin.modules.onednn_matmul import linear  # noqa: E402
+from elmo_plugin.cpu.onednn_matmul import linear  # noqa: E402
 
 PROJECTION, CELLS, LAYERS, DIRECTIONS, CLIP = 128, 1024, 2, 2, 3.0
 MATMUL_SIZE = 2048

@@ -11,18 +11,22 @@ import elmo_plugin
 from tests.helpers import REPO_ROOT
 
 PACKAGE = REPO_ROOT / "elmo_plugin"
-# data -> modules -> training -> elmo_files -> models -> archives -> token_embedders | predictors | commands
+# data -> cpu -> modules -> training -> elmo_files -> models -> archives -> token_embedders | predictors | commands
 LAYERS = {
     "data": 0,
-    "modules": 1,
-    "training": 2,
-    "elmo_files": 3,
-    "models": 4,
-    "archives": 5,
-    "token_embedders": 6,
-    "predictors": 6,
-    "commands": 6,
+    "cpu": 1,
+    "modules": 2,
+    "training": 3,
+    "elmo_files": 4,
+    "models": 5,
+    "archives": 6,
+    "token_embedders": 7,
+    "predictors": 7,
+    "commands": 7,
 }
+# The one import against the order: the CPU fast path sets glibc's heap thresholds on its first
+# call (modules/glibc_heap.py, a process-wide side effect due to be removed); it goes with it.
+EXCEPTIONS = {("cpu/packed_clipped_lstm.py", "elmo_plugin.modules.glibc_heap.keep_freed_heap")}
 
 
 def our_imports(path: Path) -> Iterator[tuple[int, str]]:
@@ -49,7 +53,10 @@ def layer_of(module: str) -> str:
 def test_every_subpackage_has_a_layer():
     subpackages = {path.parent.name for path in PACKAGE.glob("*/__init__.py")}
     assert subpackages == set(LAYERS)
-    assert "data -> modules -> training -> elmo_files -> models -> archives" in elmo_plugin.__doc__
+    assert (
+        "data -> cpu -> modules -> training -> elmo_files -> models -> archives"
+        in elmo_plugin.__doc__
+    )
 
 
 @pytest.mark.parametrize(
@@ -58,6 +65,8 @@ def test_every_subpackage_has_a_layer():
 def test_module_imports_only_its_layer_and_those_before_it(path):
     own = path.parent.name
     for line, module in our_imports(path):
+        if (f"{own}/{path.name}", module) in EXCEPTIONS:
+            continue
         target = layer_of(module)
         assert target, f"{path}:{line} imports {module}, which is in no layer"
         if LAYERS[target] == LAYERS[own]:

@@ -8,8 +8,8 @@ from allennlp.data.token_indexers.elmo_indexer import ELMoCharacterMapper
 from allennlp.modules.highway import Highway
 from allennlp.modules.token_embedders import TokenEmbedder
 
-from elmo_plugin.modules.distinct_rows import distinct_rows
-from elmo_plugin.modules.onednn_matmul import RightMatrix, linear, uses_onednn
+from elmo_plugin.cpu.distinct_rows import distinct_rows
+from elmo_plugin.cpu.onednn_matmul import RightMatrix, linear, uses_onednn
 
 ACTIVATIONS = {"relu": torch.nn.functional.relu, "tanh": torch.tanh}
 PADDING_CHAR_ID = ELMoCharacterMapper.padding_character + 1

@@ -45,6 +45,31 @@ def test_train_archive_load_evaluate_gives_identical_perplexities(
         assert value == pytest.approx(metrics[f"best_validation_{name}"], rel=1e-4)
 
 
+def test_cpu_loop_reference_from_the_command_line_evaluates_to_the_fast_paths_perplexities(
+    tiny_bilm_archive, tiny_corpus, tmp_path
+):
+    """`-o '{"model.contextualizer.cpu_loop": "reference"}'` loads the archive (trained with the
+    CPU fast path) with the reference loop: the same perplexities within float32 rounding; an
+    unknown loop is an error naming the key."""
+    valid = tiny_corpus / "valid.txt"
+    fast = evaluate(tiny_bilm_archive, valid, tmp_path / "fast.json")
+    reference_file = tmp_path / "reference.json"
+    loop = {"model.contextualizer.cpu_loop": "reference"}
+    run_allennlp(
+        ["evaluate", str(tiny_bilm_archive), str(valid), "--output-file", str(reference_file)]
+        + ["-o", overrides(loop)]
+    )
+    reference = json.loads(reference_file.read_text())
+    for name, value in fast.items():
+        assert reference[name] == pytest.approx(value, rel=1e-4), name
+    unknown = {"model.contextualizer.cpu_loop": "c++"}
+    failed = run_allennlp(
+        ["evaluate", str(tiny_bilm_archive), str(valid), "-o", overrides(unknown)], check=False
+    )
+    assert failed.returncode != 0
+    assert 'cpu_loop must be "fast" or "reference"' in failed.stdout + failed.stderr
+
+
 @pytest.mark.parametrize(
     "config, sizes",
     [

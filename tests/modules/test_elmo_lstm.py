@@ -1,22 +1,16 @@
+import logging
 from typing import Optional
 
 import pytest
 import torch
 
-from elmo_plugin.modules import distinct_rows as distinct_rows_module
-from elmo_plugin.modules import onednn_matmul as onednn_matmul_module
-from elmo_plugin.modules import packed_clipped_lstm as packed_module
-from elmo_plugin.modules import side_by_side as side_by_side_module
+from elmo_plugin.cpu import compiled_lstm_steps as compiled_module
+from elmo_plugin.cpu import packed_clipped_lstm as packed_module
+from elmo_plugin.cpu.lstm_tensors import stacked_weights
+from elmo_plugin.modules import elmo_lstm as elmo_lstm_module
+from elmo_plugin.modules.clipped_lstm import initial_state
 from elmo_plugin.modules.directions import gather_timesteps, reverse_within_length
-from elmo_plugin.modules.elmo_lstm import (
-    ElmoLstmContextualizer,
-    clipped_lstm,
-    clipped_lstm_fixed_shape,
-    initial_state,
-    packed_weights,
-)
-from elmo_plugin.modules.packed_clipped_lstm import packed_clipped_lstm
-from elmo_plugin.modules.side_by_side import side_by_side
+from elmo_plugin.modules.elmo_lstm import ElmoLstmContextualizer
 
 DIM = 6
 
@@ -138,12 +132,18 @@ def reference_layers(
     return layers
 
 
-@pytest.mark.parametrize("clips", [{}, {"cell_clip": 0.5, "proj_clip": 0.3}, {"cell_clip": 0.5}])
-def test_equals_the_straightforward_computation_in_values_and_gradients(clips):
-    """Both directions in one loop, batch sorted by length, finished sequences leaving the loop:
-    same layers and same gradients (inputs and every parameter) as the plain computation."""
+@pytest.mark.parametrize("cpu_loop", ["fast", "reference"])
+@pytest.mark.parametrize(
+    "clips", [{}, {"cell_clip": 0.5, "proj_clip": 0.3}, {"cell_clip": 0.5}, {"proj_clip": 0.3}]
+)
+def test_equals_the_straightforward_computation_in_values_and_gradients(clips, cpu_loop):
+    """Both directions in one loop, batch sorted by length, through the CPU fast path or the
+    reference loop: the same layers and gradients (inputs and every parameter) as each
+    direction's LSTM step by step, with padding and an empty row."""
     torch.manual_seed(0)
-    lstm = ElmoLstmContextualizer(DIM, 10, 3, return_all_layers=True, **clips).train()  # dropout 0
+    lstm = ElmoLstmContextualizer(
+        DIM, 10, 3, return_all_layers=True, cpu_loop=cpu_loop, **clips
+    ).train()  # dropout 0
     for parameter in lstm.parameters():
         torch.nn.init.normal_(parameter, std=0.5)  # large enough that clipping binds
     inputs = torch.randn(5, 7, DIM, requires_grad=True)
@@ -204,37 +204,13 @@ def test_reverse_within_length_keeps_padding_and_is_an_involution():
     assert torch.equal(index.gather(1, index), torch.arange(5).expand(2, 5))
 
 
-@pytest.mark.parametrize("lengths", [[7, 5, 3, 3, 0], [1], [4, 1]])
-@pytest.mark.parametrize("clips", [{"cell_clip": 0.5, "proj_clip": 0.3}, {"cell_clip": 0.5}])
-def test_gpu_fixed_shape_loop_equals_the_shrinking_loop_in_values_and_gradients(lengths, clips):
-    """The GPU path (every step over the whole batch, padding zeroed afterwards) gives the CPU
-    path's outputs and gradients, with padding, length-1 sentences and a batch of one."""
-    torch.manual_seed(0)
-    lstms = [torch.nn.LSTM(DIM, 10, proj_size=DIM, batch_first=True) for _ in range(2)]
-    for parameter in (p for lstm in lstms for p in lstm.parameters()):
-        torch.nn.init.normal_(parameter, std=0.5)  # large enough that clipping binds
-    lengths = torch.tensor(lengths)
-    inputs = torch.randn(2, len(lengths), int(lengths.max()), DIM, requires_grad=True)
-    cell_clip, proj_clip = clips["cell_clip"], clips.get("proj_clip")
-    shrinking = clipped_lstm(inputs, lstms, lengths, cell_clip, proj_clip)
-    fixed = clipped_lstm_fixed_shape(inputs, lstms, lengths, cell_clip, proj_clip)
-    assert torch.allclose(fixed, shrinking, atol=1e-6)
-    weights = torch.randn_like(fixed)
-    wrt = [inputs, *(p for lstm in lstms for p in lstm.parameters())]
-    for got, want in zip(
-        torch.autograd.grad((fixed * weights).sum(), wrt),
-        torch.autograd.grad((shrinking * weights).sum(), wrt),
-    ):
-        assert torch.allclose(got, want, atol=1e-5, rtol=1e-4)
-
-
 def test_memory_cells_stay_float32_under_bf16_autocast():
     lstm = make_lstm(cell_clip=3.0, proj_clip=3.0)
     inputs, mask = padded_batch()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         layers = lstm(inputs, mask)
         state, memory = initial_state(
-            torch.zeros(2, 3, 7, DIM, dtype=torch.bfloat16), lstm.forward_layers
+            torch.zeros(2, 3, 7, DIM, dtype=torch.bfloat16), stacked_weights(lstm.forward_layers)
         )
     assert (state.dtype, memory.dtype) == (torch.bfloat16, torch.float32)
     for got, want in zip(layers, lstm(inputs, mask)):
@@ -258,303 +234,86 @@ def test_hidden_dim_is_still_accepted_as_the_old_name_of_cell_size():
         ElmoLstmContextualizer(DIM, cell_size=10, hidden_dim=10)
 
 
-@pytest.mark.parametrize("lengths", [[7, 5, 3, 3, 0], [1], [4, 1], [6, 6, 6], [0, 0]])
-@pytest.mark.parametrize(
-    "clips", [{"cell_clip": 0.5, "proj_clip": 0.3}, {"cell_clip": 0.5}, {"proj_clip": 0.3}]
-)
-def test_packed_hand_differentiated_lstm_equals_the_step_loop_in_values_and_gradients(
-    lengths, clips
-):
-    """The CPU fast path (packed positions, hand-written backward) gives the autograd step loop's
-    outputs and gradients (inputs and every weight), with padding, length-1 sentences, a batch of
-    one and an all-padding batch; its outputs are zero past each length."""
-    torch.manual_seed(0)
-    lstms = [torch.nn.LSTM(DIM, 10, proj_size=DIM, batch_first=True) for _ in range(2)]
-    for parameter in (p for lstm in lstms for p in lstm.parameters()):
-        torch.nn.init.normal_(parameter, std=0.5)  # large enough that clipping binds
-    lengths = torch.tensor(lengths)
-    inputs = torch.randn(2, len(lengths), max(int(lengths.max()), 1), DIM, requires_grad=True)
-    cell_clip, proj_clip = clips.get("cell_clip"), clips.get("proj_clip")
-    loop = clipped_lstm(inputs, lstms, lengths, cell_clip, proj_clip)
-    packed, _ = packed_clipped_lstm(inputs, packed_weights(lstms), lengths, cell_clip, proj_clip)
-    assert torch.allclose(packed, loop, atol=1e-6)
-    if clips.get("proj_clip"):
-        assert packed.abs().max() <= clips["proj_clip"]
-    if not lengths.any():
-        assert not packed.any()
-        return
-    weights = torch.randn_like(loop)
-    wrt = [inputs, *(p for lstm in lstms for p in lstm.parameters())]
-    got = torch.autograd.grad((packed * weights).sum(), wrt, allow_unused=True)
-    want = torch.autograd.grad((loop * weights).sum(), wrt, allow_unused=True)
-    for name, a, b in zip(
-        ["inputs", *(n for lstm in lstms for n, _ in lstm.named_parameters())], got, want
-    ):
-        a = torch.zeros_like(wrt[0]) if a is None else a
-        b = torch.zeros_like(a) if b is None else b
-        assert torch.allclose(a, b, atol=1e-5, rtol=1e-4), name
-
-
-def test_packed_lstm_gradients_reach_every_weight_contiguous_in_its_own_layout():
-    """The hand-written backward hands each LSTM weight a gradient laid out like the weight, so
-    accumulating it (`AccumulateGrad`) needs no strided copy."""
-    torch.manual_seed(0)
-    lstms = [torch.nn.LSTM(DIM, 10, proj_size=DIM, batch_first=True) for _ in range(2)]
-    arriving = {}
-    for index, lstm in enumerate(lstms):
-        for name, parameter in lstm.named_parameters():
-            parameter.register_hook(lambda grad, key=(index, name): arriving.setdefault(key, grad))
-    inputs = torch.randn(2, 3, 4, DIM)
-    packed_clipped_lstm(inputs, packed_weights(lstms), torch.tensor([4, 2, 1]), 0.5, 0.3)[
-        0
-    ].sum().backward()
-    assert len(arriving) == 2 * 5
-    for (index, name), grad in arriving.items():
-        assert grad.shape == getattr(lstms[index], name).shape and grad.is_contiguous(), name
-
-
-def test_clip_gradient_mask_in_one_op_equals_autograd_through_the_clamp():
-    """`passed_by_clamp` (hardtanh's backward, in place, on a strided view as the backward loop
-    uses it) gives what autograd gives through clamp(-clip, clip): zero where it bound, exactly
-    at the bound included."""
-    torch.manual_seed(0)
-    values = torch.randn(5, 8) * 2
-    values[0, :3] = torch.tensor([0.5, -0.5, 0.4999])  # at and just inside the bound
-    leaf = values.clone().requires_grad_()
-    grad = torch.randn(5, 8)
-    leaf.clamp(-0.5, 0.5).backward(grad)
-    buffer = torch.randn(5, 16)
-    view = buffer[:, 4:12]
-    view.copy_(grad)
-    packed_module.passed_by_clamp(view, values.clamp(-0.5, 0.5), 0.5)
-    assert torch.equal(view, leaf.grad)
-    assert torch.count_nonzero(view[0, :2]) == 0 and view[0, 2] == grad[0, 2]
-
-
-@pytest.mark.parametrize("lengths", [[7, 5, 3, 3, 0], [1], [4, 1], [0, 0]])
-def test_packed_lstm_without_a_backward_pass_gives_the_same_outputs_and_final_states(lengths):
-    """Inference keeps only one step of the packed LSTM's intermediates: the same outputs and final
-    (state, memory) as when every step is kept for the backward pass, from a given initial state."""
-    torch.manual_seed(0)
-    lstms = [torch.nn.LSTM(DIM, 10, proj_size=DIM, batch_first=True) for _ in range(2)]
-    lengths = torch.tensor(lengths)
-    inputs = torch.randn(2, len(lengths), max(int(lengths.max()), 1), DIM)
-    initial = (torch.randn(2, len(lengths), DIM), torch.randn(2, len(lengths), 10))
-    training = packed_clipped_lstm(
-        inputs.requires_grad_(), packed_weights(lstms), lengths, 0.5, 0.3, initial
-    )
-    with torch.no_grad():
-        inference = packed_clipped_lstm(inputs, packed_weights(lstms), lengths, 0.5, 0.3, initial)
-    for got, want in zip([inference[0], *inference[1]], [training[0], *training[1]]):
-        assert not got.requires_grad and torch.allclose(got, want.detach(), atol=1e-6)
-
-
-@pytest.mark.parametrize("onednn", [True, False])
-@pytest.mark.parametrize("colliding_hashes", [False, True])
-@pytest.mark.parametrize("vectors", [2, None])
-@pytest.mark.parametrize("lengths", [[7, 5, 3, 3, 0], [4, 1], [1]])
-def test_packed_lstm_inference_computes_input_gates_once_per_distinct_input_vector(
-    lengths, vectors, colliding_hashes, onednn, monkeypatch
-):
-    """Where the inputs repeat a few vectors (a first layer sees one per token type), inference
-    computes x W_ih + b once per distinct vector for each direction and each step gathers its
-    rows: the step loop's outputs and the training path's final states, also from a given
-    initial state, with oneDNN (the compiled loop) and without (the Python loop). All-different
-    inputs (and fewer than 4/3 positions per distinct vector) keep the matmul over every
-    position, also when every row hashes alike (the rows themselves are then counted)."""
-    if not onednn:
-        monkeypatch.setattr(onednn_matmul_module, "onednn_built", lambda: False)
-    torch.manual_seed(0)
-    lstms = [torch.nn.LSTM(DIM, 10, proj_size=DIM, batch_first=True) for _ in range(2)]
-    lengths = torch.tensor(lengths)
-    shape = (2, len(lengths), int(lengths.max()))
-    # vectors taken in turn along each row: every one of them sits at a real position
-    which = torch.arange(shape[0] * shape[1] * shape[2]).view(shape) % (vectors or 1)
-    inputs = torch.randn(*shape, DIM) if vectors is None else torch.randn(vectors, DIM)[which]
-    if colliding_hashes:
-        monkeypatch.setattr(distinct_rows_module, "hash_powers", lambda width: [0] * width)
-    rows_multiplied: list[int] = []
-    plain_linear = packed_module.linear
+def counting_paths(monkeypatch) -> list[str]:
+    """The list that records which clipped LSTM path each layer ran: "fast" or "reference"."""
+    ran: list[str] = []
+    fast, reference = packed_module.packed_clipped_lstm, elmo_lstm_module.clipped_lstm
     monkeypatch.setattr(
         packed_module,
-        "linear",
-        lambda x, *rest: rows_multiplied.append(len(x)) or plain_linear(x, *rest),
+        "packed_clipped_lstm",
+        lambda *args, **kwargs: ran.append("fast") or fast(*args, **kwargs),
     )
-    with torch.no_grad():
-        packed, final = packed_clipped_lstm(inputs, packed_weights(lstms), lengths, 0.5, 0.3)
-    positions = int(lengths.sum())
-    shared = vectors is not None and 4 * vectors <= 3 * positions
-    assert rows_multiplied == ([vectors] if shared else [positions]) * 2
-    assert torch.allclose(packed, clipped_lstm(inputs, lstms, lengths, 0.5, 0.3), atol=1e-6)
-    _, training_final = packed_clipped_lstm(
-        inputs.clone().requires_grad_(), packed_weights(lstms), lengths, 0.5, 0.3
+    monkeypatch.setattr(
+        elmo_lstm_module,
+        "clipped_lstm",
+        lambda *args, **kwargs: ran.append("reference") or reference(*args, **kwargs),
     )
-    for got, want in zip(final, training_final):
-        assert torch.allclose(got, want.detach(), atol=1e-6)
-    initial = (torch.randn(2, len(lengths), DIM), torch.randn(2, len(lengths), 10))
-    with torch.no_grad():
-        from_initial = packed_clipped_lstm(
-            inputs, packed_weights(lstms), lengths, 0.5, 0.3, initial
-        )
-    training = packed_clipped_lstm(
-        inputs.clone().requires_grad_(), packed_weights(lstms), lengths, 0.5, 0.3, initial
-    )
-    for got, want in zip([from_initial[0], *from_initial[1]], [training[0], *training[1]]):
-        assert torch.allclose(got, want.detach(), atol=1e-6)
+    return ran
 
 
-def two_directions_counting_side_by_side(
-    lengths: list[int], with_initial: bool, monkeypatch, repeated: bool = False
-):
-    """Two directions' LSTMs, a batch of the given lengths (inputs all different, or two vectors
-    repeated), an initial state or None, and the list that records each side_by_side call's
-    number of tasks."""
+def from_config(**keys) -> ElmoLstmContextualizer:
+    from allennlp.common import Params
+    from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
+
+    config = {"type": "elmo_lstm", "input_dim": DIM, "cell_size": 10, "num_layers": 2}
+    config.update(cell_clip=0.5, proj_clip=0.3, return_all_layers=True, **keys)
     torch.manual_seed(0)
-    lstms = [torch.nn.LSTM(DIM, 10, proj_size=DIM, batch_first=True) for _ in range(2)]
-    lengths = torch.tensor(lengths)
-    shape = (2, len(lengths), max(int(lengths.max()), 1))
-    which = torch.arange(shape[0] * shape[1] * shape[2]).view(shape) % 2
-    inputs = torch.randn(2, DIM)[which] if repeated else torch.randn(*shape, DIM)
-    initial = (
-        (torch.randn(2, len(lengths), DIM), torch.randn(2, len(lengths), 10))
-        if with_initial
-        else None
-    )
-    calls: list[int] = []
-    monkeypatch.setattr(
-        side_by_side_module,
-        "side_by_side",
-        lambda tasks: calls.append(len(tasks)) or side_by_side(tasks),
-    )
-    return lstms, lengths, inputs, initial, calls
+    return Seq2SeqEncoder.from_params(Params(config))
 
 
-@pytest.mark.parametrize("repeated", [False, True])
-@pytest.mark.parametrize("grad_mode", [torch.no_grad, torch.inference_mode])
-@pytest.mark.parametrize("with_initial", [False, True])
-@pytest.mark.parametrize("lengths", [[7, 5, 3, 3, 0], [1], [4, 1], [0, 0]])
-def test_packed_lstm_inference_with_each_direction_on_its_own_thread_equals_one_loop(
-    lengths, with_initial, grad_mode, repeated, monkeypatch
-):
-    """With 2 torch threads, inference runs the two directions' loops side by side on two threads:
-    the same outputs and final (state, memory) as the directions in turn on 1 thread,
-    with padding, length-1 and empty rows, a batch of one, under no_grad and inference_mode,
-    with all-different and with repeated input vectors (each step gathering its gates)."""
-    lstms, lengths, inputs, initial, calls = two_directions_counting_side_by_side(
-        lengths, with_initial, monkeypatch, repeated
-    )
-    results = {}
-    for threads in (1, 2):
-        torch.set_num_threads(threads)
-        with grad_mode():
-            results[threads] = packed_clipped_lstm(
-                inputs, packed_weights(lstms), lengths, 0.5, 0.3, initial
-            )
-    assert torch.get_num_threads() == 2
-    assert calls == ([2] if int(lengths.max()) > 0 else [])
-    one_loop, two_threads = results[1], results[2]
-    for got, want in zip([two_threads[0], *two_threads[1]], [one_loop[0], *one_loop[1]]):
-        assert torch.allclose(got, want, atol=1e-6, rtol=0)
-
-
-def test_packed_lstm_keeps_one_loop_where_torchs_threads_are_not_openmps(monkeypatch):
-    """torch's native thread pool has one process-wide size: there the directions stay in one loop."""
-    monkeypatch.setattr(side_by_side_module, "openmp_backend", lambda: False)
-    monkeypatch.setattr(
-        side_by_side_module, "side_by_side", lambda tasks: pytest.fail("ran side by side")
-    )
-    torch.set_num_threads(2)
-    lstms = [torch.nn.LSTM(DIM, 10, proj_size=DIM, batch_first=True) for _ in range(2)]
-    with torch.no_grad():
-        outputs, _ = packed_clipped_lstm(
-            torch.randn(2, 3, 4, DIM), packed_weights(lstms), torch.tensor([4, 2, 1]), 0.5, 0.3
-        )
-    assert outputs.shape == (2, 3, 4, DIM)
-
-
-@pytest.mark.parametrize("with_initial", [False, True])
-@pytest.mark.parametrize("lengths", [[7, 5, 3, 3, 0], [1], [4, 1]])
-def test_packed_lstm_training_with_each_direction_on_its_own_thread_equals_one_thread(
-    lengths, with_initial, monkeypatch
-):
-    """With 2 torch threads the forward and the hand-written backward run the two directions side
-    by side: the same outputs, final states and gradients (inputs and every weight) as on 1 thread."""
-    lstms, lengths, inputs, initial, calls = two_directions_counting_side_by_side(
-        lengths, with_initial, monkeypatch
-    )
+def layers_and_gradients(lstm: ElmoLstmContextualizer) -> list[torch.Tensor]:
+    inputs, mask = padded_batch()
     inputs.requires_grad_()
-    results = {}
-    for threads in (1, 2):
-        torch.set_num_threads(threads)
-        outputs, (state, memory) = packed_clipped_lstm(
-            inputs, packed_weights(lstms), lengths, 0.5, 0.3, initial
-        )
-        loss = (outputs * torch.linspace(-1, 1, outputs.size(-1))).sum() + (state**2).sum()
-        parameters = [inputs, *(p for lstm in lstms for p in lstm.parameters())]
-        results[threads] = [outputs, state, memory, *torch.autograd.grad(loss, parameters)]
-    assert calls == [2, 2]  # the forward and the backward, on 2 threads only
-    for got, want in zip(results[2], results[1]):
-        assert torch.allclose(got, want, atol=1e-6, rtol=0)
+    layers = lstm(inputs, mask)
+    loss = sum((layer * torch.linspace(-1, 1, layer.size(-1))).sum() for layer in layers)
+    return [*layers, *torch.autograd.grad(loss, [inputs, *lstm.parameters()])]
 
 
-@pytest.mark.parametrize("with_initial", [False, True])
-@pytest.mark.parametrize("lengths", [[7, 5, 3, 3, 0], [1], [4, 1]])
-def test_packed_lstm_time_loops_compiled_by_torchscript_equal_them_run_as_python(
-    lengths, with_initial, monkeypatch
+def test_cpu_loop_reference_in_a_config_runs_the_reference_loop_with_the_fast_paths_numbers(
+    monkeypatch,
 ):
-    """The packed LSTM's time loops, forward and backward, run compiled by TorchScript (the
-    forward in C++ where it builds: `test_compiled_lstm_steps`): the same outputs, final states
-    and gradients (inputs and every weight) as the same loops run as Python, with padding,
-    length-1 rows, a batch of one and an initial state."""
-    assert isinstance(packed_module.scripted(packed_module.forward_steps), torch.jit.ScriptFunction)
-    assert isinstance(
-        packed_module.scripted(packed_module.backward_steps), torch.jit.ScriptFunction
-    )
-    lstms, lengths, inputs, initial, _ = two_directions_counting_side_by_side(
-        lengths, with_initial, monkeypatch
-    )
-    inputs.requires_grad_()
-    monkeypatch.setattr(packed_module, "compiled_forward_steps", lambda: None)
-    compiled = packed_module.scripted
-    results = {}
-    for mode, scripted in (("python", lambda loop: loop), ("torchscript", compiled)):
-        monkeypatch.setattr(packed_module, "scripted", scripted)
-        results[mode] = outputs_and_gradients(lstms, lengths, inputs, initial)
-    for got, want in zip(results["torchscript"], results["python"]):
-        assert torch.equal(got, want)
+    """`cpu_loop: "reference"` runs the reference loop for every layer; the default, "fast", the
+    CPU fast path; the same layers and gradients within float32 rounding."""
+    ran = counting_paths(monkeypatch)
+    reference = layers_and_gradients(from_config(cpu_loop="reference"))
+    assert ran == ["reference"] * 2
+    ran.clear()
+    fast = layers_and_gradients(from_config())
+    assert ran == ["fast"] * 2
+    for got, want in zip(fast, reference):
+        assert torch.allclose(got, want, atol=1e-5, rtol=1e-4)
 
 
-def outputs_and_gradients(lstms, lengths, inputs, initial, clips=(0.5, 0.3)) -> list[torch.Tensor]:
-    """The packed LSTM's outputs, final (state, memory) and gradients (inputs and every weight)
-    for a fixed loss, then its inference outputs and final (state, memory); clips (cell, proj)."""
-    outputs, (state, memory) = packed_clipped_lstm(
-        inputs, packed_weights(lstms), lengths, *clips, initial
-    )
-    loss = (outputs * torch.linspace(-1, 1, outputs.size(-1))).sum() + (state**2).sum()
-    parameters = [inputs, *(p for lstm in lstms for p in lstm.parameters())]
-    with torch.no_grad():
-        inference = packed_clipped_lstm(inputs, packed_weights(lstms), lengths, *clips, initial)
-    return [
-        outputs,
-        state,
-        memory,
-        *torch.autograd.grad(loss, parameters),
-        inference[0],
-        *inference[1],
-    ]
+def test_an_unknown_cpu_loop_is_a_configuration_error():
+    from allennlp.common.checks import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match='cpu_loop must be "fast" or "reference", got'):
+        from_config(cpu_loop="c++")
 
 
-def test_packed_lstm_time_loops_run_as_python_where_torchscript_cannot_compile_them(
+def test_a_failed_cpp_build_warns_once_and_runs_the_reference_loop_with_its_numbers(
     monkeypatch, caplog
 ):
-    """Where torch.jit.script fails (TorchScript is deprecated), the loop runs as Python, with a
-    warning naming it."""
+    """Where the C++ loops cannot be built, one warning (for the whole process, however many
+    layers and batches) and the reference loop, whose numbers the fast path's equal."""
+    import functools
 
-    def no_torchscript(function):
-        raise RuntimeError("TorchScript is gone")
+    from torch.utils import cpp_extension
 
-    monkeypatch.setattr(torch.jit, "script", no_torchscript)
-    with caplog.at_level("WARNING"):
-        loop = packed_module.scripted.__wrapped__(packed_module.forward_steps)
-    assert loop is packed_module.forward_steps
-    assert "cannot compile forward_steps (TorchScript is gone)" in caplog.text
+    fast = layers_and_gradients(from_config())
+
+    def no_compiler(**kwargs):
+        raise RuntimeError("Ninja is required to load C++ extensions")
+
+    monkeypatch.setattr(cpp_extension, "load", no_compiler)
+    unbuilt = functools.cache(compiled_module.compiled_steps.__wrapped__)
+    monkeypatch.setattr(packed_module, "compiled_steps", unbuilt)
+    ran = counting_paths(monkeypatch)
+    with caplog.at_level(logging.WARNING):
+        fallback = layers_and_gradients(from_config())
+        layers_and_gradients(from_config())
+    assert ran == ["reference"] * 4
+    warnings = [record for record in caplog.records if record.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "could not be built" in warnings[0].getMessage()
+    for got, want in zip(fallback, fast):
+        assert torch.allclose(got, want, atol=1e-5, rtol=1e-4)

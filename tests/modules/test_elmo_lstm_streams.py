@@ -5,6 +5,7 @@ after the window, in either direction."""
 import pytest
 import torch
 
+from elmo_plugin.cpu import packed_clipped_lstm as packed_module
 from elmo_plugin.modules.elmo_lstm import ElmoLstmContextualizer
 
 DIM = 6
@@ -107,9 +108,13 @@ def test_streams_from_zero_state_equal_the_stateless_layers(clips):
 
 
 @pytest.mark.parametrize("clips", CLIPS)
-def test_packed_stream_layers_equal_the_step_loop_values_states_and_gradients(clips, monkeypatch):
-    """CPU float32 runs the packed LSTM from the carried state; the step loop is the plain
-    computation. Rows in any length order (one of length 1), a random carried state."""
+def test_fast_path_stream_layers_equal_the_reference_values_states_and_gradients(
+    clips, monkeypatch
+):
+    """CPU float32 runs the CPU fast path from the carried state (`cpu_loop: "fast"`); against
+    the reference loop: rows in any length order (one of length 1), a random carried state;
+    the outputs, every row's state at its last position and the gradients w.r.t. the inputs
+    and every parameter."""
     lstm = make_lstm(**clips)
     torch.manual_seed(2)
     inputs = torch.randn(2, 4, 7, DIM, requires_grad=True)
@@ -122,17 +127,44 @@ def test_packed_stream_layers_equal_the_step_loop_values_states_and_gradients(cl
         grads = torch.autograd.grad((layers[-1] * weights).sum(), [inputs, *lstm.parameters()])
         return layers, final, grads
 
+    ran = []
+    fast_path = packed_module.packed_clipped_lstm
+    monkeypatch.setattr(
+        packed_module,
+        "packed_clipped_lstm",
+        lambda *args: ran.append("fast") or fast_path(*args),
+    )
     packed = run()
-    monkeypatch.setattr("elmo_plugin.modules.elmo_lstm.can_pack", lambda inputs: False)
+    assert ran == ["fast"] * 2
+    lstm.cpu_loop = "reference"
     plain = run()
+    assert ran == ["fast"] * 2
     for a, b in zip(packed[0], plain[0]):
         assert torch.allclose(a, b, atol=1e-6)
-    full = mask.all(dim=1)  # the step loop's state is the last real step's only without padding
     for (h, c), (h_plain, c_plain) in zip(packed[1], plain[1]):
-        assert torch.allclose(h[:, full], h_plain[:, full], atol=1e-6)
-        assert torch.allclose(c[:, full], c_plain[:, full], atol=1e-6)
+        assert torch.allclose(h, h_plain, atol=1e-6)
+        assert torch.allclose(c, c_plain, atol=1e-6)
     for a, b in zip(packed[2], plain[2]):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+@pytest.mark.parametrize("clips", CLIPS)
+def test_a_carried_state_that_needs_a_gradient_passes_it_back_as_one_window_does(clips):
+    """Not detached, the state carried from the first half window passes the second half's
+    gradient back into the first half's inputs: the whole window's gradient (the reference
+    loop runs such a state)."""
+    lstm = make_lstm(**clips)
+    inputs = streams()
+    whole, _ = lstm.stream_layers(inputs, full_mask(inputs))
+    first, second = inputs[:, :, :4], inputs[:, :, 4:]
+    _, carried = lstm.stream_layers(first, full_mask(first))
+    halves_second, _ = lstm.stream_layers(second, full_mask(second), carried)
+    weights = torch.randn_like(whole[-1][:, 4:])
+    wrt = [inputs, *lstm.parameters()]
+    grad_whole = torch.autograd.grad((whole[-1][:, 4:] * weights).sum(), wrt)
+    grad_halves = torch.autograd.grad((halves_second[-1] * weights).sum(), wrt)
+    for got, want in zip(grad_halves, grad_whole):
+        assert torch.allclose(got, want, atol=1e-5)
 
 
 @pytest.mark.parametrize("clips", CLIPS)

@@ -2,8 +2,8 @@ import pytest
 import torch
 from allennlp.modules.elmo import batch_to_ids
 
-from elmo_plugin.modules import distinct_rows as distinct_rows_module
-from elmo_plugin.modules.distinct_rows import distinct_rows
+from elmo_plugin.cpu import distinct_rows as distinct_rows_module
+from elmo_plugin.cpu.distinct_rows import distinct_rows
 
 
 def repeated_ids() -> torch.Tensor:

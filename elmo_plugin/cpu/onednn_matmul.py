@@ -1,4 +1,4 @@
-"""Float32 CPU matmuls through oneDNN, the CPU fast path of the LSTM and the character CNN.
+"""Float32 CPU matmuls through oneDNN, for the LSTM's CPU fast path and the character CNN.
 
 torch's own CPU matmul calls MKL, which on some CPUs (AMD EPYC among them) runs several times
 below the machine's rate; oneDNN, which torch also ships (its convolutions use it), does not.
@@ -10,7 +10,7 @@ Results equal torch.matmul's within float32 rounding (the summation order differ
 """
 
 import functools
-from typing import Optional, Union
+from typing import Optional
 
 import torch
 
@@ -46,11 +46,8 @@ def linear(
 def onednn_linear(
     x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]
 ) -> torch.Tensor:
-    """`linear` through oneDNN; `weight` plain or prepacked. TorchScript compiles it."""
-    no_scalars = torch.jit.annotate(
-        list[Optional[Union[int, float, complex]]], []
-    )  # `[]` typed for TorchScript
-    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", no_scalars, "")
+    """`linear` through oneDNN; `weight` plain or prepacked."""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
 def transposed_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -80,7 +77,7 @@ def right_product(
     x: torch.Tensor, weight: torch.Tensor, prepacked: bool, bias: Optional[torch.Tensor] = None
 ) -> torch.Tensor:
     """x (..., K) @ the matrix of a `RightMatrix` given as its (weight, prepacked) (+ bias (N,))
-    -> (..., N). TorchScript compiles it."""
+    -> (..., N)."""
     if not prepacked:
         return torch.nn.functional.linear(x, weight, bias)
     if x.numel() == 0:  # oneDNN refuses empty inputs; only oneDNN reads the prepacked weight

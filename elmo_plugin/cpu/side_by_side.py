@@ -1,8 +1,7 @@
-"""Independent CPU work on several threads at once: the directions of a biLM layer's recurrent
-loop, forward and backward. Each step is a few small torch calls; on one thread the Python that
-dispatches them leaves cores idle between kernels however many intra-op threads torch has. On
-their own threads the directions overlap, each dispatching while the other computes (torch
-releases the GIL inside its kernels)."""
+"""Independent CPU work on several threads at once: the directions of a biLM layer's time loops,
+forward and backward. Each step of a loop is two small matmuls and a pass over a few rows, too
+little to keep torch's intra-op threads busy; on their own threads, each with its share of the
+caller's intra-op threads, the directions run at once (torch releases the GIL inside its ops)."""
 
 import ctypes
 import functools

@@ -6,8 +6,8 @@ import time
 import pytest
 import torch
 
-from elmo_plugin.modules import side_by_side as side_by_side_module
-from elmo_plugin.modules.side_by_side import release_idle_openmp_threads, side_by_side
+from elmo_plugin.cpu import side_by_side as side_by_side_module
+from elmo_plugin.cpu.side_by_side import release_idle_openmp_threads, side_by_side
 
 
 def thread_counts_seen(tasks: int):

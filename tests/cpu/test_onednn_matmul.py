@@ -1,10 +1,7 @@
 import pytest
 import torch
 
-from elmo_plugin.modules import onednn_matmul
-from elmo_plugin.modules.elmo_lstm import packed_weights
-from elmo_plugin.modules.onednn_matmul import RightMatrix, linear, transposed_matmul, uses_onednn
-from elmo_plugin.modules.packed_clipped_lstm import packed_clipped_lstm
+from elmo_plugin.cpu.onednn_matmul import RightMatrix, linear, transposed_matmul, uses_onednn
 
 
 def close(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -40,28 +37,3 @@ def test_onednn_runs_on_this_machine_and_stays_out_of_autograd_graphs():
     x = torch.randn(2, 4)
     linear(x, matrix.t()).sum().backward()
     assert torch.allclose(matrix.grad, x.sum(0, keepdim=True).t().expand(4, 3))
-
-
-@pytest.mark.parametrize("lengths", [[9, 6, 6, 1, 0], [1]])
-def test_packed_lstm_through_onednn_equals_it_through_torch_matmul(lengths, monkeypatch):
-    """The CPU LSTM's forward and hand-written backward give the same values and gradients with
-    oneDNN as with torch's matmul (oneDNN switched off)."""
-    torch.manual_seed(0)
-    lstms = [torch.nn.LSTM(6, 10, proj_size=6, batch_first=True) for _ in range(2)]
-    lengths = torch.tensor(lengths)
-    inputs = torch.randn(2, len(lengths), int(lengths.max()), 6, requires_grad=True)
-    initial = (torch.randn(2, len(lengths), 6), torch.randn(2, len(lengths), 10))
-    wrt = [inputs, *(p for lstm in lstms for p in lstm.parameters())]
-
-    def run():
-        outputs, final = packed_clipped_lstm(
-            inputs, packed_weights(lstms), lengths, 0.5, 0.3, initial
-        )
-        weights = torch.linspace(-1, 1, outputs.numel()).view_as(outputs)
-        return [outputs, *final, *torch.autograd.grad((outputs * weights).sum(), wrt)]
-
-    fast = run()
-    monkeypatch.setattr(onednn_matmul, "onednn_built", lambda: False)
-    plain = run()
-    for got, want in zip(fast, plain):
-        assert close(got, want)
