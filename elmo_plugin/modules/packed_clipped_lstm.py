@@ -12,7 +12,6 @@ import torch
 from elmo_plugin.modules import side_by_side
 from elmo_plugin.modules.compiled_lstm_steps import compiled_forward_steps
 from elmo_plugin.modules.distinct_rows import distinct_rows, row_hashes
-from elmo_plugin.modules.glibc_heap import keep_freed_heap
 from elmo_plugin.modules.onednn_matmul import (
     RightMatrix,
     linear,
@@ -457,8 +456,7 @@ def packed_clipped_lstm(
     gradient, so it must not need one (state carried between batches is detached) ->
     (outputs (directions, batch, timesteps, proj), zero past each length; (state, memory) at
     each row's last position, `initial` for a row of length 0). Only real positions are
-    computed. Keeps freed CPU memory in the process from the first call (`keep_freed_heap`)."""
-    keep_freed_heap()
+    computed."""
     directions, batch, timesteps, dim = inputs.shape
     index, sizes = packed_positions(lengths, timesteps)
     w_ih, bias, w_hh, w_hr = weights
