@@ -84,7 +84,8 @@ class RecordAtFirstBatch(TrainerCallback):
 
     def __init__(self, serialization_dir: str, calls: list) -> None:
         super().__init__(serialization_dir)
-        self.calls, self.seen = calls, []
+        self.calls = calls
+        self.seen: list = []  # [mallopt calls, (matmul, cudnn) TF32 flags] at the first batch
 
     def on_batch(self, trainer, *args, **kwargs) -> None:
         if not self.seen:
@@ -163,3 +164,16 @@ def test_predictor_applies_its_arguments_when_built(process):
     assert process == [] and tf32_flags() == (True, True)
     ElmoEmbeddingsPredictor(archive.model, archive.dataset_reader)  # defaults: heap kept
     assert process == HEAP_CALLS and tf32_flags() == (True, True)
+
+
+@pytest.mark.parametrize(
+    "config",
+    sorted(path.name for path in CONFIG_DIR.glob("*.jsonnet") if "baseline" not in path.name),
+)
+def test_every_shipped_elmo_config_sets_the_same_settings_for_train_and_evaluate(config):
+    """Callback 0 is `elmo_process_settings` and `evaluation` is `elmo_evaluator`, both with
+    the heap kept (off for the transformer, which has no CPU LSTM) and torch's TF32 defaults."""
+    params = Params.from_file(str(CONFIG_DIR / config)).as_dict()
+    expected = {"keep_freed_heap": "transformer" not in config, "tf32": None}
+    assert params["trainer"]["callbacks"][0] == {"type": "elmo_process_settings", **expected}
+    assert params["evaluation"] == {"type": "elmo_evaluator", **expected}
