@@ -45,12 +45,13 @@ from allennlp.nn import util as nn_util  # noqa: E402
 from allennlp.training.optimizers import Optimizer  # noqa: E402
 
 import elmo_plugin  # noqa: E402,F401  (registers components)
+from elmo_plugin.training.process_settings import ProcessSettings  # noqa: E402
 
 CONFIGS = {"lstm": "elmo_lstm_original.jsonnet", "transformer": "elmo_transformer_original.jsonnet"}
-PRECISIONS = {
-    "fp32": {"model.tf32": False},
-    "tf32": {"model.tf32": True},
-    "bf16": {"model.tf32": True, "model.mixed_precision": "bf16"},
+PRECISIONS = {  # config overrides; TF32 is on for every precision but fp32 (ProcessSettings)
+    "fp32": {},
+    "tf32": {},
+    "bf16": {"model.mixed_precision": "bf16"},
 }
 SHRUNK = {  # --dry-run: every size down, same code paths
     "model.text_field_embedder.token_embedders.elmo.filters": [[1, 8], [2, 8], [3, 16]],
@@ -206,6 +207,7 @@ def measure_training(
     name: str, precision: str, args, corpus: Path, vocab: Vocabulary, device, peaks
 ) -> dict:
     values = {"data_loader.num_workers": args.num_workers, **PRECISIONS[precision]}
+    ProcessSettings(tf32=precision != "fp32").apply()
     if args.dry_run:
         values.update(SHRUNK, **(SHRUNK_TRANSFORMER if name == "transformer" else SHRUNK_LSTM))
     run = TrainingRun(CONFIGS[name], values, corpus, vocab, device)

@@ -146,6 +146,7 @@ def our_config(config_file: str, batch_size: int, overrides: dict) -> dict:
     config = Params.from_file(
         str(CONFIG_DIR / config_file), params_overrides=json.dumps(overrides)
     ).as_dict()
+    config.pop("evaluation")  # allennlp evaluate's key: `allennlp train` drops it before TrainModel
     config["model"]["contextualizer"]["num_attention_heads"] = 8
     loader = config["data_loader"]
     (loader["batch_sampler"] if "batch_sampler" in loader else loader)["batch_size"] = batch_size

@@ -9,6 +9,16 @@ cd "$(dirname "$0")/.."
 out=${DEMO_OUTPUT:-demo_output}
 contextualizer=${CONTEXTUALIZER:-lstm}
 plugin=(--include-package elmo_plugin)
+# allennlp imports fairscale, which prints three harmless FutureWarnings on every command (two
+# from fairscale's offload module; torch attributes the third, about fairscale's torch.jit.script
+# call, to torch.jit._script): hide exactly these, by message, category and module.
+fairscale_notices=(
+  'ignore:`torch.cuda.amp.custom_fwd(args...)` is deprecated:FutureWarning:fairscale.experimental.nn.offload'
+  'ignore:`torch.cuda.amp.custom_bwd(args...)` is deprecated:FutureWarning:fairscale.experimental.nn.offload'
+  'ignore:`torch.jit.script` is deprecated:FutureWarning:torch.jit._script'
+)
+PYTHONWARNINGS=$(IFS=,; echo "${fairscale_notices[*]}")${PYTHONWARNINGS:+,$PYTHONWARNINGS}
+export PYTHONWARNINGS
 rm -rf "$out" && mkdir -p "$out"
 
 echo "== 1. pretrain the demo-size $contextualizer ELMo on fixtures/demo_corpus"

@@ -54,7 +54,7 @@ if stage train; then
   python scripts/make_scale_corpus.py --tokens 20000 --shards 1 --out "$data/heldout" --seed 2 > /dev/null
   run=$OUT/scratch/elmo_original_run && rm -rf "$run"
   values=$(printf '{"train_data_path": "%s/train/*.txt", "validation_data_path": "%s/heldout/*.txt", "vocabulary": {"type": "elmo_tokens_file", "tokens_file": "%s/tokens.txt"}, "trainer.num_epochs": 1, "data_loader.num_workers": 2, %s}' \
-    "$data" "$data" "$data" "${TRAIN_MODEL_ARGS:-\"model.tf32\": true, \"model.mixed_precision\": \"bf16\"}")
+    "$data" "$data" "$data" "${TRAIN_MODEL_ARGS:-\"trainer.callbacks.0.tf32\": true, \"evaluation.tf32\": true, \"model.mixed_precision\": \"bf16\"}")
   start=$(date +%s)
   allennlp train training_config/elmo_lstm_original.jsonnet -s "$run" -o "$values" > "$OUT/train.log" 2>&1 || status=1
   echo "train wall s: $(( $(date +%s) - start ))"

@@ -24,9 +24,6 @@ LAYERS = {
     "predictors": 7,
     "commands": 7,
 }
-# The one import against the order: the CPU fast path sets glibc's heap thresholds on its first
-# call (modules/glibc_heap.py, a process-wide side effect due to be removed); it goes with it.
-EXCEPTIONS = {("cpu/packed_clipped_lstm.py", "elmo_plugin.modules.glibc_heap.keep_freed_heap")}
 
 
 def our_imports(path: Path) -> Iterator[tuple[int, str]]:
@@ -65,8 +62,6 @@ def test_every_subpackage_has_a_layer():
 def test_module_imports_only_its_layer_and_those_before_it(path):
     own = path.parent.name
     for line, module in our_imports(path):
-        if (f"{own}/{path.name}", module) in EXCEPTIONS:
-            continue
         target = layer_of(module)
         assert target, f"{path}:{line} imports {module}, which is in no layer"
         if LAYERS[target] == LAYERS[own]:

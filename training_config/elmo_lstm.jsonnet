@@ -3,6 +3,14 @@
 // Point it at your own text with -o, e.g.
 //   -o '{"train_data_path": "my/shards/*.txt", "validation_data_path": "my/valid.txt"}'
 {
+  // Process-wide settings, applied once when a command starts running the model (README:
+  // Process settings): by the first trainer callback in `allennlp train`, by the evaluator in
+  // `allennlp evaluate` (the archive keeps the `evaluation` key; `allennlp train` ignores it).
+  // keep_freed_heap: glibc keeps freed CPU memory in the process (faster CPU LSTM steps);
+  // tf32: true / false lets (or stops) GPU float32 matmuls use TF32, null: torch's defaults.
+  // Override with -o '{"trainer.callbacks.0.tf32": true, "evaluation.tf32": true}'.
+  process_settings:: { keep_freed_heap: true, tf32: null },
+  evaluation: { type: "elmo_evaluator" } + $.process_settings,
   dataset_reader: {
     type: "elmo_corpus",
     max_sequence_length: 40,  // longer lines become consecutive windows
@@ -53,6 +61,7 @@
     // TensorBoard event files in <serialization dir>/log/{train,validation}: every metric, the loss
     // and the learning rate, each summary_interval batches and per epoch (docs/pretraining.md: Watching training).
     callbacks: [
+      { type: "elmo_process_settings" } + $.process_settings,  // first: -o trainer.callbacks.0.*
       { type: "tensorboard", summary_interval: 20, should_log_learning_rate: true },
       { type: "tokens_per_second", summary_interval: 20 },  // train/tokens_per_second
       // Validation inside the epoch: every 50 batches on the first 5 validation batches, logged

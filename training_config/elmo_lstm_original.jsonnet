@@ -9,6 +9,11 @@
 // expects); for a big corpus count it once with `allennlp elmo-vocab` and add to that JSON
 //   "vocabulary": {"type": "elmo_tokens_file", "tokens_file": "tokens.txt"}
 {
+  // Process-wide settings, applied once when a command starts running the model: the first
+  // trainer callback (train) and the evaluator (evaluate) take them. README: Process settings.
+  // For TF32 on the GPU: -o '{"trainer.callbacks.0.tf32": true, "evaluation.tf32": true}'.
+  process_settings:: { keep_freed_heap: true, tf32: null },
+  evaluation: { type: "elmo_evaluator" } + $.process_settings,
   dataset_reader: {
     type: "elmo_corpus",
     max_sequence_length: 20,
@@ -74,6 +79,7 @@
     // by a kill while it was being saved, instead of failing on it.
     checkpointer: { type: "elmo_checkpointer", save_every_num_batches: 2000 },
     callbacks: [
+      { type: "elmo_process_settings" } + $.process_settings,  // first: -o trainer.callbacks.0.*
       { type: "tensorboard", summary_interval: 100, should_log_learning_rate: true },
       { type: "tokens_per_second", summary_interval: 100 },  // train/tokens_per_second
       // Saves the data loader's position in each checkpoint and starts there on -r.

@@ -13,6 +13,10 @@
 local model_folder = 'elmo_manylangs_model';
 local max_characters_per_token = 50;  // the release's token_embedder.max_characters_per_token
 {
+  // Process-wide settings, applied once when a command starts running the model: the first
+  // trainer callback (train) and the evaluator (evaluate) take them. README: Process settings.
+  process_settings:: { keep_freed_heap: true, tf32: null },
+  evaluation: { type: 'elmo_evaluator' } + $.process_settings,
   dataset_reader: {
     type: 'elmo_corpus',
     max_sequence_length: 40,
@@ -66,6 +70,7 @@ local max_characters_per_token = 50;  // the release's token_embedder.max_charac
     validation_metric: '-perplexity',
     // allennlp's checkpointer, except that -r skips a checkpoint cut short by a kill mid-save.
     checkpointer: { type: 'elmo_checkpointer' },
+    callbacks: [{ type: 'elmo_process_settings' } + $.process_settings],
     cuda_device: -1,
   },
 }

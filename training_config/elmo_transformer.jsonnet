@@ -4,6 +4,8 @@
 local lstm = import 'elmo_lstm.jsonnet';
 
 lstm {
+  // The heap setting is for the LSTM's CPU steps: left off here (README: Process settings).
+  process_settings:: { keep_freed_heap: false, tf32: null },
   model+: {
     contextualizer: {
       type: 'elmo_transformer',

@@ -13,6 +13,10 @@
 local elmo_dim = 256;
 local word_dim = 32;
 {
+  // Process-wide settings, applied once when a command starts running the model: the first
+  // trainer callback (train) and the evaluator (evaluate) take them. README: Process settings.
+  process_settings:: { keep_freed_heap: true, tf32: null },
+  evaluation: { type: "elmo_evaluator" } + $.process_settings,
   dataset_reader: {
     type: "conllu_tagging",
     token_indexers: {
@@ -55,6 +59,7 @@ local word_dim = 32;
     // TensorBoard event files in <serialization dir>/log/{train,validation}: every metric, the loss
     // and the learning rate, each summary_interval batches and per epoch (docs/pretraining.md: Watching training).
     callbacks: [
+      { type: "elmo_process_settings" } + $.process_settings,  // first: -o trainer.callbacks.0.*
       { type: "tensorboard", summary_interval: 10, should_log_learning_rate: true },
       { type: "elmo_mix_weights", summary_interval: 10 },  // elmo_mix/*: softmax(s)_j and gamma
     ],

@@ -26,6 +26,7 @@ from elmo_plugin.data.elmo_vocab_file import BOS, EOS
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 from elmo_plugin.modules.bilm_sentence_layers import without_boundaries
 from elmo_plugin.modules.token_vector_cache import TokenVectorCache
+from elmo_plugin.training.process_settings import ProcessSettings
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +92,20 @@ class ElmoEmbed(Subcommand):
         )
         subparser.add_argument("--cuda-device", type=int, default=-1, help="GPU id, -1 for CPU")
         subparser.add_argument(
+            "--keep-freed-heap",
+            action=argparse.BooleanOptionalAction,
+            default=True,
+            help="keep freed CPU memory in the process (glibc's heap thresholds; not where "
+            "glibc's own MALLOC_* variables or GLIBC_TUNABLES are set)",
+        )
+        subparser.add_argument(
+            "--tf32",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="let (or stop) float32 matmuls and convolutions on the GPU use TF32; "
+            "default: torch's",
+        )
+        subparser.add_argument(
             "--resume",
             action="store_true",
             help=f"continue an interrupted run from OUTPUT{PARTIAL_SUFFIX} (same input, "
@@ -109,6 +124,7 @@ def embed_from_args(args: argparse.Namespace) -> None:
     check_arguments(
         args.input_file, args.output_file, args.layers, batching
     )  # before the model loads
+    ProcessSettings(keep_freed_heap=args.keep_freed_heap, tf32=args.tf32).apply()
     encoder = load_bilm_encoder(args.model, args.cuda_device)
     embed_file(encoder, args.input_file, args.output_file, args.layers, batching, args.resume)
 

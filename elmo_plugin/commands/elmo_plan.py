@@ -111,6 +111,7 @@ def measure(params: Params, warmup_steps: int, steps: int) -> dict[str, Any]:
     `steps` training steps after `warmup_steps`."""
     params = params.duplicate()
     processes = len(params.pop("distributed", {}).get("cuda_devices", [0])) or 1
+    params.pop("evaluation", None)  # `allennlp evaluate`'s, which `allennlp train` drops too
     trainer_params = params.get("trainer")
     configured_device = trainer_params.get("cuda_device", None)
     device = 0 if torch.cuda.is_available() else -1

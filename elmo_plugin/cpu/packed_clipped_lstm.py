@@ -17,7 +17,6 @@ from elmo_plugin.cpu.compiled_lstm_steps import CompiledSteps, compiled_steps
 from elmo_plugin.cpu.distinct_rows import distinct_rows, row_hashes
 from elmo_plugin.cpu.lstm_tensors import Clips, LstmState, LstmWeights
 from elmo_plugin.cpu.onednn_matmul import RightMatrix, linear, onednn_built, transposed_matmul
-from elmo_plugin.modules.glibc_heap import keep_freed_heap
 
 
 def runs_fast(inputs: torch.Tensor) -> bool:
@@ -51,9 +50,7 @@ def packed_clipped_lstm(
     """inputs (directions, batch, timesteps, dim), batch sorted by decreasing `lengths` (batch,);
     `initial` to start from, None for zero -> (outputs (directions, batch, timesteps, proj), zero
     past each length; the state at each row's last position, `initial` for a row of length 0).
-    Gradients reach the inputs, the weights and the initial state. Keeps freed CPU memory in
-    the process from the first call (`keep_freed_heap`)."""
-    keep_freed_heap()
+    Gradients reach the inputs, the weights and the initial state."""
     directions, batch, timesteps, dim = inputs.shape
     index, sizes = packed_positions(lengths, timesteps)
     proj, cells = weights.w_hr.shape[1:]

@@ -42,6 +42,13 @@ logger = logging.getLogger(__name__)
 # The `elmo_lstm` arguments that an ELMoForManyLangs release fixes (dropout is ours to choose).
 MANYLANGS_CONTEXTUALIZER_KEYS = ("input_dim", "cell_size", "num_layers", "cell_clip", "proj_clip")
 
+# The one line an old config or archive with `model.tf32` logs; the key no longer sets anything.
+DEPRECATED_TF32 = (
+    "elmo_bilm: model.tf32 (%s) is deprecated and ignored: TF32 is now a process setting, "
+    '`tf32` of the "elmo_process_settings" trainer callback (train), of the "elmo_evaluator" '
+    "evaluation (evaluate), of our predictors' --predictor-args (predict), or elmo-embed --tf32"
+)
+
 # `mixed_precision` values -> the autocast dtype (None: no autocast).
 MIXED_PRECISION = {None: None, "bf16": torch.bfloat16}
 
@@ -73,9 +80,9 @@ class ElmoLanguageModel(LanguageModel):
     `mixed_precision: "bf16"` runs the forward pass (both directions, the softmax) under
     `torch.autocast` with bfloat16 on the model's device, CPU or GPU; parameters, optimizer state
     and the LSTM memory cells stay float32 and no gradient scaling is needed (allennlp's
-    `use_amp` is float16 with a scaler and CUDA only). `tf32: true` / `false` lets (or stops)
-    float32 matmuls and convolutions on Ampere and later GPUs use TF32 (process-wide torch
-    settings, set when the model is built); unset leaves torch's defaults.
+    `use_amp` is float16 with a scaler and CUDA only). `tf32` is deprecated and ignored (one
+    log line says so): TF32 is a process setting, `tf32` of the `elmo_process_settings` trainer
+    callback, the `elmo_evaluator` evaluator, our predictors and `elmo-embed --tf32`.
 
     Batches of the `elmo_streams` data loader (bilm-tf's regime) also hold `backward_source`,
     the backward LM's own text (the stream reversed, read left to right), and `stream_start`:
@@ -139,8 +146,7 @@ class ElmoLanguageModel(LanguageModel):
             )
         self.mixed_precision = mixed_precision
         if tf32 is not None:
-            torch.backends.cuda.matmul.allow_tf32 = tf32
-            torch.backends.cudnn.allow_tf32 = tf32
+            logger.warning(DEPRECATED_TF32, tf32)
         if pretrained_file is not None:
             # allennlp drops this key when loading an archive: the weights come from there.
             self.load_elmo_files(pretrained_file)

@@ -2,6 +2,8 @@
 `elmo_bilm` or allennlp-models' `language_model`), and JSON inputs become one indexed tensor
 batch on the predictor's device."""
 
+from typing import Optional
+
 import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.util import JsonDict
@@ -19,6 +21,7 @@ from elmo_plugin.archives.bilm_archive import (
 )
 from elmo_plugin.data.elmo_vocab_file import BOS, EOS
 from elmo_plugin.predictors.json_input import input_tokens
+from elmo_plugin.training.process_settings import ProcessSettings
 
 
 def reader_token_indexers(reader: DatasetReader) -> dict[str, TokenIndexer]:
@@ -36,17 +39,27 @@ def reader_token_indexers(reader: DatasetReader) -> dict[str, TokenIndexer]:
 
 class BiLmPredictor(Predictor):
     """Input `{"sentence": "w1 w2 ..."}` (split on whitespace) or `{"tokens": ["w1", ...]}`,
-    indexed as the biLM's dataset reader indexes a line, `<S> w1 .. wn </S>`."""
+    indexed as the biLM's dataset reader indexes a line, `<S> w1 .. wn </S>`.
+    Predictor arguments `keep_freed_heap` (default true) and `tf32` (default unset): the process
+    settings (`ProcessSettings`), applied once when the predictor is built."""
 
     registered_as = "a biLM predictor"  # the subclass's registered name, for error messages
 
-    def __init__(self, model: Model, dataset_reader: DatasetReader, frozen: bool = True) -> None:
+    def __init__(
+        self,
+        model: Model,
+        dataset_reader: DatasetReader,
+        frozen: bool = True,
+        keep_freed_heap: bool = True,
+        tf32: Optional[bool] = None,
+    ) -> None:
         super().__init__(model, dataset_reader, frozen)
         self._bilm = check_bidirectional_language_model(
             model, f"{self.registered_as} needs an ELMo biLM archive but this archive"
         )
         self._encoder = language_model_encoder(self._bilm)
         self._token_indexers = reader_token_indexers(dataset_reader)
+        ProcessSettings(keep_freed_heap=keep_freed_heap, tf32=tf32).apply()
 
     def _json_to_instance(self, json_dict: JsonDict) -> Instance:
         tokens = [Token(BOS), *(Token(t) for t in input_tokens(json_dict)), Token(EOS)]

@@ -29,7 +29,8 @@ class ElmoEmbeddingsPredictor(BiLmPredictor):
     - `mix`: (n, dim), only with predictor argument `scalar_mix_parameters` (one scalar per
       layer, plus optional `gamma`): gamma * sum_k softmax(s)_k * layer k, via allennlp's ScalarMix.
 
-    Predictor arguments (`--predictor-args`): `scalar_mix_parameters`, `gamma` (default 1.0).
+    Predictor arguments (`--predictor-args`): `scalar_mix_parameters`, `gamma` (default 1.0),
+    `keep_freed_heap`, `tf32` (process settings, as every biLM predictor).
     """
 
     registered_as = "elmo_embeddings"
@@ -41,8 +42,10 @@ class ElmoEmbeddingsPredictor(BiLmPredictor):
         frozen: bool = True,
         scalar_mix_parameters: Optional[list[float]] = None,
         gamma: float = 1.0,
+        keep_freed_heap: bool = True,
+        tf32: Optional[bool] = None,
     ) -> None:
-        super().__init__(model, dataset_reader, frozen)
+        super().__init__(model, dataset_reader, frozen, keep_freed_heap, tf32)
         self._scalar_mix: Optional[ScalarMix] = None
         if scalar_mix_parameters is not None:
             if len(scalar_mix_parameters) != self._encoder.num_layers:

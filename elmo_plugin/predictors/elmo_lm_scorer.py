@@ -39,12 +39,20 @@ class ElmoLmScorerPredictor(BiLmPredictor):
       and previous (backward LM) words: lists of `{"word": str, "log_prob": float}`, best first.
 
     A word outside the biLM vocabulary is scored as the unknown token `@@UNKNOWN@@`, as in training.
+    Predictor arguments `keep_freed_heap`, `tf32`: process settings, as every biLM predictor.
     """
 
     registered_as = "elmo_lm_scorer"
 
-    def __init__(self, model: Model, dataset_reader: DatasetReader, frozen: bool = True) -> None:
-        super().__init__(model, dataset_reader, frozen)
+    def __init__(
+        self,
+        model: Model,
+        dataset_reader: DatasetReader,
+        frozen: bool = True,
+        keep_freed_heap: bool = True,
+        tf32: Optional[bool] = None,
+    ) -> None:
+        super().__init__(model, dataset_reader, frozen, keep_freed_heap, tf32)
         if self._bilm._softmax_loss is None:
             raise ConfigurationError("elmo_lm_scorer: this biLM archive has no softmax")
 

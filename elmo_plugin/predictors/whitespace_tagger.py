@@ -1,10 +1,14 @@
 """Predictor `whitespace_tagger`: a sentence tagger whose input is split on whitespace."""
 
+from typing import Optional
+
 from allennlp.common.util import JsonDict
-from allennlp.data import Instance, Token
+from allennlp.data import DatasetReader, Instance, Token
+from allennlp.models import Model
 from allennlp.predictors.predictor import Predictor
 
 from elmo_plugin.predictors.json_input import input_tokens
+from elmo_plugin.training.process_settings import ProcessSettings
 
 
 @Predictor.register("whitespace_tagger")
@@ -16,7 +20,20 @@ class WhitespaceTaggerPredictor(Predictor):
     Output: the model's output for the sentence; for `crf_tagger`: `words` (the tokens),
     `tags` (one tag per token), `logits` (tokens, num_tags) and `mask`.
     The dataset reader's `text_to_instance` must take the list of Tokens first.
+    Predictor arguments `keep_freed_heap` (default true) and `tf32` (default unset): the process
+    settings (`ProcessSettings`), applied once when the predictor is built.
     """
+
+    def __init__(
+        self,
+        model: Model,
+        dataset_reader: DatasetReader,
+        frozen: bool = True,
+        keep_freed_heap: bool = True,
+        tf32: Optional[bool] = None,
+    ) -> None:
+        super().__init__(model, dataset_reader, frozen)
+        ProcessSettings(keep_freed_heap=keep_freed_heap, tf32=tf32).apply()
 
     def predict(self, sentence: str) -> JsonDict:
         return self.predict_json({"sentence": sentence})

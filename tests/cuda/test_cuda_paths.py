@@ -264,7 +264,12 @@ def test_allennlp_train_and_evaluate_on_gpu(config, values, tiny_corpus, tmp_pat
         values,
         train_data_path=str(tiny_corpus / "train" / "*.txt"),
         validation_data_path=str(tiny_corpus / "valid.txt"),
-        **{"trainer.num_epochs": 1, "trainer.cuda_device": int(CUDA_DEVICE), "model.tf32": False},
+        **{
+            "trainer.num_epochs": 1,
+            "trainer.cuda_device": int(CUDA_DEVICE),
+            "trainer.callbacks.0.tf32": False,  # elmo_process_settings (train)
+            "evaluation.tf32": False,  # elmo_evaluator (evaluate; kept in the archive)
+        },
     )
     run_allennlp(["train", str(CONFIG_DIR / config), "-s", str(out), "-o", overrides(values)])
     metrics = {}

@@ -72,8 +72,8 @@ def test_transformer_run_logs_batch_curves_learning_rate_and_tokens_per_second(
         validation_data_path=str(tiny_corpus / "valid.txt"),
         **{
             "trainer.num_epochs": 2,
-            "trainer.callbacks.0.summary_interval": interval,
-            "trainer.callbacks.1.summary_interval": interval,
+            "trainer.callbacks.1.summary_interval": interval,  # 0: elmo_process_settings
+            "trainer.callbacks.2.summary_interval": interval,
         },
     )
     run_allennlp(

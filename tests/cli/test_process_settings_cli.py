@@ -1,0 +1,93 @@
+"""Process settings through the real CLI: `allennlp train` (the `elmo_process_settings` callback
+of elmo_lstm.jsonnet), `allennlp evaluate` (the archived `evaluation` key), `allennlp predict`
+(predictor arguments) and `allennlp elmo-embed` (flags) each set them once, as configured."""
+
+import pytest
+
+from elmo_plugin.training.glibc_heap import USER_SETTINGS
+from tests.helpers import CONFIG_DIR, REPO_ROOT, TINY_LSTM_OVERRIDES, overrides, run_allennlp
+
+OLD_BILM_ARCHIVE = REPO_ROOT / "fixtures" / "archives_before_layering" / "bilm_lstm.tar.gz"
+KEPT = "heap kept: mmap threshold 32 MiB, trim threshold 1024 MiB"
+
+
+def settings_lines(result) -> list[str]:
+    """The `process settings: ...` log lines of a CLI run (allennlp logs to one of its streams)."""
+    return [
+        line.split(" - ")[-1]
+        for line in (result.stdout + result.stderr).splitlines()
+        if "elmo_plugin.training.process_settings" in line
+    ]
+
+
+@pytest.fixture
+def no_glibc_variables(monkeypatch):
+    for name in USER_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_train_evaluate_predict_and_embed_each_set_the_configured_settings_once(
+    tiny_corpus, tmp_path, no_glibc_variables
+):
+    out = tmp_path / "model"
+    values = dict(
+        TINY_LSTM_OVERRIDES,
+        train_data_path=str(tiny_corpus / "valid.txt"),
+        validation_data_path=str(tiny_corpus / "valid.txt"),
+        **{"trainer.num_epochs": 2, "trainer.callbacks.0.tf32": True},
+    )
+    train = run_allennlp(
+        ["train", str(CONFIG_DIR / "elmo_lstm.jsonnet"), "-s", str(out), "-o", overrides(values)]
+    )
+    assert settings_lines(train) == [f"process settings: {KEPT}; TF32 on"]
+
+    evaluate = run_allennlp(
+        [
+            "evaluate",
+            str(out / "model.tar.gz"),
+            str(tiny_corpus / "valid.txt"),
+            "-o",
+            overrides({"evaluation.keep_freed_heap": False}),
+        ]
+    )
+    assert settings_lines(evaluate) == [
+        "process settings: heap left as it is; TF32 as torch's defaults"
+    ]
+
+    sentences = tmp_path / "sentences.jsonl"
+    sentences.write_text('{"sentence": "the file is open ."}\n{"tokens": ["a", "b"]}\n')
+    predict = run_allennlp(
+        [
+            "predict",
+            str(out / "model.tar.gz"),
+            str(sentences),
+            "--predictor",
+            "elmo_lm_scorer",
+            "--predictor-args",
+            overrides({"tf32": False}),
+            "--output-file",
+            str(tmp_path / "scores.jsonl"),
+            "--silent",
+        ]
+    )
+    assert settings_lines(predict) == [f"process settings: {KEPT}; TF32 off"]
+
+    text = tmp_path / "sentences.txt"
+    text.write_text("the file is open .\na b\n")
+    embed = ["elmo-embed", str(out / "model.tar.gz"), str(text)]
+    defaults = run_allennlp([*embed, str(tmp_path / "a.hdf5")])
+    assert settings_lines(defaults) == [f"process settings: {KEPT}; TF32 as torch's defaults"]
+    flags = run_allennlp([*embed, str(tmp_path / "b.hdf5"), "--no-keep-freed-heap", "--tf32"])
+    assert settings_lines(flags) == ["process settings: heap left as it is; TF32 on"]
+
+
+def test_glibc_variables_of_the_user_win_over_keep_freed_heap(
+    tmp_path, no_glibc_variables, monkeypatch
+):
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "131072")
+    text = tmp_path / "sentences.txt"
+    text.write_text("the file is open .\n")
+    embed = run_allennlp(["elmo-embed", str(OLD_BILM_ARCHIVE), str(text), str(tmp_path / "a.h5")])
+    assert settings_lines(embed) == [
+        "process settings: heap left to your MALLOC_TRIM_THRESHOLD_; TF32 as torch's defaults"
+    ]
