@@ -1,0 +1,78 @@
+"""`elmo-continue`'s pieces: the override JSON it resolves, the user's -o on top of it (as
+allennlp applies overrides), --freeze as `trainer.no_grad` regexes over the model's names."""
+
+import json
+import re
+import shlex
+
+import pytest
+from allennlp.common import Params
+from allennlp.common.checks import ConfigurationError
+
+from elmo_plugin.commands.elmo_continue import (
+    DEFAULT_CONFIG,
+    continue_overrides,
+    freeze_patterns,
+    merge_overrides,
+    train_command,
+)
+from tests.elmo_files.elmo_reference import write_pair
+from tests.elmo_files.test_elmo_files import TOKENS, tiny_bilm, vocab_of
+
+
+def test_user_keys_replace_or_go_into_the_resolved_ones():
+    resolved = {
+        "vocabulary": {"type": "from_instances", "min_count": {"tokens": 2}},
+        "model.contextualizer.cell_size": 24,
+        "model.contextualizer.num_layers": 2,
+        "train_data_path": "a",
+    }
+    user = {
+        "vocabulary.min_count.tokens": 5,
+        "model.contextualizer": {"type": "elmo_lstm"},
+        "trainer.num_epochs": 1,
+    }
+    assert merge_overrides(resolved, user) == {
+        "vocabulary": {"type": "from_instances", "min_count": {"tokens": 5}},
+        "model.contextualizer": {"type": "elmo_lstm"},
+        "train_data_path": "a",
+        "trainer.num_epochs": 1,
+    }
+    assert resolved["vocabulary"]["min_count"]["tokens"] == 2  # not changed in place
+
+
+def test_freeze_names_the_char_cnn_and_chosen_lstm_layers():
+    names = [name for name, _ in tiny_bilm(vocab_of(TOKENS)).named_parameters()]
+    patterns = freeze_patterns("char_cnn, lstm.1", "elmo", num_layers=2)
+    frozen = [name for name in names if any(re.search(p, name) for p in patterns)]
+    assert frozen == [
+        name
+        for name in names
+        if name.startswith("_text_field_embedder.token_embedder_elmo.")
+        or re.match(r"_contextualizer\.(forward|backward)_layers\.1\.", name)
+    ]
+    assert len(frozen) == 15 + 10
+    with pytest.raises(ConfigurationError, match="--freeze 'lstm.2' is not one of .*0..1"):
+        freeze_patterns("lstm.2", "elmo", num_layers=2)
+
+
+def test_the_resolved_overrides_build_the_options_architecture(tmp_path):
+    """The default config with the resolved overrides is the tiny model's architecture, and the
+    printed `allennlp train` command carries the same JSON."""
+    write_pair(tiny_bilm(vocab_of(TOKENS)).bilm_encoder(), tmp_path / "elmo")
+    (tmp_path / "elmo" / "vocab.txt").write_text("\n".join(TOKENS) + "\n")
+    overrides = continue_overrides(
+        str(tmp_path / "elmo"), DEFAULT_CONFIG, "train.txt", "valid.txt", freeze="char_cnn"
+    )
+    config = Params.from_file(DEFAULT_CONFIG, json.dumps(overrides)).as_dict()
+    contextualizer = config["model"]["contextualizer"]
+    assert (contextualizer["input_dim"], contextualizer["cell_size"]) == (16, 24)
+    assert config["model"]["text_field_embedder"]["token_embedders"]["elmo"]["num_highway"] == 2
+    assert config["vocabulary"] == {
+        "type": "elmo_tokens_file",
+        "tokens_file": str(tmp_path / "elmo" / "vocab.txt"),
+    }
+    assert config["trainer"]["no_grad"] == [r"^_text_field_embedder\.token_embedder_elmo\."]
+    words = shlex.split(train_command(DEFAULT_CONFIG, "out", overrides, recover=True))
+    assert words[:5] == ["allennlp", "train", DEFAULT_CONFIG, "-s", "out"]
+    assert json.loads(words[words.index("-o") + 1]) == overrides and words[-1] == "-r"
