@@ -93,6 +93,7 @@ def runs(tiny_bilm_archive, tiny_corpus, tmp_path_factory):
             },
         }
         results = {name: future.result() for name, future in futures.items()}
+    first_metrics = json.loads((root / "counted" / "metrics.json").read_text())
     # the same command again with -r: allennlp accepts it (same config) and resumes
     results["resumed"] = elmo_continue(*jobs["counted"], "-o", one_epoch, "-r")
     source_options = options_of(published)
@@ -108,6 +109,7 @@ def runs(tiny_bilm_archive, tiny_corpus, tmp_path_factory):
         "root": root,
         "results": results,
         "source_options": source_options,
+        "first_metrics": first_metrics,
         "source_char_cnn": source_char_cnn,
         "with_vocab": with_vocab,
     }
@@ -158,8 +160,11 @@ def test_frozen_char_cnn_equals_the_source_and_the_lstm_trained(runs):
 def test_the_same_command_with_r_resumes(runs):
     log = output(runs["results"]["resumed"])
     assert "Recovering from prior training" in log
-    metrics = json.loads((runs["root"] / "counted" / "metrics.json").read_text())
-    assert metrics["training_epochs"] == 0  # the one epoch was done; nothing trained again
+    resumed = json.loads((runs["root"] / "counted" / "metrics.json").read_text())
+    # the state of the finished epoch is restored and no epoch is trained again
+    assert "training_epochs" not in resumed and resumed["best_epoch"] == 0
+    first = runs["first_metrics"]
+    assert resumed["best_validation_perplexity"] == first["best_validation_perplexity"]
 
 
 def test_the_folders_vocab_txt_is_the_vocabulary_and_its_softmax_is_imported(runs):

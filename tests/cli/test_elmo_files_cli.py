@@ -9,7 +9,7 @@ import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Optional
+from typing import Optional, cast
 
 import pytest
 import torch
@@ -40,7 +40,7 @@ from tests.helpers import (
 )
 
 TAGGED = REPO_ROOT / "fixtures" / "tagged"
-ELMO_DIM = 2 * TINY_LSTM_OVERRIDES["model.contextualizer.input_dim"]
+ELMO_DIM = 2 * cast(int, TINY_LSTM_OVERRIDES["model.contextualizer.input_dim"])
 
 
 def tagger_config(embedder: dict, indexer: dict) -> dict:

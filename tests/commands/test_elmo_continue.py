@@ -76,3 +76,42 @@ def test_the_resolved_overrides_build_the_options_architecture(tmp_path):
     words = shlex.split(train_command(DEFAULT_CONFIG, "out", overrides, recover=True))
     assert words[:5] == ["allennlp", "train", DEFAULT_CONFIG, "-s", "out"]
     assert json.loads(words[words.index("-o") + 1]) == overrides and words[-1] == "-r"
+
+
+FILTERS_2048 = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
+
+
+@pytest.mark.parametrize("dim,projection,highway", [(4096, 512, 2), (2048, 256, 1), (1024, 128, 1)])
+def test_every_published_size_needs_no_architecture_override(tmp_path, dim, projection, highway):
+    """The published options files (original, medium, small) under their download names: the
+    default config with the resolved overrides states their architecture."""
+    prefix = f"elmo_2x{dim}_{projection}_2048cnn_{highway}xhighway_"
+    options = {
+        "lstm": {
+            "use_skip_connections": True,
+            "projection_dim": projection,
+            "cell_clip": 3,
+            "proj_clip": 3,
+            "dim": dim,
+            "n_layers": 2,
+        },
+        "char_cnn": {
+            "activation": "relu",
+            "filters": FILTERS_2048,
+            "n_highway": highway,
+            "embedding": {"dim": 16},
+            "n_characters": 262,
+            "max_characters_per_token": 50,
+        },
+    }
+    (tmp_path / f"{prefix}options.json").write_text(json.dumps(options))
+    (tmp_path / f"{prefix}weights.hdf5").write_bytes(b"")  # read by the model, not here
+    overrides = continue_overrides(str(tmp_path), DEFAULT_CONFIG, "train.txt", "valid.txt")
+    model = Params.from_file(DEFAULT_CONFIG, json.dumps(overrides)).as_dict()["model"]
+    char_cnn = model["text_field_embedder"]["token_embedders"]["elmo"]
+    assert (char_cnn["filters"], char_cnn["num_highway"]) == (FILTERS_2048, highway)
+    assert (char_cnn["projection_dim"], char_cnn["embedding_dim"]) == (projection, 16)
+    contextualizer = model["contextualizer"]
+    assert (contextualizer["input_dim"], contextualizer["cell_size"]) == (projection, dim)
+    assert (contextualizer["cell_clip"], contextualizer["proj_clip"]) == (3.0, 3.0)
+    assert model["pretrained_file"] == str(tmp_path)
