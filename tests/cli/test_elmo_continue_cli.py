@@ -3,6 +3,7 @@ layout (an `elmo-export` of the session's tiny biLM, files renamed the way the p
 are) is continued with nothing but data paths; the archive then works with the folder gone."""
 
 import json
+import shlex
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -72,25 +73,32 @@ def runs(tiny_bilm_archive, tiny_corpus, tmp_path_factory):
             json.dumps({"trainer.num_epochs": 1, "trainer.optimizer.lr": 0.0}),
         ),
     }
-    failing = {
-        "two_options": (two_options, root / "bad1", tiny_corpus),
-        "no_options": (no_options, root / "bad2", tiny_corpus),
+    checks = {  # no training: errors, and the printed command of an explicit pair
+        "two_options": (two_options, root / "bad1", tiny_corpus, "-o", one_epoch),
+        "no_options": (no_options, root / "bad2", tiny_corpus, "-o", one_epoch),
         "mismatch": (
             published,
             root / "bad3",
             tiny_corpus,
             "-o",
-            json.dumps({"model.contextualizer.cell_size": 64}),
+            json.dumps({"trainer.num_epochs": 1, "model.contextualizer.cell_size": 64}),
+        ),
+        "pair": (
+            exported / "options.json",
+            root / "pair",
+            tiny_corpus,
+            "--weights-file",
+            str(exported / "weights.hdf5"),
+            "--vocabulary",
+            str(exported / "vocab.txt"),
+            "--dry-run",
         ),
     }
     with ThreadPoolExecutor(4) as pool:
         futures = {
             "counted": pool.submit(elmo_continue, *jobs["counted"], "-o", one_epoch),
             "folder_vocab": pool.submit(elmo_continue, *jobs["folder_vocab"]),
-            **{
-                name: pool.submit(elmo_continue, *job, "-o", one_epoch, check=False)
-                for name, job in failing.items()
-            },
+            **{name: pool.submit(elmo_continue, *job, check=False) for name, job in checks.items()},
         }
         results = {name: future.result() for name, future in futures.items()}
     first_metrics = json.loads((root / "counted" / "metrics.json").read_text())
@@ -204,3 +212,24 @@ def test_an_architecture_key_in_o_must_equal_the_options_file(runs):
     error = result.stderr.strip().splitlines()[-1]
     assert error.startswith("allennlp elmo-continue: error: ")
     assert "lstm.dim: config 64 vs options file 32" in error
+
+
+def test_an_explicit_pair_dry_run_prints_the_allennlp_train_command(runs):
+    result = runs["results"]["pair"]
+    assert result.returncode == 0, output(result)
+    words = shlex.split(result.stdout.strip().splitlines()[-1])
+    assert words[:2] == ["allennlp", "train"] and words[words.index("-s") + 1] == str(
+        runs["root"] / "pair"
+    )
+    overrides = json.loads(words[words.index("-o") + 1])
+    exported = runs["root"] / "exported"
+    assert overrides["model.pretrained_file"] == [
+        str(exported / "options.json"),
+        str(exported / "weights.hdf5"),
+    ]
+    assert overrides["vocabulary"] == {
+        "type": "elmo_tokens_file",
+        "tokens_file": str(exported / "vocab.txt"),
+    }
+    assert overrides["model.contextualizer.cell_size"] == 32
+    assert not (runs["root"] / "pair").exists()  # nothing trained
