@@ -17,16 +17,11 @@ from allennlp.nn.util import get_text_field_mask
 from allennlp_models.lm.models.language_model import LanguageModel
 
 from elmo_plugin.data.elmo_manylangs_files import is_manylangs_folder
-from elmo_plugin.elmo_files.layout import (
-    OPTIONS_FILE,
-    SOFTMAX_FILE,
-    VOCAB_FILE,
-    WEIGHTS_FILE,
-    ElmoFilesError,
-)
+from elmo_plugin.elmo_files.layout import SOFTMAX_FILE, ElmoFilesError
 from elmo_plugin.elmo_files.manylangs import read_manylangs_folder
 from elmo_plugin.elmo_files.options import check_architecture, read_options
 from elmo_plugin.elmo_files.softmax import export_softmax, import_softmax
+from elmo_plugin.elmo_files.source import ElmoSourceSpec, resolve_elmo_source
 from elmo_plugin.elmo_files.weights import load_weights
 from elmo_plugin.models.language_model_softmax import softmax_matrices
 from elmo_plugin.modules.bilm_contextualizer import BiLmContextualizer, LayerState
@@ -71,11 +66,14 @@ class ElmoLanguageModel(LanguageModel):
     `source` must hold the character ids for the text field embedder and a `tokens` single-id
     entry (embedded by an `empty` embedder) for the targets.
 
-    `pretrained_file`: a folder with the standard ELMo files to start from; the configured
-    architecture must equal its options.json, and its softmax.hdf5 (if any) is mapped onto the
-    vocabulary by token through its vocab.txt. Or an ELMoForManyLangs model folder (with an
+    `pretrained_file`: the ELMo files to start from: a folder (one `*options.json`, one
+    `*weights.hdf5`, any names; optionally `*softmax.hdf5` + `vocab.txt`) or `[options, weights]`,
+    paths or URLs (`elmo_files.source`). The configured architecture must equal the options file;
+    the softmax rows are mapped onto the vocabulary by token through vocab.txt, and without them
+    the softmax starts fresh (one warning). Or an ELMoForManyLangs model folder (with an
     `elmo_manylangs_cnn` token embedder and the `elmo_manylangs` vocabulary): the configured
-    architecture must equal its own; it has no softmax, so the softmax starts fresh.
+    architecture must equal its own; it has no softmax, so the softmax starts fresh. allennlp
+    drops this key when it loads an archive: the weights then come from the archive.
 
     `mixed_precision: "bf16"` runs the forward pass (both directions, the softmax) under
     `torch.autocast` with bfloat16 on the model's device, CPU or GPU; parameters, optimizer state
@@ -104,7 +102,7 @@ class ElmoLanguageModel(LanguageModel):
         num_samples: Optional[int] = None,
         sparse_embeddings: bool = False,
         initializer: Optional[InitializerApplicator] = None,
-        pretrained_file: Optional[str] = None,
+        pretrained_file: Optional[Union[str, list[str]]] = None,
         mixed_precision: Optional[str] = None,
         tf32: Optional[bool] = None,
         stateful: bool = False,
@@ -166,33 +164,40 @@ class ElmoLanguageModel(LanguageModel):
             for i in range(1, self.vocab.get_vocab_size(namespace))
         ]
 
-    def load_elmo_files(self, folder: str, namespace: str = "tokens") -> None:
-        """Loads a folder of ELMo files into this model, whose configured architecture must equal
-        its options.json: weights.hdf5 always, softmax.hdf5 (rows mapped by token through
-        vocab.txt) when the folder has one."""
-        if not os.path.isdir(folder):
-            raise ElmoFilesError(f"pretrained ELMo folder not found: {folder}")
-        if is_manylangs_folder(folder):
-            self.load_manylangs_folder(folder)
+    def load_elmo_files(self, source: ElmoSourceSpec, namespace: str = "tokens") -> None:
+        """Loads ELMo files into this model, whose configured architecture must equal their
+        options.json. `source`: a folder (one `*options.json`, one `*weights.hdf5`, optionally
+        `*softmax.hdf5` + `vocab.txt`), `[options, weights]` (paths or URLs), or an
+        ELMoForManyLangs folder. The softmax rows are mapped by token through vocab.txt; without
+        both files the softmax starts fresh, said in one warning."""
+        if isinstance(source, str) and is_manylangs_folder(source):
+            self.load_manylangs_folder(source)
             return
-        options_file = os.path.join(folder, OPTIONS_FILE)
+        files = resolve_elmo_source(source)
         encoder = self.bilm_encoder()
-        check_architecture(encoder, read_options(options_file), options_file)
-        load_weights(encoder, os.path.join(folder, WEIGHTS_FILE), options_file)
-        softmax_file = os.path.join(folder, SOFTMAX_FILE)
-        if os.path.exists(softmax_file):
+        check_architecture(encoder, read_options(files.options_file), files.options_file)
+        load_weights(encoder, files.weights_file, files.options_file)
+        if files.softmax_file is not None and files.vocab_file is not None:
             token_to_index = self.vocab.get_token_to_index_vocabulary(namespace)
             import_softmax(
-                *self.softmax_matrices(),
-                token_to_index,
-                softmax_file,
-                os.path.join(folder, VOCAB_FILE),
+                *self.softmax_matrices(), token_to_index, files.softmax_file, files.vocab_file
             )
         else:
-            logger.warning(
-                "%s has no %s: the softmax starts from its initial values", folder, SOFTMAX_FILE
-            )
-        logger.info("loaded the biLM weights of %s", folder)
+            missing = f"vocab.txt for its {SOFTMAX_FILE}" if files.softmax_file else SOFTMAX_FILE
+            self.warn_fresh_softmax(files.name, missing, namespace)
+        logger.info("loaded the biLM weights of %s", files.name)
+
+    def warn_fresh_softmax(self, source: str, missing: str, namespace: str = "tokens") -> None:
+        """The one warning of a softmax that starts from its initial values, and what to expect."""
+        logger.warning(
+            "%s has no %s: the softmax starts fresh (random): expect a training perplexity around "
+            "the vocabulary size (%d) or above at first, falling fast while the softmax fits the "
+            "pretrained layers; on a small corpus freeze the character CNN and lower LSTM layers "
+            "(trainer.no_grad, elmo-continue --freeze) so its first gradients do not undo them",
+            source,
+            missing,
+            self.vocab.get_vocab_size(namespace),
+        )
 
     def load_manylangs_folder(self, folder: str) -> None:
         """An ELMoForManyLangs model's weights into this model, whose token embedder and
@@ -225,12 +230,9 @@ class ElmoLanguageModel(LanguageModel):
             )
         ours.load_state_dict(release.state_dict())
         if os.path.exists(os.path.join(folder, "classifier.pkl")):
-            logger.warning(
-                "%s: its classifier.pkl is not imported: the softmax starts from its initial values",
-                folder,
-            )
+            self.warn_fresh_softmax(folder, "softmax we import (its classifier.pkl is not)")
         else:
-            logger.warning("%s has no softmax: the softmax starts from its initial values", folder)
+            self.warn_fresh_softmax(folder, "softmax")
         logger.info("loaded the ELMoForManyLangs biLM of %s", folder)
 
     def export_softmax(self, softmax_file: str, vocab_file: str) -> int:

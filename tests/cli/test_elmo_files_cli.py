@@ -9,7 +9,7 @@ import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Optional
+from typing import Optional, cast
 
 import pytest
 import torch
@@ -40,7 +40,7 @@ from tests.helpers import (
 )
 
 TAGGED = REPO_ROOT / "fixtures" / "tagged"
-ELMO_DIM = 2 * TINY_LSTM_OVERRIDES["model.contextualizer.input_dim"]
+ELMO_DIM = 2 * cast(int, TINY_LSTM_OVERRIDES["model.contextualizer.input_dim"])
 
 
 def tagger_config(embedder: dict, indexer: dict) -> dict:
@@ -84,7 +84,7 @@ def runs(tiny_bilm_archive, tiny_corpus, tmp_path_factory):
         bilm = root / "bilm" / "model.tar.gz"  # a copy we may delete (the conftest one is shared)
         bilm.parent.mkdir()
         shutil.copy(tiny_bilm_archive, bilm)
-        files = root / "demo_output" / "elmo"  # where elmo_lstm_continue.jsonnet looks by default
+        files = root / "demo_output" / "elmo"
         files.parent.mkdir()  # elmo-export creates OUT_DIR, never its parents
         run_allennlp(["elmo-export", str(bilm), str(files)])
 
@@ -119,11 +119,16 @@ def runs(tiny_bilm_archive, tiny_corpus, tmp_path_factory):
                 train_data_path=str(tiny_corpus / "train" / "shard_0.txt"),
                 validation_data_path=str(tiny_corpus / "valid.txt"),
                 **{
+                    "model.pretrained_file": str(files),
+                    "vocabulary": {
+                        "type": "elmo_tokens_file",
+                        "tokens_file": str(files / "vocab.txt"),
+                    },
                     "trainer.num_epochs": 1,
                     "trainer.optimizer.lr": 0.0,  # nothing changes: validation = the imported model
                 },
             ),
-            root,  # the config's default ELMo folder, demo_output/elmo, relative to this directory
+            None,
         )
         with ThreadPoolExecutor(len(jobs)) as pool:
             futures = {name: pool.submit(train, *job) for name, job in jobs.items()}

@@ -1,0 +1,235 @@
+"""`allennlp elmo-continue` end to end through the real CLI, tiny sizes: an ELMo in the published
+layout (an `elmo-export` of the session's tiny biLM, files renamed the way the published downloads
+are) is continued with nothing but data paths; the archive then works with the folder gone."""
+
+import json
+import shlex
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+from allennlp.models.archival import load_archive
+
+from elmo_plugin.elmo_files.options import architecture_from_options
+from elmo_plugin.elmo_files.softmax import read_softmax
+from elmo_plugin.elmo_files.weights import read_bilm_encoder
+from tests.helpers import run_allennlp
+
+PREFIX = "elmo_2x32_16_32cnn_1xhighway_"  # published-style names: PREFIX + options.json, ...
+
+
+def published_folder(exported: Path, target: Path, with_vocab: bool) -> Path:
+    """The exported files renamed like the published downloads; vocab.txt and the softmax only
+    `with_vocab` (the published pairs have neither)."""
+    target.mkdir()
+    shutil.copy(exported / "options.json", target / f"{PREFIX}options.json")
+    shutil.copy(exported / "weights.hdf5", target / f"{PREFIX}weights.hdf5")
+    if with_vocab:
+        shutil.copy(exported / "vocab.txt", target / "vocab.txt")
+        shutil.copy(exported / "softmax.hdf5", target / f"{PREFIX}softmax.hdf5")
+    return target
+
+
+def elmo_continue(source, out: Path, corpus: Path, *extra: str, check: bool = True):
+    args = ["elmo-continue", str(source), "-s", str(out)]
+    args += ["--train-data-path", str(corpus / "train" / "shard_0.txt")]
+    args += ["--validation-data-path", str(corpus / "valid.txt"), *extra]
+    return run_allennlp(args, check=check)
+
+
+def output(result) -> str:
+    return result.stdout + result.stderr
+
+
+def options_of(folder: Path) -> dict:
+    return json.loads(next(folder.glob("*options.json")).read_text())
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_bilm_archive, tiny_corpus, tmp_path_factory):
+    root = tmp_path_factory.mktemp("elmo_continue_cli")
+    exported = root / "exported"
+    run_allennlp(["elmo-export", str(tiny_bilm_archive), str(exported)])
+    published = published_folder(exported, root / "published", with_vocab=False)
+    with_vocab = published_folder(exported, root / "with_vocab", with_vocab=True)
+    two_options = published_folder(exported, root / "two_options", with_vocab=False)
+    shutil.copy(exported / "options.json", two_options / "options.json")
+    no_options = published_folder(exported, root / "no_options", with_vocab=False)
+    (no_options / f"{PREFIX}options.json").unlink()
+    source_char_cnn = read_bilm_encoder(
+        str(published / f"{PREFIX}options.json"), str(published / f"{PREFIX}weights.hdf5")
+    ).char_cnn.state_dict()
+
+    one_epoch = json.dumps({"trainer.num_epochs": 1})
+    jobs = {
+        "counted": (published, root / "counted", tiny_corpus, "--freeze", "char_cnn"),
+        "folder_vocab": (
+            with_vocab,
+            root / "folder_vocab",
+            tiny_corpus,
+            "-o",
+            json.dumps({"trainer.num_epochs": 1, "trainer.optimizer.lr": 0.0}),
+        ),
+    }
+    checks = {  # no training: errors, and the printed command of an explicit pair
+        "two_options": (two_options, root / "bad1", tiny_corpus, "-o", one_epoch),
+        "no_options": (no_options, root / "bad2", tiny_corpus, "-o", one_epoch),
+        "mismatch": (
+            published,
+            root / "bad3",
+            tiny_corpus,
+            "-o",
+            json.dumps({"trainer.num_epochs": 1, "model.contextualizer.cell_size": 64}),
+        ),
+        "pair": (
+            exported / "options.json",
+            root / "pair",
+            tiny_corpus,
+            "--weights-file",
+            str(exported / "weights.hdf5"),
+            "--vocabulary",
+            str(exported / "vocab.txt"),
+            "--dry-run",
+        ),
+    }
+    with ThreadPoolExecutor(4) as pool:
+        futures = {
+            "counted": pool.submit(elmo_continue, *jobs["counted"], "-o", one_epoch),
+            "folder_vocab": pool.submit(elmo_continue, *jobs["folder_vocab"]),
+            **{name: pool.submit(elmo_continue, *job, check=False) for name, job in checks.items()},
+        }
+        results = {name: future.result() for name, future in futures.items()}
+    first_metrics = json.loads((root / "counted" / "metrics.json").read_text())
+    # the same command again with -r: allennlp accepts it (same config) and resumes
+    results["resumed"] = elmo_continue(*jobs["counted"], "-o", one_epoch, "-r")
+    source_options = options_of(published)
+    shutil.rmtree(published)
+    archive = root / "counted" / "model.tar.gz"
+    evaluate_args = ["evaluate", str(archive), str(tiny_corpus / "valid.txt")]
+    evaluate_args += ["--output-file", str(root / "evaluated.json")]
+    with ThreadPoolExecutor(2) as pool:
+        evaluated = pool.submit(run_allennlp, evaluate_args)
+        reexported = pool.submit(run_allennlp, ["elmo-export", str(archive), str(root / "again")])
+        evaluated.result(), reexported.result()
+    return {
+        "root": root,
+        "results": results,
+        "source_options": source_options,
+        "first_metrics": first_metrics,
+        "source_char_cnn": source_char_cnn,
+        "with_vocab": with_vocab,
+    }
+
+
+def test_published_names_need_no_architecture_and_the_vocabulary_is_counted(runs):
+    log = output(runs["results"]["counted"])
+    assert "elmo-continue: vocabulary: counted from the training corpus" in log
+    assert "the softmax starts fresh (random)" in log
+    config = json.loads((runs["root"] / "counted" / "config.json").read_text())
+    architecture = architecture_from_options(runs["source_options"])
+    embedder = config["model"]["text_field_embedder"]["token_embedders"]["elmo"]
+    assert {key: embedder[key] for key in architecture["char_cnn"]} == architecture["char_cnn"]
+    contextualizer = config["model"]["contextualizer"]
+    assert {key: contextualizer[key] for key in architecture["contextualizer"]} == architecture[
+        "contextualizer"
+    ]
+    assert config["vocabulary"] == {"type": "from_instances", "min_count": {"tokens": 2}}
+
+
+def test_the_archive_evaluates_and_exports_the_source_architecture_without_the_source(runs):
+    root = runs["root"]
+    assert not (root / "published").exists()
+    evaluated = json.loads((root / "evaluated.json").read_text())
+    metrics = json.loads((root / "counted" / "metrics.json").read_text())
+    assert evaluated["perplexity"] == pytest.approx(metrics["best_validation_perplexity"], rel=1e-5)
+    exported = options_of(root / "again")
+    for section in ("lstm", "char_cnn"):
+        assert exported[section] == runs["source_options"][section]
+
+
+def test_frozen_char_cnn_equals_the_source_and_the_lstm_trained(runs):
+    model = load_archive(str(runs["root"] / "counted" / "model.tar.gz")).model
+    continued = model.char_cnn().state_dict()
+    for name, value in runs["source_char_cnn"].items():
+        assert torch.equal(continued[name], value), name
+    source = read_bilm_encoder(
+        str(runs["root"] / "exported" / "options.json"),
+        str(runs["root"] / "exported" / "weights.hdf5"),
+    )
+    lstm = model.bilm_encoder().contextualizer.state_dict()
+    assert any(
+        not torch.equal(lstm[name], value)
+        for name, value in source.contextualizer.state_dict().items()
+    )
+
+
+def test_the_same_command_with_r_resumes(runs):
+    log = output(runs["results"]["resumed"])
+    assert "Recovering from prior training" in log
+    resumed = json.loads((runs["root"] / "counted" / "metrics.json").read_text())
+    # the state of the finished epoch is restored and no epoch is trained again
+    assert "training_epochs" not in resumed and resumed["best_epoch"] == 0
+    first = runs["first_metrics"]
+    assert resumed["best_validation_perplexity"] == first["best_validation_perplexity"]
+
+
+def test_the_folders_vocab_txt_is_the_vocabulary_and_its_softmax_is_imported(runs):
+    log = output(runs["results"]["folder_vocab"])
+    folder = runs["with_vocab"]
+    assert f"elmo-continue: vocabulary: {folder / 'vocab.txt'} (the ELMo folder's)" in log
+    assert "softmax starts fresh" not in log
+    model = load_archive(str(runs["root"] / "folder_vocab" / "model.tar.gz")).model
+    tokens = (folder / "vocab.txt").read_text().splitlines()
+    assert model.softmax_tokens() == tokens
+    weight, bias = read_softmax(str(folder / f"{PREFIX}softmax.hdf5"), len(tokens), 16)
+    model_weight, model_bias = model.softmax_matrices()
+    assert torch.equal(model_weight[: len(tokens)], torch.from_numpy(weight))  # lr 0
+    assert torch.equal(model_bias[: len(tokens)], torch.from_numpy(bias))
+
+
+@pytest.mark.parametrize(
+    "name,found",
+    [
+        ("two_options", f"found 2: ['{PREFIX}options.json', 'options.json']"),
+        ("no_options", "found 0: none"),
+    ],
+)
+def test_an_ambiguous_folder_is_a_one_line_error_naming_it_and_its_files(runs, name, found):
+    result = runs["results"][name]
+    assert result.returncode == 1
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith("allennlp elmo-continue: error: ")
+    assert str(runs["root"] / name) in error and found in error
+    assert f"{PREFIX}weights.hdf5" in error  # the files in it
+    assert not (runs["root"] / ("bad1" if name == "two_options" else "bad2")).exists()
+
+
+def test_an_architecture_key_in_o_must_equal_the_options_file(runs):
+    result = runs["results"]["mismatch"]
+    assert result.returncode == 1
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith("allennlp elmo-continue: error: ")
+    assert "lstm.dim: config 64 vs options file 32" in error
+
+
+def test_an_explicit_pair_dry_run_prints_the_allennlp_train_command(runs):
+    result = runs["results"]["pair"]
+    assert result.returncode == 0, output(result)
+    words = shlex.split(result.stdout.strip().splitlines()[-1])
+    assert words[:2] == ["allennlp", "train"] and words[words.index("-s") + 1] == str(
+        runs["root"] / "pair"
+    )
+    overrides = json.loads(words[words.index("-o") + 1])
+    exported = runs["root"] / "exported"
+    assert overrides["model.pretrained_file"] == [
+        str(exported / "options.json"),
+        str(exported / "weights.hdf5"),
+    ]
+    assert overrides["vocabulary"] == {
+        "type": "elmo_tokens_file",
+        "tokens_file": str(exported / "vocab.txt"),
+    }
+    assert overrides["model.contextualizer.cell_size"] == 32
+    assert not (runs["root"] / "pair").exists()  # nothing trained
