@@ -308,7 +308,7 @@ def main(argv: list[str]) -> dict[str, Any]:
             + " | ".join(mean_sd(results[row].get(key, []), digits) for key, _, digits in columns)
             + " |"
         )
-    targets = report_targets(results)
+    targets = issue_targets(results)
     figures: dict[str, Any] = {
         "headline": ["targets"],
         "seeds": seed_count,
@@ -321,7 +321,7 @@ def main(argv: list[str]) -> dict[str, Any]:
     return figures
 
 
-def report_targets(results: dict[str, dict[str, list[float]]]) -> dict[str, object]:
+def issue_targets(results: dict[str, dict[str, list[float]]]) -> dict[str, object]:
     """The issue's targets as ratios / margins (False: missed): stateful below stateless held-out
     perplexity (each in its own mode), and our best row above allennlp-models' transformer on
     UPOS and LAS by more than one sd (the larger of the two)."""
