@@ -89,5 +89,7 @@ def run_benchmark(name: str, main: Callable[[list[str]], dict[str, Any]]) -> NoR
     except Exception as error:
         traceback.print_exc()
         sys.stderr.flush()
-        finish(name, "failed", error=f"{type(error).__name__}: {one_line(str(error))}")
+        message = one_line(str(error))
+        kind = type(error).__name__
+        finish(name, "failed", error=f"{kind}: {message}" if message else kind)
     finish(name, "ok", **figures)

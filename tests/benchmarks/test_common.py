@@ -116,3 +116,11 @@ def test_shared_data_dir_is_elmo_plugin_data_or_shared_data_beside_the_repo(monk
     monkeypatch.delenv("ELMO_PLUGIN_DATA")
     assert common.shared_data_dir() == REPO_ROOT.parent / "shared" / "data"
     assert "ELMO_PLUGIN_DATA" not in os.environ
+
+
+def test_an_exception_without_a_message_fails_with_its_type_alone(capsys):
+    def main(argv):
+        raise AssertionError
+
+    code, lines = finished(capsys, main)
+    assert (code, json.loads(lines[-1])["error"]) == (1, "AssertionError")
