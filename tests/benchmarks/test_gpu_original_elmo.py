@@ -8,6 +8,7 @@ import sys
 
 from tests.helpers import REPO_ROOT
 
+
 def run(*args: str, **env_overrides: str) -> subprocess.CompletedProcess:
     env = dict(
         os.environ,
