@@ -40,7 +40,7 @@ test: install
 	$(BIN)/python -m pytest tests -q -rs --randomly-seed=$(TEST_SEED)
 
 benchmark: install
-	$(BIN)/python benchmarks/run_all.py
+	$(BIN)/python -m benchmarks.run_all
 
 clean:
 	rm -rf $(VENV) build *.egg-info demo_output

@@ -2,7 +2,8 @@
 allennlp's `Elmo` run the usual way (batches of 32 sentences in file order), same weights, one
 run. Usage:
 
-    python -m benchmarks.elmo_embed_vs_allennlp_elmo [--sentences 100000] [--allennlp-sentences 2000]
+    python -m benchmarks.elmo_embed_vs_allennlp_elmo [--sentences 100000]
+        [--allennlp-sentences 2000]
 
 Input: a text file of --sentences sentences, WikiText-2 valid.txt's sentences (as in
 embedder_vs_allennlp_elmo) repeated in file order as often as needed. Weights: the published small
@@ -10,35 +11,37 @@ size, random (as embedder_vs_allennlp_elmo). Ours: `embed_file` with its default
 the whole file in and out (HDF5 written). allennlp: `Elmo` on the first --allennlp-sentences
 sentences in batches of 32, outputs computed and dropped (its side is slow: capping it keeps the
 run short; tokens/s is what is compared). Times are this process's CPU time (`--clock cpu`, the
-default on a shared machine) or wall time. Also prints the peak resident memory after our run
+default on a shared machine) or wall time. Ends with one JSON line (benchmarks/common.py):
+tokens/s of both, their ratio (`end_to_end_speedup`), the peak resident memory after our run
 and after a run on a quarter of the file (flat memory: about equal), and the max abs difference
 of our vectors from allennlp's on the sentences both embedded.
 """
 
 import argparse
-import json
 import os
 import resource
 import shutil
-import sys
 import tempfile
-from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy
 import torch
+from allennlp.modules.elmo import Elmo, batch_to_ids
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))
+import elmo_plugin  # noqa: F401  (registers components)
+from benchmarks.common import CLOCKS, run_benchmark
+from benchmarks.embedder_vs_allennlp_elmo import (
+    PUBLISHED_SMALL,
+    reset_allennlp_states,
+    wikitext_sentences,
+)
+from elmo_plugin.commands.elmo_embed import embed_file
+from elmo_plugin.elmo_files.options import architecture_from_options
+from elmo_plugin.elmo_files.weights import read_bilm_encoder, write_bilm_encoder
+from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 
-from allennlp.modules.elmo import Elmo, batch_to_ids  # noqa: E402
-
-import elmo_plugin  # noqa: E402,F401  (registers components)
-from benchmarks.embedder_vs_allennlp_elmo import CLOCKS, PUBLISHED_SMALL, wikitext_sentences  # noqa: E402
-from elmo_plugin.commands.elmo_embed import embed_file  # noqa: E402
-from elmo_plugin.elmo_files.options import architecture_from_options  # noqa: E402
-from elmo_plugin.elmo_files.weights import read_bilm_encoder, write_bilm_encoder  # noqa: E402
-from elmo_plugin.modules.bilm_encoder import BiLmEncoder  # noqa: E402
+NAME = "elmo_embed_vs_allennlp_elmo"
 
 
 def peak_rss_mb() -> float:
@@ -56,7 +59,7 @@ def write_input(path: str, sentences: list[list[str]], count: int) -> int:
     return tokens
 
 
-def main() -> None:
+def main(argv: list[str]) -> dict[str, Any]:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -64,7 +67,7 @@ def main() -> None:
     parser.add_argument("--allennlp-sentences", type=int, default=2000)
     parser.add_argument("--clock", choices=list(CLOCKS), default="cpu")
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     clock = CLOCKS[args.clock]
 
     source = wikitext_sentences(10**9)
@@ -107,7 +110,7 @@ def main() -> None:
         with torch.no_grad(), h5py.File(os.path.join(folder, "out.hdf5"), "r") as ours:
             for start_index in range(0, len(first), 32):
                 batch = first[start_index : start_index + 32]
-                theirs._elmo_lstm._elmo_lstm.reset_states()
+                reset_allennlp_states(theirs)
                 start = clock()
                 output = theirs(batch_to_ids(batch))["elmo_representations"][0]
                 their_seconds += clock() - start
@@ -119,25 +122,21 @@ def main() -> None:
     finally:
         shutil.rmtree(folder)
     ours_rate, their_rate = num_tokens / ours_seconds, their_tokens / their_seconds
-    print(
-        json.dumps(
-            {
-                "data": f"{args.sentences} WikiText-2 valid sentences (cycled), {num_tokens} tokens",
-                "model": "published small (2 x 1024/128, 2048 filters, 1 highway, clips 3), random weights",
-                "torch_threads": torch.get_num_threads(),
-                "clock": args.clock,
-                "ours_elmo_embed_tokens_per_s": round(ours_rate, 1),
-                "allennlp_elmo_tokens_per_s": round(their_rate, 1),
-                "allennlp_sentences": args.allennlp_sentences,
-                "end_to_end_speedup": round(ours_rate / their_rate, 2),
-                "max_abs_diff": max_abs_diff,
-                "peak_rss_mb_quarter_file": round(rss_quarter, 1),
-                "peak_rss_mb_whole_file": round(rss_whole, 1),
-            },
-            indent=2,
-        )
-    )
+    return {
+        "headline": ["end_to_end_speedup", "max_abs_diff", "peak_rss_mb_whole_file"],
+        "data": f"{args.sentences} WikiText-2 valid sentences (cycled), {num_tokens} tokens",
+        "model": "published small (2 x 1024/128, 2048 filters, 1 highway, clips 3), random weights",
+        "torch_threads": torch.get_num_threads(),
+        "clock": args.clock,
+        "ours_elmo_embed_tokens_per_s": round(ours_rate, 1),
+        "allennlp_elmo_tokens_per_s": round(their_rate, 1),
+        "allennlp_sentences": args.allennlp_sentences,
+        "end_to_end_speedup": round(ours_rate / their_rate, 2),
+        "max_abs_diff": max_abs_diff,
+        "peak_rss_mb_quarter_file": round(rss_quarter, 1),
+        "peak_rss_mb_whole_file": round(rss_whole, 1),
+    }
 
 
 if __name__ == "__main__":
-    main()
+    run_benchmark(NAME, main)

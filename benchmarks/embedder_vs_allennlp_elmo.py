@@ -1,7 +1,8 @@
 """Embedding speed: our `elmo_bilm_embedder` vs allennlp's `Elmo`, same weights, same sentences,
 one run. Usage:
 
-    python -m benchmarks.embedder_vs_allennlp_elmo [--max-tokens 20000] [--batch-size 32] [--original-tokens 1000]
+    python -m benchmarks.embedder_vs_allennlp_elmo [--max-tokens 20000] [--batch-size 32]
+        [--original-tokens 1000]
 
 Weights: the published "small" architecture (2 x 1024 cells / 128 projection, 2048 character
 filters, 1 highway, cell and projection clip 3), randomly initialized, written as the standard
@@ -11,39 +12,37 @@ order, in batches of --batch-size. Batches alternate between the two sides so th
 other processes hits both alike. allennlp's Elmo carries LSTM state from batch to batch; its
 state is reset before each batch (not timed) so both compute the same function, and the max
 absolute difference of the outputs is reported. Times are this process's CPU time
-(`--clock cpu`, the default: other processes on a shared machine do not count) or wall time. Prints tokens/s of both, the ratio and the
-max abs difference. The top-level keys are the published small size; `original_*` keys the same
+(`--clock cpu`, the default: other processes on a shared machine do not count) or wall time.
+Ends with one JSON line (benchmarks/common.py): tokens/s of both, the ratio (`speedup`) and
+`max_abs_diff`. The top-level keys are the published small size; `original_*` keys the same
 comparison at the published original size (2 x 4096/512, 2 highway) on the first
---original-tokens tokens (0 skips it: allennlp's side is slow there). Exits 1 if the small
-speedup is under 10 or an output differs by more than 1e-5.
+--original-tokens tokens (0 skips it: allennlp's side is slow there). A `missed` key and exit
+status 1 if the small speedup is under 10 or an output differs by more than 1e-5.
 """
 
 import argparse
-import json
 import os
 import shutil
-import sys
 import tempfile
 import time
-from pathlib import Path
+from typing import Any
 
 import torch
+from allennlp.data import Vocabulary
+from allennlp.modules.elmo import Elmo, batch_to_ids
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))
+import elmo_plugin  # noqa: F401  (registers components)
+from benchmarks.common import CLOCKS, require_data, run_benchmark
+from benchmarks.wikitext_data import wikitext_file
+from elmo_plugin.cpu.compiled_lstm_steps import compiled_steps
+from elmo_plugin.elmo_files.options import architecture_from_options
+from elmo_plugin.elmo_files.weights import write_bilm_encoder
+from elmo_plugin.modules.bilm_encoder import BiLmEncoder
+from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder
 
-from allennlp.data import Vocabulary  # noqa: E402
-from allennlp.modules.elmo import Elmo, batch_to_ids  # noqa: E402
+NAME = "embedder_vs_allennlp_elmo"
 
-import elmo_plugin  # noqa: E402,F401  (registers components)
-from benchmarks.wikitext_data import wikitext_file  # noqa: E402
-from elmo_plugin.elmo_files.options import architecture_from_options  # noqa: E402
-from elmo_plugin.elmo_files.weights import write_bilm_encoder  # noqa: E402
-from elmo_plugin.modules.bilm_encoder import BiLmEncoder  # noqa: E402
-from elmo_plugin.cpu.compiled_lstm_steps import compiled_steps  # noqa: E402
-from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder  # noqa: E402
-
-PUBLISHED_SMALL = {
+PUBLISHED_SMALL: dict[str, dict[str, Any]] = {
     "lstm": {
         "use_skip_connections": True,
         "projection_dim": 128,
@@ -72,10 +71,7 @@ TARGET_SPEEDUP, TOLERANCE = 10.0, 1e-5
 
 def wikitext_sentences(max_tokens: int) -> list[list[str]]:
     path = wikitext_file()
-    if not path.is_file():
-        raise SystemExit(
-            f"SKIP: real data not found at {path} (set ELMO_PLUGIN_DATA to the shared data folder)"
-        )
+    require_data(path)
     sentences, total = [], 0
     for line in path.read_text(encoding="utf-8").splitlines():
         line = line.strip()
@@ -89,7 +85,9 @@ def wikitext_sentences(max_tokens: int) -> list[list[str]]:
     return sentences
 
 
-CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
+def reset_allennlp_states(elmo: Any) -> None:
+    """Resets allennlp `Elmo`'s LSTM state (carried from batch to batch otherwise)."""
+    elmo._elmo_lstm._elmo_lstm.reset_states()
 
 
 def compare(
@@ -122,7 +120,7 @@ def compare(
         ours(batches[0])  # warm-up, not timed
         theirs(batches[0])
         for char_ids in batches:
-            theirs._elmo_lstm._elmo_lstm.reset_states()
+            reset_allennlp_states(theirs)
             start = clock()
             expected = theirs(char_ids)["elmo_representations"][0]
             seconds["allennlp"] += clock() - start
@@ -140,7 +138,7 @@ def compare(
     }
 
 
-def main() -> None:
+def main(argv: list[str]) -> dict[str, Any]:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -149,11 +147,12 @@ def main() -> None:
     parser.add_argument("--original-tokens", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--clock", choices=list(CLOCKS), default="cpu")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     sentences = wikitext_sentences(args.max_tokens)
     small = compare(PUBLISHED_SMALL, sentences, args.batch_size, args.seed, CLOCKS[args.clock])
-    result = {
+    result: dict[str, Any] = {
+        "headline": ["speedup", "max_abs_diff"],
         "data": f"{wikitext_file()}: {len(sentences)} sentences, {small.pop('tokens')} tokens, "
         f"{small.pop('batches')} batches of {args.batch_size}",
         "model": "published small (2 x 1024/128, 2048 filters, 1 highway, clips 3), random weights",
@@ -174,12 +173,12 @@ def main() -> None:
             "published original (2 x 4096/512, 2048 filters, 2 highway, clips 3)"
         )
         result.update({f"original_{key}": value for key, value in original.items()})
-    print(json.dumps(result, indent=2))
+        result["headline"].append("original_speedup")
     worst = max(result["max_abs_diff"], result.get("original_max_abs_diff", 0.0))
     if result["speedup"] < TARGET_SPEEDUP or worst > TOLERANCE:
-        print(f"missed: target speedup >= {TARGET_SPEEDUP} and max_abs_diff <= {TOLERANCE}")
-        sys.exit(1)
+        result["missed"] = f"target speedup >= {TARGET_SPEEDUP} and max_abs_diff <= {TOLERANCE}"
+    return result
 
 
 if __name__ == "__main__":
-    main()
+    run_benchmark(NAME, main)

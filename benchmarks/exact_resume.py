@@ -3,18 +3,17 @@ position (what `allennlp train -r` does with the `elmo_corpus_resume` callback) 
 replay (its `multiprocess` loader producing every batch before the position, as `-r` does
 without it), one run, on a generated 1B Word-shaped corpus. Usage:
 
-    python benchmarks/exact_resume.py [--tokens 1_000_000] [--shards 4]
+    python -m benchmarks.exact_resume [--tokens 1_000_000] [--shards 4]
 
 Both loaders: the original config's batch 128 of 20-token windows, shuffled, 0 workers
 (allennlp's with `max_instances_in_memory` 12800 as the original config had); vocabulary the
 generated tokens.txt (793,471 words). The positions are batch 5 and 90% of the epoch; a
-position's loader state is taken from a first pass (not timed). Prints seconds to the first
-batch after each position (ours: the median of 5, early and late alternating, after one warm-up; the replay: once)
-and the late / early ratios as JSON.
+position's loader state is taken from a first pass (not timed). Ends with one JSON line
+(benchmarks/common.py): seconds to the first batch after each position (ours: the median of 5,
+early and late alternating, after one warm-up; the replay: once) and the late / early ratios.
 """
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -22,17 +21,17 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))
+from allennlp.data.data_loaders import MultiProcessDataLoader
 
-from allennlp.data.data_loaders import MultiProcessDataLoader  # noqa: E402
+import elmo_plugin  # noqa: F401  (registers components)
+from benchmarks.common import REPO_ROOT, run_benchmark
+from elmo_plugin.data.elmo_corpus_loader import ElmoCorpusLoader
+from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
+from elmo_plugin.data.elmo_tokens_vocabulary import ElmoTokensVocabulary
 
-import elmo_plugin  # noqa: E402,F401  (registers components)
-from elmo_plugin.data.elmo_corpus_loader import ElmoCorpusLoader  # noqa: E402
-from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader  # noqa: E402
-from elmo_plugin.data.elmo_tokens_vocabulary import ElmoTokensVocabulary  # noqa: E402
-
+NAME = "exact_resume"
 BATCH_SIZE = 128
 
 
@@ -80,11 +79,13 @@ def states_after_each_batch(pattern: str, vocab) -> list:
     return [loader.state_dict() for _ in loader]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--tokens", default="1_000_000")
+def main(argv: list[str]) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--tokens", type=int, default=1_000_000, help="1_000_000 works too")
     parser.add_argument("--shards", type=int, default=4)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as folder:
         corpus = Path(folder) / "corpus"
         subprocess.run(
@@ -92,7 +93,7 @@ def main() -> None:
                 sys.executable,
                 str(REPO_ROOT / "scripts/make_scale_corpus.py"),
                 "--tokens",
-                args.tokens,
+                str(args.tokens),
                 "--shards",
                 str(args.shards),
                 "--out",
@@ -106,9 +107,13 @@ def main() -> None:
         states = states_after_each_batch(pattern, vocab)
         epoch_length = len(states)
         early, late = 5, int(epoch_length * 0.9)
-        figures = {"batches_in_epoch": epoch_length, "early_batch": early, "late_batch": late}
+        figures: dict[str, Any] = {
+            "batches_in_epoch": epoch_length,
+            "early_batch": early,
+            "late_batch": late,
+        }
         positions = {"early": early, "late": late}
-        ours_seconds = {name: [] for name in positions}
+        ours_seconds: dict[str, list[float]] = {name: [] for name in positions}
         ours(
             pattern, vocab, early, states[early - 1]
         )  # warm-up: the first run after the pass is faster
@@ -123,8 +128,8 @@ def main() -> None:
         figures["replay_late_s"] / figures["replay_early_s"], 2
     )
     figures["late_replay_over_ours"] = round(figures["replay_late_s"] / figures["ours_late_s"], 1)
-    print(json.dumps(figures))
+    return {"headline": ["late_replay_over_ours", "ours_late_over_early"], **figures}
 
 
 if __name__ == "__main__":
-    main()
+    run_benchmark(NAME, main)

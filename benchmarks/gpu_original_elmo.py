@@ -1,7 +1,7 @@
 """The original ELMo on one GPU: training tokens/s, memory, FLOP/s and where the time goes.
 
-    python benchmarks/gpu_original_elmo.py [--steps 200] [--out DIR]
-    python benchmarks/gpu_original_elmo.py --dry-run          # shrunk sizes, any machine, CPU too
+    python -m benchmarks.gpu_original_elmo [--steps 200] [--out DIR]
+    python -m benchmarks.gpu_original_elmo --dry-run      # shrunk sizes, any machine, CPU too
 
 For each of `elmo_lstm_original.jsonnet` (2 x 4096/512, clips 3) and
 `elmo_transformer_original.jsonnet` (6 x 512/2048) at full size (2048-filter character CNN,
@@ -20,7 +20,10 @@ Then embedding: our `elmo-embed` path (`embed_file`) vs allennlp's `Elmo` (batch
 file order) on the same GPU with the same random original-size weights, tokens/s each.
 
 Text: `scripts/make_scale_corpus.py` (1B Word's shape) in a temporary folder. Prints one JSON
-object per measurement and a table last; `--out DIR` also writes results.json there.
+object per measurement and a table, then ends with one JSON line (benchmarks/common.py):
+`CONFIG_PRECISION_tokens_per_s` for each run, `embed_speedup` and every measurement (`results`);
+`--out DIR` also writes results.json there. Without a CUDA device (and without `--dry-run`) it
+is skipped.
 """
 
 import argparse
@@ -32,28 +35,29 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
+from allennlp.common import Params
+from allennlp.data import DataLoader, DatasetReader, Vocabulary
+from allennlp.models import Model
+from allennlp.nn import util as nn_util
+from allennlp.training.optimizers import Optimizer
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))
+import elmo_plugin  # noqa: F401  (registers components)
+from benchmarks.common import CONFIG_DIR, REPO_ROOT, Skip, run_benchmark
+from elmo_plugin.training.process_settings import ProcessSettings
 
-from allennlp.common import Params  # noqa: E402
-from allennlp.data import DataLoader, DatasetReader, Vocabulary  # noqa: E402
-from allennlp.models import Model  # noqa: E402
-from allennlp.nn import util as nn_util  # noqa: E402
-from allennlp.training.optimizers import Optimizer  # noqa: E402
-
-import elmo_plugin  # noqa: E402,F401  (registers components)
-from elmo_plugin.training.process_settings import ProcessSettings  # noqa: E402
-
+NAME = "gpu_original_elmo"
 CONFIGS = {"lstm": "elmo_lstm_original.jsonnet", "transformer": "elmo_transformer_original.jsonnet"}
-PRECISIONS = {  # config overrides; TF32 is on for every precision but fp32 (ProcessSettings)
+PRECISIONS: dict[
+    str, dict[str, Any]
+] = {  # config overrides; TF32 on but for fp32 (ProcessSettings)
     "fp32": {},
     "tf32": {},
     "bf16": {"model.mixed_precision": "bf16"},
 }
-SHRUNK = {  # --dry-run: every size down, same code paths
+SHRUNK: dict[str, Any] = {  # --dry-run: every size down, same code paths
     "model.text_field_embedder.token_embedders.elmo.filters": [[1, 8], [2, 8], [3, 16]],
     "model.text_field_embedder.token_embedders.elmo.projection_dim": 16,
     "model.text_field_embedder.token_embedders.elmo.num_highway": 1,
@@ -101,7 +105,7 @@ class TrainingRun:
     def __init__(
         self, config: str, values: dict, corpus: Path, vocab: Vocabulary, device: torch.device
     ) -> None:
-        params = Params.from_file(str(REPO_ROOT / "training_config" / config), json.dumps(values))
+        params = Params.from_file(str(CONFIG_DIR / config), json.dumps(values))
         reader = DatasetReader.from_params(params.pop("dataset_reader"))
         torch.manual_seed(0)
         self.model = Model.from_params(vocab=vocab, params=params.pop("model")).to(device)
@@ -167,7 +171,7 @@ def matmul_rate(device: torch.device, precision: str, size: int) -> float:
     return 2 * size**3 * repeats / (time.perf_counter() - start)
 
 
-def profile_steps(run: TrainingRun, steps: int) -> dict[str, float]:
+def profile_steps(run: TrainingRun, steps: int) -> dict[str, Any]:
     """Wall time of `steps` steps split into GPU kernel time, data loading and the rest."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -265,6 +269,7 @@ def measure_embedding(args, corpus: Path, device: torch.device) -> dict:
     go in corpus/embedding (inside main's temporary folder, removed with it)."""
     from allennlp.modules.elmo import Elmo, batch_to_ids
 
+    from benchmarks.embedder_vs_allennlp_elmo import reset_allennlp_states
     from elmo_plugin.commands.elmo_embed import embed_file
     from elmo_plugin.elmo_files.options import architecture_from_options
     from elmo_plugin.elmo_files.weights import write_bilm_encoder
@@ -320,7 +325,7 @@ def measure_embedding(args, corpus: Path, device: torch.device) -> dict:
         synchronize(device)
         start = time.perf_counter()
         for char_ids in batches:
-            theirs_elmo._elmo_lstm._elmo_lstm.reset_states()
+            reset_allennlp_states(theirs_elmo)
             vectors = theirs_elmo(char_ids.to(device))["elmo_representations"][0].cpu()
         synchronize(device)
     theirs = time.perf_counter() - start
@@ -333,7 +338,7 @@ def measure_embedding(args, corpus: Path, device: torch.device) -> dict:
     }
 
 
-def main() -> None:
+def main(argv: list[str]) -> dict[str, Any]:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -362,15 +367,13 @@ def main() -> None:
     )
     parser.add_argument("--no-embed", action="store_true", help="skip the embedding comparison")
     parser.add_argument("--out", help="folder for results.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.dry_run:
         args.steps, args.warmup, args.profile_steps, args.embed_tokens = 3, 1, 2, 300
         args.num_workers = 0
     device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
     if device.type == "cpu" and not args.dry_run:
-        raise SystemExit(
-            "gpu_original_elmo: no CUDA device here; --dry-run runs the shrunk version on the CPU"
-        )
+        raise Skip("no CUDA device here (--dry-run runs the shrunk version on the CPU)")
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     print(json.dumps({"device": name, "torch": torch.__version__}), flush=True)
 
@@ -379,6 +382,7 @@ def main() -> None:
         precisions = [p for p in precisions if p != "tf32"]
     peaks = {p: matmul_rate(device, p, 512 if args.dry_run else 8192) for p in precisions}
     results: list[dict] = []
+    figures: dict[str, Any] = {"headline": [], "device": name}
     with tempfile.TemporaryDirectory(prefix="elmo_gpu_bench_") as folder:
         # The loader cycles over the corpus: it need not hold every step's tokens.
         tokens_file = make_corpus(
@@ -394,30 +398,37 @@ def main() -> None:
                 )
                 print(json.dumps(result), flush=True)
                 results.append(result)
+                figures[f"{name_}_{precision}_tokens_per_s"] = result["tokens_per_s"]
+                figures["headline"].append(f"{name_}_{precision}_tokens_per_s")
         if not args.no_embed:
             result = measure_embedding(args, Path(folder), device)
             print(json.dumps(result), flush=True)
             results.append(result)
+            figures["embed_speedup"] = result["speedup"]
+            figures["headline"].append("embed_speedup")
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         Path(args.out, "results.json").write_text(
             json.dumps({"device": name, "results": results}, indent=2)
         )
     print(
-        f"\n{'config':34} {'prec':5} {'tokens/s':>10} {'s/step':>7} {'TFLOP/s':>8} {'of matmul':>9} {'peak GiB':>8}"
+        f"\n{'config':34} {'prec':5} {'tokens/s':>10} {'s/step':>7} {'TFLOP/s':>8} "
+        f"{'of matmul':>9} {'peak GiB':>8}"
     )
     for r in results:
         if "config" in r:
             print(
-                f"{r['config']:34} {r['precision']:5} {r['tokens_per_s']:>10} {r['s_per_step']:>7} "
-                f"{r['achieved_tflop_s']:>8} {r['fraction_of_matmul_rate']:>9} {str(r['peak_memory_gib']):>8}"
+                f"{r['config']:34} {r['precision']:5} {r['tokens_per_s']:>10} "
+                f"{r['s_per_step']:>7} {r['achieved_tflop_s']:>8} "
+                f"{r['fraction_of_matmul_rate']:>9} {str(r['peak_memory_gib']):>8}"
             )
         else:
             print(
                 f"elmo-embed {r['ours_elmo_embed_tokens_per_s']} tokens/s vs allennlp Elmo "
                 f"{r['allennlp_elmo_tokens_per_s']} tokens/s: {r['speedup']}x"
             )
+    return {**figures, "results": results}
 
 
 if __name__ == "__main__":
-    main()
+    run_benchmark(NAME, main)

@@ -7,26 +7,24 @@ the other in the same process, on the same machine.
 import json
 import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 from allennlp.common import Params
-from allennlp.data import Batch, DatasetReader, Vocabulary
+from allennlp.data import Batch, Vocabulary
 from allennlp.models import Model
 
 import elmo_plugin  # noqa: F401  (registers components)
+from benchmarks.common import CONFIG_DIR, require_data
 from benchmarks.wikitext_data import split_train_valid, wikitext_file
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-CONFIG_DIR = REPO_ROOT / "training_config"
+from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
 
 
-def wikitext_split(max_lines: Optional[int] = None) -> dict[str, list[str]]:
-    """First 90% of WikiText-2 valid.txt lines for training, the last 10% for validation."""
+def wikitext_split(max_lines: Optional[int] = None) -> dict[str, Any]:
+    """First 90% of WikiText-2 valid.txt lines for training, the last 10% for validation
+    (`common.Skip` when the file is missing)."""
     path = wikitext_file()
-    if not path.is_file():
-        raise SystemExit(f"SKIP: real data not found at {path} (set ELMO_PLUGIN_DATA)")
+    require_data(path)
     train, valid = split_train_valid(path.read_text(encoding="utf-8").splitlines())
     description = (
         f"{path}: lines 1-{len(train)} train, {len(train) + 1}-{len(train) + len(valid)} validation"
@@ -41,20 +39,12 @@ def make_batches(
 ):
     """Instances from `elmo_corpus` (headings skipped, windows of `max_sequence_length`), sorted
     into length buckets -> (vocab, list of tensor dicts, number of target tokens)."""
-    reader = DatasetReader.from_params(
-        Params(
-            {
-                "type": "elmo_corpus",
-                "max_sequence_length": max_sequence_length,
-                "skip_headings": True,
-            }
-        )
-    )
+    reader = ElmoCorpusReader(max_sequence_length=max_sequence_length, skip_headings=True)
     instances = []
     for line in lines:
         if line.strip() and not line.strip().startswith("="):
             for window in reader.windows(reader._tokenizer.tokenize(line)):
-                instance = reader.text_to_instance(tokens=window)
+                instance = reader.text_to_instance(tokens=list(window))
                 reader.apply_token_indexers(instance)
                 instances.append(instance)
     vocab = vocab or Vocabulary.from_instances(instances, min_count={"tokens": 2})

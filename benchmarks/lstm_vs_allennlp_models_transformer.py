@@ -2,11 +2,17 @@
 `bidirectional_language_model_transformer`, at a comparable contextualizer parameter count,
 on the same WikiText batches, in one run. Usage:
 
-    python benchmarks/lstm_vs_allennlp_models_transformer.py [--steps 60] [--batch-size 32]
+    python -m benchmarks.lstm_vs_allennlp_models_transformer [--steps 60] [--batch-size 32]
+        [--train-lines 1200]
+
+Ends with one JSON line (benchmarks/common.py): each side's training tokens/s and validation
+perplexity, and the ratios ours / theirs.
 """
 
 import argparse
+from typing import Any
 
+from benchmarks.common import run_benchmark
 from benchmarks.lm_training_speed import (
     build_model,
     make_batches,
@@ -15,7 +21,9 @@ from benchmarks.lm_training_speed import (
     wikitext_split,
 )
 
-# Ours: the demo-size config as it is (char CNN 512 filters -> 128; LSTM 2 x 512 cells / 128, clips 3).
+NAME = "lstm_vs_allennlp_models_transformer"
+# Ours: the demo-size config as it is (char CNN 512 filters -> 128; LSTM 2 x 512 cells / 128,
+# clips 3).
 # Theirs: the same reader, char CNN and softmax; 6 transformer layers of width 128 with
 # feed-forward 512 per direction, about the same contextualizer parameter count.
 THEIR_CONTEXTUALIZER = {
@@ -37,21 +45,25 @@ def contextualizer_parameters(model) -> int:
     return sum(p.numel() for p in model._contextualizer.parameters())
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+def main(argv: list[str]) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--train-lines", type=int, default=1200)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     data = wikitext_split(args.train_lines)
     vocab, train = make_batches(data["train"], None, args.batch_size)
     _, valid = make_batches(data["valid"], vocab, args.batch_size)
     print(
-        f"data: {data['description']} (first {args.train_lines} training lines, windows of 20 tokens)"
+        f"data: {data['description']} "
+        f"(first {args.train_lines} training lines, windows of 20 tokens)"
     )
     print(
-        f"vocabulary: {vocab.get_vocab_size('tokens')} tokens (min count 2), full softmax; same char CNN for both"
+        f"vocabulary: {vocab.get_vocab_size('tokens')} tokens (min count 2), full softmax; "
+        "same char CNN for both"
     )
 
     runs = {}
@@ -64,14 +76,23 @@ def main() -> None:
         runs[name] = run
         print(
             f"{name:32s} contextualizer params {contextualizer_parameters(model):>9,d}  "
-            f"train {run.tokens_per_second:8.1f} tokens/s  validation perplexity after {run.steps} steps {run.validation_perplexity:9.1f}"
+            f"train {run.tokens_per_second:8.1f} tokens/s  "
+            f"validation perplexity after {run.steps} steps {run.validation_perplexity:9.1f}"
         )
     ours, theirs = runs["elmo_plugin elmo_lstm"], runs["allennlp-models transformer"]
-    print(
-        f"ratio (ours / theirs): training tokens/s {ours.tokens_per_second / theirs.tokens_per_second:.2f}x, "
-        f"validation perplexity {ours.validation_perplexity / theirs.validation_perplexity:.2f}"
-    )
+    return {
+        "headline": ["ratio_tokens_per_s", "ratio_validation_perplexity"],
+        "steps": args.steps,
+        "ours_tokens_per_s": round(ours.tokens_per_second, 1),
+        "theirs_tokens_per_s": round(theirs.tokens_per_second, 1),
+        "ours_validation_perplexity": round(ours.validation_perplexity, 1),
+        "theirs_validation_perplexity": round(theirs.validation_perplexity, 1),
+        "ratio_tokens_per_s": round(ours.tokens_per_second / theirs.tokens_per_second, 2),
+        "ratio_validation_perplexity": round(
+            ours.validation_perplexity / theirs.validation_perplexity, 2
+        ),
+    }
 
 
 if __name__ == "__main__":
-    main()
+    run_benchmark(NAME, main)

@@ -7,10 +7,12 @@
 2. Split ud-english-ewt/en_ewt-ud-dev.conllu: the first 1,600 sentences train both taggers
    (same epochs, no early stopping: no validation set), the remaining sentences are the test set.
 3. Print both test accuracies (and on test tokens unseen in the tagger's training data), and
-   the ELMo tagger's learned layer mix: softmax(s) and gamma. Exit status 1 if ELMo is not better.
+   the ELMo tagger's learned layer mix: softmax(s) and gamma; end with them as one JSON line
+   (benchmarks/common.py). A `missed` key and exit status 1 if ELMo is not better.
 
 Usage (from the repo root):
-    python benchmarks/pos_tagger_elmo_vs_baseline.py [--out DIR] [--bilm ARCHIVE] [--tagger-epochs 10]
+    python -m benchmarks.pos_tagger_elmo_vs_baseline [--out DIR] [--bilm ARCHIVE]
+        [--tagger-epochs 10]
 $ELMO_PLUGIN_DATA defaults to ../shared/data; without the data the benchmark is skipped.
 Set OMP_NUM_THREADS=1 on a machine whose cores are busy with other work.
 """
@@ -23,19 +25,19 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))
+from benchmarks.common import CONFIG_DIR, REPO_ROOT, require_data, run_benchmark, shared_data_dir
+from benchmarks.wikitext_data import wikitext_file, write_train_valid
 
-from benchmarks.wikitext_data import shared_data_dir, wikitext_file, write_train_valid  # noqa: E402
-
-CONFIG_DIR = REPO_ROOT / "training_config"
+NAME = "pos_tagger_elmo_vs_baseline"
 ALLENNLP = str(Path(sys.executable).parent / "allennlp")
 TRAIN_SENTENCES = 1600
 
 
 def allennlp(args: list[str], log: Path) -> float:
-    """Runs `allennlp ARGS --include-package elmo_plugin`, output to `log`; returns seconds taken."""
+    """Runs `allennlp ARGS --include-package elmo_plugin`, output to `log`; returns the seconds
+    taken."""
     start = time.time()
     with open(log, "w") as out:
         result = subprocess.run(
@@ -103,8 +105,9 @@ def oov_accuracy(
         out / f"{name}_predict.log",
     )
     correct = total = 0
-    for (words, tags), line in zip(gold, predicted.read_text(encoding="utf-8").splitlines()):
-        for word, tag, guess in zip(words, tags, json.loads(line)["tags"]):
+    lines = predicted.read_text(encoding="utf-8").splitlines()
+    for (words, tags), line in zip(gold, lines, strict=False):
+        for word, tag, guess in zip(words, tags, json.loads(line)["tags"], strict=False):
             if word.lower() not in seen:
                 total += 1
                 correct += tag == guess
@@ -120,7 +123,9 @@ def layer_mix(archive: Path) -> dict[str, object]:
     import elmo_plugin  # noqa: F401
 
     parameters = dict(load_archive(str(archive)).model.named_parameters())
-    scalars = [v for n, v in sorted(parameters.items()) if "scalar_mix.scalar_parameters" in n]
+    scalars: list[torch.Tensor] = [
+        v for n, v in sorted(parameters.items()) if "scalar_mix.scalar_parameters" in n
+    ]
     gamma = next(v for n, v in parameters.items() if n.endswith("scalar_mix.gamma"))
     return {
         "softmax(s)": [round(w, 4) for w in torch.softmax(torch.cat(scalars), 0).tolist()],
@@ -130,7 +135,8 @@ def layer_mix(archive: Path) -> dict[str, object]:
 
 
 def tagger_input_size(bilm: Path) -> int:
-    """The ELMo tagger's encoder input: the biLM's width (2 x its projection) + the word embedding."""
+    """The ELMo tagger's encoder input: the biLM's width (2 x its projection) + the word
+    embedding."""
     from allennlp.common import Params
 
     from elmo_plugin.archives.bilm_architecture import architecture_from_archive
@@ -141,7 +147,7 @@ def tagger_input_size(bilm: Path) -> int:
     return 2 * architecture_from_archive(str(bilm))["contextualizer"]["input_dim"] + word_dim
 
 
-def main() -> None:
+def main(argv: list[str]) -> dict[str, Any]:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -150,15 +156,14 @@ def main() -> None:
     )
     parser.add_argument("--bilm", help="a biLM model.tar.gz to use instead of pretraining one")
     parser.add_argument("--tagger-epochs", type=int, default=10)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     wikitext, ewt = wikitext_file(), shared_data_dir() / "ud-english-ewt" / "en_ewt-ud-dev.conllu"
-    missing = [str(p) for p in (wikitext, ewt) if not p.is_file()]
-    if missing:
-        print(
-            f"skipped: real data not found: {', '.join(missing)} (set ELMO_PLUGIN_DATA to the shared data folder)"
-        )
-        return
+    require_data(wikitext, ewt)
+    figures: dict[str, Any] = {
+        "headline": ["elmo_minus_baseline_points", "error_rate_ratio"],
+        "tagger_epochs": args.tagger_epochs,
+    }
     out = Path(args.out or tempfile.mkdtemp(prefix="pos_elmo_vs_baseline_")).resolve()
     out.mkdir(parents=True, exist_ok=True)
     print(f"outputs and logs: {out}")
@@ -182,17 +187,20 @@ def main() -> None:
         )
         metrics = json.loads((out / "bilm" / "metrics.json").read_text())
         print(
-            f"biLM: demo-size elmo_lstm.jsonnet on {wikitext} (first 90% of lines / last 10% validation), "
+            f"biLM: demo-size elmo_lstm.jsonnet on {wikitext} "
+            f"(first 90% of lines / last 10% validation), "
             f"{metrics['epoch'] + 1} epochs in {seconds / 60:.1f} min, validation perplexity "
-            f"{metrics['best_validation_perplexity']:.1f} (forward {metrics['best_validation_forward_perplexity']:.1f}, "
+            f"{metrics['best_validation_perplexity']:.1f} "
+            f"(forward {metrics['best_validation_forward_perplexity']:.1f}, "
             f"backward {metrics['best_validation_backward_perplexity']:.1f})"
         )
+        figures["bilm_validation_perplexity"] = round(metrics["best_validation_perplexity"], 1)
 
     train, test, test_sentences = split_conllu(ewt, out)
     seen = {word.lower() for words, _ in words_and_tags(train) for word in words}
     print(
-        f"tagging data: {ewt}: first {TRAIN_SENTENCES} sentences train, the other {test_sentences} test; "
-        f"{args.tagger_epochs} epochs each, no early stopping"
+        f"tagging data: {ewt}: first {TRAIN_SENTENCES} sentences train, "
+        f"the other {test_sentences} test; {args.tagger_epochs} epochs each, no early stopping"
     )
     common = {
         "train_data_path": str(train),
@@ -236,21 +244,23 @@ def main() -> None:
         accuracy = json.loads((out / f"{name}_test.json").read_text())["accuracy"]
         unseen, unseen_tokens = oov_accuracy(out / name / "model.tar.gz", test, seen, out, name)
         results[name] = accuracy
+        figures[f"{name}_accuracy"] = round(accuracy, 4)
+        figures[f"{name}_unseen_accuracy"] = round(unseen, 4)
         print(
-            f"{name:9s} ({config}): test UPOS accuracy {accuracy:.4f}; on the {unseen_tokens} test tokens unseen "
-            f"in training {unseen:.4f}; trained in {seconds / 60:.1f} min"
+            f"{name:9s} ({config}): test UPOS accuracy {accuracy:.4f}; "
+            f"on the {unseen_tokens} test tokens unseen in training {unseen:.4f}; "
+            f"trained in {seconds / 60:.1f} min"
         )
-    print(
-        f"learned ELMo layer mix (layer 0 = char CNN, 1-2 = LSTM layers): {layer_mix(out / 'elmo' / 'model.tar.gz')}"
-    )
+    mix = layer_mix(out / "elmo" / "model.tar.gz")
+    print(f"learned ELMo layer mix (layer 0 = char CNN, 1-2 = LSTM layers): {mix}")
     gain = results["elmo"] - results["baseline"]
-    print(
-        f"ELMo - baseline: {gain * 100:+.2f} accuracy points; error rate ratio "
-        f"{(1 - results['elmo']) / (1 - results['baseline']):.2f}"
-    )
+    figures["elmo_layer_mix"] = mix
+    figures["elmo_minus_baseline_points"] = round(gain * 100, 2)
+    figures["error_rate_ratio"] = round((1 - results["elmo"]) / (1 - results["baseline"]), 2)
     if gain <= 0:
-        sys.exit("FAIL: the ELMo tagger is not more accurate than the baseline")
+        figures["missed"] = "the ELMo tagger is not more accurate than the baseline"
+    return figures
 
 
 if __name__ == "__main__":
-    main()
+    run_benchmark(NAME, main)

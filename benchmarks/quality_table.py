@@ -21,21 +21,25 @@ Usage (from the repo root):
         [--parser-epochs 10] [--rows lstm_stateless,lstm_stateful,...] [--out DIR] [--quick]
 `--quick`: 1 seed, 300 pretraining lines, one epoch of everything (minutes; rough numbers).
 The token budget is rounded to whole epochs of the pretraining text (at least one).
+Prints the table, then ends with one JSON line (benchmarks/common.py): every row's measurements
+per seed (`results`) and the issue's targets (`targets`; a `missed` key and exit status 1 when
+one is missed).
 """
 
 import argparse
 import json
 import math
 import statistics
-import sys
 import tempfile
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
+from benchmarks.common import CONFIG_DIR, require_data, run_benchmark, shared_data_dir
 from benchmarks.lstm_vs_allennlp_models_transformer import THEIR_CONTEXTUALIZER
-from benchmarks.pos_tagger_elmo_vs_baseline import CONFIG_DIR, allennlp, split_conllu
-from benchmarks.wikitext_data import shared_data_dir, split_train_valid, wikitext_file
+from benchmarks.pos_tagger_elmo_vs_baseline import allennlp, split_conllu
+from benchmarks.wikitext_data import split_train_valid, wikitext_file
 
+NAME = "quality_table"
 ROWS = ["lstm_stateless", "lstm_stateful", "transformer", "allennlp_models_transformer", "no_elmo"]
 PRETRAIN_CONFIGS = {
     "lstm_stateless": "elmo_lstm.jsonnet",
@@ -69,14 +73,18 @@ def corpus_tokens(path: Path) -> int:
     import elmo_plugin  # noqa: F401
 
     reader = DatasetReader.from_params(Params(params_dict("elmo_lstm.jsonnet")["dataset_reader"]))
-    return sum(len(instance["source"].tokens) for instance in reader.read(str(path)))
+    tokens = 0
+    for instance in reader.read(str(path)):
+        source: Any = instance["source"]
+        tokens += len(source.tokens)
+    return tokens
 
 
 def seeds(seed: int) -> dict:
     return {"random_seed": seed, "numpy_seed": seed, "pytorch_seed": seed}
 
 
-def pretrain(row: str, seed: int, data: dict, epochs: int, out: Path) -> dict[str, float]:
+def pretrain(row: str, seed: int, data: dict, epochs: int, out: Path) -> dict[str, Any]:
     """Trains one biLM; -> its archive, tokens/s and both perplexities."""
     values = {
         "train_data_path": str(data["train"]),
@@ -204,7 +212,7 @@ def mean_sd(values: list[float], digits: int) -> str:
     return f"{statistics.mean(values):.{digits}f} +- {stdev(values):.{digits}f}"
 
 
-def main() -> None:
+def main(argv: list[str]) -> dict[str, Any]:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -221,25 +229,20 @@ def main() -> None:
     parser.add_argument(
         "--quick", action="store_true", help="1 seed, 300 pretraining lines, 1 epoch of everything"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     rows = args.rows.split(",")
     if unknown := set(rows) - set(ROWS):
-        sys.exit(f"--rows: unknown {sorted(unknown)}; choose from {ROWS}")
+        parser.error(f"--rows: unknown {sorted(unknown)}; choose from {ROWS}")
 
     wikitext, ewt = wikitext_file(), shared_data_dir() / "ud-english-ewt" / "en_ewt-ud-dev.conllu"
-    missing = [str(p) for p in (wikitext, ewt) if not p.is_file()]
-    if missing:
-        print(
-            f"skipped: real data not found: {', '.join(missing)} (set ELMO_PLUGIN_DATA to the shared data folder)"
-        )
-        return
+    require_data(wikitext, ewt)
     out = Path(args.out or tempfile.mkdtemp(prefix="quality_table_")).resolve()
     out.mkdir(parents=True, exist_ok=True)
     print(f"outputs and logs: {out}")
 
     lines = wikitext.read_text(encoding="utf-8").splitlines()
     train_lines, valid_lines = split_train_valid(lines[:330] if args.quick else lines)
-    data = {"train": out / "wiki_train.txt", "valid": out / "wiki_valid.txt"}
+    data: dict[str, Any] = {"train": out / "wiki_train.txt", "valid": out / "wiki_valid.txt"}
     data["train"].write_text("\n".join(train_lines) + "\n", encoding="utf-8")
     data["valid"].write_text("\n".join(valid_lines) + "\n", encoding="utf-8")
     data["train_tokens"] = corpus_tokens(data["train"])
@@ -250,9 +253,10 @@ def main() -> None:
     )
     train, test, test_sentences = split_conllu(ewt, out)
     print(
-        f"pretraining: {wikitext} first 90% of lines ({data['train_tokens']} tokens), {epochs} epochs = "
-        f"{epochs * data['train_tokens']} tokens per biLM; held out: last 10%; downstream: {ewt} sentences "
-        f"1-1600 train, {test_sentences} test; {seed_count} seeds; tagger {tagger_epochs} / parser {parser_epochs} epochs"
+        f"pretraining: {wikitext} first 90% of lines ({data['train_tokens']} tokens), "
+        f"{epochs} epochs = {epochs * data['train_tokens']} tokens per biLM; "
+        f"held out: last 10%; downstream: {ewt} sentences 1-1600 train, {test_sentences} test; "
+        f"{seed_count} seeds; tagger {tagger_epochs} / parser {parser_epochs} epochs"
     )
 
     results: dict[str, dict[str, list[float]]] = {row: {} for row in rows}
@@ -304,14 +308,23 @@ def main() -> None:
             + " | ".join(mean_sd(results[row].get(key, []), digits) for key, _, digits in columns)
             + " |"
         )
-    print(json.dumps({"results": results}))
-    report_targets(results)
+    targets = issue_targets(results)
+    figures: dict[str, Any] = {
+        "headline": ["targets"],
+        "seeds": seed_count,
+        "results": results,
+        "targets": targets,
+    }
+    missed = [key for key, value in targets.items() if value is False]
+    if missed:
+        figures["missed"] = f"targets {', '.join(missed)}"
+    return figures
 
 
-def report_targets(results: dict[str, dict[str, list[float]]]) -> None:
-    """The issue's targets as JSON ratios / margins; exit status 1 when one is missed: stateful
-    below stateless held-out perplexity (each in its own mode), and our best row above
-    allennlp-models' transformer on UPOS and LAS by more than one sd (the larger of the two)."""
+def issue_targets(results: dict[str, dict[str, list[float]]]) -> dict[str, object]:
+    """The issue's targets as ratios / margins (False: missed): stateful below stateless held-out
+    perplexity (each in its own mode), and our best row above allennlp-models' transformer on
+    UPOS and LAS by more than one sd (the larger of the two)."""
     targets: dict[str, object] = {}
     if "lstm_stateless" in results and "lstm_stateful" in results:
         ratio = statistics.mean(results["lstm_stateful"]["perplexity_own"]) / statistics.mean(
@@ -329,9 +342,7 @@ def report_targets(results: dict[str, dict[str, list[float]]]) -> None:
             targets[f"{key}_best_row"] = best
             targets[f"{key}_best_minus_allennlp_models"] = round(margin, 4)
             targets[f"{key}_beyond_one_sd"] = margin > spread
-    print(json.dumps({"targets": targets}))
-    if any(value is False for value in targets.values()):
-        sys.exit("target missed (see targets above)")
+    return targets
 
 
 def stdev(values: list[float]) -> float:
@@ -339,4 +350,4 @@ def stdev(values: list[float]) -> float:
 
 
 if __name__ == "__main__":
-    main()
+    run_benchmark(NAME, main)

@@ -1,17 +1,17 @@
 """The 1B Word-shaped pretraining job, end to end on this machine, through the real CLI.
 
     python -m benchmarks.scale_rehearsal [--tokens 50000000] [--shards 100] [--train-tokens 500000]
-                                         [--heldout-tokens 5000] [--workdir scale_rehearsal] [--processes [1 2]]
+        [--heldout-tokens 5000] [--workdir scale_rehearsal] [--processes [1 2]]
 
 1. `scripts/make_scale_corpus.py`: `--tokens` in `--shards` shards with 1B Word's statistics,
    its 793,471-line `tokens.txt`, and a held-out shard (another seed).
 2. `allennlp elmo-vocab --workers 2` over the whole corpus: seconds, tokens/s, peak RSS.
 3. `allennlp train training_config/elmo_lstm_original.jsonnet` with that `tokens.txt`
-   (`elmo_tokens_file`), the LSTM shrunk to 2 x `--cell-size`/512 (1024/512: the softmax stays 512 wide)
-   and everything else at full size: the 2048-filter character CNN, 8192 sampled negatives,
-   batch 128 x 20, the sparse softmax, Adagrad, the `elmo_corpus` loader. One epoch of the first
-   `--train-tokens` tokens of the corpus (500k: 263 steps), in 1 process and in 2 CPU DDP
-   processes (gloo), validated on the held-out text. Each run is `kill -9`ed as soon as its
+   (`elmo_tokens_file`), the LSTM shrunk to 2 x `--cell-size`/512 (1024/512: the softmax stays
+   512 wide) and everything else at full size: the 2048-filter character CNN, 8192 sampled
+   negatives, batch 128 x 20, the sparse softmax, Adagrad, the `elmo_corpus` loader. One epoch of
+   the first `--train-tokens` tokens of the corpus (500k: 263 steps), in 1 process and in 2
+   CPU DDP processes (gloo), validated on the held-out text. Each run is `kill -9`ed as soon as its
    first mid-epoch checkpoint is complete (`save_every_num_batches`, about half an epoch),
    resumed with `-r`, and then evaluated with `allennlp evaluate` on the held-out text (the full
    softmax over 793k rows costs about 1.6 GFLOP per token: keep `--heldout-tokens` small on CPU).
@@ -20,7 +20,8 @@
    A bare `--processes` (no values) skips stage 3.
 Peak RSS is the largest process's the script waited for (the main process; DDP workers report
 theirs as metrics.json's `peak_worker_N_memory_MB`, in `metrics`).
-Prints one JSON object per stage and a summary object last (also in WORKDIR/summary.json).
+Prints one JSON object per stage, then ends with the summary as one JSON line
+(benchmarks/common.py; the summary also in WORKDIR/summary.json).
 `--model-overrides` (JSON) shrinks the model further (tests use it); `--dry-run` prints the
 commands without running them.
 """
@@ -36,9 +37,11 @@ import tempfile
 import time
 import zipfile
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from benchmarks.common import REPO_ROOT, run_benchmark
+
+NAME = "scale_rehearsal"
 ALLENNLP = str(Path(sys.executable).parent / "allennlp")
 CONFIG = REPO_ROOT / "training_config" / "elmo_lstm_original.jsonnet"
 SMALL_VOCAB_LINES = 50_000
@@ -77,7 +80,7 @@ def run_measured(
             if pid:
                 break
             complete = complete_checkpoint(kill_at_checkpoint, seen) if kill_at_checkpoint else None
-            if complete is not None:
+            if kill_at_checkpoint is not None and complete is not None:
                 os.killpg(process.pid, signal.SIGKILL)
                 result.update(
                     checkpoint=complete,
@@ -195,7 +198,7 @@ def small_tokens_file(work: Path, dry_run: bool) -> Path:
             open(work / "corpus" / "tokens.txt", encoding="utf-8") as full,
             open(path, "w", encoding="utf-8") as small,
         ):
-            for _, line in zip(range(SMALL_VOCAB_LINES), full):
+            for _, line in zip(range(SMALL_VOCAB_LINES), full, strict=False):
                 small.write(line)
     return path
 
@@ -257,7 +260,8 @@ def train_kill_resume_evaluate(work: Path, name: str, overrides: dict, dry_run: 
     killed = run_measured(train, dry_run, kill_at_checkpoint=run_dir)
     if not dry_run and killed["checkpoint"] is None:
         sys.exit(
-            f"scale_rehearsal: {name} ended before a mid-epoch checkpoint:\n{killed['output'][-4000:]}"
+            f"scale_rehearsal: {name} ended before a mid-epoch checkpoint:\n"
+            f"{killed['output'][-4000:]}"
         )
     resumed = run_measured([*train, "-r"], dry_run)
     check(resumed, f"{name}: train -r")
@@ -373,7 +377,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str]) -> None:
+def main(argv: list[str]) -> dict[str, Any]:
     args = parse_args(argv)
     work = args.workdir.resolve()
     stages = [make_corpus(work, args.tokens, args.shards, args.heldout_tokens, args.dry_run)]
@@ -417,10 +421,10 @@ def main(argv: list[str]) -> None:
         "goal": "<= 1.25",
         "stages": stages,
     }
-    print(json.dumps(summary), flush=True)
     if not args.dry_run:
         (work / "summary.json").write_text(json.dumps(summary, indent=1))
+    return {"headline": ["step_time_ratio_793k_vs_50k"], **summary}
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    run_benchmark(NAME, main)

@@ -13,8 +13,9 @@ Evaluation memory is the peak RSS above the RSS before the batch, sampled every 
 unchunked figure at the full vocabulary is extrapolated linearly from two smaller vocabularies
 (it needs ~2 x 16 GB) unless --measure-unchunked.
 
-Prints one JSON object: seconds per step dense / sparse and their ratio, the sparse step at a
-50k-word vocabulary and the ratio to it, evaluation MB chunked / unchunked and their ratio.
+Ends with one JSON line (benchmarks/common.py): seconds per step dense / sparse and their ratio,
+the sparse step at a 50k-word vocabulary and the ratio to it, evaluation MB chunked / unchunked
+and their ratio.
 """
 
 import argparse
@@ -25,6 +26,7 @@ import os
 import statistics
 import threading
 import time
+from typing import Any
 
 import numpy
 import torch
@@ -34,8 +36,9 @@ from allennlp.models import Model
 from allennlp.training.optimizers import Optimizer
 
 import elmo_plugin  # noqa: F401  (registers components)
-from benchmarks.lm_training_speed import CONFIG_DIR
+from benchmarks.common import CONFIG_DIR, run_benchmark
 
+NAME = "sparse_softmax"
 BATCH, WINDOW, CHARS = 128, 20, 50
 SHRUNK = {
     "model.contextualizer.cell_size": 1024,
@@ -44,8 +47,9 @@ SHRUNK = {
 }
 
 
-def build(vocab_size: int, sparse: bool) -> Model:
-    """The original config's biLM, shrunk, over a vocabulary of `vocab_size` words, and its optimizer's params."""
+def build(vocab_size: int, sparse: bool) -> tuple[Model, Params]:
+    """The original config's biLM, shrunk, over a vocabulary of `vocab_size` words, and its
+    optimizer's params."""
     params = Params.from_file(
         str(CONFIG_DIR / "elmo_lstm_original.jsonnet"),
         json.dumps({**SHRUNK, "model.sparse_embeddings": sparse}),
@@ -107,7 +111,8 @@ def evaluation_bytes(vocab_size: int, chunked: bool) -> int:
     """Peak RSS above the starting one while evaluating one batch (full softmax, no grad)."""
     model, _ = build(vocab_size, sparse=True)
     if not chunked:
-        model._softmax_loss.max_eval_logits = 2**62  # one chunk: allennlp's computation
+        softmax_loss: Any = model._softmax_loss
+        softmax_loss.max_eval_logits = 2**62  # one chunk: allennlp's computation
     batch = synthetic_batch(vocab_size)
     model.eval()
     before, peak, done = rss_bytes(), [0], threading.Event()
@@ -132,7 +137,7 @@ def in_child(function, *args):
         return pool.apply(function, args)
 
 
-def main() -> None:
+def main(argv: list[str]) -> dict[str, Any]:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -146,9 +151,10 @@ def main() -> None:
     parser.add_argument(
         "--measure-unchunked", action="store_true", help="measure, not extrapolate (~2 x 16 GB)"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    result = {
+    result: dict[str, Any] = {
+        "headline": ["dense_over_sparse_step", "eval_unchunked_over_chunked_MB"],
         "vocab_size": args.vocab_size,
         "softmax_rows_x_dim": f"{args.vocab_size} x 512",
         "threads": torch.get_num_threads(),
@@ -176,8 +182,8 @@ def main() -> None:
         ) / (large - small)
     unchunked = result.get("eval_unchunked_MB", result.get("eval_unchunked_MB_extrapolated"))
     result["eval_unchunked_over_chunked_MB"] = unchunked / result["eval_chunked_MB"]
-    print(json.dumps(result, indent=2))
+    return result
 
 
 if __name__ == "__main__":
-    main()
+    run_benchmark(NAME, main)

@@ -3,10 +3,10 @@
 
 Sides (all with the same reader windows, vocabulary, softmax, optimizer settings, batches, seeds):
 - ours: our config as shipped (`elmo_char_cnn`, `elmo_transformer`, optimizer `fused_adam`);
-- theirs: allennlp-models' reference, as its `training_config/lm/bidirectional_language_model.jsonnet`
-  builds it at the same sizes: `elmo_characters` indexer, `character_encoding` + `cnn-highway`
-  (layer norm, projection after highway), `language_model` + `bidirectional_language_model_transformer`,
-  allennlp's `adam`;
+- theirs: allennlp-models' reference, as its
+  `training_config/lm/bidirectional_language_model.jsonnet` builds it at the same sizes:
+  `elmo_characters` indexer, `character_encoding` + `cnn-highway` (layer norm, projection after
+  highway), `language_model` + `bidirectional_language_model_transformer`, allennlp's `adam`;
 - theirs + our CNN/optimizer: theirs with our `elmo_char_cnn` and `fused_adam`, so that the ratio
   against it is the contextualizer (and model class) alone.
 Training goes through allennlp's own `TrainModel` / `GradientDescentTrainer` (what `allennlp train`
@@ -22,9 +22,12 @@ runs), timed by a trainer callback after every optimizer step.
 
 Data: $ELMO_PLUGIN_DATA/wikitext-2/valid.txt (default ../shared/data): first 90% of lines train,
 last 10% validation. Skipped with a message if missing. Usage (from the repo root):
-    python benchmarks/transformer_vs_allennlp_models.py [--speed-steps 4] [--speed-rounds 3]
-        [--quality-steps 120] [--quality-seeds 3] [--threads 1] [--cuda-device -1] [--skip-speed] [--skip-quality]
-About 25 minutes on one CPU core with the defaults.
+    python -m benchmarks.transformer_vs_allennlp_models [--speed-steps 4] [--speed-rounds 3]
+        [--quality-steps 120] [--quality-seeds 3] [--threads 1] [--cuda-device -1]
+        [--skip-speed] [--skip-quality]
+About 25 minutes on one CPU core with the defaults. Ends with one JSON line
+(benchmarks/common.py): `speed_ratio_ours_theirs` (training tokens/s, target >= 1.5) and
+`quality_ratio_ours_theirs` (validation perplexity, geometric mean over seeds, target <= 1.05).
 """
 
 import argparse
@@ -35,35 +38,32 @@ import json
 import math
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 warnings.filterwarnings(
     "ignore", category=FutureWarning
 )  # deprecation notices on importing allennlp
 
 import torch  # noqa: E402
-from allennlp.commands.train import TrainModel
-from allennlp.common import Params
-from allennlp.common.util import prepare_environment
-from allennlp.data import DatasetReader, Vocabulary
-from allennlp.data.data_loaders import MultiProcessDataLoader
-from allennlp.models import Model
-from allennlp.nn import util as nn_util
-from allennlp.training.callbacks import TrainerCallback
+from allennlp.commands.train import TrainModel  # noqa: E402
+from allennlp.common import Params  # noqa: E402
+from allennlp.common.util import prepare_environment  # noqa: E402
+from allennlp.data import DatasetReader, Vocabulary  # noqa: E402
+from allennlp.data.data_loaders import MultiProcessDataLoader  # noqa: E402
+from allennlp.models import Model  # noqa: E402
+from allennlp.nn import util as nn_util  # noqa: E402
+from allennlp.training.callbacks import TrainerCallback  # noqa: E402
 
-import elmo_plugin  # noqa: F401  (registers our components)
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))  # run as a file too: `benchmarks` is this folder
-
+import elmo_plugin  # noqa: E402,F401  (registers our components)
+from benchmarks.common import CONFIG_DIR, require_data, run_benchmark  # noqa: E402
 from benchmarks.wikitext_data import wikitext_file, write_train_valid  # noqa: E402
 
-CONFIG_DIR = REPO_ROOT / "training_config"
+NAME = "transformer_vs_allennlp_models"
 SIDES = ("ours", "theirs", "theirs_our_cnn")
 NAMES = {
     "ours": "ours",
@@ -111,11 +111,7 @@ def tokens_per_second(clock: list[tuple[float, int]], warmup: int) -> float:
 def split_wikitext(out: Path) -> tuple[Path, Path, str]:
     """train.txt / valid.txt in `out`: first 90% / last 10% of WikiText-2 valid.txt lines."""
     source = wikitext_file()
-    if not source.is_file():
-        print(
-            f"SKIP: WikiText-2 not found at {source} (set ELMO_PLUGIN_DATA to the shared data folder)"
-        )
-        sys.exit(0)
+    require_data(source)
     split = write_train_valid(source, out / "train.txt", out / "valid.txt")
     return out / "train.txt", out / "valid.txt", split
 
@@ -123,7 +119,8 @@ def split_wikitext(out: Path) -> tuple[Path, Path, str]:
 def build_vocabulary(
     reader_params: dict, train: Path, min_count: int, out: Path
 ) -> tuple[Path, int]:
-    """One vocabulary (training tokens seen `min_count` times, by frequency) saved for both sides."""
+    """One vocabulary (training tokens seen `min_count` times, by frequency) saved for both
+    sides."""
     reader = DatasetReader.from_params(Params(copy.deepcopy(reader_params)))
     with quiet(out / "vocabulary.log"):
         vocab = Vocabulary.from_instances(reader.read(str(train)), min_count={"tokens": min_count})
@@ -243,7 +240,8 @@ def direction_nll(
 ) -> torch.Tensor:
     """Summed NLL of word ids `targets` from `embeddings` (batch, timesteps, dim) at `where`,
     through the model's own softmax (full softmax in eval mode; its rows skip padding id 0)."""
-    return model._softmax_loss(embeddings[where], targets[where] - 1)
+    softmax_loss: Any = model._softmax_loss
+    return softmax_loss(embeddings[where], targets[where] - 1)
 
 
 def validation_perplexity(
@@ -278,7 +276,8 @@ def validation_perplexity(
 
 def contextualizer_seconds(model: Model, batch_size: int, timesteps: int, repeats: int) -> float:
     """Median seconds for one forward + backward of the contextualizer alone on random inputs."""
-    contextualizer = model._contextualizer.train()
+    contextualizer: Any = model._contextualizer
+    contextualizer.train()
     device = next(contextualizer.parameters()).device
     inputs = torch.randn(batch_size, timesteps, contextualizer.get_input_dim(), device=device)
     mask = torch.ones(batch_size, timesteps, dtype=torch.bool, device=device)
@@ -301,15 +300,18 @@ def describe(config: dict) -> str:
     softmax = (
         f"sampled softmax {model['num_samples']}" if model.get("num_samples") else "full softmax"
     )
+    filters = sum(count for _, count in cnn["filters"])
     return (
-        f"{ctx['num_layers']} layers x {ctx['input_dim']}/{ctx['feedforward_hidden_dim']} per direction, 8 heads; char CNN "
-        f"{sum(count for _, count in cnn['filters'])} filters, {cnn['num_highway']} highway -> {cnn['projection_dim']}; "
-        f"{softmax}; batch {batch}, windows of {config['dataset_reader']['max_sequence_length']} tokens"
+        f"{ctx['num_layers']} layers x {ctx['input_dim']}/{ctx['feedforward_hidden_dim']} "
+        f"per direction, 8 heads; char CNN {filters} filters, {cnn['num_highway']} highway -> "
+        f"{cnn['projection_dim']}; {softmax}; batch {batch}, "
+        f"windows of {config['dataset_reader']['max_sequence_length']} tokens"
     )
 
 
 def parameter_count(model: Model) -> int:
-    return sum(parameter.numel() for parameter in model._contextualizer.parameters())
+    contextualizer: Any = model._contextualizer
+    return sum(parameter.numel() for parameter in contextualizer.parameters())
 
 
 def prepare_part(
@@ -319,7 +321,8 @@ def prepare_part(
     ours = our_config(config_file, batch_size, {})
     vocab_dir, vocab_size = build_vocabulary(ours["dataset_reader"], train, min_count, out)
     print(
-        f"   {describe(ours)}; vocabulary {vocab_size:,d} entries (training tokens seen >= {min_count} times)"
+        f"   {describe(ours)}; vocabulary {vocab_size:,d} entries "
+        f"(training tokens seen >= {min_count} times)"
     )
     configs = {
         "ours": ours,
@@ -329,13 +332,13 @@ def prepare_part(
     return configs, vocab_dir
 
 
-def speed_part(args, train: Path, out: Path) -> None:
+def speed_part(args, train: Path, out: Path) -> dict[str, float]:
     sizes = "published sizes" if "original" in args.speed_config else "sizes of that config"
     print(f"\n1. SPEED, {args.speed_config} ({sizes}):")
     configs, vocab_dir = prepare_part(args.speed_config, args.speed_batch_size, 1, train, out)
     print(
-        f"   {args.speed_rounds} alternating rounds per side, each a fresh training run: 1 warm-up step, "
-        f"then {args.speed_steps} timed steps"
+        f"   {args.speed_rounds} alternating rounds per side, each a fresh training run: "
+        f"1 warm-up step, then {args.speed_steps} timed steps"
     )
     rates: dict[str, list[float]] = {side: [] for side in SIDES}
     alone: dict[str, list[float]] = {side: [] for side in SIDES}
@@ -355,8 +358,10 @@ def speed_part(args, train: Path, out: Path) -> None:
                 contextualizer_seconds(model, args.speed_batch_size, timesteps, repeats=3)
             )
             print(
-                f"   round {round_index + 1} {NAMES[side]:27s}: training {rates[side][-1]:8.1f} tokens/s; contextualizer alone "
-                f"{alone[side][-1] * 1000:7.1f} ms forward+backward ({parameter_count(model):,d} parameters)",
+                f"   round {round_index + 1} {NAMES[side]:27s}: "
+                f"training {rates[side][-1]:8.1f} tokens/s; contextualizer alone "
+                f"{alone[side][-1] * 1000:7.1f} ms forward+backward "
+                f"({parameter_count(model):,d} parameters)",
                 flush=True,
             )
             del model
@@ -368,12 +373,22 @@ def speed_part(args, train: Path, out: Path) -> None:
     )
     print(f"   RATIO ours / theirs (reference): {ours / theirs:.2f}x (target >= 1.5x)")
     print(
-        f"   ratio ours / theirs + our CNN/optimizer: {ours / theirs_our_cnn:.2f}x (contextualizer and model class alone)"
+        f"   ratio ours / theirs + our CNN/optimizer: {ours / theirs_our_cnn:.2f}x "
+        "(contextualizer and model class alone)"
     )
     print(
-        f"   contextualizer alone, batch {args.speed_batch_size} x {timesteps}, median: ours {ours_alone * 1000:.1f} ms, "
-        f"theirs {theirs_alone * 1000:.1f} ms: ratio theirs/ours {theirs_alone / ours_alone:.2f}x"
+        f"   contextualizer alone, batch {args.speed_batch_size} x {timesteps}, median: "
+        f"ours {ours_alone * 1000:.1f} ms, theirs {theirs_alone * 1000:.1f} ms: "
+        f"ratio theirs/ours {theirs_alone / ours_alone:.2f}x"
     )
+    return {
+        "speed_ours_tokens_per_s": round(ours, 1),
+        "speed_theirs_tokens_per_s": round(theirs, 1),
+        "speed_theirs_our_cnn_tokens_per_s": round(theirs_our_cnn, 1),
+        "speed_ratio_ours_theirs": round(ours / theirs, 2),
+        "speed_ratio_ours_theirs_our_cnn": round(ours / theirs_our_cnn, 2),
+        "speed_contextualizer_theirs_over_ours": round(theirs_alone / ours_alone, 2),
+    }
 
 
 def seeded(config: dict, seed: int) -> dict:
@@ -385,7 +400,7 @@ def geometric_mean(values: list[float]) -> float:
     return math.exp(statistics.mean(math.log(value) for value in values))
 
 
-def quality_part(args, train: Path, valid: Path, out: Path) -> None:
+def quality_part(args, train: Path, valid: Path, out: Path) -> dict[str, float]:
     print(f"\n2. VALIDATION PERPLEXITY, {args.quality_config} (smaller sizes):")
     configs, vocab_dir = prepare_part(args.quality_config, args.quality_batch_size, 2, train, out)
     # Ours numbers the backward stack's positions from the sentence start by default, as
@@ -394,8 +409,9 @@ def quality_part(args, train: Path, valid: Path, out: Path) -> None:
     configs["ours_from_end"]["model"]["contextualizer"]["backward_positions"] = "from_end"
     seeds = list(range(1, args.quality_seeds + 1))
     print(
-        f"   {args.quality_steps} training steps each (same batches), then the whole validation split; "
-        f"ours and theirs with seeds {seeds} (initialization, dropout, shuffling), the others with seed 1"
+        f"   {args.quality_steps} training steps each (same batches), then the whole validation "
+        f"split; ours and theirs with seeds {seeds} (initialization, dropout, shuffling), "
+        "the others with seed 1"
     )
     results: dict[str, list[dict[str, float]]] = {}
     rates, alone = {}, {}
@@ -421,8 +437,8 @@ def quality_part(args, train: Path, valid: Path, out: Path) -> None:
                 model, args.quality_batch_size, timesteps, repeats=5
             )
         print(
-            f"   {NAMES[side]:33s} seed {seed}: validation perplexity {result['joint']:8.2f} (forward "
-            f"{result['forward']:.2f}, backward {result['backward']:.2f})",
+            f"   {NAMES[side]:33s} seed {seed}: validation perplexity {result['joint']:8.2f} "
+            f"(forward {result['forward']:.2f}, backward {result['backward']:.2f})",
             flush=True,
         )
         del model
@@ -434,29 +450,38 @@ def quality_part(args, train: Path, valid: Path, out: Path) -> None:
     }
     per_seed = [
         f"{ours['joint'] / theirs['joint']:.3f}"
-        for ours, theirs in zip(results["ours"], results["theirs"])
+        for ours, theirs in zip(results["ours"], results["theirs"], strict=True)
     ]
+    ratio = {key: means["ours"][key] / means["theirs"][key] for key in means["ours"]}
     print(
         f"   RATIO ours / theirs (reference), geometric mean over seeds: validation perplexity "
-        f"{means['ours']['joint'] / means['theirs']['joint']:.3f} (target <= 1.05; forward "
-        f"{means['ours']['forward'] / means['theirs']['forward']:.3f}, backward "
-        f"{means['ours']['backward'] / means['theirs']['backward']:.3f}; per seed {', '.join(per_seed)})"
+        f"{ratio['joint']:.3f} (target <= 1.05; forward {ratio['forward']:.3f}, "
+        f"backward {ratio['backward']:.3f}; per seed {', '.join(per_seed)})"
     )
     for side, other in (("ours", "theirs_our_cnn"), ("ours_from_end", "ours")):
         mine, theirs = results[side][0], results[other][0]
         ratios = {key: mine[key] / theirs[key] for key in ("joint", "forward", "backward")}
         print(
-            f"   ratio {NAMES[side]} / {NAMES[other]}, seed {seeds[0]}: validation perplexity {ratios['joint']:.3f} "
-            f"(forward {ratios['forward']:.3f}, backward {ratios['backward']:.3f})"
+            f"   ratio {NAMES[side]} / {NAMES[other]}, seed {seeds[0]}: validation perplexity "
+            f"{ratios['joint']:.3f} (forward {ratios['forward']:.3f}, "
+            f"backward {ratios['backward']:.3f})"
         )
     print(
-        f"   at these sizes (seed {seeds[0]}): training tokens/s ours/theirs {rates['ours'] / rates['theirs']:.2f}x, "
-        f"contextualizer alone (batch {args.quality_batch_size} x {timesteps}, forward+backward) "
+        f"   at these sizes (seed {seeds[0]}): training tokens/s ours/theirs "
+        f"{rates['ours'] / rates['theirs']:.2f}x, contextualizer alone "
+        f"(batch {args.quality_batch_size} x {timesteps}, forward+backward) "
         f"theirs/ours {alone['theirs'] / alone['ours']:.2f}x"
     )
+    return {
+        "quality_steps": args.quality_steps,
+        "quality_seeds": args.quality_seeds,
+        "quality_ours_perplexity": round(means["ours"]["joint"], 2),
+        "quality_theirs_perplexity": round(means["theirs"]["joint"], 2),
+        "quality_ratio_ours_theirs": round(ratio["joint"], 3),
+    }
 
 
-def main() -> None:
+def main(argv: list[str]) -> dict[str, Any]:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -481,17 +506,17 @@ def main() -> None:
     )
     parser.add_argument("--cuda-device", type=int, default=-1)
     parser.add_argument("--out", default=None, help="working folder (default: a new temporary one)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
 
     out = Path(args.out or tempfile.mkdtemp(prefix="transformer_benchmark_"))
     out.mkdir(parents=True, exist_ok=True)
     with quiet(out / "progress.log"):  # also catches progress bars closed after their run
-        run(args, out)
+        return run(args, out)
 
 
-def run(args, out: Path) -> None:
+def run(args, out: Path) -> dict[str, Any]:
     train, valid, split = split_wikitext(out)
     device = (
         f"cuda:{args.cuda_device}"
@@ -501,19 +526,24 @@ def run(args, out: Path) -> None:
     print(f"split: {split}")
     print(f"device: {device}; working folder {out} (progress bars and logs in its *.log files)")
     print(
-        "all sides: same windows, vocabulary, softmax, optimizer settings, batches, seeds, through allennlp's "
-        "TrainModel/GradientDescentTrainer.\n"
+        "all sides: same windows, vocabulary, softmax, optimizer settings, batches, seeds, "
+        "through allennlp's TrainModel/GradientDescentTrainer.\n"
         "ours = elmo_bilm + elmo_char_cnn + elmo_transformer (attention_dropout 0) + fused_adam; "
-        "theirs (reference) = language_model + character_encoding/cnn-highway + bidirectional_language_model_transformer "
-        "(also dropout 0.1 on attention weights) + adam, as allennlp-models' bidirectional_language_model.jsonnet; "
+        "theirs (reference) = language_model + character_encoding/cnn-highway + "
+        "bidirectional_language_model_transformer (also dropout 0.1 on attention weights) + adam, "
+        "as allennlp-models' bidirectional_language_model.jsonnet; "
         "theirs + our CNN/optimizer = theirs with elmo_char_cnn and fused_adam"
     )
+    figures: dict[str, Any] = {"headline": [], "device": device}
     if not args.skip_speed:
-        speed_part(args, train, out)
+        figures.update(speed_part(args, train, out))
+        figures["headline"].append("speed_ratio_ours_theirs")
     if not args.skip_quality:
-        quality_part(args, train, valid, out)
+        figures.update(quality_part(args, train, valid, out))
+        figures["headline"].append("quality_ratio_ours_theirs")
     gc.collect()  # closes finished loaders' progress bars while their output still goes to the log
+    return figures
 
 
 if __name__ == "__main__":
-    main()
+    run_benchmark(NAME, main)

@@ -1,14 +1,8 @@
-"""The benchmarks' real data: where it lives, and the one WikiText-2 train / validation split."""
+"""The benchmarks' WikiText-2 text: its file and the one train / validation split of it."""
 
-import os
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def shared_data_dir() -> Path:
-    """$ELMO_PLUGIN_DATA, default ../shared/data beside the repo."""
-    return Path(os.environ.get("ELMO_PLUGIN_DATA", REPO_ROOT.parent / "shared" / "data"))
+from benchmarks.common import shared_data_dir
 
 
 def wikitext_file() -> Path:

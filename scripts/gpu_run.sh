@@ -3,7 +3,7 @@
 #   bash scripts/gpu_run.sh [tests] [bench] [train]      (default: all three, in one call)
 # installs the project into a venv over the image's torch, then
 #   tests: the CUDA tests (tests/cuda) and the modules' and model's tests on this torch;
-#   bench: benchmarks/gpu_original_elmo.py (full size, fp32 / tf32 / bf16, elmo-embed vs Elmo);
+#   bench: python -m benchmarks.gpu_original_elmo (full size, fp32 / tf32 / bf16, elmo-embed vs Elmo);
 #   train: `allennlp train elmo_lstm_original.jsonnet` at full size on ~200 batches of 1B
 #          Word-shaped text with the 793,471-word tokens.txt, then `allennlp evaluate` on a
 #          held-out shard, both on cuda:0.
@@ -36,14 +36,14 @@ fi
 
 if stage smoke; then  # a few steps of every benchmark path, to catch errors cheaply
   echo "== smoke"
-  python benchmarks/gpu_original_elmo.py --steps 5 --warmup 2 --profile-steps 2 --embed-tokens 5000 \
+  python -m benchmarks.gpu_original_elmo --steps 5 --warmup 2 --profile-steps 2 --embed-tokens 5000 \
     > "$OUT/smoke.log" 2>&1 || status=1
   tail -12 "$OUT/smoke.log"
 fi
 
 if stage bench; then
   echo "== bench"
-  python benchmarks/gpu_original_elmo.py --out "$OUT" ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1 || status=1
+  python -m benchmarks.gpu_original_elmo --out "$OUT" ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1 || status=1
   tail -25 "$OUT/bench.log"
 fi
 

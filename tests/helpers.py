@@ -16,14 +16,11 @@ from typing import Optional
 
 import pytest
 
+from benchmarks.common import shared_data_dir  # the one definition, shared with benchmarks/
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO_ROOT / "training_config"
 ALLENNLP = str(Path(sys.executable).parent / "allennlp")
-
-
-def shared_data_dir() -> Path:
-    """Real corpora: $ELMO_PLUGIN_DATA, default ../shared/data beside the repo."""
-    return Path(os.environ.get("ELMO_PLUGIN_DATA", REPO_ROOT.parent / "shared" / "data"))
 
 
 def require_shared_file(relative: str) -> Path:
@@ -48,7 +45,8 @@ def run_allennlp(
     )
     if check and result.returncode != 0:
         pytest.fail(
-            f"{' '.join(command)} exited {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+            f"{' '.join(command)} exited {result.returncode}:\n"
+            f"{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
         )
     return result
 

@@ -1,4 +1,5 @@
-"""benchmarks/gpu_original_elmo.py: `--help` and the shrunk `--dry-run` work on any machine."""
+"""`python -m benchmarks.gpu_original_elmo`: `--help` and the shrunk `--dry-run` work on any
+machine."""
 
 import json
 import os
@@ -6,8 +7,6 @@ import subprocess
 import sys
 
 from tests.helpers import REPO_ROOT
-
-SCRIPT = str(REPO_ROOT / "benchmarks" / "gpu_original_elmo.py")
 
 
 def run(*args: str, **env_overrides: str) -> subprocess.CompletedProcess:
@@ -19,7 +18,12 @@ def run(*args: str, **env_overrides: str) -> subprocess.CompletedProcess:
         **env_overrides,
     )
     return subprocess.run(
-        [sys.executable, SCRIPT, *args], capture_output=True, text=True, env=env, timeout=600
+        [sys.executable, "-m", "benchmarks.gpu_original_elmo", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
 
 

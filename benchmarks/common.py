@@ -1,0 +1,95 @@
+"""What every benchmark shares: where the real data lives, and the one JSON line it ends with.
+
+Every benchmark runs from the repo root as `python -m benchmarks.NAME [options]`. Its
+`main(argv)` returns its figures (a dict); `run_benchmark(NAME, main)` prints the last line of
+its output, one JSON object:
+
+    {"name": NAME, "status": "ok", "headline": [KEY, ...], KEY: VALUE, ...}
+    {"name": NAME, "status": "skipped", "reason": "real data not found: PATH (...)"}
+    {"name": NAME, "status": "failed", "error": "ValueError: ..."}
+
+`headline` names the figures a summary shows. A benchmark that measured but missed its own
+target adds a `missed` figure saying which target. Exit status: 0 for ok and skipped, 1 for
+failed and for a missed target. This module imports nothing heavy (no torch, no allennlp).
+"""
+
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CONFIG_DIR = REPO_ROOT / "training_config"
+STATUSES = ("ok", "skipped", "failed")
+CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}  # `--clock` choices
+
+
+def shared_data_dir() -> Path:
+    """Real corpora: $ELMO_PLUGIN_DATA, default ../shared/data beside the repo."""
+    return Path(os.environ.get("ELMO_PLUGIN_DATA", REPO_ROOT.parent / "shared" / "data"))
+
+
+class Skip(Exception):
+    """Ends a benchmark run by `run_benchmark` with status skipped; the message is the reason."""
+
+
+def require_data(*paths: Path) -> None:
+    """Returns when every path is a file; otherwise raises `Skip` naming the missing ones."""
+    missing = [str(path) for path in paths if not path.is_file()]
+    if missing:
+        raise Skip(
+            f"real data not found: {', '.join(missing)} "
+            "(set ELMO_PLUGIN_DATA to the shared data folder)"
+        )
+
+
+def result_line(name: str, status: str, **figures: Any) -> str:
+    """The final line: one JSON object with `name` and `status` first."""
+    if status not in STATUSES:
+        raise ValueError(f"status {status!r}: expected one of {STATUSES}")
+    return json.dumps({"name": name, "status": status, **figures}, default=str)
+
+
+def finish(name: str, status: str, **figures: Any) -> NoReturn:
+    """Prints the final line and exits: 1 for failed or a `missed` figure, else 0."""
+    print(result_line(name, status, **figures), flush=True)
+    sys.exit(1 if status == "failed" or figures.get("missed") else 0)
+
+
+def skip(name: str, reason: str) -> NoReturn:
+    """Ends the benchmark: status skipped with `reason`, exit status 0."""
+    finish(name, "skipped", reason=reason)
+
+
+def one_line(message: str, limit: int = 500) -> str:
+    """The first non-empty line of `message`, at most `limit` characters."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    return (lines[0] if lines else "")[:limit]
+
+
+def run_benchmark(name: str, main: Callable[[list[str]], dict[str, Any]]) -> NoReturn:
+    """`main(sys.argv[1:])`, then its final line: ok with the figures it returns; skipped on
+    `Skip`; failed, the error in one line (the traceback on stderr), on any other exception or
+    a non-zero `sys.exit` (an argparse error too). `--help` exits as usual."""
+    try:
+        figures = main(sys.argv[1:])
+    except Skip as reason:
+        skip(name, str(reason))
+    except SystemExit as stop:
+        if stop.code in (None, 0):
+            raise
+        if isinstance(stop.code, str):  # sys.exit("message")
+            print(stop.code, file=sys.stderr, flush=True)
+        error = one_line(stop.code) if isinstance(stop.code, str) else ""
+        finish(name, "failed", error=error or f"exit status {stop.code} (see stderr)")
+    except Exception as error:
+        traceback.print_exc()
+        sys.stderr.flush()
+        message = one_line(str(error))
+        kind = type(error).__name__
+        finish(name, "failed", error=f"{kind}: {message}" if message else kind)
+    finish(name, "ok", **figures)

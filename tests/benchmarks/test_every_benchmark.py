@@ -1,0 +1,125 @@
+"""Every benchmark runs as `python -m benchmarks.NAME` and ends with exactly one JSON line
+(benchmarks/common.py), checked on a cheap path of each: real data missing (ELMO_PLUGIN_DATA an
+empty folder), no CUDA device, a dry run, its smallest sizes, or a bad option (where even the
+smallest run takes minutes on a loaded machine)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO_ROOT
+
+HELPERS = {"__init__", "common", "lm_training_speed", "run_all", "wikitext_data"}
+WIKITEXT = Path("wikitext-2") / "valid.txt"
+EWT = Path("ud-english-ewt") / "en_ewt-ud-dev.conllu"
+
+# name -> (options, expected status, the data files it reports missing, if skipped for data)
+CASES: dict[str, tuple[list[str], str, list[Path]]] = {
+    "embedder_vs_allennlp_elmo": ([], "skipped", [WIKITEXT]),
+    "elmo_embed_vs_allennlp_elmo": ([], "skipped", [WIKITEXT]),
+    "lstm_vs_allennlp_models_transformer": ([], "skipped", [WIKITEXT]),
+    "transformer_vs_allennlp_models": ([], "skipped", [WIKITEXT]),
+    "pos_tagger_elmo_vs_baseline": ([], "skipped", [WIKITEXT, EWT]),
+    "quality_table": (["--quick"], "skipped", [WIKITEXT, EWT]),
+    "gpu_original_elmo": ([], "skipped", []),  # CUDA_VISIBLE_DEVICES empty: no CUDA device
+    "scale_rehearsal": (["--dry-run", "--processes"], "ok", []),
+    "data_pipeline": (["--tokens", "3000", "--workers", "0"], "ok", []),
+    "exact_resume": (["--tokens", "20000", "--shards", "1"], "ok", []),
+    "lstm_training_step": (["--clock", "sundial"], "failed", []),
+    "sparse_softmax": (["--steps", "three"], "failed", []),
+}
+
+
+def test_every_benchmark_module_has_a_case_here():
+    modules = {path.stem for path in (REPO_ROOT / "benchmarks").glob("*.py")}
+    assert modules - HELPERS == set(CASES)
+
+
+def run_module(name: str, options: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    env = dict(
+        os.environ,
+        ELMO_PLUGIN_DATA=str(tmp_path / "data"),
+        CUDA_VISIBLE_DEVICES="",
+        OMP_NUM_THREADS="1",
+        PYTHONWARNINGS="ignore",
+    )
+    if name == "scale_rehearsal":
+        options = [*options, "--workdir", str(tmp_path / "work")]
+    return subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{name}", *options],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def json_objects(stdout: str) -> list[dict]:
+    objects = []
+    for line in stdout.splitlines():
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict) and "status" in value:
+            objects.append(value)
+    return objects
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_benchmark_ends_with_exactly_one_json_line_naming_it_and_its_status(name, tmp_path):
+    options, status, missing = CASES[name]
+    (tmp_path / "data").mkdir()
+    result = run_module(name, options, tmp_path)
+    lines = result.stdout.strip().splitlines()
+    assert lines, result.stderr[-3000:]
+    last = json.loads(lines[-1])
+    assert json_objects(result.stdout) == [last]
+    assert (last["name"], last["status"]) == (name, status), result.stderr[-3000:]
+    assert result.returncode == (1 if status == "failed" or "missed" in last else 0)
+    if status == "skipped" and missing:
+        paths = ", ".join(str(tmp_path / "data" / path) for path in missing)
+        assert last["reason"] == (
+            f"real data not found: {paths} (set ELMO_PLUGIN_DATA to the shared data folder)"
+        )
+    elif status == "skipped":
+        assert (
+            last["reason"] == "no CUDA device here (--dry-run runs the shrunk version on the CPU)"
+        )
+    elif status == "failed":
+        assert last["error"] == "exit status 2 (see stderr)"
+        assert "error: argument" in result.stderr
+    else:
+        assert set(last["headline"]) <= set(last)
+        CHECK_OK[name](last)
+
+
+def check_scale_rehearsal(last: dict) -> None:
+    assert last["headline"] == ["step_time_ratio_793k_vs_50k"]
+    assert last["stage"] == "summary" and last["step_time_ratio_793k_vs_50k"] is None
+    assert [stage["stage"] for stage in last["stages"]] == ["corpus", "elmo-vocab"]
+
+
+def check_data_pipeline(last: dict) -> None:
+    ours, theirs = last["ours_tokens_per_s_0_workers"], last["theirs_tokens_per_s_0_workers"]
+    assert last["ratio_ours_theirs_0_workers"] == round(ours / theirs, 2)
+    assert last["goal_ratio"] == 3.0
+    assert ("missed" in last) == (ours / theirs < 3.0)
+
+
+def check_exact_resume(last: dict) -> None:
+    assert last["late_batch"] == int(last["batches_in_epoch"] * 0.9) and last["early_batch"] == 5
+    ratio = last["replay_late_s"] / last["ours_late_s"]
+    assert last["late_replay_over_ours"] == round(ratio, 1)
+
+
+CHECK_OK = {
+    "scale_rehearsal": check_scale_rehearsal,
+    "data_pipeline": check_data_pipeline,
+    "exact_resume": check_exact_resume,
+}
