@@ -4,7 +4,7 @@ from allennlp.common.util import JsonDict
 from allennlp.data import Instance, Token
 from allennlp.predictors.predictor import Predictor
 
-from elmo_plugin.predictors.json_input import input_tokens
+from elmo_plugin.predictors.json_input import input_tokens, json_line
 
 
 @Predictor.register("whitespace_tagger")
@@ -20,6 +20,9 @@ class WhitespaceTaggerPredictor(Predictor):
 
     def predict(self, sentence: str) -> JsonDict:
         return self.predict_json({"sentence": sentence})
+
+    def load_line(self, line: str) -> JsonDict:
+        return json_line(line)
 
     def _json_to_instance(self, json_dict: JsonDict) -> Instance:
         return self._dataset_reader.text_to_instance([Token(t) for t in input_tokens(json_dict)])
