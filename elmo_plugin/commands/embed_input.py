@@ -43,7 +43,7 @@ def parse_shard(value: str) -> Shard:
 
 def _refused(error: ConfigurationError) -> ConfigurationError:
     message = str(error).removeprefix("elmo_corpus: ")
-    return ConfigurationError(f"elmo-embed: input {message}")
+    return ConfigurationError(f"elmo-embed: {message}")
 
 
 def raw_lines(path: str) -> Generator[bytes, None, None]:

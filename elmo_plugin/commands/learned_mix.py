@@ -110,6 +110,8 @@ def read_learned_mix(archive: str) -> LearnedMix:
     """The one layer mix of a downstream model archive; a one-line ConfigurationError for an
     archive that is not a model archive, holds no mix or several, or normalizes layers inside
     its mix (`do_layer_norm`, which depends on the whole padded batch)."""
+    if "://" not in archive and not os.path.exists(archive):
+        raise ConfigurationError(f"elmo-embed: --layers mix: model archive not found: {archive}")
     try:
         config, state = _read_archive(local_archive(archive), archive)
     except ConfigurationError as error:

@@ -29,14 +29,13 @@ def input_tokens(json_dict: JsonDict) -> list[str]:
 def json_line(line: str) -> JsonDict:
     """One input line (`allennlp predict`'s JSON lines) -> its JSON object, checked to hold a
     sentence; a one-line ConfigurationError quoting the line's start and saying what is wrong."""
-    start = line.strip()[:LINE_START]
-    where = f"input line {start!r}{'...' if len(line.strip()) > LINE_START else ''}"
+    text = line.strip()
+    where = f"input line {text[:LINE_START]!r}{'...' if len(text) > LINE_START else ''}"
     try:
-        json_dict = json.loads(line)
+        json_dict = json.loads(text)
     except json.JSONDecodeError as error:
-        raise ConfigurationError(
-            f"{where}: not JSON ({error.msg} at column {error.colno})"
-        ) from None
+        problem = error.msg.removesuffix(" at")
+        raise ConfigurationError(f"{where}: not JSON ({problem} at column {error.colno})") from None
     if not isinstance(json_dict, dict):
         raise ConfigurationError(f"{where}: not a JSON object but {type(json_dict).__name__}")
     try:

@@ -37,6 +37,9 @@ TEXT = [
 ]
 
 
+BATCH = ("--batch-size", "4")  # the reference's batching
+
+
 def read(path):
     """(line number -> array, line number -> num_tokens attribute or None, sentence_to_index)."""
     with h5py.File(path, "r") as vectors:
@@ -68,8 +71,14 @@ def text_file(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def unpooled(encoder, text_file, tmp_path_factory):
-    """Every layer of every line, float32, no pooling: the reference."""
-    return embed(encoder, text_file, tmp_path_factory.mktemp("ref") / "all.hdf5")
+    """Every layer of every line, float32, no pooling: the reference (on one thread, as every
+    test runs: module fixtures are made before the function-scoped `one_torch_thread`)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return embed(encoder, text_file, tmp_path_factory.mktemp("ref") / "all.hdf5")
+    finally:
+        torch.set_num_threads(threads)
 
 
 def selected(layers_of_line, layers):
@@ -210,8 +219,9 @@ def test_a_mix_archive_with_no_mix_several_or_another_biLM_is_a_one_line_error(
     with pytest.raises(ConfigurationError, match="has 4 layers; MODEL has 3"):
         mix.check_fits(encoder, "MODEL")
     key, value = next(iter(encoder.state_dict().items()))
-    wide = {f"e.{k}": v for k, v in s.items()}
-    wide.update({"e.gamma": torch.tensor([1.0]), f"e.bilm.{key}": torch.zeros(value.numel() + 1)})
+    wide = {f"e.scalar_mix.{k}": v for k, v in s.items()}  # the embedder e's mix and biLM
+    wide["e.scalar_mix.gamma"] = torch.tensor([1.0])
+    wide[f"e.bilm.{key}"] = torch.zeros(value.numel() + 1)
     mix = read_learned_mix(str(fake_downstream(tmp_path / "wide", wide)))
     with pytest.raises(ConfigurationError, match=f"another biLM: its {key} has shape"):
         mix.check_fits(encoder, "MODEL")
@@ -239,7 +249,9 @@ def union(shards):
 def test_shards_union_equals_the_unsharded_file_key_for_key(
     encoder, text_file, unpooled, tmp_path, parts
 ):
-    """9 shards of 7 lines: shards 7 and 8 get no line (a file with only sentence_to_index)."""
+    """Keys and sentence_to_index are equal; values equal within float32 rounding (a shard
+    batches its own lines: other batch shapes, other summation order). 9 shards of 7 lines:
+    shards 7 and 8 get no line (a file with only sentence_to_index)."""
     shards = [
         embed(encoder, text_file, tmp_path / f"{part}.hdf5", shard=Shard(part, parts))
         for part in range(parts)
@@ -249,7 +261,10 @@ def test_shards_union_equals_the_unsharded_file_key_for_key(
     arrays, index = union(shards)
     assert index == unpooled[2] and sorted(arrays) == sorted(unpooled[0])
     for line, value in unpooled[0].items():
-        numpy.testing.assert_array_equal(arrays[line], value)
+        assert arrays[line].shape == value.shape and arrays[line].dtype == value.dtype
+        numpy.testing.assert_allclose(arrays[line], value, atol=1e-5, rtol=0)
+        if parts == 1:
+            numpy.testing.assert_array_equal(arrays[line], value)
 
 
 @pytest.mark.parametrize("value", ["2/2", "1", "a/b", "-1/2", "1/0", "0/2/3", ""])
@@ -275,30 +290,32 @@ def standard_input_run(archive, cwd, data: bytes, *options):
 def test_standard_input_and_compressed_files_equal_the_plain_file(
     tiny_bilm_archive, text_file, unpooled, plugin_cwd
 ):
+    """Same batching as the reference (`--batch-size 4`): bit for bit; a shard of standard
+    input: its keys, values within float32 rounding."""
     data = text_file.read_bytes()
-    result = standard_input_run(tiny_bilm_archive, plugin_cwd, data, "stdin.hdf5", "--shard", "1/2")
-    assert result.returncode == 0, result.stderr[-3000:]
-    arrays, _, index = read(plugin_cwd / "stdin.hdf5")
-    assert sorted(arrays) == [1, 3, 5]
-    for line in arrays:
-        numpy.testing.assert_array_equal(arrays[line], unpooled[0][line])
+    outputs = {
+        "stdin": standard_input_run(tiny_bilm_archive, plugin_cwd, data, "stdin.hdf5", *BATCH)
+    }
+    assert outputs["stdin"].returncode == 0, outputs["stdin"].stderr[-3000:]
     for suffix, compress in (
         (".gz", gzip.compress),
         (".bz2", bz2.compress),
         (".xz", lzma.compress),
     ):
         (plugin_cwd / f"in.txt{suffix}").write_bytes(compress(data))
-        run_allennlp(
-            ["elmo-embed", str(tiny_bilm_archive), f"in.txt{suffix}", f"{suffix}.hdf5"],
-            cwd=plugin_cwd,
-        )
-        arrays, _, index = read(plugin_cwd / f"{suffix}.hdf5")
+        args = ["elmo-embed", str(tiny_bilm_archive), f"in.txt{suffix}", f"{suffix}.hdf5", *BATCH]
+        run_allennlp(args, cwd=plugin_cwd)
+    for name in ("stdin", ".gz", ".bz2", ".xz"):
+        arrays, _, index = read(plugin_cwd / f"{name}.hdf5")
         assert index == unpooled[2] and sorted(arrays) == sorted(unpooled[0])
         for line, value in unpooled[0].items():
             numpy.testing.assert_array_equal(arrays[line], value)
-    result = standard_input_run(tiny_bilm_archive, plugin_cwd, data, "again.hdf5")
-    assert result.returncode == 0
-    assert read(plugin_cwd / "again.hdf5")[2] == unpooled[2]
+    sharded = standard_input_run(tiny_bilm_archive, plugin_cwd, data, "s.hdf5", "--shard", "1/2")
+    assert sharded.returncode == 0
+    arrays, _, index = read(plugin_cwd / "s.hdf5")
+    assert sorted(arrays) == [1, 3, 5] and index == {"": [1, 5], TEXT[3]: [3]}
+    for line in arrays:
+        numpy.testing.assert_allclose(arrays[line], unpooled[0][line], atol=1e-5, rtol=0)
 
 
 def refused(result, *named):
@@ -414,3 +431,26 @@ def test_a_killed_shard_resumes_to_the_same_datasets_bit_for_bit(tiny_bilm_archi
     for line, value in whole.items():
         assert again[line].dtype == numpy.float16
         numpy.testing.assert_array_equal(again[line], value)
+
+
+def docs_python_blocks():
+    text = (REPO_ROOT / "docs" / "embedding-options.md").read_text(encoding="utf-8")
+    return re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
+
+
+def test_the_docs_merge_snippet_reads_three_shards_as_the_unsharded_file(
+    encoder, text_file, unpooled, tmp_path, monkeypatch
+):
+    (tmp_path / "out").mkdir()
+    for part in range(3):
+        embed(encoder, text_file, tmp_path / "out" / f"vectors.{part}.hdf5", shard=Shard(part, 3))
+    reading, merging = docs_python_blocks()
+    monkeypatch.chdir(tmp_path)
+    exec(merging, {})
+    arrays, _, index = read(tmp_path / "vectors.hdf5")
+    assert index == unpooled[2] and sorted(arrays) == sorted(unpooled[0])
+    for line, value in unpooled[0].items():
+        numpy.testing.assert_allclose(arrays[line], value, atol=1e-5, rtol=0)
+    names: dict = {}
+    exec(reading, names)
+    assert names["lines"] == list(range(len(TEXT))) and names["first_of"][""] == 1
