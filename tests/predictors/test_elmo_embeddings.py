@@ -63,7 +63,7 @@ def test_an_unknown_pool_is_an_error_naming_it(tiny_bilm_archive):
             '{"text": "a b"}',
             """expected {"sentence": "..."} or {"tokens": [...]}, got keys ['text']""",
         ),
-        ('{"tokens": "a b"}', '"tokens" must be a list of strings'),
+        ('{"tokens": "a b"}', """"tokens" must be a list of strings, got 'a b'"""),
     ],
 )
 def test_a_bad_json_line_is_a_one_line_error_quoting_it(line, message):
