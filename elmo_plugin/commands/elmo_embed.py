@@ -5,7 +5,7 @@ import json
 import logging
 import os
 from collections.abc import Callable, Iterator
-from typing import NamedTuple
+from typing import NamedTuple, Optional, cast
 
 import h5py
 import numpy
@@ -16,21 +16,33 @@ from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.archives.bilm_archive import load_bilm_encoder
 from elmo_plugin.commands.cli_errors import reports_errors
+from elmo_plugin.commands.embed_input import (
+    STDIN,
+    Shard,
+    check_input,
+    count_tokens,
+    numbered_lines,
+    parse_shard,
+)
+from elmo_plugin.commands.learned_mix import LearnedMix, mix_archive, read_learned_mix
 from elmo_plugin.commands.output_paths import check_output_file
 from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
-from elmo_plugin.data.elmo_corpus_reader import CorpusStats, decode_line
+from elmo_plugin.data.elmo_corpus_reader import CorpusStats
 from elmo_plugin.data.elmo_manylangs_indexer import BOS as MANYLANGS_BOS
 from elmo_plugin.data.elmo_manylangs_indexer import EOS as MANYLANGS_EOS
 from elmo_plugin.data.elmo_manylangs_indexer import token_ids as manylangs_token_ids
 from elmo_plugin.data.elmo_vocab_file import BOS, EOS
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 from elmo_plugin.modules.bilm_sentence_layers import without_boundaries
+from elmo_plugin.modules.sentence_pooling import POOL_CHOICES, check_pool, pool_tokens
 from elmo_plugin.modules.token_vector_cache import TokenVectorCache
 from elmo_plugin.training.process_settings import ProcessSettings
 
 logger = logging.getLogger(__name__)
 
-LAYER_CHOICES = ("all", "average", "top")
+LAYER_CHOICES = ("all", "average", "top")  # or mix:ARCHIVE
+DTYPE_CHOICES = ("float32", "float16")
+COMPRESSION_CHOICES = ("none", "gzip", "lzf")  # h5py's own filters
 DEFAULT_BATCH_TOKENS = 4096  # padded tokens (<S>, </S> included) per batch
 DEFAULT_SORT_WINDOW = 8192  # sentences sorted by length together
 DEFAULT_TOKEN_CACHE = 50_000  # character-encoder outputs kept by token text within a window
@@ -44,9 +56,9 @@ class ElmoEmbed(Subcommand):
         description = (
             "ELMo vectors for every line of INPUT (whitespace tokens) into the HDF5 file OUTPUT: "
             'dataset "i" = line i (0-based), shape (layers, tokens, dim) with --layers all, '
-            "(tokens, dim) otherwise; layer 0 is the character CNN output repeated to full width; "
-            "<S>/</S> removed. Dataset `sentence_to_index`: a JSON string mapping each line's text "
-            "to all its line numbers."
+            "(tokens, dim) otherwise, the tokens axis pooled away with --pool mean|max; layer 0 "
+            "is the character CNN output repeated to full width; <S>/</S> removed. Dataset "
+            "`sentence_to_index`: a JSON string mapping each line's text to all its line numbers."
         )
         subparser = parser.add_parser(
             self.name, description=description, help="Embed a text file with ELMo."
@@ -58,14 +70,38 @@ class ElmoEmbed(Subcommand):
             "or an ELMoForManyLangs model folder",
         )
         subparser.add_argument(
-            "input_file", help="text, one whitespace-tokenized sentence per line"
+            "input_file",
+            help="text, one whitespace-tokenized sentence per line (.gz, .bz2, .xz read "
+            "directly; - for standard input)",
         )
         subparser.add_argument("output_file", help="HDF5 file to write")
         subparser.add_argument(
             "--layers",
-            choices=LAYER_CHOICES,
             default="all",
-            help="every layer, their average, or the top layer",
+            help="all (every layer), average, top (the top layer), or mix:ARCHIVE (the layer "
+            "mix gamma * softmax(s) that the downstream model in ARCHIVE learned)",
+        )
+        subparser.add_argument(
+            "--pool",
+            choices=POOL_CHOICES,
+            default="none",
+            help="one vector per line: the mean or max over its tokens, after --layers "
+            "(an empty line: zeros); none: one vector per token",
+        )
+        subparser.add_argument(
+            "--dtype", choices=DTYPE_CHOICES, default="float32", help="stored number type"
+        )
+        subparser.add_argument(
+            "--compression",
+            choices=COMPRESSION_CHOICES,
+            default="none",
+            help="HDF5 compression filter of every dataset",
+        )
+        subparser.add_argument(
+            "--shard",
+            default="0/1",
+            help="I/N: embed only the lines whose 0-based number modulo N is I (keys stay "
+            "global line numbers; N processes with I = 0..N-1 cover the input once)",
         )
         subparser.add_argument(
             "--batch-size", type=int, default=256, help="at most this many sentences per batch"
@@ -88,7 +124,8 @@ class ElmoEmbed(Subcommand):
             "--token-cache",
             type=int,
             default=DEFAULT_TOKEN_CACHE,
-            help="character-encoder outputs kept across the batches of a window, by token text (0: none)",
+            help="character-encoder outputs kept across the batches of a window, by token text "
+            "(0: none)",
         )
         subparser.add_argument("--cuda-device", type=int, default=-1, help="GPU id, -1 for CPU")
         subparser.add_argument(
@@ -108,9 +145,9 @@ class ElmoEmbed(Subcommand):
         subparser.add_argument(
             "--resume",
             action="store_true",
-            help=f"continue an interrupted run from OUTPUT{PARTIAL_SUFFIX} (same input, "
-            "--layers, --batch-size, --batch-tokens and --sort-window); the result equals an "
-            "uninterrupted run's",
+            help=f"continue an interrupted run from OUTPUT{PARTIAL_SUFFIX} (same input file, "
+            "--layers, --pool, --dtype, --compression, --shard, --batch-size, --batch-tokens and "
+            "--sort-window); the result equals an uninterrupted run's; not with standard input",
         )
         subparser.set_defaults(func=embed_from_args)
         return subparser
@@ -121,12 +158,26 @@ def embed_from_args(args: argparse.Namespace) -> None:
     if not os.path.exists(args.model):
         raise ConfigurationError(f"elmo-embed: model not found: {args.model}")
     batching = Batching(args.batch_size, args.batch_tokens, args.sort_window, args.token_cache)
-    check_arguments(
-        args.input_file, args.output_file, args.layers, batching
-    )  # before the model loads
+    output = OutputFormat(args.pool, args.dtype, args.compression)
+    shard = parse_shard(args.shard)
+    # before the model loads
+    check_arguments(args.input_file, args.output_file, args.layers, batching, args.resume, output)
+    mix = read_learned_mix(mix_archive(args.layers)) if mix_archive(args.layers) else None
     ProcessSettings(keep_freed_heap=args.keep_freed_heap, tf32=args.tf32).apply()
     encoder = load_bilm_encoder(args.model, args.cuda_device)
-    embed_file(encoder, args.input_file, args.output_file, args.layers, batching, args.resume)
+    if mix is not None:
+        mix.check_fits(encoder, args.model)
+    embed_file(
+        encoder,
+        args.input_file,
+        args.output_file,
+        args.layers,
+        batching,
+        args.resume,
+        output,
+        shard,
+        mix,
+    )
 
 
 class Batching(NamedTuple):
@@ -140,57 +191,92 @@ class Batching(NamedTuple):
     token_cache: int = DEFAULT_TOKEN_CACHE
 
 
-def check_arguments(input_file: str, output_file: str, layers: str, batching: Batching) -> None:
-    if layers not in LAYER_CHOICES:
+class OutputFormat(NamedTuple):
+    """What `elmo-embed` stores per line: `pool` (none, mean, max) over the tokens, as `dtype`
+    (float32, float16), each dataset compressed with `compression` (none, gzip, lzf)."""
+
+    pool: str = "none"
+    dtype: str = "float32"
+    compression: str = "none"
+
+
+DEFAULT_BATCHING, DEFAULT_FORMAT, WHOLE_INPUT = Batching(), OutputFormat(), Shard()
+
+
+def check_arguments(
+    input_file: str,
+    output_file: str,
+    layers: str,
+    batching: Batching,
+    resume: bool = False,
+    output: OutputFormat = DEFAULT_FORMAT,
+) -> None:
+    if layers not in LAYER_CHOICES and not mix_archive(layers):
         raise ConfigurationError(
-            f"elmo-embed: --layers must be one of {LAYER_CHOICES}, got {layers!r}"
+            f"elmo-embed: --layers must be one of {LAYER_CHOICES} or mix:ARCHIVE, got {layers!r}"
         )
+    check_pool(output.pool, "elmo-embed --pool")
+    for name, value, choices in (
+        ("dtype", output.dtype, DTYPE_CHOICES),
+        ("compression", output.compression, COMPRESSION_CHOICES),
+    ):
+        if value not in choices:
+            raise ConfigurationError(
+                f"elmo-embed: --{name} must be one of {choices}, got {value!r}"
+            )
     for name in ("batch_size", "batch_tokens", "sort_window"):
         if getattr(batching, name) < 1:
             raise ConfigurationError(f"elmo-embed: --{name.replace('_', '-')} must be at least 1")
-    if not os.path.isfile(input_file):
-        raise ConfigurationError(f"elmo-embed: input file not found: {input_file}")
+    if resume and input_file == STDIN:
+        raise ConfigurationError(
+            "elmo-embed: --resume needs an input file, not standard input (-), which cannot be "
+            "read again to find where the interrupted run stopped"
+        )
+    check_input(input_file)
     check_output_file(output_file)
 
 
-def count_tokens(path: str) -> int:
-    """Whitespace-separated tokens in the file (for the progress bar), read line by line."""
-    with open(path, "rb") as text:
-        return sum(len(line.split()) for line in text)
-
-
-def numbered_lines(path: str, stats: CorpusStats) -> Iterator[tuple[int, str]]:
-    """(0-based line number, stripped text) of every line, blank ones included."""
-    with open(path, "rb") as text:
-        for index, raw in enumerate(text):
-            yield index, decode_line(raw, path, index + 1, stats).strip()
-
-
-def select_layers(vectors: torch.Tensor, layers: str) -> torch.Tensor:
-    """(num_layers, tokens, dim) -> itself (`all`), the mean or the top layer (tokens, dim)."""
+def select_layers(
+    vectors: torch.Tensor, layers: str, mix: Optional[LearnedMix] = None
+) -> torch.Tensor:
+    """(num_layers, tokens, dim) -> itself (`all`), or (tokens, dim): the mean, the top layer,
+    or the learned `mix` (`mix:ARCHIVE`)."""
     if layers == "average":
         return vectors.mean(dim=0)
     if layers == "top":
         return vectors[-1]
+    if mix is not None:
+        return mix.apply(vectors)
     return vectors
 
 
 class _Writer:
-    """Writes one dataset per line into the partial file, records how many input lines are
-    complete, and remembers every sentence's line numbers."""
+    """Writes one dataset per line into the partial file (pooled, cast and compressed as
+    `form` says), records how many input lines are complete, and remembers every sentence's
+    line numbers."""
 
-    def __init__(self, output: h5py.File, empty_shape: tuple[int, ...]) -> None:
-        self.output, self.empty_shape = output, empty_shape
+    def __init__(self, output: h5py.File, empty_shape: tuple[int, ...], form: OutputFormat) -> None:
+        self.output, self.empty_shape, self.form = output, empty_shape, form
         self.sentence_to_index: dict[str, list[int]] = {}
+        self.overflows = 0  # lines with values beyond float16's range
 
     def note(self, index: int, text: str) -> None:
         self.sentence_to_index.setdefault(text, []).append(index)
 
-    def write(self, index: int, vectors: numpy.ndarray) -> None:
-        self.output.create_dataset(str(index), data=vectors.astype(numpy.float32))
+    def write(self, index: int, vectors: torch.Tensor) -> None:
+        """vectors (..., tokens, dim) of one line's real tokens, layers selected."""
+        data = pool_tokens(vectors, self.form.pool).numpy().astype(self.form.dtype)
+        if self.form.dtype == "float16" and not numpy.isfinite(data).all():
+            self.overflows += 1
+        compression = (
+            self.form.compression if data.size and self.form.compression != "none" else None
+        )
+        dataset = self.output.create_dataset(str(index), data=data, compression=compression)
+        if self.form.pool != "none":
+            dataset.attrs["num_tokens"] = vectors.size(-2)
 
     def write_empty(self, index: int) -> None:
-        self.write(index, numpy.zeros(self.empty_shape, dtype=numpy.float32))
+        self.write(index, torch.zeros(self.empty_shape))
 
     def record(self, lines_done: int) -> None:
         """Lines 0..lines_done-1 are written: flushed to disk first, then recorded as done."""
@@ -201,6 +287,12 @@ class _Writer:
 
     def close(self) -> None:
         """sentence_to_index, and the file no longer says how to resume it."""
+        if self.overflows:
+            logger.warning(
+                "elmo-embed: %d lines have values beyond float16's range (stored as inf); "
+                "use --dtype float32",
+                self.overflows,
+            )
         dataset = self.output.create_dataset(
             "sentence_to_index", (1,), dtype=h5py.special_dtype(vlen=str)
         )
@@ -255,9 +347,10 @@ def encoder_token_ids(encoder: BiLmEncoder) -> TokenIds:
     boundary ids), otherwise ELMo's 50 character ids (`<S>` / `</S>` included)."""
     dictionaries = getattr(encoder.char_cnn, "dictionaries", None)
     if dictionaries is not None:
-        max_chars = encoder.char_cnn.architecture["max_characters_per_token"]
+        max_chars = cast(dict, encoder.char_cnn.architecture)["max_characters_per_token"]
+        chars, words = dictionaries
         return TokenIds(
-            lambda text: manylangs_token_ids(text, *dictionaries, max_chars),
+            lambda text: manylangs_token_ids(text, chars, words, max_chars),
             MANYLANGS_BOS,
             MANYLANGS_EOS,
         )
@@ -268,7 +361,8 @@ def length_sorted_batches(
     chunk: list[tuple[int, list[str]]], batching: Batching
 ) -> Iterator[list[tuple[int, list[str]]]]:
     """(line number, tokens) pairs -> batches of similar length, shortest first, each within
-    `batching.batch_size` sentences and `batching.batch_tokens` padded tokens (<S>, </S> included)."""
+    `batching.batch_size` sentences and `batching.batch_tokens` padded tokens (<S>, </S>
+    included)."""
     chunk = sorted(chunk, key=lambda item: len(item[1]))
     batch: list[tuple[int, list[str]]] = []
     for item in chunk:
@@ -293,7 +387,10 @@ def embed_batch(
     width = max(len(sentence) for sentence in sentences)
     lengths = torch.tensor([len(sentence) for sentence in sentences])
     vectors = cache.vectors([text for sentence in sentences for text in sentence])
-    mask = torch.arange(width, device=vectors.device) < lengths.to(vectors.device).unsqueeze(1)
+    mask = cast(
+        torch.BoolTensor,
+        torch.arange(width, device=vectors.device) < lengths.to(vectors.device).unsqueeze(1),
+    )
     tokens = vectors.new_zeros(len(batch), width, vectors.size(-1))
     tokens[mask] = vectors  # row-major: sentence by sentence, in order
     with torch.no_grad():
@@ -309,6 +406,7 @@ def embed_chunk(
     layers: str,
     writer: _Writer,
     progress,
+    mix: Optional[LearnedMix] = None,
 ) -> None:
     """(line number, tokens) pairs -> length-sorted batches -> one dataset per line. The token
     cache lives for one window: a resumed run, which starts at a window, then computes every
@@ -316,8 +414,8 @@ def embed_chunk(
     cache = TokenVectorCache(encoder.char_cnn, token_ids.ids, batching.token_cache)
     for batch in length_sorted_batches(chunk, batching):
         vectors, lengths = embed_batch(encoder, cache, batch, token_ids)
-        for (index, _), sentence, length in zip(batch, vectors.cpu(), lengths):
-            writer.write(index, select_layers(sentence[:, :length], layers).numpy())
+        for (index, _), sentence, length in zip(batch, vectors.cpu(), lengths, strict=True):
+            writer.write(index, select_layers(sentence[:, :length], layers, mix))
         progress.update(sum(lengths))
     logger.info(
         "elmo-embed: token cache %d hits, %d misses in this window", cache.hits, cache.misses
@@ -329,18 +427,27 @@ def embed_file(
     input_file: str,
     output_file: str,
     layers: str = "all",
-    batching: Batching = Batching(),
+    batching: Batching = DEFAULT_BATCHING,
     resume: bool = False,
+    output_format: OutputFormat = DEFAULT_FORMAT,
+    shard: Shard = WHOLE_INPUT,
+    mix: Optional[LearnedMix] = None,
 ) -> None:
     """Streams INPUT in windows of `batching.sort_window` sentences, sorts each window by length,
     embeds it in batches of at most `batching.batch_tokens` padded tokens (each sentence as
-    `<S> w1 .. wn </S>` from zero state, character-encoder outputs cached by token within the window) and writes each
-    line's vectors, boundaries removed, into OUTPUT.partial as dataset "line number", recording
-    after each window how many lines are done; renames it to OUTPUT when complete. The order of
-    computation changes nothing in the output. `resume` continues from the last record (windows
-    start at the same lines as in an uninterrupted run, so the batches and the vectors are the
-    same)."""
-    check_arguments(input_file, output_file, layers, batching)
+    `<S> w1 .. wn </S>` from zero state, character-encoder outputs cached by token within the
+    window) and writes each line's vectors, boundaries removed, into OUTPUT.partial as dataset
+    "line number", recording after each window how many lines are done; renames it to OUTPUT
+    when complete. The order of computation changes nothing in the output. `resume` continues
+    from the last record (windows start at the same lines as in an uninterrupted run, so the
+    batches and the vectors are the same). `output_format` pools, casts and compresses each
+    line's dataset; `shard` embeds only its lines (keys stay global line numbers); `layers` =
+    `mix:ARCHIVE` applies `mix` (read from ARCHIVE when not given). INPUT `-` is standard input
+    (no progress total, no `resume`)."""
+    check_arguments(input_file, output_file, layers, batching, resume, output_format)
+    if mix_archive(layers) and mix is None:
+        mix = read_learned_mix(mix_archive(layers))
+        mix.check_fits(encoder, "the biLM")
     encoder.eval()
     token_ids = encoder_token_ids(encoder)
     empty_shape = (
@@ -350,21 +457,26 @@ def embed_file(
     )
     settings = {
         "elmo_embed_layers": layers,
+        "elmo_embed_mix": mix.settings() if mix is not None else "",
+        "elmo_embed_pool": output_format.pool,
+        "elmo_embed_dtype": output_format.dtype,
+        "elmo_embed_compression": output_format.compression,
+        "elmo_embed_shard": str(shard),
         "elmo_embed_batch_size": batching.batch_size,
         "elmo_embed_batch_tokens": batching.batch_tokens,
         "elmo_embed_sort_window": batching.sort_window,
-        "elmo_embed_input_bytes": os.path.getsize(input_file),
+        "elmo_embed_input_bytes": -1 if input_file == STDIN else os.path.getsize(input_file),
     }
     partial = output_file + PARTIAL_SUFFIX
     stats = CorpusStats(files=1)
+    lines = numbered_lines(input_file, stats, shard)  # standard input: checked to be text now
+    total = None if input_file == STDIN else count_tokens(input_file, shard)
     output, done = open_partial(partial, settings, resume)
     with output:
-        writer = _Writer(output, empty_shape)
+        writer = _Writer(output, empty_shape, output_format)
         chunk: list[tuple[int, list[str]]] = []
-        progress = Tqdm.tqdm(
-            total=count_tokens(input_file), desc="elmo-embed", unit=" tokens", unit_scale=True
-        )
-        for index, text in numbered_lines(input_file, stats):
+        progress = Tqdm.tqdm(total=total, desc="elmo-embed", unit=" tokens", unit_scale=True)
+        for index, text in lines:
             writer.note(index, text)
             tokens = text.split()
             stats.lines += bool(tokens)
@@ -377,13 +489,20 @@ def embed_file(
             else:
                 writer.write_empty(index)
             if len(chunk) >= batching.sort_window:
-                embed_chunk(encoder, token_ids, chunk, batching, layers, writer, progress)
+                embed_chunk(encoder, token_ids, chunk, batching, layers, writer, progress, mix)
                 chunk = []
                 writer.record(index + 1)
         if chunk:
-            embed_chunk(encoder, token_ids, chunk, batching, layers, writer, progress)
+            embed_chunk(encoder, token_ids, chunk, batching, layers, writer, progress, mix)
         progress.close()
         writer.close()
     os.replace(partial, output_file)
     logger.info("elmo-embed: %s", stats.summary(input_file))
+    if shard.parts > 1:
+        logger.info(
+            "elmo-embed: shard %s: the lines whose number modulo %d is %d",
+            shard,
+            shard.parts,
+            shard.part,
+        )
     print(f"elmo-embed: {stats.lines} sentences, {stats.blank_lines} blank lines -> {output_file}")

@@ -20,7 +20,7 @@ from elmo_plugin.archives.bilm_archive import (
     language_model_encoder,
 )
 from elmo_plugin.data.elmo_vocab_file import BOS, EOS
-from elmo_plugin.predictors.json_input import input_tokens
+from elmo_plugin.predictors.json_input import input_tokens, json_line
 from elmo_plugin.training.process_settings import ProcessSettings
 
 
@@ -61,6 +61,9 @@ class BiLmPredictor(Predictor):
         self._token_indexers = reader_token_indexers(dataset_reader)
         ProcessSettings(keep_freed_heap=keep_freed_heap, tf32=tf32).apply()
 
+    def load_line(self, line: str) -> JsonDict:
+        return json_line(line)
+
     def _json_to_instance(self, json_dict: JsonDict) -> Instance:
         tokens = [Token(BOS), *(Token(t) for t in input_tokens(json_dict)), Token(EOS)]
         return Instance({"source": TextField(tokens, self._token_indexers)})
@@ -80,5 +83,6 @@ def char_ids_of(text_field_tensors: dict[str, dict[str, torch.Tensor]]) -> torch
         if "elmo_tokens" in indexed:
             return indexed["elmo_tokens"]
     raise ConfigurationError(
-        "the dataset reader has no ELMo character indexer (elmo_char_ids or elmo_characters: no `elmo_tokens` key)"
+        "the dataset reader has no ELMo character indexer (elmo_char_ids or elmo_characters: "
+        "no `elmo_tokens` key)"
     )

@@ -12,6 +12,7 @@ from allennlp.modules.scalar_mix import ScalarMix
 from allennlp.predictors.predictor import Predictor
 
 from elmo_plugin.modules.bilm_sentence_layers import sentence_layers
+from elmo_plugin.modules.sentence_pooling import check_pool, pool_tokens
 from elmo_plugin.predictors.bilm_predictor import BiLmPredictor, char_ids_of
 
 
@@ -29,8 +30,23 @@ class ElmoEmbeddingsPredictor(BiLmPredictor):
     - `mix`: (n, dim), only with predictor argument `scalar_mix_parameters` (one scalar per
       layer, plus optional `gamma`): gamma * sum_k softmax(s)_k * layer k, via allennlp's ScalarMix.
 
-    Predictor arguments (`--predictor-args`): `scalar_mix_parameters`, `gamma` (default 1.0),
-    `keep_freed_heap`, `tf32` (process settings, as every biLM predictor).
+    With `pool` mean or max, the n tokens are pooled away after the layers are selected:
+    `layers` (L + 1, dim), `average` (dim,), `mix` (dim,), and `num_tokens` = n is added;
+    an empty sentence pools to zeros.
+
+    # Parameters
+
+    scalar_mix_parameters : `List[float]`, optional
+        Pre-softmax mix weights s, one per layer; adds the output `mix`.
+    gamma : `float`, optional (default = `1.0`)
+        The mix's scale.
+    pool : `str`, optional (default = `"none"`)
+        `none` (a vector per token), `mean` or `max` (one vector per sentence, over its real
+        tokens only, never `<S>`/`</S>` or padding).
+    keep_freed_heap : `bool`, optional (default = `True`)
+        A process setting, applied when the predictor is built (as every biLM predictor).
+    tf32 : `bool`, optional (default = `None`)
+        A process setting: TF32 matmuls on the GPU; `None` leaves torch's default.
     """
 
     registered_as = "elmo_embeddings"
@@ -42,10 +58,12 @@ class ElmoEmbeddingsPredictor(BiLmPredictor):
         frozen: bool = True,
         scalar_mix_parameters: Optional[list[float]] = None,
         gamma: float = 1.0,
+        pool: str = "none",
         keep_freed_heap: bool = True,
         tf32: Optional[bool] = None,
     ) -> None:
         super().__init__(model, dataset_reader, frozen, keep_freed_heap, tf32)
+        self._pool = check_pool(pool, "elmo_embeddings predictor")
         self._scalar_mix: Optional[ScalarMix] = None
         if scalar_mix_parameters is not None:
             if len(scalar_mix_parameters) != self._encoder.num_layers:
@@ -68,16 +86,19 @@ class ElmoEmbeddingsPredictor(BiLmPredictor):
         with torch.no_grad():
             layers, lengths = sentence_layers(self._encoder, char_ids_of(self.tensors(instances)))
         outputs = []
-        for instance, sentence, length in zip(instances, layers.cpu(), lengths.tolist()):
+        for instance, sentence, length in zip(
+            instances, layers.cpu(), lengths.tolist(), strict=True
+        ):
             vectors = sentence[:, :length]  # (layers, n, dim)
             tokens = [token.ensure_text() for token in instance["source"].tokens[1:-1]]  # type: ignore
-            output: JsonDict = {
-                "tokens": tokens,
-                "layers": vectors.tolist(),
-                "average": vectors.mean(dim=0).tolist(),
-            }
+            selected = {"layers": vectors, "average": vectors.mean(dim=0)}
             if self._scalar_mix is not None:
                 with torch.no_grad():
-                    output["mix"] = self._scalar_mix(list(vectors)).tolist()
+                    selected["mix"] = self._scalar_mix(list(vectors))
+            output: JsonDict = {"tokens": tokens}
+            for key, value in selected.items():
+                output[key] = pool_tokens(value, self._pool).tolist()
+            if self._pool != "none":
+                output["num_tokens"] = length
             outputs.append(output)
         return outputs

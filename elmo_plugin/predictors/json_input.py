@@ -1,7 +1,12 @@
-"""The input every elmo_plugin predictor takes: `{"sentence": "..."}` or `{"tokens": [...]}`."""
+"""The input every elmo_plugin predictor takes: `{"sentence": "..."}` or `{"tokens": [...]}`, one
+JSON object per line."""
+
+import json
 
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.util import JsonDict
+
+LINE_START = 60  # characters of an offending line quoted in its error
 
 
 def input_tokens(json_dict: JsonDict) -> list[str]:
@@ -17,5 +22,24 @@ def input_tokens(json_dict: JsonDict) -> list[str]:
             raise ConfigurationError(f'"sentence" must be a string, got {sentence!r}')
         return sentence.split()
     raise ConfigurationError(
-        f'expected {{"sentence": "..."}} or {{"tokens": [...]}}, got {json_dict!r}'
+        f'expected {{"sentence": "..."}} or {{"tokens": [...]}}, got keys {sorted(json_dict)}'
     )
+
+
+def json_line(line: str) -> JsonDict:
+    """One input line (`allennlp predict`'s JSON lines) -> its JSON object, checked to hold a
+    sentence; a one-line ConfigurationError quoting the line's start and saying what is wrong."""
+    text = line.strip()
+    where = f"input line {text[:LINE_START]!r}{'...' if len(text) > LINE_START else ''}"
+    try:
+        json_dict = json.loads(text)
+    except json.JSONDecodeError as error:
+        problem = error.msg.removesuffix(" at")
+        raise ConfigurationError(f"{where}: not JSON ({problem} at column {error.colno})") from None
+    if not isinstance(json_dict, dict):
+        raise ConfigurationError(f"{where}: not a JSON object but {type(json_dict).__name__}")
+    try:
+        input_tokens(json_dict)
+    except ConfigurationError as error:
+        raise ConfigurationError(f"{where}: {error}") from None
+    return json_dict

@@ -1,0 +1,167 @@
+"""`elmo-embed`'s output options on real text: tokens/s, output bytes and the error float16 costs,
+and two shards on two processes vs one process. One run. Usage:
+
+    python -m benchmarks.elmo_embed_options [--lines 2000] [--seed 0]
+
+Input: the first --lines lines of WikiText-2 valid.txt as they are (blank and heading lines
+included), from $ELMO_PLUGIN_DATA (default ../shared/data); without it, one JSON line with status
+"skipped". Model: the published small size (2 x 1024/128, 2048 filters, 1 highway), random
+weights, written as options.json + weights.hdf5. Each option set is `embed_file` in this process
+on one torch thread (`--layers all`), after a warm-up run on 20 lines; tokens/s is wall time.
+Errors: max abs difference of each file's values from the float32 run of the same pooling (max
+abs value of that run given for scale). Shards: `allennlp elmo-embed` processes
+(OMP_NUM_THREADS=1 each): one process over the whole input vs `--shard 0/2` and `--shard 1/2` at
+the same time; wall time from start to the last exit, process start-up included. The last line
+printed is one JSON object.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import h5py
+import numpy
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+import elmo_plugin  # noqa: E402,F401  (registers components)
+from benchmarks.embedder_vs_allennlp_elmo import PUBLISHED_SMALL  # noqa: E402
+from benchmarks.wikitext_data import wikitext_file  # noqa: E402
+from elmo_plugin.commands.elmo_embed import OutputFormat, embed_file  # noqa: E402
+from elmo_plugin.elmo_files.options import architecture_from_options  # noqa: E402
+from elmo_plugin.elmo_files.weights import read_bilm_encoder, write_bilm_encoder  # noqa: E402
+from elmo_plugin.modules.bilm_encoder import BiLmEncoder  # noqa: E402
+
+NAME = "elmo_embed_options"
+RUNS = {
+    "float32_none": OutputFormat(),
+    "float16_gzip_none": OutputFormat(dtype="float16", compression="gzip"),
+    "float32_mean": OutputFormat(pool="mean"),
+    "float16_mean": OutputFormat(pool="mean", dtype="float16"),
+    "float16_gzip_mean": OutputFormat(pool="mean", dtype="float16", compression="gzip"),
+}
+
+
+def datasets(path: str) -> dict[str, numpy.ndarray]:
+    with h5py.File(path, "r") as output:
+        return {name: output[name][()] for name in output if name != "sentence_to_index"}
+
+
+def max_abs_error(path: str, reference: dict[str, numpy.ndarray]) -> float:
+    values = datasets(path)
+    return max(
+        (
+            float(numpy.abs(values[k].astype(numpy.float64) - v).max(initial=0))
+            for k, v in reference.items()
+        ),
+        default=0.0,
+    )
+
+
+def cli_embed(model: str, input_file: str, output: str, *options: str) -> subprocess.Popen:
+    allennlp = str(Path(sys.executable).parent / "allennlp")
+    command = [allennlp, "elmo-embed", model, input_file, output, *options]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    return subprocess.Popen(
+        [*command, "--include-package", "elmo_plugin"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def wall_seconds(processes: list[subprocess.Popen], start: float) -> float:
+    for process in processes:
+        if process.wait() != 0:
+            raise SystemExit(f"{NAME}: an elmo-embed process exited {process.returncode}")
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--lines", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    source = wikitext_file()
+    if not source.is_file():
+        print(json.dumps({"name": NAME, "status": "skipped", "reason": f"{source} not found"}))
+        return
+    torch.set_num_threads(1)
+    folder = tempfile.mkdtemp(prefix="elmo_embed_options_")
+    try:
+        input_file = os.path.join(folder, "input.txt")
+        lines = source.read_text(encoding="utf-8").splitlines()[: args.lines]
+        Path(input_file).write_text("\n".join(lines) + "\n", encoding="utf-8")
+        tokens = sum(len(line.split()) for line in lines)
+        model = os.path.join(folder, "model")
+        os.mkdir(model)
+        torch.manual_seed(args.seed)
+        options, weights = os.path.join(model, "options.json"), os.path.join(model, "weights.hdf5")
+        write_bilm_encoder(
+            BiLmEncoder.from_architecture(architecture_from_options(PUBLISHED_SMALL)),
+            options,
+            weights,
+        )
+        encoder = read_bilm_encoder(options, weights)
+        warm_up = os.path.join(folder, "warm_up.txt")
+        Path(warm_up).write_text("\n".join(lines[:20]) + "\n", encoding="utf-8")
+        embed_file(encoder, warm_up, os.path.join(folder, "warm_up.hdf5"))
+        figures: dict[str, dict[str, float]] = {}
+        references: dict[str, dict[str, numpy.ndarray]] = {}
+        for name, form in RUNS.items():
+            output = os.path.join(folder, f"{name}.hdf5")
+            start = time.perf_counter()
+            embed_file(encoder, input_file, output, "all", output_format=form)
+            seconds = time.perf_counter() - start
+            if form.dtype == "float32":
+                references[form.pool] = datasets(output)
+            reference = references[form.pool]
+            figures[name] = {
+                "tokens_per_s": round(tokens / seconds, 1),
+                "output_bytes": os.path.getsize(output),
+                "max_abs_error_vs_float32": max_abs_error(output, reference),
+                "max_abs_value": max(
+                    float(numpy.abs(v).max(initial=0)) for v in reference.values()
+                ),
+            }
+        start = time.perf_counter()
+        one = wall_seconds([cli_embed(model, input_file, os.path.join(folder, "one.hdf5"))], start)
+        start = time.perf_counter()
+        shards = [
+            cli_embed(model, input_file, os.path.join(folder, f"s{i}.hdf5"), "--shard", f"{i}/2")
+            for i in range(2)
+        ]
+        two = wall_seconds(shards, start)
+    finally:
+        shutil.rmtree(folder)
+    print(
+        json.dumps(
+            {
+                "name": NAME,
+                "status": "ok",
+                "data": f"first {args.lines} lines of {source.name} (WikiText-2), {tokens} tokens",
+                "model": "published small (2 x 1024/128, 2048 filters, 1 highway), random weights",
+                "layers": "all",
+                **figures,
+                "one_process_wall_s": round(one, 2),
+                "two_shards_two_processes_wall_s": round(two, 2),
+                "shard_speedup": round(one / two, 2),
+                "cpu_count": os.cpu_count(),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""`elmo_embeddings`' `pool` through `allennlp predict` (numpy over its own unpooled output), and
+our predictors' one-line errors for JSON lines that are not JSON or hold no sentence."""
+
+import json
+
+import numpy
+import pytest
+from allennlp.common.checks import ConfigurationError
+from allennlp.models.archival import load_archive
+from allennlp.predictors import Predictor
+
+from elmo_plugin.predictors.json_input import json_line
+from tests.helpers import run_allennlp
+
+SENTENCES = [{"sentence": "The file is open ."}, {"tokens": ["a"]}, {"sentence": "  "}]
+MIX = {"scalar_mix_parameters": [1.0, 2.0, -1.0], "gamma": 0.5}
+
+
+def predict(archive, cwd, inputs, predictor="elmo_embeddings", check=True, **predictor_args):
+    (cwd / "in.jsonl").write_text(inputs, encoding="utf-8")
+    args = ["predict", str(archive), "in.jsonl", "--predictor", predictor, "--silent"]
+    args += ["--output-file", "out.jsonl", "--batch-size", "2"]
+    if predictor_args:
+        args += ["--predictor-args", json.dumps(predictor_args)]
+    result = run_allennlp(args, cwd=cwd, check=check)
+    if not check:
+        return result
+    lines = (cwd / "out.jsonl").read_text(encoding="utf-8").splitlines()
+    return [json.loads(line) for line in lines]
+
+
+@pytest.mark.parametrize("pool", ["mean", "max"])
+def test_pooled_outputs_equal_numpy_over_the_unpooled_tokens(tiny_bilm_archive, plugin_cwd, pool):
+    inputs = "".join(json.dumps(s) + "\n" for s in SENTENCES)
+    unpooled = predict(tiny_bilm_archive, plugin_cwd, inputs, **MIX)
+    pooled = predict(tiny_bilm_archive, plugin_cwd, inputs, pool=pool, **MIX)
+    numpy_pool = {"mean": numpy.mean, "max": numpy.max}[pool]
+    for full, short in zip(unpooled, pooled, strict=True):
+        n = len(full["tokens"])
+        assert short["tokens"] == full["tokens"] and short["num_tokens"] == n
+        for key, axis in (("layers", 1), ("average", 0), ("mix", 0)):
+            rows = numpy.array(full[key])
+            if n:
+                numpy.testing.assert_allclose(short[key], numpy_pool(rows, axis=axis), atol=1e-6)
+            else:  # an empty sentence pools to zeros
+                assert not numpy.any(short[key])
+        assert numpy.array(short["layers"]).shape == (3, 32)
+        assert numpy.array(short["average"]).shape == numpy.array(short["mix"]).shape == (32,)
+
+
+def test_an_unknown_pool_is_an_error_naming_it(tiny_bilm_archive):
+    archive = load_archive(str(tiny_bilm_archive))
+    with pytest.raises(ConfigurationError, match="pool must be one of .* got 'median'"):
+        Predictor.from_archive(archive, "elmo_embeddings", extra_args={"pool": "median"})
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ('{"sentence": "a b" oops', "not JSON (Expecting ',' delimiter at column 20)"),
+        ('["a", "b"]', "not a JSON object but list"),
+        (
+            '{"text": "a b"}',
+            """expected {"sentence": "..."} or {"tokens": [...]}, got keys ['text']""",
+        ),
+        ('{"tokens": "a b"}', """"tokens" must be a list of strings, got 'a b'"""),
+    ],
+)
+def test_a_bad_json_line_is_a_one_line_error_quoting_it(line, message):
+    with pytest.raises(ConfigurationError) as error:
+        json_line(line + "\n")
+    assert str(error.value) == f"input line {line!r}: {message}"
+
+
+def test_a_long_bad_line_is_quoted_by_its_start():
+    with pytest.raises(ConfigurationError, match=r"^input line '\{\"sentence\": \"x{46}'\.\.\.: "):
+        json_line('{"sentence": "' + "x" * 100)
+
+
+@pytest.mark.parametrize("predictor", ["elmo_embeddings", "elmo_lm_scorer", "whitespace_tagger"])
+def test_allennlp_predict_ends_with_the_bad_line_not_a_json_traceback(
+    tiny_bilm_archive, tiny_elmo_tagger_archive, plugin_cwd, predictor
+):
+    archive = tiny_elmo_tagger_archive if predictor == "whitespace_tagger" else tiny_bilm_archive
+    inputs = '{"sentence": "a b"}\n\n{"sentence": "c d"\n'
+    result = predict(archive, plugin_cwd, inputs, predictor, check=False)
+    assert result.returncode != 0 and "JSONDecodeError" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.endswith(
+        """input line '{"sentence": "c d"': not JSON (Expecting ',' delimiter at column 19)"""
+    )
