@@ -43,3 +43,13 @@ def json_line(line: str) -> JsonDict:
     except ConfigurationError as error:
         raise ConfigurationError(f"{where}: {error}") from None
     return json_dict
+
+
+def predict_input_line(line: str) -> JsonDict:
+    """`json_line` for a predictor's `load_line`, which only `allennlp predict` calls on its input
+    lines: a bad line ends the command with `allennlp predict: error: ...` in one line and exit
+    status 1, not a traceback (allennlp's `main` catches nothing)."""
+    try:
+        return json_line(line)
+    except ConfigurationError as error:
+        raise SystemExit(f"allennlp predict: error: {error}") from None

@@ -7,7 +7,7 @@ from allennlp.data import DatasetReader, Instance, Token
 from allennlp.models import Model
 from allennlp.predictors.predictor import Predictor
 
-from elmo_plugin.predictors.json_input import input_tokens, json_line
+from elmo_plugin.predictors.json_input import input_tokens, predict_input_line
 from elmo_plugin.training.process_settings import ProcessSettings
 
 
@@ -39,7 +39,7 @@ class WhitespaceTaggerPredictor(Predictor):
         return self.predict_json({"sentence": sentence})
 
     def load_line(self, line: str) -> JsonDict:
-        return json_line(line)
+        return predict_input_line(line)
 
     def _json_to_instance(self, json_dict: JsonDict) -> Instance:
         return self._dataset_reader.text_to_instance([Token(t) for t in input_tokens(json_dict)])
