@@ -6,3 +6,14 @@ from elmo_plugin.data.elmo_manylangs_indexer import ElmoManyLangsIndexer
 from elmo_plugin.data.elmo_manylangs_vocabulary import ElmoManyLangsVocabulary
 from elmo_plugin.data.elmo_streams_loader import ElmoStreamsLoader
 from elmo_plugin.data.elmo_tokens_vocabulary import ElmoTokensVocabulary
+
+__all__ = [
+    "ConlluTaggingReader",
+    "ElmoCharIdsIndexer",
+    "ElmoCorpusLoader",
+    "ElmoCorpusReader",
+    "ElmoManyLangsIndexer",
+    "ElmoManyLangsVocabulary",
+    "ElmoStreamsLoader",
+    "ElmoTokensVocabulary",
+]
