@@ -1,5 +1,3 @@
-from elmo_plugin.commands import (  # noqa: F401
-    elmo_embed,
-    elmo_export,  # noqa: F401
-    elmo_vocab,
-)
+from elmo_plugin.commands import elmo_embed, elmo_export, elmo_vocab
+
+__all__ = ["elmo_embed", "elmo_export", "elmo_vocab"]
