@@ -12,9 +12,11 @@ import tarfile
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional, cast
 
 import pytest
+from allennlp.data import Instance, Token
+from allennlp.data.fields import TextField
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO_ROOT / "training_config"
@@ -24,6 +26,11 @@ ALLENNLP = str(Path(sys.executable).parent / "allennlp")
 def shared_data_dir() -> Path:
     """Real corpora: $ELMO_PLUGIN_DATA, default ../shared/data beside the repo."""
     return Path(os.environ.get("ELMO_PLUGIN_DATA", REPO_ROOT.parent / "shared" / "data"))
+
+
+def text_tokens(instance: Instance, field: str = "source") -> list[Token]:
+    """The tokens of one of an instance's text fields."""
+    return cast(TextField, instance[field]).tokens
 
 
 def require_shared_file(relative: str) -> Path:
@@ -48,7 +55,8 @@ def run_allennlp(
     )
     if check and result.returncode != 0:
         pytest.fail(
-            f"{' '.join(command)} exited {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+            f"{' '.join(command)} exited {result.returncode}:\n{result.stdout[-3000:]}\n"
+            f"{result.stderr[-6000:]}"
         )
     return result
 
@@ -89,7 +97,7 @@ def train_with_probes(
 
 
 # Tiny sizes for CLI tests: same architecture as the demo, seconds per epoch.
-TINY_CHAR_CNN_OVERRIDES = {
+TINY_CHAR_CNN_OVERRIDES: dict[str, Any] = {
     "model.text_field_embedder.token_embedders.elmo.filters": [[1, 8], [2, 8], [3, 16]],
     "model.text_field_embedder.token_embedders.elmo.projection_dim": 16,
     "model.contextualizer.input_dim": 16,

@@ -11,7 +11,8 @@ import elmo_plugin
 from tests.helpers import REPO_ROOT
 
 PACKAGE = REPO_ROOT / "elmo_plugin"
-# data -> modules -> training -> elmo_files -> models -> archives -> token_embedders | predictors | commands
+# data -> modules -> training -> elmo_files -> models -> archives
+# -> token_embedders | predictors | commands
 LAYERS = {
     "data": 0,
     "modules": 1,
