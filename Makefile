@@ -30,11 +30,11 @@ $(STAMP): constraints.txt setup.py
 demo: install
 	bash scripts/demo.sh
 
-# Lint, format and type checks (settings in pyproject.toml); any finding fails.
+# Lint, format and type checks (settings in pyproject.toml): all three run, any finding fails.
 lint: install
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
-	$(BIN)/mypy
+	@status=0; for check in "ruff check ." "ruff format --check ." "mypy"; do \
+		echo "$(BIN)/$$check"; $(BIN)/$$check || status=1; \
+	done; exit $$status
 
 # The suite runs in a random order (pytest-randomly); `make test TEST_SEED=N` repeats order N.
 ifndef TEST_SEED
