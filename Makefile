@@ -10,7 +10,7 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check
 STAMP := $(VENV)/.installed
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: install demo test benchmark clean
+.PHONY: install demo lint test benchmark clean
 
 install: $(STAMP)
 	$(BIN)/python -m elmo_plugin.commands.register_plugin
@@ -29,6 +29,12 @@ $(STAMP): constraints.txt setup.py
 
 demo: install
 	bash scripts/demo.sh
+
+# Lint, format and type checks (settings in pyproject.toml): all three run, any finding fails.
+lint: install
+	@status=0; for check in "ruff check ." "ruff format --check ." "mypy"; do \
+		echo "$(BIN)/$$check"; $(BIN)/$$check || status=1; \
+	done; exit $$status
 
 # The suite runs in a random order (pytest-randomly); `make test TEST_SEED=N` repeats order N.
 ifndef TEST_SEED

@@ -62,7 +62,7 @@ def main(out_dir: Path) -> None:
         (out_dir / part).mkdir(parents=True, exist_ok=True)
         for index, shard in enumerate(parts):
             (out_dir / part / f"shard_{index}.txt").write_text("\n".join(shard) + "\n")
-    print(f"{len(lines)} sentences, {sum(len(l.split()) for l in lines)} tokens -> {out_dir}")
+    print(f"{len(lines)} sentences, {sum(len(line.split()) for line in lines)} tokens -> {out_dir}")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
+from typing import BinaryIO, Optional
 
 import numpy as np
 
@@ -225,9 +226,12 @@ ACCENTS = [
 def _accent(rng: np.random.Generator, words: np.ndarray) -> np.ndarray:
     tables = rng.integers(0, len(ACCENTS), len(words)).tolist()
     capital = (rng.random(len(words)) < 0.5).tolist()
-    accented = [word.translate(ACCENTS[table]) for word, table in zip(words.tolist(), tables)]
+    accented = [
+        word.translate(ACCENTS[table]) for word, table in zip(words.tolist(), tables, strict=True)
+    ]
     return np.array(
-        [word.capitalize() if cap else word for word, cap in zip(accented, capital)], dtype=object
+        [word.capitalize() if cap else word for word, cap in zip(accented, capital, strict=True)],
+        dtype=object,
     )
 
 
@@ -236,7 +240,7 @@ def _numbers(rng: np.random.Generator, count: int) -> np.ndarray:
     values = rng.integers(0, 10**9, count).tolist()
     digits = rng.integers(1, 8, count).tolist()
     out = []
-    for kind, value, width in zip(kinds, values, digits):
+    for kind, value, width in zip(kinds, values, digits, strict=True):
         small = value % 10**width
         if kind == 0:
             out.append(str(small))
@@ -253,9 +257,8 @@ def _numbers(rng: np.random.Generator, count: int) -> np.ndarray:
         elif kind == 6:
             out.append(f"{value % 1000:03d}-{value % 10_000:04d}")
         else:
-            out.append(
-                f"{value % 1000}-{('year', 'point', 'yard', 'day', 'mile', 'foot', 'minute')[value % 7]}"
-            )
+            unit = ("year", "point", "yard", "day", "mile", "foot", "minute")[value % 7]
+            out.append(f"{value % 1000}-{unit}")
     return np.array(out, dtype=object)
 
 
@@ -282,7 +285,7 @@ def _letters(
     ends = np.cumsum(lengths).tolist()
     capital = (rng.random(count) < capitalize).tolist()
     words, start = [], 0
-    for end, cap in zip(ends, capital):
+    for end, cap in zip(ends, capital, strict=True):
         words.append(text[start:end].capitalize() if cap else text[start:end])
         start = end
     return np.array(words, dtype=object)
@@ -292,7 +295,8 @@ def _acronyms(rng: np.random.Generator, count: int) -> np.ndarray:
     text = _letters(rng, count, ord("A"), 26, 2, 6).tolist()
     dotted = (rng.random(count) < 0.2).tolist()
     return np.array(
-        [".".join(word) + "." if dot else word for word, dot in zip(text, dotted)], dtype=object
+        [".".join(word) + "." if dot else word for word, dot in zip(text, dotted, strict=True)],
+        dtype=object,
     )
 
 
@@ -308,7 +312,7 @@ def _urls(rng: np.random.Generator, count: int) -> np.ndarray:
 
 class ZipfSampler:
     """Word ids 0..n-1 with P(i) proportional to (i + 1) ** -exponent: inverse CDF with a guide
-    table (exact: the same ids as a binary search of the CDF, measured 1.6x faster)."""
+    table (exact: the same ids as a binary search of the CDF)."""
 
     def __init__(self, num_words: int, exponent: float = ZIPF_EXPONENT) -> None:
         weights = np.arange(1, num_words + 1, dtype=np.float64) ** -exponent
@@ -391,7 +395,8 @@ class ShardWriter:
     def __init__(self, out_dir: str, shards: int) -> None:
         self.out_dir, self.shards = out_dir, shards
         self.parent = os.path.dirname(out_dir)
-        self.index, self.file, self.temp_path = -1, None, None
+        self.index, self.temp_path = -1, ""
+        self.file: Optional[BinaryIO] = None
 
     def advance_to(self, index: int) -> None:
         while self.index < index:
@@ -403,6 +408,8 @@ class ShardWriter:
             self.file = open(self.temp_path, "wb")
 
     def write(self, data) -> None:
+        if self.file is None:
+            raise ValueError("ShardWriter.write before advance_to")
         self.file.write(data)
 
     def finish(self) -> None:
@@ -411,13 +418,13 @@ class ShardWriter:
             os.replace(
                 self.temp_path, os.path.join(self.out_dir, shard_name(self.index, self.shards))
             )
-            self.file, self.temp_path = None, None
+            self.file, self.temp_path = None, ""
 
     def abort(self) -> None:
         if self.file is not None:
             self.file.close()
             os.unlink(self.temp_path)
-            self.file, self.temp_path = None, None
+            self.file, self.temp_path = None, ""
 
 
 def write_tokens_file(path: str, words: list[str]) -> None:
@@ -434,8 +441,9 @@ def refuse(message: str) -> None:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description="Write a synthetic corpus with the 1B Word Benchmark's statistics (793,471-line "
-        "tokens.txt, Zipfian word frequencies, 1B Word-like sentence lengths) as K shards.",
+        description="Write a synthetic corpus with the 1B Word Benchmark's statistics "
+        "(793,471-line tokens.txt, Zipfian word frequencies, 1B Word-like sentence lengths) as K "
+        "shards.",
         epilog="DIR must not exist or be empty; tokens.txt is written beside DIR, in its parent.",
     )
     parser.add_argument(
@@ -528,17 +536,19 @@ def main(argv: list[str]) -> None:
         f"({', '.join(SPECIALS)}, then words by frequency)"
     )
     print(
-        f"types used: {int(used.sum()):,} of {len(words):,}; mean sentence length {tokens / sentences:.2f} "
-        f"tokens (max {max_length}, {long_sentences:,} over 100); tokens in the top {TOP_K:,} types: "
-        f"{top_tokens / tokens:.1%}"
+        f"types used: {int(used.sum()):,} of {len(words):,}; mean sentence length "
+        f"{tokens / sentences:.2f} tokens (max {max_length}, {long_sentences:,} over 100); tokens "
+        f"in the top {TOP_K:,} types: {top_tokens / tokens:.1%}"
     )
     print(
         f"mean type length {char_lengths.mean():.2f} characters (max {char_lengths.max()}, "
-        f"{int((char_lengths > 25).sum()):,} over 25; {int((type_lengths > char_lengths).sum()):,} non-ASCII types)"
+        f"{int((char_lengths > 25).sum()):,} over 25; "
+        f"{int((type_lengths > char_lengths).sum()):,} non-ASCII types)"
     )
     print(
         f"elapsed {elapsed:.1f} s (type list {types_seconds:.1f} s, corpus {generate:.1f} s): "
-        f"{tokens / max(generate, 1e-9):,.0f} tokens/s generating, {tokens / elapsed:,.0f} tokens/s overall"
+        f"{tokens / max(generate, 1e-9):,.0f} tokens/s generating, "
+        f"{tokens / elapsed:,.0f} tokens/s overall"
     )
 
 

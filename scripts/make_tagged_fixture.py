@@ -32,19 +32,21 @@ WORDS: dict[str, tuple[str, list[str]]] = {
     ),
     "verb3": (
         "VERB",
-        "returns contains provides calls matches reads writes creates opens checks parses sets gets".split(),
+        "returns contains provides calls matches reads writes creates opens checks parses sets "
+        "gets".split(),
     ),
     "verb": ("VERB", AMBIGUOUS + "create get close make use raise compile".split()),
     "participle": (
         "VERB",
-        "returned called passed defined created used raised specified found added wrapped encoded".split(),
+        "returned called passed defined created used raised specified found added wrapped "
+        "encoded".split(),
     ),
     "modal": ("AUX", "can will should must may".split()),
     "is": ("AUX", ["is"]),
     "adj": (
         "ADJ",
-        "new empty current single optional abstract binary temporary regular simple standard special "
-        "relative long common specific different".split(),
+        "new empty current single optional abstract binary temporary regular simple standard "
+        "special relative long common specific different".split(),
     ),
     "adp": ("ADP", "in of from with by for into on at over through".split()),
     "pron": ("PRON", "it this they you".split()),
@@ -188,7 +190,7 @@ def sentence(
     slots = [slot for slot in rng.choice(TEMPLATES) if not slot[4] or rng.random() < 0.5]
     position = {key: index + 1 for index, (key, *_rest) in enumerate(slots)}
     rows = []
-    for key, category, head, deprel, _ in slots:
+    for _key, category, head, deprel, _ in slots:
         form = rng.choice(vocabulary[category])
         rows.append((form, WORDS[category][0], position[head] if head else 0, deprel))
     rows[0] = (rows[0][0].capitalize(), *rows[0][1:])

@@ -97,7 +97,8 @@ def tiny_tagged_data(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_elmo_tagger_archive(tiny_bilm_archive, tiny_tagged_data, tmp_path_factory) -> Path:
-    """pos_tagger_elmo.jsonnet on the tiny tagged data over the tiny biLM, through `allennlp train`."""
+    """pos_tagger_elmo.jsonnet on the tiny tagged data over the tiny biLM, through
+    `allennlp train`."""
     out = tmp_path_factory.mktemp("tiny_elmo_tagger") / "model"
     values = dict(
         TINY_TAGGER_OVERRIDES,

@@ -12,15 +12,22 @@ import tarfile
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional, cast
 
 import pytest
+from allennlp.data import Instance, Token
+from allennlp.data.fields import TextField
 
 from benchmarks.common import shared_data_dir  # the one definition, shared with benchmarks/
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO_ROOT / "training_config"
 ALLENNLP = str(Path(sys.executable).parent / "allennlp")
+
+
+def text_tokens(instance: Instance, field: str = "source") -> list[Token]:
+    """The tokens of one of an instance's text fields."""
+    return cast(TextField, instance[field]).tokens
 
 
 def require_shared_file(relative: str) -> Path:
@@ -87,7 +94,7 @@ def train_with_probes(
 
 
 # Tiny sizes for CLI tests: same architecture as the demo, seconds per epoch.
-TINY_CHAR_CNN_OVERRIDES = {
+TINY_CHAR_CNN_OVERRIDES: dict[str, Any] = {
     "model.text_field_embedder.token_embedders.elmo.filters": [[1, 8], [2, 8], [3, 16]],
     "model.text_field_embedder.token_embedders.elmo.projection_dim": 16,
     "model.contextualizer.input_dim": 16,

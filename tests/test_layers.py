@@ -11,7 +11,8 @@ import elmo_plugin
 from tests.helpers import REPO_ROOT
 
 PACKAGE = REPO_ROOT / "elmo_plugin"
-# data -> cpu -> modules -> training -> elmo_files -> models -> archives -> token_embedders | predictors | commands
+# data -> cpu -> modules -> training -> elmo_files -> models -> archives
+# -> token_embedders | predictors | commands
 LAYERS = {
     "data": 0,
     "cpu": 1,

@@ -12,7 +12,7 @@ import copy
 import json
 import os
 import tarfile
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 from allennlp.common.checks import ConfigurationError
 from allennlp.models import Model
@@ -31,6 +31,7 @@ from elmo_plugin.elmo_files.layout import OPTIONS_FILE
 from elmo_plugin.elmo_files.manylangs import read_manylangs_folder
 from elmo_plugin.elmo_files.options import architecture_from_options, read_options
 from elmo_plugin.modules.bilm_encoder import Architecture, BiLmEncoder
+from elmo_plugin.modules.elmo_char_cnn import ElmoCharCnn
 from elmo_plugin.modules.elmo_manylangs_cnn import ElmoManyLangsCnn
 
 # Keys renamed since archives were first made: old name -> new name, per contextualizer type.
@@ -53,6 +54,7 @@ def archive_config(archive_path: str) -> dict[str, Any]:
             os.path.normpath(member.name): member for member in checked_members(archive, path)
         }
         try:
+            # checked_members found config.json as a regular file: extractfile gives a file
             return json.load(archive.extractfile(members[CONFIG_NAME]))  # type: ignore[arg-type]
         except (tarfile.TarError, OSError, EOFError, ValueError) as error:
             raise ConfigurationError(
@@ -88,7 +90,8 @@ def _character_encoder_params(model_config: dict[str, Any], archive_path: str) -
     ]
     if len(non_empty) != 1:
         raise ConfigurationError(
-            f"{archive_path}: a biLM needs exactly one non-empty token embedder, it has {len(non_empty)}"
+            f"{archive_path}: a biLM needs exactly one non-empty token embedder, it has "
+            f"{len(non_empty)}"
         )
     return non_empty[0]
 
@@ -115,8 +118,8 @@ def architecture_from_archive(archive_path: str) -> Architecture:
     model = archive_config(archive_path).get("model", {})
     if "contextualizer" not in model or not _is_language_model(model.get("type")):
         raise ConfigurationError(
-            f"{archive_path} holds a {model.get('type', 'unknown')!r} model, not an ELMo biLM (elmo_bilm, "
-            "or allennlp-models' language_model with bidirectional: true)"
+            f"{archive_path} holds a {model.get('type', 'unknown')!r} model, not an ELMo biLM "
+            "(elmo_bilm, or allennlp-models' language_model with bidirectional: true)"
         )
     contextualizer = _without_dropout(model["contextualizer"])
     manylangs = _manylangs_params(model) if model["type"] == "elmo_bilm" else None
@@ -129,8 +132,8 @@ def architecture_from_archive(archive_path: str) -> Architecture:
         )
     if not model.get("bidirectional", False):
         raise ConfigurationError(
-            f"{archive_path} holds a unidirectional language_model (bidirectional: false): ELMo needs "
-            "a forward and a backward language model (bidirectional: true)"
+            f"{archive_path} holds a unidirectional language_model (bidirectional: false): ELMo "
+            "needs a forward and a backward language model (bidirectional: true)"
         )
     return {
         "token_embedder": _without_dropout(_character_encoder_params(model, archive_path)),
@@ -142,7 +145,7 @@ def with_current_keys(architecture: Architecture) -> Architecture:
     """The same architecture with renamed contextualizer keys under their current names (a
     downstream archive records the keys of the day it was made)."""
     contextualizer = dict(architecture["contextualizer"])
-    for old, new in RENAMED_KEYS.get(contextualizer.get("type"), {}).items():
+    for old, new in RENAMED_KEYS.get(contextualizer.get("type", ""), {}).items():
         if old in contextualizer:
             contextualizer[new] = contextualizer.pop(old)
     return {**architecture, "contextualizer": contextualizer}
@@ -160,7 +163,7 @@ def load_encoder_and_architecture(path: str) -> tuple[BiLmEncoder, Architecture]
         encoder = load_bilm_encoder(path)
         architecture = architecture_from_options(
             read_options(os.path.join(path, OPTIONS_FILE)),
-            encoder.char_cnn.char_embedding.num_embeddings,
+            cast(ElmoCharCnn, encoder.char_cnn).char_embedding.num_embeddings,  # an ELMo folder's
         )
     else:
         architecture = architecture_from_archive(path)
@@ -178,5 +181,5 @@ def load_encoder_and_architecture(path: str) -> tuple[BiLmEncoder, Architecture]
             f"{path}: its recorded architecture does not rebuild its biLM: {error}"
         ) from None
     if isinstance(encoder.char_cnn, ElmoManyLangsCnn):  # they are not weights: carried over
-        rebuilt.char_cnn.dictionaries = encoder.char_cnn.dictionaries
+        cast(ElmoManyLangsCnn, rebuilt.char_cnn).dictionaries = encoder.char_cnn.dictionaries
     return rebuilt.eval(), architecture

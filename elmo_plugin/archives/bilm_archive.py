@@ -75,7 +75,8 @@ def load_bilm_model(archive_path: str, cuda_device: int = -1) -> ElmoLanguageMod
 
 
 def check_bidirectional_language_model(model, source: str) -> LanguageModel:
-    """`model` if it is ours or allennlp-models' bidirectional `LanguageModel`; a clear error otherwise."""
+    """`model` if it is ours or allennlp-models' bidirectional `LanguageModel`; a clear error
+    otherwise."""
     if not isinstance(model, LanguageModel):
         raise ConfigurationError(
             f"{source} holds a {type(model).__name__} model, not an ELMo biLM (elmo_bilm, or "
@@ -97,11 +98,11 @@ def load_language_model(archive_path: str, cuda_device: int = -1) -> LanguageMod
 
 
 def character_encoder(model: LanguageModel) -> TokenEmbedder:
-    """The one non-empty token embedder of a language model (as allennlp-models' embedder finds it)."""
+    """The one non-empty token embedder of a language model (as allennlp-models' embedder finds
+    it)."""
+    token_embedders = model._text_field_embedder._token_embedders
     embedders = [
-        embedder
-        for embedder in model._text_field_embedder._token_embedders.values()  # type: ignore[attr-defined]
-        if not isinstance(embedder, EmptyEmbedder)
+        embedder for embedder in token_embedders.values() if not isinstance(embedder, EmptyEmbedder)
     ]
     if len(embedders) != 1:
         raise ConfigurationError(
@@ -130,8 +131,9 @@ def check_known_folder(path: str) -> None:
         or os.path.isfile(os.path.join(path, CONFIG_NAME))
     ):
         raise ConfigurationError(
-            f"{path}: neither a model archive folder ({CONFIG_NAME}), nor an ELMo files folder ({OPTIONS_FILE} + "
-            f"{WEIGHTS_FILE}), nor an ELMoForManyLangs model folder ({', '.join(MANYLANGS_FILES)})"
+            f"{path}: neither a model archive folder ({CONFIG_NAME}), nor an ELMo files folder "
+            f"({OPTIONS_FILE} + {WEIGHTS_FILE}), nor an ELMoForManyLangs model folder "
+            f"({', '.join(MANYLANGS_FILES)})"
         )
 
 

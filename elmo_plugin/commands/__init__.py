@@ -1,7 +1,3 @@
-from elmo_plugin.commands import (  # noqa: F401
-    elmo_continue,
-    elmo_embed,
-    elmo_export,  # noqa: F401
-    elmo_plan,
-    elmo_vocab,
-)
+from elmo_plugin.commands import elmo_continue, elmo_embed, elmo_export, elmo_plan, elmo_vocab
+
+__all__ = ["elmo_continue", "elmo_embed", "elmo_export", "elmo_plan", "elmo_vocab"]

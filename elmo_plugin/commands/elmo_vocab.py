@@ -26,8 +26,8 @@ class ElmoVocab(Subcommand):
     def add_subparser(self, parser: argparse._SubParsersAction) -> argparse.ArgumentParser:
         description = (
             "Write an ELMo tokens.txt (one token per line, usable by the `elmo_tokens_file` "
-            f"vocabulary): {', '.join(SPECIALS)} first, then whitespace tokens by descending count, "
-            "ties by first appearance."
+            f"vocabulary): {', '.join(SPECIALS)} first, then whitespace tokens by descending "
+            "count, ties by first appearance."
         )
         subparser = parser.add_parser(
             self.name, description=description, help="Build an ELMo tokens.txt."
@@ -66,8 +66,9 @@ def vocab_from_args(args: argparse.Namespace) -> None:
     )
     seconds = time.perf_counter() - start
     print(
-        f"elmo-vocab: {len(tokens)} tokens ({len(SPECIALS)} special) -> {args.out_file}; counted {counted} "
-        f"tokens in {seconds:.1f} s ({counted / seconds:.0f} tokens/s, {args.workers} workers)"
+        f"elmo-vocab: {len(tokens)} tokens ({len(SPECIALS)} special) -> {args.out_file}; "
+        f"counted {counted} tokens in {seconds:.1f} s ({counted / seconds:.0f} tokens/s, "
+        f"{args.workers} workers)"
     )
 
 
@@ -102,7 +103,8 @@ def shard_counts(
             yield count_shard(path, skip_headings, stats)
         return
     # "spawn", not "fork": a forked child can hang on a lock held at fork time by another thread
-    # of this process (seen: pyarrow's jemalloc background thread, imported with allennlp's plugins).
+    # of this process (seen: pyarrow's jemalloc background thread, imported with allennlp's
+    # plugins).
     with multiprocessing.get_context("spawn").Pool(workers) as pool:
         pending: deque = deque()
 

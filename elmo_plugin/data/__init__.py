@@ -7,3 +7,15 @@ from elmo_plugin.data.elmo_manylangs_vocabulary import ElmoManyLangsVocabulary
 from elmo_plugin.data.elmo_streams_loader import ElmoStreamsLoader
 from elmo_plugin.data.elmo_tokens_vocabulary import ElmoTokensVocabulary
 from elmo_plugin.data.unseen_labels_vocabulary import UnseenLabelsAsErrors
+
+__all__ = [
+    "ConlluTaggingReader",
+    "ElmoCharIdsIndexer",
+    "ElmoCorpusLoader",
+    "ElmoCorpusReader",
+    "ElmoManyLangsIndexer",
+    "ElmoManyLangsVocabulary",
+    "ElmoStreamsLoader",
+    "ElmoTokensVocabulary",
+    "UnseenLabelsAsErrors",
+]

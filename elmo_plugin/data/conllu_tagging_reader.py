@@ -1,9 +1,9 @@
-"""DatasetReader `conllu_tagging`: CoNLL-U sentences -> tokens + UPOS tags, for downstream taggers."""
+"""DatasetReader `conllu_tagging`: CoNLL-U sentences -> tokens + UPOS tags (downstream taggers)."""
 
 import logging
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Optional, Union
+from typing import Optional, Union, cast
 
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.file_utils import cached_path
@@ -30,6 +30,13 @@ class ConlluTaggingReader(DatasetReader):
     Instance fields: `tokens` TextField (default indexer: single id under `tokens`),
     `tags` SequenceLabelField in the `labels` namespace (when tags are known), and `metadata`
     (`{"words": [...]}`, so allennlp-models' `crf_tagger` returns the words with its tags).
+
+    # Parameters
+
+    token_indexers : `Dict[str, TokenIndexer]`, optional (default = `None`)
+        How the words are indexed; `None` means one `SingleIdTokenIndexer` under `tokens`.
+    **kwargs
+        `DatasetReader`'s own keys (`max_instances`, ...).
     """
 
     def __init__(self, token_indexers: Optional[dict[str, TokenIndexer]] = None, **kwargs) -> None:
@@ -38,7 +45,7 @@ class ConlluTaggingReader(DatasetReader):
         )
         self._token_indexers = token_indexers or {"tokens": SingleIdTokenIndexer()}
 
-    def sentences(self, file_path: str) -> Iterator[list[dict]]:
+    def sentences(self, file_path: str) -> Iterator[Sequence[dict]]:
         """The syntactic-word rows of each sentence (conllu `Token` dicts), in file order."""
         if not is_url(file_path) and not os.path.isfile(file_path):
             raise ConfigurationError(f"conllu_tagging: CoNLL-U file not found: {file_path}")
@@ -55,7 +62,7 @@ class ConlluTaggingReader(DatasetReader):
                 [row["form"] for row in words], [row["upos"] for row in words]
             )
 
-    def text_to_instance(  # type: ignore[override]
+    def text_to_instance(
         self, tokens: Sequence[Union[str, Token]], tags: Optional[list[str]] = None
     ) -> Instance:
         """tokens (strings or Tokens), optional UPOS tags of the same length -> Instance."""
@@ -74,4 +81,4 @@ class ConlluTaggingReader(DatasetReader):
         return Instance(fields)
 
     def apply_token_indexers(self, instance: Instance) -> None:
-        instance["tokens"].token_indexers = self._token_indexers  # type: ignore[attr-defined]
+        cast(TextField, instance["tokens"]).token_indexers = self._token_indexers

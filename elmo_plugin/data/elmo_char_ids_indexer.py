@@ -36,7 +36,8 @@ def words_to_char_ids(words: list[str]) -> np.ndarray:
     encoded = [word.encode("utf-8", "ignore")[:MAX_BYTES] for word in words]
     lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(words))
     data = np.frombuffer(b"".join(encoded), dtype=np.uint8)
-    # byte j of word i goes to column 1 + j of row i: rows by repeat, columns by offset from each word's start
+    # byte j of word i goes to column 1 + j of row i: rows by repeat, columns by offset from each
+    # word's start
     rows = np.repeat(np.arange(len(words)), lengths)
     starts = np.cumsum(lengths) - lengths
     columns = np.arange(len(data)) - np.repeat(starts, lengths) + 1
@@ -56,6 +57,13 @@ class ElmoCharIdsIndexer(TokenIndexer):
     `words_to_char_ids`) into a table of at most `cache_size` rows, later ones served from it;
     once the table is full, new strings are computed every time. Output key `elmo_tokens`, a
     LongTensor (tokens, 50), so allennlp's ELMo embedders read it too.
+
+    # Parameters
+
+    cache_size : `int`, optional (default = `1_000_000`)
+        The most distinct token strings whose ids are kept.
+    token_min_padding_length : `int`, optional (default = `0`)
+        `TokenIndexer`'s: the fewest tokens a padded field has.
     """
 
     def __init__(self, cache_size: int = 1_000_000, token_min_padding_length: int = 0) -> None:
@@ -85,7 +93,7 @@ class ElmoCharIdsIndexer(TokenIndexer):
             grown[:used] = self._table[:used]
             self._table = grown
         self._table[used : used + len(words)] = words_to_char_ids(words)
-        self._rows.update(zip(words, range(used, used + len(words))))
+        self._rows.update(zip(words, range(used, used + len(words)), strict=True))
 
     def char_ids(self, text: str) -> list[int]:
         """The 50 character ids of one token string."""
@@ -105,7 +113,9 @@ class ElmoCharIdsIndexer(TokenIndexer):
         return ids
 
     def tokens_to_indices(self, tokens: list[Token], vocabulary: Vocabulary) -> IndexedTokenList:
-        return {"elmo_tokens": self.char_ids_of([token.ensure_text() for token in tokens])}  # type: ignore[dict-item]
+        ids = self.char_ids_of([token.ensure_text() for token in tokens])
+        # one (tokens, 50) array instead of a list of lists: as_padded_tensor_dict reads both
+        return {"elmo_tokens": ids}  # type: ignore[dict-item]
 
     def get_empty_token_list(self) -> IndexedTokenList:
         return {"elmo_tokens": []}

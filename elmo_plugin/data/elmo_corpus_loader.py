@@ -91,9 +91,30 @@ class ElmoCorpusLoader(DataLoader):
     takes every world_size-th of its batches, so all processes have the same number of batches
     (a chunk with fewer instances than processes repeats some, as torch's DistributedSampler).
 
-    `seed`: default drawn from Python's `random`, which allennlp's `random_seed` seeds.
     `resume_from` (called by the `elmo_corpus_resume` callback) starts at a saved position:
     the batches before it are yielded as empty placeholders, which allennlp's trainer skips.
+
+    # Parameters
+
+    reader : `ElmoCorpusReader`
+        The `elmo_corpus` dataset reader (allennlp passes the config's `dataset_reader`).
+    data_path : `str`
+        The corpus: a file, folder or glob of shards (allennlp passes the config's data path).
+    batch_size : `int`
+        The most instances (sentences or windows) in a batch.
+    shuffle : `bool`, optional (default = `False`)
+        Shuffle the chunk order and the instances of each chunk, by seed and epoch.
+    chunk_bytes : `int`, optional (default = `1 << 20`)
+        About how many bytes of a plain shard make one chunk.
+    num_workers : `int`, optional (default = `0`)
+        Worker processes that read and batch chunks; 0 reads in the main process.
+    seed : `int`, optional (default = `None`)
+        The shuffling seed; `None` draws one from Python's `random`, which allennlp's
+        `random_seed` seeds.
+    cuda_device : `Union[int, str, torch.device]`, optional (default = `None`)
+        Where batches are moved; `None` leaves them on the CPU until the trainer sets a device.
+    collate_fn : `DataCollator`, optional (default = `None`)
+        Builds a batch's tensors; `None` means allennlp's `DefaultDataCollator`.
     """
 
     def __init__(
@@ -106,7 +127,7 @@ class ElmoCorpusLoader(DataLoader):
         num_workers: int = 0,
         seed: Optional[int] = None,
         cuda_device: Optional[Union[int, str, torch.device]] = None,
-        collate_fn: DataCollator = DefaultDataCollator(),
+        collate_fn: Optional[DataCollator] = None,
     ) -> None:
         if not isinstance(reader, ElmoCorpusReader):
             raise ConfigurationError(
@@ -126,7 +147,7 @@ class ElmoCorpusLoader(DataLoader):
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.num_workers = num_workers
-        self.collate_fn = collate_fn
+        self.collate_fn = collate_fn or DefaultDataCollator()
         self.chunks = corpus_chunks(data_path, chunk_bytes)
         self.world_size, self.rank = (
             (torch.distributed.get_world_size(), torch.distributed.get_rank())
@@ -232,7 +253,10 @@ class ElmoCorpusLoader(DataLoader):
 
     def layout(self) -> str:
         """What a position means: the same chunks, batch size and number of processes."""
-        return f"{len(self.chunks)} chunks of {self.data_path}, batch_size {self.batch_size}, {self.world_size} processes"
+        return (
+            f"{len(self.chunks)} chunks of {self.data_path}, batch_size {self.batch_size}, "
+            f"{self.world_size} processes"
+        )
 
     def resume_from(self, state: dict[str, Any]) -> None:
         """Continue at a `state_dict()` position, from epoch 0 on (as allennlp's trainer replays
@@ -242,7 +266,8 @@ class ElmoCorpusLoader(DataLoader):
         layout = state.pop("layout")
         if layout != self.layout():
             raise ConfigurationError(
-                f"data_loader elmo_corpus: the checkpoint's position is in {layout}, not in {self.layout()}: "
+                f"data_loader elmo_corpus: the checkpoint's position is in {layout}, "
+                f"not in {self.layout()}: "
                 "resume with the same data, batch_size, chunk_bytes and processes"
             )
         self._resume_start = LoaderPosition(**state)
@@ -303,7 +328,8 @@ class ElmoCorpusLoader(DataLoader):
         return instance
 
     def _batches(self, epoch: int, first_ordinal: int, skip: int) -> Iterator[tuple]:
-        """(chunk ordinal, batch) for the epoch from batch `skip` of chunk ordinal `first_ordinal`."""
+        """(chunk ordinal, batch) for the epoch, from batch `skip` of chunk ordinal
+        `first_ordinal` on."""
         order = self.chunk_order(epoch)
         if self.num_workers == 0:
             for ordinal in range(first_ordinal, len(order)):

@@ -1,4 +1,4 @@
-"""DatasetReader `elmo_corpus`: raw text, one sentence or paragraph per line, for biLM pretraining."""
+"""DatasetReader `elmo_corpus`: raw text, one sentence or paragraph per line (biLM pretraining)."""
 
 import glob
 import itertools
@@ -7,7 +7,7 @@ import lzma
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Optional, TypeVar
+from typing import Optional, TypeVar, cast
 
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.file_utils import open_compressed
@@ -135,8 +135,22 @@ class ElmoCorpusReader(DatasetReader):
     Blank lines are skipped, and `= Heading =` lines when `skip_headings`. Lines are sharded
     across distributed workers and data-loader processes, so each is read once per epoch.
 
-    Instance: `source` TextField; default indexers `tokens` (single id, the softmax targets)
-    and `elmo` (`elmo_char_ids`).
+    Instance: `source` TextField.
+
+    # Parameters
+
+    tokenizer : `Tokenizer`, optional (default = `None`)
+        Splits a line into tokens; `None` means allennlp's `WhitespaceTokenizer`.
+    token_indexers : `Dict[str, TokenIndexer]`, optional (default = `None`)
+        How the tokens are indexed; `None` means `tokens` (single id, the softmax targets) and
+        `elmo` (`elmo_char_ids`).
+    max_sequence_length : `int`, optional (default = `None`)
+        The most tokens in an instance (without `<S>` and `</S>`); a longer line is split into
+        consecutive windows. `None`: one instance per line.
+    skip_headings : `bool`, optional (default = `False`)
+        Skip `= Heading =` lines (WikiText's section titles).
+    **kwargs
+        `DatasetReader`'s own keys (`max_instances`, ...).
     """
 
     def __init__(
@@ -190,7 +204,8 @@ class ElmoCorpusReader(DatasetReader):
         """The instances (windows) of one line's text."""
         if type(self._tokenizer) is WhitespaceTokenizer:
             # The whitespace tokenizer's tokens are `Token(word)` for each `str.split()` word:
-            # these instances hold the words in an ElmoTextField (same tensors as a TextField, faster).
+            # these instances hold the words in an ElmoTextField (same tensors as a TextField,
+            # faster).
             for words in self.windows(text.split()):
                 yield Instance({"source": ElmoTextField([BOS, *words, EOS])})
         else:
@@ -229,7 +244,7 @@ class ElmoCorpusReader(DatasetReader):
                 f"elmo_corpus: no tokens at all in {file_path!r} ({stats.summary(file_path)})"
             )
 
-    def text_to_instance(  # type: ignore[override]
+    def text_to_instance(
         self, sentence: Optional[str] = None, tokens: Optional[list[Token]] = None
     ) -> Instance:
         """One sentence (tokenized here) or its tokens -> Instance with `<S>` ... `</S>`."""
@@ -238,4 +253,4 @@ class ElmoCorpusReader(DatasetReader):
         return Instance({"source": TextField([Token(BOS), *tokens, Token(EOS)])})
 
     def apply_token_indexers(self, instance: Instance) -> None:
-        instance["source"].token_indexers = self._token_indexers  # type: ignore[attr-defined]
+        cast(TextField, instance["source"]).token_indexers = self._token_indexers

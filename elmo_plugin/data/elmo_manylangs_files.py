@@ -68,16 +68,16 @@ def model_config(folder: str) -> dict[str, Any]:
     if os.path.basename(config_path) in BUNDLED_CONFIGS:
         return BUNDLED_CONFIG
     raise ConfigurationError(
-        f"{config_file}: config_path {config_path!r} is neither in {folder} nor one of the package's "
-        f"bundled configs {BUNDLED_CONFIGS}"
+        f"{config_file}: config_path {config_path!r} is neither in {folder} nor one of the "
+        f"package's bundled configs {BUNDLED_CONFIGS}"
     )
 
 
 def read_dictionary(path: str, specials: tuple[str, ...]) -> dict[str, int]:
     """A `.dic` file (token TAB id per line) as its `Embedder` reads it: each line stripped of
     surrounding whitespace, a line left with one field names U+3000 (the ideographic space the
-    strip removed); lines split as Python's `codecs` reader splits them (`str.splitlines`). The ids must be 0..n-1, one per entry (its
-    embedding has n rows)."""
+    strip removed); lines split as Python's `codecs` reader splits them (`str.splitlines`).
+    The ids must be 0..n-1, one per entry (its embedding has n rows)."""
     try:
         with open(path, encoding="utf-8", newline="") as source:
             lines = source.read().splitlines()

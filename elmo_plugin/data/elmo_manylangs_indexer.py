@@ -25,8 +25,9 @@ def words_namespace(namespace: str) -> str:
 
 
 def recorded_dictionary(vocab: Vocabulary, namespace: str) -> Optional[dict[str, int]]:
-    """The dictionary recorded in a namespace (token -> its id in the model), or None. allennlp's
-    padding and OOV tokens lead a padded namespace; the ids count from the first token after them."""
+    """The dictionary recorded in a namespace (token -> its id in the model), or None.
+    allennlp's padding and OOV tokens lead a padded namespace; the ids count from the first token
+    after them."""
     token_to_index = vocab.get_token_to_index_vocabulary(namespace)
     offset = 2 if token_to_index.get(DEFAULT_PADDING_TOKEN) == 0 else 0
     dictionary = {
@@ -45,7 +46,8 @@ def record_dictionary(
         vocab.add_tokens_to_namespace(sorted(dictionary, key=dictionary.__getitem__), namespace)
     elif recorded != dictionary:
         raise ConfigurationError(
-            f"{source}: its dictionary differs from the one recorded in vocabulary namespace {namespace!r}"
+            f"{source}: its dictionary differs from the one recorded in vocabulary namespace "
+            f"{namespace!r}"
         )
 
 
@@ -57,9 +59,10 @@ def vocabulary_dictionaries(
     words = recorded_dictionary(vocab, words_namespace(namespace)) if with_words else None
     if chars is None or (with_words and words is None):
         raise ConfigurationError(
-            f"the vocabulary has no ELMoForManyLangs dictionaries in namespaces {chars_namespace(namespace)!r} / "
-            f"{words_namespace(namespace)!r}: an elmo_bilm_embedder with an ELMoForManyLangs pretrained_file, or "
-            "the elmo_manylangs vocabulary, records them"
+            "the vocabulary has no ELMoForManyLangs dictionaries in namespaces "
+            f"{chars_namespace(namespace)!r} / {words_namespace(namespace)!r}: an "
+            "elmo_bilm_embedder with an ELMoForManyLangs pretrained_file, or the elmo_manylangs "
+            "vocabulary, records them"
         )
     return chars, words
 
@@ -115,9 +118,21 @@ class ElmoManyLangsIndexer(TokenIndexer):
     when it loads the model folder (the `elmo_manylangs` vocabulary does for continued
     pretraining), so a `model.tar.gz` carries them.
 
-    `sentence_boundary_tokens`: two token texts indexed as `<bos>` and `<eos>` (the `<S>` and
-    `</S>` that the `elmo_corpus` reader adds, for continued pretraining). Each distinct token's
-    ids are computed once (up to `cache_size` tokens kept).
+    Each distinct token's ids are computed once.
+
+    # Parameters
+
+    namespace : `str`, optional (default = `"elmo_manylangs"`)
+        The prefix of the vocabulary namespaces that hold the dictionaries.
+    max_characters_per_token : `int`, optional (default = `50`)
+        The model's `max_chars` (its config's `token_embedder.max_characters_per_token`).
+    sentence_boundary_tokens : `Tuple[str, str]`, optional (default = `None`)
+        Two token texts indexed as `<bos>` and `<eos>` (the `<S>` and `</S>` that the
+        `elmo_corpus` reader adds, for continued pretraining).
+    cache_size : `int`, optional (default = `1_000_000`)
+        The most distinct tokens whose ids are kept.
+    token_min_padding_length : `int`, optional (default = `0`)
+        `TokenIndexer`'s: the fewest tokens a padded field has.
     """
 
     def __init__(
@@ -132,7 +147,13 @@ class ElmoManyLangsIndexer(TokenIndexer):
         self._cache_size = cache_size
         self.namespace = namespace
         self.max_characters_per_token = max_characters_per_token
-        self._boundaries = dict(zip(sentence_boundary_tokens or (), (BOS, EOS)))
+        boundaries = tuple(sentence_boundary_tokens or ())
+        if boundaries and len(boundaries) != 2:
+            raise ConfigurationError(
+                "elmo_manylangs_ids: sentence_boundary_tokens must be two token texts (for <bos> "
+                f"and <eos>), got {list(boundaries)}"
+            )
+        self._boundaries = dict(zip(boundaries, (BOS, EOS), strict=True)) if boundaries else {}
         self._cache: dict[str, list[int]] = {}
         self._vocab_id: Optional[int] = None  # the vocabulary the cache was built with
 

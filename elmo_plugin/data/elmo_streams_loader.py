@@ -7,13 +7,13 @@ import bisect
 import itertools
 import math
 from collections.abc import Iterator
-from typing import Optional
+from typing import Optional, cast
 
 import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.data import Instance
 from allennlp.data.data_loaders.data_loader import DataLoader
-from allennlp.data.fields import TensorField
+from allennlp.data.fields import TensorField, TextField
 
 from elmo_plugin.data.elmo_corpus_loader import CorpusChunk, ElmoCorpusLoader
 from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
@@ -86,6 +86,23 @@ class ElmoStreamsLoader(ElmoCorpusLoader):
     compressed shard is one piece: keep those shards small). Exact resume
     (`elmo_corpus_resume`) restarts at the checkpoint's batch, reading each stream from that
     window on; a model's carried state then starts from zero.
+
+    # Parameters
+
+    reader : `ElmoCorpusReader`
+        The `elmo_corpus` dataset reader (allennlp passes the config's `dataset_reader`).
+    data_path : `str`
+        The corpus: a file, folder or glob of shards (allennlp passes the config's data path).
+    batch_size : `int`
+        Streams per process: the rows of a batch.
+    window_size : `int`, optional (default = `20`)
+        Tokens each window predicts per row (a window reads `window_size + 1` tokens at most).
+    shuffle : `bool`, optional (default = `False`)
+        Read the chunks in an order drawn from (seed, epoch).
+    chunk_bytes : `int`, optional (default = `1 << 20`)
+        About how many bytes of a plain shard make one chunk.
+    **kwargs
+        `elmo_corpus`'s other keys: `seed`, `cuda_device`, `collate_fn` (`num_workers` must be 0).
     """
 
     def __init__(
@@ -133,9 +150,11 @@ class ElmoStreamsLoader(ElmoCorpusLoader):
         """Every token's text of one piece, in order (strings: no Token objects)."""
         texts: list[str] = []
         for instance in self.reader.range_instances(piece.path, piece.start, piece.end):
-            field = instance["source"]
+            field = cast(TextField, instance["source"])
             texts.extend(
-                field.texts if isinstance(field, ElmoTextField) else [t.text for t in field.tokens]
+                field.texts
+                if isinstance(field, ElmoTextField)
+                else [t.ensure_text() for t in field.tokens]
             )
         return texts
 
@@ -182,7 +201,7 @@ class ElmoStreamsLoader(ElmoCorpusLoader):
                 f"{self.batch_size * self.world_size} streams of at least 2: lower batch_size"
             )
         bounds = stream_bounds(total, self.batch_size * self.world_size)
-        longest = max(end - start for start, end in zip(bounds, bounds[1:]))
+        longest = max(end - start for start, end in itertools.pairwise(bounds))
         first = self.rank * self.batch_size
         return [
             (bounds[s], bounds[s + 1]) for s in range(first, first + self.batch_size)
@@ -227,5 +246,6 @@ class ElmoStreamsLoader(ElmoCorpusLoader):
         `index_with` was called."""
         if "backward_source" in instance:
             # The reader's indexers, as it gives its own `source`.
-            instance["backward_source"].token_indexers = self.reader._token_indexers  # type: ignore[attr-defined]
+            backward = cast(TextField, instance["backward_source"])
+            backward.token_indexers = self.reader._token_indexers
         return super()._indexed(instance)

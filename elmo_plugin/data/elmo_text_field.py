@@ -25,8 +25,8 @@ class ElmoTextField(TextField):
         self._token_indexers = token_indexers
         self._indexed_tokens = None
 
-    @property  # type: ignore[override]
-    def tokens(self) -> list[Token]:  # type: ignore[override]
+    @property
+    def tokens(self) -> list[Token]:  # type: ignore[override]  # read-only: made from `texts`
         return [Token(text) for text in self.texts]
 
     def index(self, vocab: Vocabulary) -> None:
@@ -42,7 +42,7 @@ class ElmoTextField(TextField):
     def __len__(self) -> int:
         return len(self.texts)
 
-    def __getitem__(self, index: int) -> Token:  # type: ignore[override]
+    def __getitem__(self, index: int) -> Token:
         return Token(self.texts[index])
 
     # Pickled (to and from data-loader workers) as its strings: the default for slotted classes

@@ -1,4 +1,4 @@
-"""Vocabulary `elmo_tokens_file`: an ELMo `tokens.txt` (one token per line, line i = softmax row i)."""
+"""Vocabulary `elmo_tokens_file`: an ELMo `tokens.txt` (line i = token i = softmax row i)."""
 
 import os
 import tempfile
@@ -15,7 +15,15 @@ from elmo_plugin.data.elmo_vocab_file import (
 @Vocabulary.register("elmo_tokens_file", constructor="from_elmo_tokens_file")
 class ElmoTokensVocabulary(Vocabulary):
     """A `tokens` namespace read from an ELMo tokens file (`read_elmo_vocab_file`'s rules, missing
-    specials appended): index 0 is padding, line i -> index i + 1."""
+    specials appended): index 0 is padding, line i -> index i + 1.
+
+    # Parameters
+
+    tokens_file : `str`
+        The ELMo tokens file (`vocab.txt`), one token per line.
+    namespace : `str`, optional (default = `"tokens"`)
+        The namespace that receives the tokens.
+    """
 
     @classmethod
     def from_elmo_tokens_file(cls, tokens_file: str, namespace: str = "tokens") -> "Vocabulary":

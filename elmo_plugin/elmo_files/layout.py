@@ -60,7 +60,8 @@ class Hdf5Reader:
         shape = self.shape(name)
         if shape != tuple(expected_shape):
             raise ElmoFilesError(
-                f"{self.path}: dataset {name} has shape {shape} but {self._against} {tuple(expected_shape)}"
+                f"{self.path}: dataset {name} has shape {shape} but {self._against} "
+                f"{tuple(expected_shape)}"
             )
         try:
             array = numpy.asarray(self._file[name][...], dtype=numpy.float32)

@@ -7,7 +7,7 @@ The folder: `config.json` (`config_path` names the architecture JSON), `char.dic
 """
 
 import os
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import torch
 
@@ -15,6 +15,7 @@ from elmo_plugin.data.elmo_manylangs_files import model_config, read_dictionarie
 from elmo_plugin.data.elmo_manylangs_indexer import PAD, boundary_ids
 from elmo_plugin.elmo_files.layout import ElmoFilesError
 from elmo_plugin.modules.bilm_encoder import Architecture, BiLmEncoder
+from elmo_plugin.modules.elmo_manylangs_cnn import ElmoManyLangsCnn
 
 
 def manylangs_architecture(
@@ -27,8 +28,9 @@ def manylangs_architecture(
         or str(encoder.get("name", "")).lower() != "elmo"
     ):
         raise ElmoFilesError(
-            f"{folder}: token_embedder {embedder.get('name')!r} with encoder {encoder.get('name')!r} is not "
-            "supported: only the 'cnn' token embedder with the 'elmo' encoder (ELMoForManyLangs' released models)"
+            f"{folder}: token_embedder {embedder.get('name')!r} with encoder "
+            f"{encoder.get('name')!r} is not supported: only the 'cnn' token embedder with the "
+            "'elmo' encoder (ELMoForManyLangs' released models)"
         )
     max_chars = embedder["max_characters_per_token"]
     return {
@@ -116,5 +118,5 @@ def read_manylangs_folder(
         raise ElmoFilesError(
             f"{folder}: its weights do not fit its architecture ({error})"
         ) from None
-    encoder.char_cnn.dictionaries = (chars, words)
+    cast(ElmoManyLangsCnn, encoder.char_cnn).dictionaries = (chars, words)
     return encoder.eval(), architecture, chars, words

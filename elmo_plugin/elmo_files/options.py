@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 from elmo_plugin.elmo_files.layout import ElmoFilesError, require_file
 from elmo_plugin.modules.bilm_encoder import Architecture, BiLmEncoder
-from elmo_plugin.modules.elmo_char_cnn import ACTIVATIONS
+from elmo_plugin.modules.elmo_char_cnn import ACTIVATIONS, ElmoCharCnn
 from elmo_plugin.modules.elmo_lstm import ElmoLstmContextualizer
 
 MAX_CHARACTERS_PER_TOKEN = 50
@@ -66,8 +66,8 @@ def read_options(options_file: str) -> dict[str, Any]:
     max_chars = options["char_cnn"].get("max_characters_per_token", MAX_CHARACTERS_PER_TOKEN)
     if max_chars != MAX_CHARACTERS_PER_TOKEN:
         raise ElmoFilesError(
-            f"{options_file}: char_cnn.max_characters_per_token is {max_chars}; ELMo's character ids "
-            f"are {MAX_CHARACTERS_PER_TOKEN} per token"
+            f"{options_file}: char_cnn.max_characters_per_token is {max_chars}; ELMo's character "
+            f"ids are {MAX_CHARACTERS_PER_TOKEN} per token"
         )
     return options
 
@@ -102,16 +102,28 @@ def architecture_from_options(
     }
 
 
-def encoder_options(encoder: BiLmEncoder) -> dict[str, Any]:
-    """The options.json dict of one of our encoders; an error for anything but an LSTM."""
-    lstm = encoder.contextualizer
+def lstm_encoder_parts(encoder: BiLmEncoder) -> tuple[ElmoCharCnn, ElmoLstmContextualizer]:
+    """(character CNN, LSTM) of an encoder the standard files can describe; a clear error for
+    any other."""
+    cnn, lstm = encoder.char_cnn, encoder.contextualizer
     if not isinstance(lstm, ElmoLstmContextualizer):
         raise ElmoFilesError(
             f"the standard ELMo files (options.json + weights.hdf5) describe only LSTM biLMs; this "
             f"model's contextualizer is a {type(lstm).__name__}, which the standard layout has no "
             "place for (use the model.tar.gz archive itself instead)"
         )
-    cnn = encoder.char_cnn
+    if not isinstance(cnn, ElmoCharCnn):
+        raise ElmoFilesError(
+            "the standard ELMo files (options.json + weights.hdf5) describe only ELMo's character "
+            f"CNN; this model's character encoder is a {type(cnn).__name__} (use the model.tar.gz "
+            "archive itself instead)"
+        )
+    return cnn, lstm
+
+
+def encoder_options(encoder: BiLmEncoder) -> dict[str, Any]:
+    """The options.json dict of one of our encoders; an error for anything but an LSTM."""
+    cnn, lstm = lstm_encoder_parts(encoder)
     return {
         "lstm": {
             "use_skip_connections": True,
@@ -148,8 +160,8 @@ def check_architecture(encoder: BiLmEncoder, options: dict[str, Any], options_fi
     ]
     if ours["char_cnn"]["embedding"]["dim"] != options["char_cnn"]["embedding"]["dim"]:
         differences.append(
-            f"char_cnn.embedding.dim: config {ours['char_cnn']['embedding']['dim']} vs options file "
-            f"{options['char_cnn']['embedding']['dim']}"
+            f"char_cnn.embedding.dim: config {ours['char_cnn']['embedding']['dim']} vs options "
+            f"file {options['char_cnn']['embedding']['dim']}"
         )
     if differences:
         raise ElmoFilesError(

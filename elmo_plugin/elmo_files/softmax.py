@@ -67,9 +67,9 @@ def import_softmax(
             len(tokens),
         )
     with torch.no_grad():
-        index = torch.tensor(model_rows, dtype=torch.long, device=weight.device)
-        weight.index_copy_(0, index, torch.from_numpy(file_weight[file_rows]).to(weight))
-        bias.index_copy_(0, index, torch.from_numpy(file_bias[file_rows]).to(bias))
+        rows = torch.tensor(model_rows, dtype=torch.long, device=weight.device)
+        weight.index_copy_(0, rows, torch.from_numpy(file_weight[file_rows]).to(weight))
+        bias.index_copy_(0, rows, torch.from_numpy(file_bias[file_rows]).to(bias))
         if vocabulary_rows < weight.size(0):
             weight[vocabulary_rows:] = 0.0
             bias[vocabulary_rows:] = NO_TOKEN_BIAS

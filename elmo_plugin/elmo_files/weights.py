@@ -15,7 +15,7 @@ expects them:
 import json
 import os
 from collections.abc import Iterator
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import numpy
 import torch
@@ -31,6 +31,7 @@ from elmo_plugin.elmo_files.options import (
     NUM_CHARACTERS,
     architecture_from_options,
     encoder_options,
+    lstm_encoder_parts,
     read_options,
 )
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
@@ -42,7 +43,8 @@ def _lstm_dataset(direction: int, layer: int, name: str) -> str:
 
 
 def _swap_j_f(array: numpy.ndarray, cells: int) -> numpy.ndarray:
-    """Gate blocks along axis 0: TensorFlow i, j, f, o <-> torch i, f, g(=j), o (an involution)."""
+    """Gate blocks along axis 0: TensorFlow i, j, f, o <-> torch i, f, g(=j), o (an
+    involution)."""
     return numpy.concatenate(
         [array[:cells], array[2 * cells : 3 * cells], array[cells : 2 * cells], array[3 * cells :]]
     )
@@ -56,20 +58,24 @@ def _forget_ones(cells: int) -> numpy.ndarray:
 
 
 def _directions(lstm: ElmoLstmContextualizer) -> Iterator[tuple[int, int, torch.nn.LSTM]]:
-    for layer, (forward, backward) in enumerate(zip(lstm.forward_layers, lstm.backward_layers)):
-        yield 0, layer, forward
-        yield 1, layer, backward
+    layers = zip(lstm.forward_layers, lstm.backward_layers, strict=True)
+    for layer, (forward, backward) in enumerate(layers):
+        yield 0, layer, cast(torch.nn.LSTM, forward)
+        yield 1, layer, cast(torch.nn.LSTM, backward)
+
+
+def _cell_size(lstm: ElmoLstmContextualizer) -> int:
+    return cast(int, lstm.cell_size)  # set from cell_size or its old name hidden_dim
 
 
 def load_weights(
     encoder: BiLmEncoder, weights_file: str, options_file: Optional[str] = None
 ) -> None:
     """Copies weights.hdf5 into an encoder whose architecture matches its options."""
-    cnn, lstm = encoder.char_cnn, encoder.contextualizer
-    encoder_options(encoder)  # an LSTM encoder, or a clear error
+    cnn, lstm = lstm_encoder_parts(encoder)  # or a clear error
     embedding_dim = cnn.char_embedding.embedding_dim
     num_filters = sum(count for _, count in cnn.filters)
-    projection_dim, cells = lstm.input_dim, lstm.cell_size
+    projection_dim, cells = lstm.input_dim, _cell_size(lstm)
     with Hdf5Reader(weights_file, "weights", options_file) as weights:
         char_embed = weights.read(
             "char_embed", (cnn.char_embedding.num_embeddings - 1, embedding_dim)
@@ -78,17 +84,18 @@ def load_weights(
             cnn.char_embedding.weight,
             numpy.concatenate([numpy.zeros((1, embedding_dim), numpy.float32), char_embed]),
         )
-        for index, ((width, count), conv) in enumerate(zip(cnn.filters, cnn.convolutions)):
+        convolutions = zip(cnn.filters, cnn.conv_layers(), strict=True)
+        for index, ((width, count), conv) in enumerate(convolutions):
             kernel = weights.read(f"CNN/W_cnn_{index}", (1, width, embedding_dim, count))
             copy_into(conv.weight, kernel[0].transpose(2, 1, 0))
-            copy_into(conv.bias, weights.read(f"CNN/b_cnn_{index}", (count,)))
-        for index, layer in enumerate(cnn.highways._layers):
+            copy_into(conv.get_parameter("bias"), weights.read(f"CNN/b_cnn_{index}", (count,)))
+        for index, highway in enumerate(cnn.highway_layers()):
             w_transform = weights.read(f"CNN_high_{index}/W_transform", (num_filters, num_filters))
             w_carry = weights.read(f"CNN_high_{index}/W_carry", (num_filters, num_filters))
             b_transform = weights.read(f"CNN_high_{index}/b_transform", (num_filters,))
             b_carry = weights.read(f"CNN_high_{index}/b_carry", (num_filters,))
-            copy_into(layer.weight, numpy.concatenate([w_transform.T, -w_carry.T]))
-            copy_into(layer.bias, numpy.concatenate([b_transform, -b_carry]))
+            copy_into(highway.weight, numpy.concatenate([w_transform.T, -w_carry.T]))
+            copy_into(highway.bias, numpy.concatenate([b_transform, -b_carry]))
         copy_into(
             cnn.projection.weight, weights.read("CNN_proj/W_proj", (num_filters, projection_dim)).T
         )
@@ -98,14 +105,18 @@ def load_weights(
                 _lstm_dataset(direction, layer, "W_0"), (2 * projection_dim, 4 * cells)
             ).T
             bias = weights.read(_lstm_dataset(direction, layer, "B"), (4 * cells,))
-            copy_into(cell.weight_ih_l0, _swap_j_f(packed[:, :projection_dim], cells))
-            copy_into(cell.weight_hh_l0, _swap_j_f(packed[:, projection_dim:], cells))
+            copy_into(
+                cell.get_parameter("weight_ih_l0"), _swap_j_f(packed[:, :projection_dim], cells)
+            )
+            copy_into(
+                cell.get_parameter("weight_hh_l0"), _swap_j_f(packed[:, projection_dim:], cells)
+            )
             # The file's bias in bias_ih, TensorFlow's run-time +1.0 forget bias in bias_hh:
             # the LSTM adds them, and writing it back out is exact.
-            copy_into(cell.bias_ih_l0, _swap_j_f(bias, cells))
-            copy_into(cell.bias_hh_l0, _forget_ones(cells))
+            copy_into(cell.get_parameter("bias_ih_l0"), _swap_j_f(bias, cells))
+            copy_into(cell.get_parameter("bias_hh_l0"), _forget_ones(cells))
             copy_into(
-                cell.weight_hr_l0,
+                cell.get_parameter("weight_hr_l0"),
                 weights.read(_lstm_dataset(direction, layer, "W_P_0"), (cells, projection_dim)).T,
             )
 
@@ -130,37 +141,40 @@ def read_bilm_encoder(options_file: str, weights_file: str) -> BiLmEncoder:
 
 def weight_arrays(encoder: BiLmEncoder) -> dict[str, numpy.ndarray]:
     """Dataset name -> array of weights.hdf5 for one of our encoders."""
-    encoder_options(encoder)
-    cnn, lstm = encoder.char_cnn, encoder.contextualizer
+    cnn, lstm = lstm_encoder_parts(encoder)
     num_filters = sum(count for _, count in cnn.filters)
     arrays = {"char_embed": to_numpy(cnn.char_embedding.weight)[1:]}
-    for index, conv in enumerate(cnn.convolutions):
+    for index, conv in enumerate(cnn.conv_layers()):
         arrays[f"CNN/W_cnn_{index}"] = to_numpy(conv.weight).transpose(2, 1, 0)[None]
-        arrays[f"CNN/b_cnn_{index}"] = to_numpy(conv.bias)
-    for index, layer in enumerate(cnn.highways._layers):
-        weight, bias = to_numpy(layer.weight), to_numpy(layer.bias)
+        arrays[f"CNN/b_cnn_{index}"] = to_numpy(conv.get_parameter("bias"))
+    for index, highway in enumerate(cnn.highway_layers()):
+        weight, bias = to_numpy(highway.weight), to_numpy(highway.bias)
         arrays[f"CNN_high_{index}/W_transform"] = weight[:num_filters].T
         arrays[f"CNN_high_{index}/W_carry"] = -weight[num_filters:].T
         arrays[f"CNN_high_{index}/b_transform"] = bias[:num_filters]
         arrays[f"CNN_high_{index}/b_carry"] = -bias[num_filters:]
     arrays["CNN_proj/W_proj"] = to_numpy(cnn.projection.weight).T
     arrays["CNN_proj/b_proj"] = to_numpy(cnn.projection.bias)
-    cells = lstm.cell_size
+    cells = _cell_size(lstm)
     for direction, layer, cell in _directions(lstm):
         packed = numpy.concatenate(
             [
-                _swap_j_f(to_numpy(cell.weight_ih_l0), cells),
-                _swap_j_f(to_numpy(cell.weight_hh_l0), cells),
+                _swap_j_f(to_numpy(cell.get_parameter("weight_ih_l0")), cells),
+                _swap_j_f(to_numpy(cell.get_parameter("weight_hh_l0")), cells),
             ],
             axis=1,
         )
         # stored without TensorFlow's run-time +1.0 forget bias
         bias = _swap_j_f(
-            to_numpy(cell.bias_ih_l0) + (to_numpy(cell.bias_hh_l0) - _forget_ones(cells)), cells
+            to_numpy(cell.get_parameter("bias_ih_l0"))
+            + (to_numpy(cell.get_parameter("bias_hh_l0")) - _forget_ones(cells)),
+            cells,
         )
         arrays[_lstm_dataset(direction, layer, "W_0")] = packed.T
         arrays[_lstm_dataset(direction, layer, "B")] = bias
-        arrays[_lstm_dataset(direction, layer, "W_P_0")] = to_numpy(cell.weight_hr_l0).T
+        arrays[_lstm_dataset(direction, layer, "W_P_0")] = to_numpy(
+            cell.get_parameter("weight_hr_l0")
+        ).T
     return arrays
 
 

@@ -1,1 +1,5 @@
 from elmo_plugin.models.elmo_bilm import ElmoLanguageModel
+
+__all__ = [
+    "ElmoLanguageModel",
+]

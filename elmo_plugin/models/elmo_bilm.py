@@ -3,7 +3,7 @@
 import contextlib
 import logging
 import os
-from typing import ContextManager, Optional, Union
+from typing import Optional, Union
 
 import torch
 from allennlp.common.checks import ConfigurationError
@@ -57,38 +57,61 @@ class ElmoLanguageModel(LanguageModel):
     directions; evaluation always uses the full softmax, with `num_samples` computed over chunks
     of rows so that its memory stays bounded at any vocabulary size (`ChunkedSampledSoftmaxLoss`).
 
-    `sparse_embeddings: true` (with `num_samples`) keeps the sampled softmax as sparse embeddings: a step computes and
-    applies gradients for the rows it touched only (use Adagrad, or a sparse-capable optimizer
-    for them: docs/pretraining.md, "Sparse softmax"). Under allennlp's distributed training
-    their gradients are averaged over processes by gathering the touched rows, outside DDP's
-    all-reduce, so it works on gloo and NCCL (`synchronize_sparse_gradients`).
-
     `source` must hold the character ids for the text field embedder and a `tokens` single-id
     entry (embedded by an `empty` embedder) for the targets.
 
-    `pretrained_file`: the ELMo files to start from: a folder (one `*options.json`, one
-    `*weights.hdf5`, any names; optionally `*softmax.hdf5` + `vocab.txt`) or `[options, weights]`,
-    paths or URLs (`elmo_files.source`). The configured architecture must equal the options file;
-    the softmax rows are mapped onto the vocabulary by token through vocab.txt, and without them
-    the softmax starts fresh (one warning). Or an ELMoForManyLangs model folder (with an
-    `elmo_manylangs_cnn` token embedder and the `elmo_manylangs` vocabulary): the configured
-    architecture must equal its own; it has no softmax, so the softmax starts fresh. allennlp
-    drops this key when it loads an archive: the weights then come from the archive.
-
-    `mixed_precision: "bf16"` runs the forward pass (both directions, the softmax) under
-    `torch.autocast` with bfloat16 on the model's device, CPU or GPU; parameters, optimizer state
-    and the LSTM memory cells stay float32 and no gradient scaling is needed (allennlp's
-    `use_amp` is float16 with a scaler and CUDA only). `tf32` is deprecated and ignored (one
-    log line says so): TF32 is a process setting, `tf32` of the `elmo_process_settings` trainer
-    callback, the `elmo_evaluator` evaluator, our predictors and `elmo-embed --tf32`.
-
     Batches of the `elmo_streams` data loader (bilm-tf's regime) also hold `backward_source`,
     the backward LM's own text (the stream reversed, read left to right), and `stream_start`:
-    each window's first T tokens are read and its last T predicted, in each direction. With
-    `stateful: true` (elmo_lstm only) every row's LSTM state (all layers, both directions) is
-    carried from one batch to the next, detached (truncated backpropagation through time), and
-    reset to zero where `stream_start` is set; training and evaluation carry separate states.
-    A resumed run (`-r`) starts from zero state. Without `stateful` every window starts from zero.
+    each window's first T tokens are read and its last T predicted, in each direction.
+
+    # Parameters
+
+    vocab : `Vocabulary`
+        Given by allennlp; namespace `tokens` holds the softmax vocabulary.
+    text_field_embedder : `TextFieldEmbedder`
+        The character encoder (`elmo_char_cnn`, `elmo_manylangs_cnn` or allennlp-models'
+        `character_encoding`) and an `empty` embedder for `tokens`.
+    contextualizer : `Seq2SeqEncoder`
+        `elmo_lstm` or `elmo_transformer`.
+    dropout : `float`, optional (default = `None`)
+        `LanguageModel`'s dropout on the contextualizer's output.
+    num_samples : `int`, optional (default = `None`)
+        Sampled softmax with this many samples during training; `None`: the full softmax.
+    sparse_embeddings : `bool`, optional (default = `False`)
+        With `num_samples`: the sampled softmax as sparse embeddings, so that a step computes
+        and applies gradients for the rows it touched only (use Adagrad, or a sparse-capable
+        optimizer for them: docs/pretraining.md, "Sparse softmax"). Under allennlp's
+        distributed training their gradients are averaged over processes by gathering the
+        touched rows, outside DDP's all-reduce, so it works on gloo and NCCL
+        (`synchronize_sparse_gradients`).
+    initializer : `InitializerApplicator`, optional (default = `None`)
+        `LanguageModel`'s initializer.
+    pretrained_file : `str` or `List[str]`, optional (default = `None`)
+        The ELMo files to start from: a folder (one `*options.json`, one `*weights.hdf5`, any
+        names; optionally `*softmax.hdf5` + `vocab.txt`) or `[options, weights]`, paths or URLs
+        (`elmo_files.source`). The configured architecture must equal the options file; the
+        softmax rows are mapped onto the vocabulary by token through vocab.txt, and without
+        them the softmax starts fresh (one warning). Or an ELMoForManyLangs model folder (with
+        an `elmo_manylangs_cnn` token embedder and the `elmo_manylangs` vocabulary): the
+        configured architecture must equal its own; it has no softmax. allennlp drops this key
+        when it loads an archive: the weights then come from the archive.
+    mixed_precision : `str`, optional (default = `None`)
+        `"bf16"` runs the forward pass (both directions, the softmax) under `torch.autocast`
+        with bfloat16 on the model's device, CPU or GPU; parameters, optimizer state and the
+        LSTM memory cells stay float32 and no gradient scaling is needed (allennlp's `use_amp`
+        is float16 with a scaler and CUDA only).
+    tf32 : `bool`, optional (default = `None`)
+        Deprecated and ignored (one log line says so): TF32 is a process setting, `tf32` of the
+        `elmo_process_settings` trainer callback, the `elmo_evaluator` evaluator, our
+        predictors and `elmo-embed --tf32`.
+    stateful : `bool`, optional (default = `False`)
+        With `elmo_streams` batches and `elmo_lstm`: every row's LSTM state (all layers, both
+        directions) is carried from one batch to the next, detached (truncated backpropagation
+        through time), and reset to zero where `stream_start` is set; training and evaluation
+        carry separate states. A resumed run (`-r`) starts from zero state. Without `stateful`
+        every window starts from zero.
+    **kwargs
+        `LanguageModel`'s other keys (`regularizer`, ...).
     """
 
     default_predictor = "elmo_embeddings"
@@ -121,17 +144,19 @@ class ElmoLanguageModel(LanguageModel):
         )
         if not isinstance(contextualizer, BiLmContextualizer):
             raise ConfigurationError(
-                f"elmo_bilm: the contextualizer must be elmo_lstm or elmo_transformer, not {type(contextualizer).__name__}"
+                "elmo_bilm: the contextualizer must be elmo_lstm or elmo_transformer, not "
+                f"{type(contextualizer).__name__}"
             )
         if type(self._softmax_loss) is SampledSoftmaxLoss:
-            # Same parameters and training, chunked evaluation; re-classed rather than rebuilt, which
-            # would draw (and allocate) a second random softmax of vocabulary x P.
+            # Same parameters and training, chunked evaluation; re-classed rather than rebuilt,
+            # which would draw (and allocate) a second random softmax of vocabulary x P.
             self._softmax_loss.__class__ = ChunkedSampledSoftmaxLoss
         if sparse_embeddings:
             synchronize_sparse_gradients(self)
         if stateful and not contextualizer.supports_state:
             raise ConfigurationError(
-                f"elmo_bilm: stateful needs a contextualizer that carries state (elmo_lstm), not {type(contextualizer).__name__}"
+                "elmo_bilm: stateful needs a contextualizer that carries state (elmo_lstm), not "
+                f"{type(contextualizer).__name__}"
             )
         self.stateful = stateful
         # The carried LSTM state of each mode (key: self.training), so validation between
@@ -140,7 +165,8 @@ class ElmoLanguageModel(LanguageModel):
         self._token_weighted_perplexity = TokenWeightedPerplexity()
         if mixed_precision not in MIXED_PRECISION:
             raise ConfigurationError(
-                f"elmo_bilm: mixed_precision must be one of {list(MIXED_PRECISION)}, got {mixed_precision!r}"
+                f"elmo_bilm: mixed_precision must be one of {list(MIXED_PRECISION)}, "
+                f"got {mixed_precision!r}"
             )
         self.mixed_precision = mixed_precision
         if tf32 is not None:
@@ -208,8 +234,8 @@ class ElmoLanguageModel(LanguageModel):
         ours = self.bilm_encoder()
         if not isinstance(ours.char_cnn, ElmoManyLangsCnn):
             raise ElmoFilesError(
-                f"{folder} is an ELMoForManyLangs model: elmo_bilm needs an elmo_manylangs_cnn token "
-                f"embedder to load it, not {type(ours.char_cnn).__name__}"
+                f"{folder} is an ELMoForManyLangs model: elmo_bilm needs an elmo_manylangs_cnn "
+                f"token embedder to load it, not {type(ours.char_cnn).__name__}"
             )
         contextualizer = {
             key: getattr(ours.contextualizer, key, None) for key in MANYLANGS_CONTEXTUALIZER_KEYS
@@ -226,7 +252,8 @@ class ElmoLanguageModel(LanguageModel):
         }
         if differing:
             raise ElmoFilesError(
-                f"{folder}: the configured biLM differs from the release (configured, release): {differing}"
+                f"{folder}: the configured biLM differs from the release (configured, release): "
+                f"{differing}"
             )
         ours.load_state_dict(release.state_dict())
         if os.path.exists(os.path.join(folder, "classifier.pkl")):
@@ -243,7 +270,7 @@ class ElmoLanguageModel(LanguageModel):
         return len(tokens)
 
     def char_cnn(self) -> Union[ElmoCharCnn, ElmoManyLangsCnn]:
-        embedders = self._text_field_embedder._token_embedders  # type: ignore[attr-defined]
+        embedders = self._text_field_embedder._token_embedders
         for embedder in embedders.values():
             if isinstance(embedder, (ElmoCharCnn, ElmoManyLangsCnn)):
                 return embedder
@@ -261,20 +288,21 @@ class ElmoLanguageModel(LanguageModel):
         """(batch, timesteps) targets, 0 = none. allennlp-models' `LanguageModel` gives the first
         padding position of every padded sentence a backward target; drop it: a backward target
         at t exists exactly when the forward target at t - 1 does."""
-        backward_targets = backward_targets.clone()
-        backward_targets[:, 1:] *= forward_targets[:, :-1] > 0
+        if backward_targets is not None:
+            backward_targets = backward_targets.clone()
+            backward_targets[:, 1:] *= forward_targets[:, :-1] > 0
         return super()._compute_loss(
             lm_embeddings, token_embeddings, forward_targets, backward_targets
         )
 
-    def _autocast(self) -> ContextManager:
+    def _autocast(self) -> contextlib.AbstractContextManager:
         """bf16 autocast on the model's device when `mixed_precision` asks for it."""
         dtype = MIXED_PRECISION[self.mixed_precision]
         if dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(next(self.parameters()).device.type, dtype=dtype)
 
-    def forward(  # type: ignore[override]
+    def forward(
         self,
         source: TextFieldTensors,
         backward_source: Optional[TextFieldTensors] = None,
@@ -323,7 +351,7 @@ class ElmoLanguageModel(LanguageModel):
                 direction, direction_embeddings, direction_targets, embeddings[direction]
             )
             for direction, (direction_embeddings, direction_targets) in enumerate(
-                zip((forward_embeddings, backward_embeddings), targets)
+                zip((forward_embeddings, backward_embeddings), targets, strict=True)
             )
         ]
         count = (targets[0] > 0).sum().float()

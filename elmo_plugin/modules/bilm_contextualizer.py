@@ -51,7 +51,8 @@ class BiLmContextualizer(Seq2SeqEncoder):
     ) -> tuple[list[torch.Tensor], list[LayerState]]:
         """Each direction over its own stream with state carried in and out (see `elmo_lstm`)."""
         raise ConfigurationError(
-            f"{type(self).__name__} cannot read elmo_streams batches (stateful training): use the elmo_lstm contextualizer"
+            f"{type(self).__name__} cannot read elmo_streams batches (stateful training): use "
+            "the elmo_lstm contextualizer"
         )
 
     def forward(

@@ -2,7 +2,7 @@
 model, the downstream embedder, the predictors and the commands."""
 
 import copy
-from typing import Any
+from typing import Any, cast
 
 import torch
 from allennlp.common import Params
@@ -40,8 +40,9 @@ def return_all_layers(contextualizer: Seq2SeqEncoder) -> None:
         or not contextualizer.is_bidirectional()
     ):
         raise ConfigurationError(
-            f"a biLM needs a bidirectional contextualizer with `num_layers` and `return_all_layers` "
-            f"(elmo_lstm, elmo_transformer or bidirectional_language_model_transformer), not "
+            "a biLM needs a bidirectional contextualizer with `num_layers` and "
+            "`return_all_layers` (elmo_lstm, elmo_transformer or "
+            "bidirectional_language_model_transformer), not "
             f"{type(contextualizer).__name__}"
         )
     for module, name in flags:
@@ -67,8 +68,8 @@ class BiLmEncoder(torch.nn.Module):
             return_all_layers(contextualizer)
         if contextualizer.get_output_dim() % char_cnn.get_output_dim() != 0:
             raise ConfigurationError(
-                f"the biLM's character encoder width {char_cnn.get_output_dim()} does not divide its "
-                f"contextualizer's {contextualizer.get_output_dim()}"
+                f"the biLM's character encoder width {char_cnn.get_output_dim()} does not divide "
+                f"its contextualizer's {contextualizer.get_output_dim()}"
             )
         self.char_cnn = char_cnn
         self.contextualizer = contextualizer
@@ -94,7 +95,8 @@ class BiLmEncoder(torch.nn.Module):
 
     @property
     def num_layers(self) -> int:
-        return self.contextualizer.num_layers + 1
+        # an int: ours define it, return_all_layers checked that the others have it
+        return cast(int, self.contextualizer.num_layers) + 1
 
     def get_output_dim(self) -> int:
         return self.contextualizer.get_output_dim()
@@ -113,5 +115,5 @@ class BiLmEncoder(torch.nn.Module):
         return [torch.cat([tokens] * repeats, dim=-1), *self.contextual_layers(tokens, mask)]
 
     def forward(self, char_ids: torch.Tensor) -> tuple[list[torch.Tensor], torch.BoolTensor]:
-        mask = (char_ids > 0).any(dim=-1)
+        mask = cast(torch.BoolTensor, (char_ids > 0).any(dim=-1))
         return self.layers_from_tokens(self.char_cnn(char_ids), mask), mask

@@ -21,10 +21,10 @@ def sentence_layers(
 def without_boundaries(
     layers: list[torch.Tensor], mask: torch.BoolTensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every layer (batch, tokens + 2, dim) of `<S> w1 .. wn </S>` and its mask -> `sentence_layers`'s
-    (layers (batch, num_layers, tokens, dim), lengths (batch,))."""
+    """Every layer (batch, tokens + 2, dim) of `<S> w1 .. wn </S>` and its mask ->
+    `sentence_layers`'s (layers (batch, num_layers, tokens, dim), lengths (batch,))."""
     trimmed: list[torch.Tensor] = []
-    new_mask = mask
+    new_mask: torch.Tensor = mask
     for layer in layers:
         inner, new_mask = remove_sentence_boundaries(layer, mask)
         trimmed.append(inner)

@@ -1,5 +1,7 @@
 """allennlp's `SampledSoftmaxLoss` whose full-softmax evaluation runs over row chunks."""
 
+from typing import cast
+
 import torch
 from allennlp.modules.sampled_softmax_loss import SampledSoftmaxLoss
 
@@ -22,8 +24,8 @@ class ChunkedSampledSoftmaxLoss(SampledSoftmaxLoss):
         """embeddings (n, P), targets (n,) softmax rows -> summed NLL, a scalar."""
         if self.sparse:
             weight, bias = self.softmax_w.weight, self.softmax_b.weight.squeeze(1)
-        else:
-            weight, bias = self.softmax_w, self.softmax_b
+        else:  # Parameters here (allennlp's attributes are typed as its sparse Embeddings)
+            weight, bias = cast(torch.Tensor, self.softmax_w), cast(torch.Tensor, self.softmax_b)
         embeddings = embeddings.float()
         rows_per_chunk = max(1, self.max_eval_logits // max(1, embeddings.size(0)))
         log_normalizer = embeddings.new_full((embeddings.size(0),), float("-inf"))

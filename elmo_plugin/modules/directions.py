@@ -27,6 +27,7 @@ def both_directions(inputs: torch.Tensor, reverse_index: torch.Tensor) -> torch.
 def join_directions(
     states: torch.Tensor, reverse_index: torch.Tensor, keep: torch.Tensor
 ) -> torch.Tensor:
-    """(2, batch, timesteps, dim) states of `both_directions` inputs -> (batch, timesteps, 2 * dim)
-    [forward; backward] in the original order, times `keep` (batch, timesteps, 1): zero at padding."""
+    """(2, batch, timesteps, dim) states of `both_directions` inputs -> (batch, timesteps,
+    2 * dim) [forward; backward] in the original order, times `keep` (batch, timesteps, 1): zero
+    at padding."""
     return torch.cat([states[0], gather_timesteps(states[1], reverse_index)], dim=-1) * keep

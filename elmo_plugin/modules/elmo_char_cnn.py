@@ -1,6 +1,8 @@
-"""TokenEmbedder `elmo_char_cnn`: ELMo's character CNN input layer, built without a weight file."""
+"""TokenEmbedder `elmo_char_cnn`: ELMo's character CNN input layer, built without a weight
+file."""
 
-from typing import Optional
+from collections.abc import Callable
+from typing import Optional, cast
 
 import torch
 from allennlp.common.checks import ConfigurationError
@@ -11,7 +13,10 @@ from allennlp.modules.token_embedders import TokenEmbedder
 from elmo_plugin.cpu.distinct_rows import distinct_rows
 from elmo_plugin.cpu.onednn_matmul import RightMatrix, linear, uses_onednn
 
-ACTIVATIONS = {"relu": torch.nn.functional.relu, "tanh": torch.tanh}
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": torch.nn.functional.relu,
+    "tanh": torch.tanh,
+}
 PADDING_CHAR_ID = ELMoCharacterMapper.padding_character + 1
 # Upper bounds of token lengths (characters up to the last non-padding one) encoded together.
 LENGTH_GROUPS = (5, 7, 9, 12, 16, 24, 50)
@@ -31,11 +36,11 @@ def windows_times_filters(
     """(n, positions + width - 1, char_dim) embedded characters, every filter as a (char_dim *
     width, filters) `RightMatrix` (`ElmoCharCnn.filters_as_one_matrix`) and their bias (filters,)
     -> (n, positions, filters): all convolutions as one oneDNN matmul of every window of `width`
-    characters (im2col) with the filters. For these narrow inputs (16 channels) that is several
-    times faster than torch's CPU convolutions, one call instead of one per width (oneDNN sets up
-    a kernel per shape); the zero taps cost about 16% more multiplications. The same numbers
-    within float32 rounding. No gradient."""
-    windows = characters.unfold(1, width, 1)  # (n, positions, char_dim, width): conv's weight order
+    characters (im2col) with the filters: one call instead of one convolution per width (oneDNN
+    sets up a kernel per shape), narrower filters padded with zero taps. The same numbers within
+    float32 rounding. No gradient."""
+    # (n, positions, char_dim, width): the order of a Conv1d weight's last two dimensions
+    windows = characters.unfold(1, width, 1)
     return filters(windows.flatten(2), bias)
 
 
@@ -55,6 +60,23 @@ class ElmoCharCnn(TokenEmbedder):
     or after L sees only padding and has one value per filter, computed once per batch: the max
     over positions is the max over the first L windows and, where the token leaves room for
     one, that all-padding window. Gradients are those of the full computation.
+
+    # Parameters
+
+    filters : `List[Tuple[int, int]]`
+        One `[width, count]` per convolution: `count` filters over `width` characters
+        (options.json `char_cnn.filters`).
+    num_highway : `int`
+        Highway layers after the convolutions (options.json `char_cnn.n_highway`).
+    projection_dim : `int`
+        The output width (options.json `lstm.projection_dim`).
+    embedding_dim : `int`, optional (default = `16`)
+        The width of a character's embedding (options.json `char_cnn.embedding.dim`).
+    activation : `str`, optional (default = `"relu"`)
+        Applied to the pooled convolutions: `"relu"` or `"tanh"` (options.json
+        `char_cnn.activation`).
+    num_characters : `int`, optional (default = `262`)
+        Rows of the character embedding: ELMo's 261 character ids + 1 (id 0 is padding).
     """
 
     def __init__(
@@ -95,29 +117,40 @@ class ElmoCharCnn(TokenEmbedder):
         torch.nn.init.uniform_(self.char_embedding.weight, -1.0, 1.0)
         with torch.no_grad():
             self.char_embedding.weight[0].zero_()
-        for (width, _), convolution in zip(self.filters, self.convolutions):
+        for (width, _), convolution in zip(self.filters, self.conv_layers(), strict=True):
             if self.activation == "relu":
                 torch.nn.init.uniform_(convolution.weight, -0.05, 0.05)
             else:
                 torch.nn.init.normal_(
                     convolution.weight, std=(1.0 / (width * convolution.in_channels)) ** 0.5
                 )
-            torch.nn.init.zeros_(convolution.bias)
-        for layer in [*self.highways._layers, self.projection]:
+            torch.nn.init.zeros_(convolution.get_parameter("bias"))
+        for layer in [*self.highway_layers(), self.projection]:
             torch.nn.init.normal_(layer.weight, std=(1.0 / layer.in_features) ** 0.5)
             torch.nn.init.zeros_(layer.bias)
-        for layer in self.highways._layers:
+        for layer in self.highway_layers():
             torch.nn.init.constant_(layer.bias[layer.in_features :], 2.0)
 
     def get_output_dim(self) -> int:
         return self._output_dim
+
+    def conv_layers(self) -> list[torch.nn.Conv1d]:
+        """The convolutions, one per `filters` entry, in order."""
+        return [cast(torch.nn.Conv1d, conv) for conv in self.convolutions]
+
+    def highway_layers(self) -> list[torch.nn.Linear]:
+        """Each highway layer's Linear (nonlinear part and gate stacked: 2 x width outputs)."""
+        return [cast(torch.nn.Linear, layer) for layer in self.highways._layers]
 
     def padding_windows(self) -> torch.Tensor:
         """(total filters,) every filter's convolution of a window of padding characters only."""
         padding = self.char_embedding.weight[PADDING_CHAR_ID].view(1, -1, 1)
         windows = [padding.expand(-1, -1, width) for width, _ in self.filters]
         return torch.cat(
-            [conv(window)[0, :, 0] for conv, window in zip(self.convolutions, windows)]
+            [
+                conv(window)[0, :, 0]
+                for conv, window in zip(self.conv_layers(), windows, strict=True)
+            ]
         )
 
     def filter_widths(self, device: torch.device) -> torch.Tensor:
@@ -137,11 +170,11 @@ class ElmoCharCnn(TokenEmbedder):
         weight = torch.cat(
             [
                 pad(conv.weight, (0, self._widest - conv.weight.size(-1)))
-                for conv in self.convolutions
+                for conv in self.conv_layers()
             ]
         )
         return RightMatrix(weight.flatten(1).t()), torch.cat(
-            [conv.bias for conv in self.convolutions]
+            [conv.get_parameter("bias") for conv in self.conv_layers()]
         )
 
     def pooled_convolutions(
@@ -162,11 +195,11 @@ class ElmoCharCnn(TokenEmbedder):
             characters = self.char_embedding(
                 char_ids[:, : longest + self._widest - 1]
             )  # (n, chars, char_dim)
-            # amax, not max: no argmax indices (several times faster); tied windows share the gradient
+            # amax, not max: no argmax indices to compute; tied windows share the gradient
             best = torch.cat(
                 [
                     conv(characters[:, : longest + width - 1].transpose(1, 2)).amax(dim=-1)
-                    for (width, _), conv in zip(self.filters, self.convolutions)
+                    for (width, _), conv in zip(self.filters, self.conv_layers(), strict=True)
                 ],
                 dim=-1,
             )
@@ -221,14 +254,15 @@ class ElmoCharCnn(TokenEmbedder):
         """(n, total filters) -> (n, projection_dim): the highway layers, then the projection.
         Where no gradient is needed on a float32 CPU (inference, or a frozen ELMo), the same
         computation as allennlp's `Highway` runs its matmuls through oneDNN (`onednn_matmul`)."""
-        layers = [*self.highways._layers, self.projection]
+        layers = [*self.highway_layers(), self.projection]
         if not uses_onednn(
             pooled, *(parameter for layer in layers for parameter in layer.parameters())
         ):
             return self.projection(self.highways(pooled))
-        for layer in self.highways._layers:
+        for layer in self.highway_layers():
             nonlinear, gate = linear(pooled, layer.weight, layer.bias).chunk(2, dim=-1)
-            # gate * pooled + (1 - gate) * activation(nonlinear) in one pass: lerp(a, b, w) = a + w (b - a)
+            # gate * pooled + (1 - gate) * activation(nonlinear) in one pass:
+            # lerp(a, b, w) = a + w (b - a)
             pooled = torch.lerp(self.highways._activation(nonlinear), pooled, gate.sigmoid_())
         return linear(pooled, self.projection.weight, self.projection.bias)
 

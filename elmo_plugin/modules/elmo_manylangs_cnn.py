@@ -1,4 +1,5 @@
-"""TokenEmbedder `elmo_manylangs_cnn`: the "cnn" token embedder of ELMoForManyLangs (HIT-SCIR)."""
+"""TokenEmbedder `elmo_manylangs_cnn`: the "cnn" token embedder of ELMoForManyLangs
+(HIT-SCIR)."""
 
 from typing import Any, Optional
 
@@ -29,15 +30,44 @@ class ElmoManyLangsCnn(TokenEmbedder):
     (padding characters included, as ELMoForManyLangs computes it), activation -> `num_highway`
     highway layers (relu, whatever `activation` says, as its code does) -> [word embedding
     (`word_dim` > 0); that] -> linear projection. Padding tokens give zero vectors.
-    `sentence_boundaries`: the indexed `<bos>` and `<eos>` tokens, which `elmo_bilm_embedder`
-    puts around every sentence.
 
-    `char_padding_id` / `word_padding_id`: the `<pad>` ids, whose embeddings get no gradient (as
-    in its `EmbeddingLayer`). `num_characters`, `num_words`, `sentence_boundaries` and the
-    padding ids may be left out where the model's
-    vocabulary holds its dictionaries (namespace `namespace`, as the `elmo_manylangs` vocabulary
-    records them for continued pretraining): they are then derived from them, and the
-    dictionaries are kept in `dictionaries`. `architecture` holds every argument, explicit.
+    `num_characters`, `num_words`, `sentence_boundaries` and the padding ids may be left out
+    where the model's vocabulary holds its dictionaries (namespace `namespace`, as the
+    `elmo_manylangs` vocabulary records them for continued pretraining): they are then derived
+    from them, and the dictionaries are kept in `dictionaries`. `architecture` holds every
+    argument, explicit.
+
+    # Parameters
+
+    char_dim : `int`
+        The width of a character's embedding (its config's `token_embedder.char_dim`).
+    filters : `List[Tuple[int, int]]`
+        One `[width, count]` per convolution (`token_embedder.filters`).
+    num_highway : `int`
+        Highway layers after the convolutions (`token_embedder.n_highway`).
+    projection_dim : `int`
+        The output width (`encoder.projection_dim`).
+    word_dim : `int`, optional (default = `0`)
+        The width of a word's embedding, concatenated before the projection; 0: none.
+    activation : `str`, optional (default = `"relu"`)
+        Applied to the pooled convolutions: `"relu"` or `"tanh"`.
+    max_characters_per_token : `int`, optional (default = `50`)
+        Characters per token; the indexer must give the same.
+    num_characters : `int`, optional (default = `None`)
+        Rows of the character embedding; `None`: the size of the vocabulary's dictionary.
+    num_words : `int`, optional (default = `0`)
+        Rows of the word embedding (with `word_dim` > 0); derived with `num_characters`.
+    sentence_boundaries : `Dict[str, List[int]]`, optional (default = `None`)
+        The indexed `<bos>` and `<eos>` tokens, which `elmo_bilm_embedder` puts around every
+        sentence; `None`: derived from the vocabulary's dictionaries.
+    char_padding_id : `int`, optional (default = `None`)
+        The `<pad>` character id, whose embedding gets no gradient (as in its `EmbeddingLayer`).
+    word_padding_id : `int`, optional (default = `None`)
+        The `<pad>` word id, likewise.
+    vocab : `Vocabulary`, optional (default = `None`)
+        Given by allennlp: the model's vocabulary, read when the sizes above are left out.
+    namespace : `str`, optional (default = `"elmo_manylangs"`)
+        The prefix of the vocabulary namespaces that hold the dictionaries.
     """
 
     def __init__(
@@ -66,8 +96,8 @@ class ElmoManyLangsCnn(TokenEmbedder):
         if num_characters is None or sentence_boundaries is None:
             if vocab is None:
                 raise ConfigurationError(
-                    "elmo_manylangs_cnn: give num_characters and sentence_boundaries, or a vocabulary with the "
-                    "model's dictionaries (vocabulary type elmo_manylangs)"
+                    "elmo_manylangs_cnn: give num_characters and sentence_boundaries, or a "
+                    "vocabulary with the model's dictionaries (vocabulary type elmo_manylangs)"
                 )
             chars, words = self.dictionaries = vocabulary_dictionaries(
                 vocab, namespace, word_dim > 0
@@ -118,8 +148,9 @@ class ElmoManyLangsCnn(TokenEmbedder):
         max_chars = self.architecture["max_characters_per_token"]
         if elmo_tokens.size(-1) != 1 + max_chars:  # a different window changes every max-pool
             raise ConfigurationError(
-                f"elmo_manylangs_cnn: got {elmo_tokens.size(-1) - 1} characters per token, the model has "
-                f"max_characters_per_token {max_chars}: give its elmo_manylangs_ids indexer the same"
+                f"elmo_manylangs_cnn: got {elmo_tokens.size(-1) - 1} characters per token, the "
+                f"model has max_characters_per_token {max_chars}: give its elmo_manylangs_ids "
+                "indexer the same"
             )
         ids = (elmo_tokens - 1).clamp(min=0)  # padding tokens: any valid id, zeroed below
         characters = self.char_embedding(ids[..., 1:].reshape(-1, ids.size(-1) - 1)).transpose(1, 2)

@@ -119,8 +119,9 @@ class DirectionalBlock(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return (
-            f"directions=2, input_dim={self.input_dim}, feedforward_hidden_dim={self.feedforward_hidden_dim}, "
-            f"num_heads={self.num_heads}, dropout={self.dropout}, attention_dropout={self.attention_dropout}"
+            f"directions=2, input_dim={self.input_dim}, "
+            f"feedforward_hidden_dim={self.feedforward_hidden_dim}, num_heads={self.num_heads}, "
+            f"dropout={self.dropout}, attention_dropout={self.attention_dropout}"
         )
 
     def reset_parameters(self) -> None:
@@ -184,21 +185,44 @@ class ElmoTransformerContextualizer(BiLmContextualizer):
     backward stack in which it attends only to itself and the future, so neither direction can
     see the token it predicts. Sinusoidal positions are added once to the input after
     `input_dropout`; each layer is a pre-LN block (multi-head self-attention with
-    `attention_dropout` on its weights, then a ReLU feed-forward of width `feedforward_hidden_dim`
-    (`hidden_dim`, its old name, is still accepted), each in a
-    residual branch with `dropout`); the top layer gets a final layer norm, as in allennlp-models'
-    `bidirectional_language_model_transformer`.
-
-    `backward_positions`: "from_start" (default) numbers the backward stack's positions from the
-    start of each sentence, as allennlp-models' transformer and the published transformer ELMo
-    do: the backward stack knows where the sentence begins (never which tokens precede), which
-    makes `<S>` and sentence-initial words easier to predict. "from_end" numbers them from the
-    end, a strict right-to-left language model that does not even learn how many tokens precede
-    it (backward perplexity 8% higher on WikiText after 120 steps at demo size).
+    `attention_dropout` on its weights, then a ReLU feed-forward of width `feedforward_hidden_dim`,
+    each in a residual branch with `dropout`); the top layer gets a final layer norm, as in
+    allennlp-models' `bidirectional_language_model_transformer`.
 
     The mask must be True on a prefix of each row (allennlp pads at the end), as for
     `elmo_lstm`; padding never changes a real position's output.
+
+    # Parameters
+
+    input_dim : `int`
+        The width of the inputs (the character encoder's output) and of each direction's states.
+    feedforward_hidden_dim : `int`, optional (default = `None`)
+        The feed-forward width; required (or its old name `hidden_dim`, exactly one of them).
+    num_layers : `int`, optional (default = `6`)
+        Blocks per direction.
+    num_attention_heads : `int`, optional (default = `8`)
+        Attention heads; `input_dim` must be a multiple of it.
+    dropout : `float`, optional (default = `0.1`)
+        Dropout on each residual branch.
+    input_dropout : `float`, optional (default = `None`)
+        Dropout on the inputs before the positions are added; `None`: none.
+    attention_dropout : `float`, optional (default = `0.0`)
+        Dropout on the attention weights.
+    backward_positions : `str`, optional (default = `"from_start"`)
+        `"from_start"` numbers the backward stack's positions from the start of each sentence,
+        as allennlp-models' transformer and the published transformer ELMo do: the backward
+        stack knows where the sentence begins (never which tokens precede), which makes `<S>`
+        and sentence-initial words easier to predict. `"from_end"` numbers them from the end,
+        a strict right-to-left language model.
+    input_layer_norm : `bool`, optional (default = `True`)
+        A layer norm on the inputs, before the input dropout.
+    return_all_layers : `bool`, optional (default = `False`)
+        `forward` returns every layer instead of the top one.
+    hidden_dim : `int`, optional (default = `None`)
+        The old name of `feedforward_hidden_dim`, still accepted.
     """
+
+    _positions: torch.Tensor  # a buffer: the cached position encodings
 
     def __init__(
         self,
@@ -215,9 +239,11 @@ class ElmoTransformerContextualizer(BiLmContextualizer):
         hidden_dim: Optional[int] = None,
     ) -> None:
         super().__init__(input_dim, num_layers, return_all_layers)
-        if (feedforward_hidden_dim is None) == (hidden_dim is None):
+        widths = [width for width in (feedforward_hidden_dim, hidden_dim) if width is not None]
+        if len(widths) != 1:
             raise ConfigurationError(
-                "elmo_transformer: give feedforward_hidden_dim (hidden_dim is its old name), exactly once"
+                "elmo_transformer: give feedforward_hidden_dim (hidden_dim is its old name), "
+                "exactly once"
             )
         if backward_positions not in BACKWARD_POSITIONS:
             raise ConfigurationError(
@@ -230,9 +256,7 @@ class ElmoTransformerContextualizer(BiLmContextualizer):
                 f"elmo_transformer: input_dim {input_dim} is not a multiple of "
                 f"num_attention_heads {num_attention_heads}"
             )
-        self.feedforward_hidden_dim = (
-            feedforward_hidden_dim if feedforward_hidden_dim is not None else hidden_dim
-        )
+        self.feedforward_hidden_dim = widths[0]
         self.num_attention_heads = num_attention_heads
         self.backward_positions = backward_positions
         self.input_dropout = input_dropout or 0.0

@@ -39,7 +39,7 @@ class TokenVectorCache:
             ids = torch.tensor(
                 [[self.char_ids(text) for text in missing]], dtype=torch.long, device=device
             )
-            rows.update(zip(missing, self.char_cnn(ids)[0].unbind(0)))
+            rows.update(zip(missing, self.char_cnn(ids)[0].unbind(0), strict=True))
             for text in missing:
                 self._remember(text, rows[text])
         return torch.stack([rows[text] for text in texts])

@@ -1,1 +1,5 @@
 from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder
+
+__all__ = [
+    "ElmoBiLmEmbedder",
+]

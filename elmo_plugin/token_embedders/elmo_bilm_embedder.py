@@ -4,7 +4,7 @@ that stay self-contained."""
 
 import json
 import logging
-from typing import Optional
+from typing import Optional, cast
 
 import numpy
 import torch
@@ -63,7 +63,8 @@ def record_manylangs_dictionaries(
 
 
 def recorded_architecture(vocab: Vocabulary, namespace: str) -> Optional[Architecture]:
-    """The architecture JSON stored as a token of `namespace`, if any, under current key names."""
+    """The architecture JSON stored as a token of `namespace`, if any, under current key
+    names."""
     # The namespace is padded, so it also holds allennlp's padding and OOV tokens: only a JSON
     # object (starting with "{") is the architecture.
     tokens = [
@@ -71,7 +72,8 @@ def recorded_architecture(vocab: Vocabulary, namespace: str) -> Optional[Archite
     ]
     if len(tokens) > 1:
         raise ConfigurationError(
-            f"elmo_bilm_embedder: vocabulary namespace {namespace!r} holds {len(tokens)} architectures"
+            f"elmo_bilm_embedder: vocabulary namespace {namespace!r} holds {len(tokens)} "
+            "architectures"
         )
     return with_current_keys(json.loads(tokens[0])) if tokens else None
 
@@ -94,7 +96,7 @@ class ElmoBiLmEmbedder(TokenEmbedder):
     vocab : `Vocabulary`
         The architecture of the biLM is recorded here (namespace `architecture_namespace`, one
         JSON token) so that the model's archive rebuilds the embedder without `pretrained_file`.
-    pretrained_file : `str`, optional
+    pretrained_file : `str`, optional (default = `None`)
         Our biLM `model.tar.gz` (or serialization folder), LSTM or transformer, allennlp-models'
         bidirectional `language_model` archive (its character encoder + contextualizer), or a
         folder with ELMo's `options.json` + `weights.hdf5`, or an ELMoForManyLangs model folder
@@ -107,15 +109,18 @@ class ElmoBiLmEmbedder(TokenEmbedder):
         Layer-normalize each layer inside the mix (allennlp's `ScalarMix`).
     dropout : `float`, optional (default = `0.5`)
         Dropout on the mixed representation (allennlp's default for ELMo).
-    projection_dim : `int`, optional
+    projection_dim : `int`, optional (default = `None`)
         If given, a linear projection of the representation to this size.
-    scalar_mix_parameters : `List[float]`, optional
+    scalar_mix_parameters : `List[float]`, optional (default = `None`)
         Fixed (untrained) pre-softmax mix weights, one per layer, as in allennlp's `Elmo`.
-    architecture_namespace : `str`, optional
+    architecture_namespace : `str`, optional (default = `"elmo_bilm_embedder_architecture"`)
         Vocabulary namespace for the recorded architecture (one per ELMo embedder in a model).
-    dictionary_namespace : `str`, optional
+    dictionary_namespace : `str`, optional (default = `"elmo_manylangs"`)
         For an ELMoForManyLangs model: the `namespace` of its `elmo_manylangs_ids` indexer.
     """
+
+    _bos: torch.Tensor  # buffers: the indexed <S> and </S> tokens
+    _eos: torch.Tensor
 
     def __init__(
         self,
@@ -141,8 +146,8 @@ class ElmoBiLmEmbedder(TokenEmbedder):
                 )
             elif recorded != json.loads(json.dumps(architecture)):
                 raise ConfigurationError(
-                    f"elmo_bilm_embedder: {pretrained_file} has architecture {architecture}, but the "
-                    f"vocabulary (namespace {architecture_namespace!r}) records {recorded}"
+                    f"elmo_bilm_embedder: {pretrained_file} has architecture {architecture}, but "
+                    f"the vocabulary (namespace {architecture_namespace!r}) records {recorded}"
                 )
         elif recorded is not None:
             self.bilm = BiLmEncoder.from_architecture(
@@ -161,7 +166,8 @@ class ElmoBiLmEmbedder(TokenEmbedder):
         self.scalar_mix = ScalarMix(
             self.bilm.num_layers,
             do_layer_norm=do_layer_norm,
-            initial_scalar_parameters=scalar_mix_parameters,
+            # (allennlp annotates this None default without Optional)
+            initial_scalar_parameters=scalar_mix_parameters,  # type: ignore[arg-type]
             trainable=scalar_mix_parameters is None,
         )
         self._dropout = torch.nn.Dropout(dropout)
@@ -186,17 +192,18 @@ class ElmoBiLmEmbedder(TokenEmbedder):
         """(batch, tokens, 50) -> (every biLM layer with `<S>`/`</S>`, their mask)."""
         if elmo_tokens.size(-1) != self._bos.numel():
             raise ConfigurationError(
-                f"elmo_bilm_embedder: its indexer gives {elmo_tokens.size(-1)} ids per token, the biLM reads "
-                f"{self._bos.numel()} (ELMoForManyLangs: elmo_manylangs_ids' max_characters_per_token + 1)"
+                f"elmo_bilm_embedder: its indexer gives {elmo_tokens.size(-1)} ids per token, the "
+                f"biLM reads {self._bos.numel()} (ELMoForManyLangs: elmo_manylangs_ids' "
+                "max_characters_per_token + 1)"
             )
-        mask = (elmo_tokens > 0).any(dim=-1)
+        mask = cast(torch.BoolTensor, (elmo_tokens > 0).any(dim=-1))
         with_boundaries, mask_with_boundaries = add_sentence_boundary_token_ids(
             elmo_tokens, mask, self._bos, self._eos
         )
         layers, _ = self.bilm(with_boundaries)
         return layers, mask_with_boundaries
 
-    def forward(self, elmo_tokens: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def forward(self, elmo_tokens: torch.Tensor) -> torch.Tensor:
         leading_shape = elmo_tokens.shape[:-2]
         flat = elmo_tokens.reshape(-1, *elmo_tokens.shape[-2:])
         with torch.set_grad_enabled(torch.is_grad_enabled() and self._requires_grad):

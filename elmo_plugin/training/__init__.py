@@ -7,3 +7,15 @@ from elmo_plugin.training.fused_adam import FusedAdamOptimizer
 from elmo_plugin.training.process_settings import ProcessSettings
 from elmo_plugin.training.tokens_per_second import TokensPerSecondCallback
 from elmo_plugin.training.elmo_validation_checks import ValidationChecksCallback
+
+__all__ = [
+    "ElmoCheckpointer",
+    "ElmoCorpusResumeCallback",
+    "ElmoEvaluator",
+    "ElmoMixWeightsCallback",
+    "ElmoProcessSettingsCallback",
+    "FusedAdamOptimizer",
+    "ProcessSettings",
+    "TokensPerSecondCallback",
+    "ValidationChecksCallback",
+]

@@ -19,6 +19,12 @@ class ElmoCheckpointer(Checkpointer):
     checkpoint that `-r` could not load and that later saves never overwrote. Here `-r` resumes
     from the newest complete checkpoint, and the incomplete one's files are removed with a warning.
     A file is complete when it ends with its zip directory (torch.save writes a zip, that last).
+
+    # Parameters
+
+    Those of allennlp's `default` checkpointer (`save_completed_epochs`,
+    `save_every_num_seconds`, `save_every_num_batches`, `keep_most_recent_by_count`,
+    `keep_most_recent_by_age`), with the same defaults.
     """
 
     def _find_all_checkpoints(self) -> set[tuple[int, int]]:

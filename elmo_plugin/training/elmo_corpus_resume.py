@@ -15,6 +15,11 @@ class ElmoCorpusResumeCallback(TrainerCallback):
     """
     Needs the `elmo_corpus` data loader. The position is the same in every distributed process
     (each has the same number of batches per chunk), so the primary's checkpoint serves all.
+
+    # Parameters
+
+    serialization_dir : `str`
+        Given by allennlp: the run's folder.
     """
 
     def __init__(self, serialization_dir: str) -> None:
@@ -22,7 +27,8 @@ class ElmoCorpusResumeCallback(TrainerCallback):
         self._restored: Optional[dict[str, Any]] = None
 
     def state_dict(self) -> dict[str, Any]:
-        return {"data_loader": self.trainer.data_loader.state_dict()} if self.trainer else {}
+        loader = self.trainer.data_loader if self.trainer else None
+        return {"data_loader": loader.state_dict()} if isinstance(loader, ElmoCorpusLoader) else {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._restored = state_dict.get("data_loader")
@@ -43,7 +49,7 @@ class ElmoCorpusResumeCallback(TrainerCallback):
         # The loader counts batches, the trainer groups of num_gradient_accumulation_steps.
         if saved[0] != epochs or (batches == 0) != (saved[1] == 0):
             raise ConfigurationError(
-                f"callback elmo_corpus_resume: the checkpoint's trainer is at epoch {epochs} batch {batches} "
-                f"but its data loader at epoch {saved[0]} batch {saved[1]}"
+                f"callback elmo_corpus_resume: the checkpoint's trainer is at epoch {epochs} "
+                f"batch {batches} but its data loader at epoch {saved[0]} batch {saved[1]}"
             )
         trainer.data_loader.resume_from(self._restored)

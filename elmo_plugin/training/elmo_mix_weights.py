@@ -1,18 +1,23 @@
-"""TrainerCallback `elmo_mix_weights`: the ELMo layer-mix weights softmax(s) and gamma over time, to TensorBoard."""
+"""TrainerCallback `elmo_mix_weights`: the ELMo layer-mix weights softmax(s) and gamma over time,
+to TensorBoard."""
 
 import logging
 import os
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 from allennlp.modules.scalar_mix import ScalarMix
 from allennlp.training.callbacks.callback import TrainerCallback
 
+if TYPE_CHECKING:
+    from tensorboardX import SummaryWriter
+
 logger = logging.getLogger(__name__)
 
 
 def mix_weights(mix: ScalarMix) -> tuple[list[float], float]:
-    """(softmax(s)_j for every biLM layer j (layer 0 = character CNN), gamma), as the mix uses them."""
+    """(softmax(s)_j for every biLM layer j (layer 0 = character CNN), gamma), as the mix uses
+    them."""
     with torch.no_grad():
         weights = torch.softmax(
             torch.cat([parameter.float() for parameter in mix.scalar_parameters]), dim=0
@@ -25,12 +30,19 @@ class ElmoMixWeightsCallback(TrainerCallback):
     """
     For every ELMo layer mix anywhere in the model (allennlp's `ScalarMix`, as in our
     `elmo_bilm_embedder` and allennlp's `elmo_token_embedder`; P is the path of the module that
-    holds it, e.g. `text_field_embedder.token_embedder_elmo`), writes `elmo_mix/P/weight_j` = softmax(s)_j
-    (j = 0 the character CNN, 1.. the contextualizer layers; they sum to 1) and
+    holds it, e.g. `text_field_embedder.token_embedder_elmo`), writes `elmo_mix/P/weight_j` =
+    softmax(s)_j (j = 0 the character CNN, 1.. the contextualizer layers; they sum to 1) and
     `elmo_mix/P/gamma` to `SERIALIZATION_DIR/log/train`: every `summary_interval` batches and
     after the last batch of each epoch, at the step allennlp's `tensorboard` callback uses for
     its batch scalars (batches completed + 1). A few scalars copied to the host per point.
     A model without a layer mix: one log line, nothing written.
+
+    # Parameters
+
+    serialization_dir : `str`
+        Given by allennlp: the run's folder.
+    summary_interval : `int`, optional (default = `100`)
+        Batches between two points.
     """
 
     def __init__(self, serialization_dir: str, summary_interval: int = 100) -> None:
@@ -38,7 +50,7 @@ class ElmoMixWeightsCallback(TrainerCallback):
         self._summary_interval = summary_interval
         self._mixes: list[tuple[str, ScalarMix]] = []
         self._last_step: Optional[int] = None
-        self._writer = None
+        self._writer: Optional[SummaryWriter] = None
 
     def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
         super().on_start(trainer, is_primary=is_primary, **kwargs)
@@ -97,8 +109,8 @@ class ElmoMixWeightsCallback(TrainerCallback):
     def on_end(
         self,
         trainer,
-        metrics: dict[str, Any] = None,
-        epoch: int = None,
+        metrics: Optional[dict[str, Any]] = None,
+        epoch: Optional[int] = None,
         is_primary: bool = True,
         **kwargs,
     ) -> None:

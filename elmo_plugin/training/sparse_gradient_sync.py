@@ -6,7 +6,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 
 def sparse_parameter_names(module: torch.nn.Module) -> list[str]:
-    """Names (as `module.named_parameters()` gives them) of every `Embedding(sparse=True)` weight."""
+    """Names (as `module.named_parameters()` gives them) of every `Embedding(sparse=True)`
+    weight."""
     return [
         f"{name}.weight" if name else "weight"
         for name, child in module.named_modules()
@@ -29,7 +30,7 @@ def all_gather_padded(tensor: torch.Tensor) -> torch.Tensor:
     padded[: tensor.size(0)] = tensor
     gathered = [torch.empty_like(padded) for _ in sizes]
     dist.all_gather(gathered, padded)
-    return torch.cat([part[: int(n)] for part, n in zip(gathered, sizes)])
+    return torch.cat([part[: int(n)] for part, n in zip(gathered, sizes, strict=True)])
 
 
 def average_sparse_gradient(gradient: torch.Tensor) -> torch.Tensor:
@@ -56,7 +57,8 @@ def broadcast_sparse_parameters(module: torch.nn.Module, inputs) -> None:
         with torch.no_grad():
             for name in sparse_parameter_names(module):
                 dist.broadcast(parameters[name], src=0)
-        module._sparse_parameters_broadcast = True
+        # a plain flag (torch types module attributes as tensors and modules)
+        module._sparse_parameters_broadcast = True  # type: ignore[assignment]
 
 
 def synchronize_sparse_gradients(module: torch.nn.Module) -> None:

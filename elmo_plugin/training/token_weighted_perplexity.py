@@ -23,7 +23,7 @@ class TokenWeightedPerplexity(Metric):
         self._backward_nll = 0.0
         self._targets = 0.0
 
-    def __call__(  # type: ignore[override]
+    def __call__(  # type: ignore[override]  # three sums, not (predictions, gold_labels)
         self, forward_nll: torch.Tensor, backward_nll: torch.Tensor, num_targets: torch.Tensor
     ) -> None:
         self._forward_nll += dist_reduce_sum(float(forward_nll))

@@ -1,11 +1,15 @@
-"""TrainerCallback `tokens_per_second`: training throughput in target tokens per second, to TensorBoard."""
+"""TrainerCallback `tokens_per_second`: training throughput in target tokens per second, to
+TensorBoard."""
 
 import os
 import time
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 from allennlp.training.callbacks.callback import TrainerCallback
+
+if TYPE_CHECKING:
+    from tensorboardX import SummaryWriter
 
 
 @TrainerCallback.register("tokens_per_second")
@@ -20,6 +24,13 @@ class TokensPerSecondCallback(TrainerCallback):
     Under DDP it is the primary worker's throughput (multiply by the number of workers).
     The counts are summed on the model's device and read once per point: no host sync per batch.
     A model without `batch_weight` (a tagger) logs nothing.
+
+    # Parameters
+
+    serialization_dir : `str`
+        Given by allennlp: the run's folder.
+    summary_interval : `int`, optional (default = `100`)
+        Batches between two points.
     """
 
     def __init__(self, serialization_dir: str, summary_interval: int = 100) -> None:
@@ -27,7 +38,7 @@ class TokensPerSecondCallback(TrainerCallback):
         self._summary_interval = summary_interval
         self._tokens: Optional[torch.Tensor] = None  # (), targets since the window started
         self._window_start: Optional[float] = None  # time.perf_counter() seconds
-        self._writer = None
+        self._writer: Optional[SummaryWriter] = None
 
     def on_batch(
         self,
@@ -79,8 +90,8 @@ class TokensPerSecondCallback(TrainerCallback):
     def on_end(
         self,
         trainer,
-        metrics: dict[str, Any] = None,
-        epoch: int = None,
+        metrics: Optional[dict[str, Any]] = None,
+        epoch: Optional[int] = None,
         is_primary: bool = True,
         **kwargs,
     ) -> None:

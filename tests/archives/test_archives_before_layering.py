@@ -23,7 +23,7 @@ def max_difference(got, want) -> float:
     """Largest absolute difference between two equally nested lists of numbers."""
     if isinstance(want, list):
         assert isinstance(got, list) and len(got) == len(want)
-        return max((max_difference(g, w) for g, w in zip(got, want)), default=0.0)
+        return max((max_difference(g, w) for g, w in zip(got, want, strict=True)), default=0.0)
     return abs(got - want)
 
 
@@ -50,7 +50,7 @@ def check_predictions(archive, output):
         for line in (FIXTURES / f"{archive}.predictions.jsonl").read_text().splitlines()
     ]
     assert len(got) == len(want) == 3
-    for new, old in zip(got, want):
+    for new, old in zip(got, want, strict=True):
         assert new.keys() == old.keys()
         for key, value in old.items():
             if key in ("tokens", "tags", "words"):

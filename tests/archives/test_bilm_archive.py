@@ -42,7 +42,7 @@ def test_elmo_folder_loads_the_files_encoder(tmp_path):
     )
     char_ids = with_boundaries(batches((3,))[0])
     with torch.no_grad():
-        for got, want in zip(loaded(char_ids)[0], expected(char_ids)[0]):
+        for got, want in zip(loaded(char_ids)[0], expected(char_ids)[0], strict=True):
             assert torch.equal(got, want)
 
 
@@ -72,5 +72,5 @@ def test_rebuilt_encoder_gives_the_archived_models_layers(archive):
     model = load_archive(str(OLD / archive)).model.eval()
     char_ids = with_boundaries(batches((3,))[0])
     with torch.no_grad():
-        for got, want in zip(encoder(char_ids)[0], model.bilm_encoder()(char_ids)[0]):
+        for got, want in zip(encoder(char_ids)[0], model.bilm_encoder()(char_ids)[0], strict=True):
             torch.testing.assert_close(got, want, rtol=0, atol=1e-6)

@@ -51,7 +51,7 @@ class TargetCounter(TrainerCallback):
     targets (the model's `batch_weight`) it trained on in each epoch."""
 
     def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
-        self._counts = {}
+        self._counts: dict[int, float] = {}
 
     def on_batch(
         self,

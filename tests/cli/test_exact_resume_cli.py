@@ -16,6 +16,7 @@ from tests.helpers import (
     TINY_CHAR_CNN_OVERRIDES,
     free_port,
     run_allennlp,
+    text_tokens,
     train_with_probes,
 )
 
@@ -140,6 +141,8 @@ def corpus_rows(corpus: Path, vocabulary: Path) -> Counter:
     reader = DatasetReader.from_params(params.pop("dataset_reader"))
     vocab = Vocabulary.from_files(str(vocabulary))
     return Counter(
-        tuple(vocab.get_token_index(token.text, "tokens") for token in instance["source"].tokens)
+        tuple(
+            vocab.get_token_index(token.ensure_text(), "tokens") for token in text_tokens(instance)
+        )
         for instance in reader.read(str(corpus / "train" / "*.txt"))
     )

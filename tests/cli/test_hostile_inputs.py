@@ -69,7 +69,8 @@ def succeeded(args, root: Path, *new_paths: str) -> str:
 
 
 def hostile_archive(root: Path, kind: str) -> Path:
-    """Our biLM archive plus one member that would write (or point) outside the extraction folder."""
+    """Our biLM archive plus one member that would write (or point) outside the extraction
+    folder."""
     members = {
         "dotdot": tar_member("../" * 30 + str(root / "escaped").lstrip("/"), size=5),
         "absolute": tar_member(str(root / "absolute"), size=5),
@@ -188,8 +189,8 @@ def test_skipped_lines_are_counted_and_compressed_shards_read(root):
     (shards / "4.txt.xz").write_bytes(lzma.compress(b"xz1\n"))
     log = succeeded(["elmo-vocab", "shards/*", "tokens.txt", "--skip-headings"], root, "tokens.txt")
     assert (
-        "5 text lines from 5 files; skipped 1 empty files, 2 blank lines, 1 heading lines; 1 lines had invalid UTF-8"
-        in log
+        "5 text lines from 5 files; skipped 1 empty files, 2 blank lines, 1 heading lines; "
+        "1 lines had invalid UTF-8" in log
     )
     assert "invalid UTF-8 at shards/0.txt:5" in log
     tokens = (root / "tokens.txt").read_text(encoding="utf-8").split("\n")

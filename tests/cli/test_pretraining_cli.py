@@ -5,13 +5,15 @@ import math
 import os
 import signal
 import subprocess
+from typing import cast
 
 import pytest
 import torch
 from allennlp.common import Params
-from allennlp.data import Batch, DatasetReader
+from allennlp.data import Batch, DatasetReader, TextFieldTensors
 from allennlp.models.archival import load_archive
 
+from elmo_plugin.models.elmo_bilm import ElmoLanguageModel
 from tests.helpers import (
     ALLENNLP,
     CONFIG_DIR,
@@ -194,18 +196,22 @@ def full_softmax_perplexity(archive, data_file) -> float:
     over every row: exp of the mean negative log likelihood of both directions' targets."""
     loaded = load_archive(str(archive))
     model, reader = loaded.model.eval(), loaded.validation_dataset_reader
+    assert isinstance(model, ElmoLanguageModel)
     weight, bias = model.softmax_matrices()
+
+    def log_probs(states: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax(states @ weight.t() + bias, dim=-1)
+
     nll, targets = 0.0, 0
     with torch.no_grad():
         for instance in reader.read(str(data_file)):
             reader.apply_token_indexers(instance)
             batch = Batch([instance])
             batch.index_instances(model.vocab)
-            source = batch.as_tensor_dict()["source"]
+            source = cast(TextFieldTensors, batch.as_tensor_dict()["source"])
             layers, _ = model.bilm_encoder()(source["elmo"]["elmo_tokens"])
             forward, backward = layers[-1][0].chunk(2, dim=-1)
             rows = source["tokens"]["tokens"][0] - 1  # softmax row of each token
-            log_probs = lambda states: torch.log_softmax(states @ weight.t() + bias, dim=-1)  # noqa: E731
             nll -= float(log_probs(forward[:-1]).gather(1, rows[1:, None]).sum())
             nll -= float(log_probs(backward[1:]).gather(1, rows[:-1, None]).sum())
             targets += 2 * (len(rows) - 1)

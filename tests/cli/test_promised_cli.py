@@ -88,7 +88,7 @@ def test_elmo_embeddings_is_the_bilms_default_predictor(tiny_bilm_archive, tmp_p
     )
     outputs = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     embedded = embed_all_layers(tiny_bilm_archive, tmp_path, plugin_cwd)
-    for line, (sentence, output) in enumerate(zip(SENTENCES, outputs)):
+    for line, (sentence, output) in enumerate(zip(SENTENCES, outputs, strict=True)):
         assert output["tokens"] == sentence.split()
         torch.testing.assert_close(
             torch.tensor(output["layers"]), embedded[line], rtol=0, atol=1e-6

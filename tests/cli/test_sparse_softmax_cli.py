@@ -151,7 +151,7 @@ def test_sparse_softmax_archive_evaluates_exports_imports_and_embeds(
     )
     assert isinstance(fresh._softmax_loss.softmax_w, torch.nn.Embedding)
     fresh.load_elmo_files(str(files))
-    for mine, theirs in zip(fresh.softmax_matrices(), model.softmax_matrices()):
+    for mine, theirs in zip(fresh.softmax_matrices(), model.softmax_matrices(), strict=True):
         assert torch.equal(mine[:rows], theirs[:rows])
     char_ids = batch_to_ids(
         [line.split() for line in (equal_length_corpus / "valid.txt").read_text().splitlines()]

@@ -19,6 +19,7 @@ from tests.helpers import (
     free_port,
     overrides,
     run_allennlp,
+    text_tokens,
     train_with_probes,
 )
 
@@ -56,7 +57,7 @@ def corpus_tokens(corpus: Path) -> int:
     """Tokens (<S> and </S> included) the stateful config's reader makes of the training text."""
     reader = DatasetReader.from_params(Params.from_file(CONFIG).pop("dataset_reader"))
     return sum(
-        len(instance["source"].tokens) for instance in reader.read(str(corpus / "train" / "*.txt"))
+        len(text_tokens(instance)) for instance in reader.read(str(corpus / "train" / "*.txt"))
     )
 
 

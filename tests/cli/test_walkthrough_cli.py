@@ -166,7 +166,7 @@ def test_elmo_embed_gives_the_layers_allennlp_models_embedder_mixes(
             cwd=plugin_cwd,
         )
     sentences = [line.split() for line in SENTENCES if line]
-    expected = dict(zip(["0", "2", "3"], their_layers(their_archive, sentences)))
+    expected = dict(zip(["0", "2", "3"], their_layers(their_archive, sentences), strict=True))
     with (
         h5py.File(tmp_path / "all.hdf5") as every,
         h5py.File(tmp_path / "average.hdf5") as average,
@@ -218,10 +218,10 @@ def test_predictors_read_their_archive(their_archive, tmp_path, plugin_cwd):
             json.loads(line) for line in (tmp_path / f"{predictor}.jsonl").read_text().splitlines()
         ]
     expected = their_layers(their_archive, [SENTENCES[0].split(), SENTENCES[2].split()])
-    for output, layers in zip(outputs["elmo_embeddings"], expected):
+    for output, layers in zip(outputs["elmo_embeddings"], expected, strict=True):
         assert numpy.abs(numpy.array(output["layers"]) - layers).max() <= TOLERANCE
     # The scorer's sentence perplexity is exp of allennlp-models' own loss on the sentence.
-    for output, text in zip(outputs["elmo_lm_scorer"], [SENTENCES[0], SENTENCES[2]]):
+    for output, text in zip(outputs["elmo_lm_scorer"], [SENTENCES[0], SENTENCES[2]], strict=True):
         model, source = source_tensors(their_archive, text.split())
         with torch.no_grad():
             loss = model(source)["loss"].item()

@@ -4,6 +4,8 @@ import bz2
 import gzip
 import lzma
 import subprocess
+from collections.abc import Callable
+from typing import IO
 
 import pytest
 from allennlp.common import Params
@@ -124,7 +126,7 @@ def write_shards_with_ties(folder) -> None:
         "f g 中 é\n" * 3,
         "g 中 a b c d e\n",
     ]
-    writers = [open, gzip.open, bz2.open, lzma.open]
+    writers: list[Callable[..., IO[str]]] = [open, gzip.open, bz2.open, lzma.open]
     suffixes = ["", ".gz", ".bz2", ".xz"]
     for number, text in enumerate(shards):
         path = folder / f"shard-{number}.txt{suffixes[number % 4]}"

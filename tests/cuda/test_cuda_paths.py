@@ -12,20 +12,15 @@ import h5py
 import numpy
 import pytest
 import torch
+from allennlp.common import Params
+from allennlp.data import Batch, DatasetReader, Vocabulary
+from allennlp.models import Model
+from allennlp.models.archival import load_archive
+from allennlp.predictors import Predictor
 
-DEVICE = os.environ.get("ELMO_CUDA_TESTS_DEVICE", "cuda:0")
-if DEVICE.startswith("cuda") and not torch.cuda.is_available():
-    pytest.skip("CUDA tests: no CUDA device here", allow_module_level=True)
-
-from allennlp.common import Params  # noqa: E402
-from allennlp.data import Batch, DatasetReader, Vocabulary  # noqa: E402
-from allennlp.models import Model  # noqa: E402
-from allennlp.models.archival import load_archive  # noqa: E402
-from allennlp.predictors import Predictor  # noqa: E402
-
-from elmo_plugin.modules.elmo_lstm import ElmoLstmContextualizer  # noqa: E402
-from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder  # noqa: E402
-from tests.helpers import (  # noqa: E402
+from elmo_plugin.modules.elmo_lstm import ElmoLstmContextualizer
+from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder
+from tests.helpers import (
     CONFIG_DIR,
     TINY_CHAR_CNN_OVERRIDES,
     TINY_LSTM_OVERRIDES,
@@ -33,6 +28,10 @@ from tests.helpers import (  # noqa: E402
     overrides,
     run_allennlp,
 )
+
+DEVICE = os.environ.get("ELMO_CUDA_TESTS_DEVICE", "cuda:0")
+if DEVICE.startswith("cuda") and not torch.cuda.is_available():
+    pytest.skip("CUDA tests: no CUDA device here", allow_module_level=True)
 
 GPU = torch.device(DEVICE)
 CUDA_DEVICE = str(GPU.index or 0) if GPU.type == "cuda" else "-1"  # for the CLI's --cuda-device
@@ -136,7 +135,7 @@ def test_every_layer_on_gpu_equals_cpu_in_eval_mode(config, tiny_corpus):
             cpu_layers, cpu_mask = cpu_encoder(char_ids)
             gpu_layers, gpu_mask = gpu_encoder(char_ids.to(GPU))
         assert torch.equal(gpu_mask.cpu(), cpu_mask)
-        for index, (got, want) in enumerate(zip(gpu_layers, cpu_layers)):
+        for index, (got, want) in enumerate(zip(gpu_layers, cpu_layers, strict=True)):
             assert_close(got, want, f"layer {index}", 1e-5)
 
 
@@ -165,13 +164,15 @@ def test_gpu_clipped_lstm_equals_cpu_in_values_and_gradients(compile_on_gpu):
     for module, device in ((lstm, "cpu"), (gpu_lstm, GPU)):
         leaf = inputs.to(device).requires_grad_()
         layers = module(leaf, mask.to(device))
-        loss = sum((layer * weight.to(device)).sum() for layer, weight in zip(layers, weights))
+        loss = sum(
+            (layer * weight.to(device)).sum() for layer, weight in zip(layers, weights, strict=True)
+        )
         grads = torch.autograd.grad(loss, [leaf, *module.parameters()])
         results.append((layers, grads))
     (cpu_layers, cpu_grads), (gpu_layers, gpu_grads) = results
-    for index, (got, want) in enumerate(zip(gpu_layers, cpu_layers)):
+    for index, (got, want) in enumerate(zip(gpu_layers, cpu_layers, strict=True)):
         assert_close(got, want, f"layer {index}", 1e-5)
-    for index, (got, want) in enumerate(zip(gpu_grads, cpu_grads)):
+    for index, (got, want) in enumerate(zip(gpu_grads, cpu_grads, strict=True)):
         assert_close(got, want, f"gradient {index}")
 
 
@@ -205,7 +206,9 @@ def test_embedder_and_predictor_on_gpu_equal_cpu(tiny_bilm_archive):
     gpu = Predictor.from_archive(
         load_archive(str(tiny_bilm_archive), cuda_device=int(CUDA_DEVICE)), "elmo_embeddings"
     )
-    for want, got in zip(cpu.predict_batch_json(inputs), gpu.predict_batch_json(inputs)):
+    for want, got in zip(
+        cpu.predict_batch_json(inputs), gpu.predict_batch_json(inputs), strict=True
+    ):
         assert want.keys() == got.keys()
         for key in want:
             if isinstance(want[key], list) and want[key] and not isinstance(want[key][0], str):

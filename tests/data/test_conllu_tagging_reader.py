@@ -1,4 +1,5 @@
-"""`conllu_tagging`: syntactic words and UPOS only; multiword tokens, empty nodes, comments skipped."""
+"""`conllu_tagging`: syntactic words and UPOS only; multiword tokens, empty nodes, comments
+skipped."""
 
 import pytest
 from allennlp.common import Params
@@ -6,7 +7,7 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.data import DatasetReader, Vocabulary
 from allennlp.data.batch import Batch
 
-import elmo_plugin  # noqa: F401
+import elmo_plugin  # noqa: F401  (registers every component)
 from tests.helpers import REPO_ROOT
 
 CONLLU = """\
@@ -95,7 +96,8 @@ def test_configured_indexers_give_word_ids_and_elmo_character_ids(conllu_file):
     assert tensors["tags"][1].tolist() == [
         vocab.get_token_index(t, "labels") for t in ["PROPN", "VERB", "NOUN", "ADP", "DET"]
     ]
-    # "Do" is 'D','o' between begin/end-of-word marks, ids shifted by one as allennlp's ELMo mapper does.
+    # "Do" is 'D','o' between begin/end-of-word marks, ids shifted by one as allennlp's ELMo
+    # mapper does.
     assert tensors["tokens"]["elmo"]["elmo_tokens"][0, 0, :4].tolist() == [
         259,
         ord("D") + 1,

@@ -6,6 +6,7 @@ import gzip
 import multiprocessing
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from allennlp.common.checks import ConfigurationError
@@ -39,7 +40,7 @@ def corpus_texts(folder: Path) -> Counter:
 
 
 def make_loader(pattern: str, **kwargs) -> ElmoCorpusLoader:
-    options = dict(batch_size=4, shuffle=True, chunk_bytes=300, seed=7)
+    options: dict[str, Any] = dict(batch_size=4, shuffle=True, chunk_bytes=300, seed=7)
     options.update(kwargs)
     loader = ElmoCorpusLoader(ElmoCorpusReader(max_sequence_length=5), pattern, **options)
     loader.index_with(Vocabulary.from_instances(loader.iter_instances()))
@@ -49,6 +50,7 @@ def make_loader(pattern: str, **kwargs) -> ElmoCorpusLoader:
 def texts_of(loader: ElmoCorpusLoader, batch) -> Batch:
     """A batch as its instances' token strings (without <S> </S>)."""
     vocab = loader._vocab
+    assert vocab is not None
     return [
         tuple(vocab.get_token_from_index(int(i), "tokens") for i in row if i)[1:-1]
         for row in batch["source"]["tokens"]["tokens"].tolist()
@@ -61,7 +63,7 @@ def epoch_batches(loader: ElmoCorpusLoader) -> list[Batch]:
 
 def lines_of(batches: list[Batch]) -> Counter:
     """The multiset of lines the batches hold (a line's windows joined back in order)."""
-    by_line = {}
+    by_line: dict[tuple[str, str], list[tuple[int, tuple[str, ...]]]] = {}
     for batch in batches:
         for window in batch:
             shard, line, token = window[0][1:].split("_")

@@ -9,7 +9,7 @@ import torch.multiprocessing as mp
 from allennlp.data.data_loaders import MultiProcessDataLoader
 
 from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
-from tests.helpers import free_port
+from tests.helpers import free_port, text_tokens
 
 WORLD_SIZE, WORKERS = 2, 2
 
@@ -21,7 +21,7 @@ def read_as_rank(rank: int, pattern: str, out_dir: str, port: int) -> None:
         ElmoCorpusReader(), pattern, batch_size=4, num_workers=WORKERS, max_instances_in_memory=8
     )
     texts = [
-        " ".join(token.text for token in instance["source"].tokens[1:-1])
+        " ".join(token.ensure_text() for token in text_tokens(instance)[1:-1])
         for instance in loader.iter_instances()
     ]
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as out:

@@ -2,8 +2,10 @@
 within its stream, backward windows reading the same stream reversed, the same number of
 batches in every distributed process, and a resume that yields exactly the remaining batches."""
 
+import itertools
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -14,13 +16,16 @@ from elmo_plugin.data import elmo_streams_loader
 from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
 from elmo_plugin.data.elmo_streams_loader import ElmoStreamsLoader, stream_bounds, window_count
 from tests.data.test_elmo_corpus_loader import write_corpus
+from tests.helpers import text_tokens
 
 WINDOW = 6
 ROWS = 3
 
 
 def make_loader(pattern: str, world: tuple[int, int] = (1, 0), **kwargs) -> ElmoStreamsLoader:
-    options = dict(batch_size=ROWS, window_size=WINDOW, shuffle=False, chunk_bytes=300, seed=7)
+    options: dict[str, Any] = dict(
+        batch_size=ROWS, window_size=WINDOW, shuffle=False, chunk_bytes=300, seed=7
+    )
     options.update(kwargs)
     loader = ElmoStreamsLoader(ElmoCorpusReader(max_sequence_length=5), pattern, **options)
     loader.world_size, loader.rank = world  # as a distributed process sees it
@@ -30,11 +35,12 @@ def make_loader(pattern: str, world: tuple[int, int] = (1, 0), **kwargs) -> Elmo
 
 def file_order_tokens(pattern: str) -> list[str]:
     reader = ElmoCorpusReader(max_sequence_length=5)
-    return [token.text for instance in reader.read(pattern) for token in instance["source"].tokens]
+    return [t.ensure_text() for instance in reader.read(pattern) for t in text_tokens(instance)]
 
 
 def rows(loader: ElmoStreamsLoader, batch, field: str) -> list[list[str]]:
     vocab = loader._vocab
+    assert vocab is not None
     return [
         [vocab.get_token_from_index(i, "tokens") for i in row if i]
         for row in batch[field]["tokens"]["tokens"].tolist()
@@ -45,7 +51,7 @@ def joined_streams(loader: ElmoStreamsLoader, batches, field: str) -> list[list[
     """Each row's windows joined back, the one-token overlap of consecutive windows dropped."""
     streams: list[list[str]] = [[] for _ in range(loader.batch_size)]
     for k, batch in enumerate(batches):
-        for stream, window in zip(streams, rows(loader, batch, field)):
+        for stream, window in zip(streams, rows(loader, batch, field), strict=True):
             stream.extend(window if k == 0 else window[1:])
     return streams
 
@@ -91,7 +97,7 @@ def test_shuffle_reorders_chunks_but_keeps_line_order_within_them(pattern):
     reference = file_order_tokens(pattern)
     assert tokens[0] != tokens[1] and sorted(tokens[0]) == sorted(reference) == sorted(tokens[1])
     words = [t for t in tokens[0] if t.startswith("w")]
-    for a, b in zip(words, words[1:]):  # within a line, token t is followed by t + 1
+    for a, b in itertools.pairwise(words):  # within a line, token t is followed by t + 1
         (sa, la, ta), (sb, lb, tb) = a[1:].split("_"), b[1:].split("_")
         if (sa, la) == (sb, lb):
             assert int(tb) == int(ta) + 1
@@ -102,7 +108,9 @@ def test_processes_read_disjoint_streams_with_the_same_number_of_batches(pattern
     epochs = [list(loader) for loader in loaders]
     assert len(epochs[0]) == len(epochs[1])
     streams = [
-        s for loader, epoch in zip(loaders, epochs) for s in joined_streams(loader, epoch, "source")
+        s
+        for loader, epoch in zip(loaders, epochs, strict=True)
+        for s in joined_streams(loader, epoch, "source")
     ]
     assert sum(streams, []) == file_order_tokens(pattern)
 
@@ -144,17 +152,17 @@ def plain_windows(
     window k of a stream (reversed for backward) = tokens [kT, kT + T], the last token alone
     once the stream has ended."""
     tokens = [
-        t.text
+        t.ensure_text()
         for c in loader.chunk_order(epoch)
         for instance in loader.reader.range_instances(
             loader.chunks[c].path, loader.chunks[c].start, loader.chunks[c].end
         )
-        for t in instance["source"].tokens
+        for t in text_tokens(instance)
     ]
     bounds = stream_bounds(len(tokens), loader.batch_size * loader.world_size)
     mine = range(loader.rank * loader.batch_size, (loader.rank + 1) * loader.batch_size)
     streams = [tokens[bounds[s] : bounds[s + 1]] for s in mine]
-    batches = max(window_count(b - a, loader.window_size) for a, b in zip(bounds, bounds[1:]))
+    batches = max(window_count(b - a, loader.window_size) for a, b in itertools.pairwise(bounds))
 
     def window(stream: list[str], k: int) -> list[str]:
         start = min(k * loader.window_size, len(stream) - 1)
@@ -267,7 +275,8 @@ def test_memory_grows_with_the_batch_not_with_the_corpus(tmp_path, monkeypatch):
     )  # both corpora: streams of many pieces
     small = epoch_peak_bytes(corpus_of(tmp_path / "small", 3_000))
     large = epoch_peak_bytes(corpus_of(tmp_path / "large", 24_000))  # 8x the tokens: 1.3 MB of text
-    # Holding the epoch's tokens would take about 8x; a piece per stream and direction keeps it flat.
+    # Holding the epoch's tokens would take about 8x; a piece per stream and direction keeps it
+    # flat.
     assert large < 1.5 * small, (small, large)
 
 

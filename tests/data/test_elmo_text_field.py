@@ -83,7 +83,7 @@ def test_data_loader_batches_equal_with_worker_processes(tmp_path):
         loader.index_with(vocab)
         batches.append(list(loader))
     assert len(batches[0]) == len(batches[1]) > 3
-    for ours, theirs in zip(*batches):
+    for ours, theirs in zip(*batches, strict=True):
         assert torch.equal(ours["source"]["tokens"]["tokens"], theirs["source"]["tokens"]["tokens"])
         assert torch.equal(
             ours["source"]["elmo"]["elmo_tokens"], theirs["source"]["elmo"]["elmo_tokens"]

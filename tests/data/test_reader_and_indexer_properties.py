@@ -14,7 +14,7 @@ from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
 from elmo_plugin.data.elmo_vocab_file import BOS, EOS
 
 # Any Unicode scalar value (no surrogates: they cannot be written as UTF-8).
-UNICODE = st.characters(blacklist_categories=("Cs",))
+UNICODE = st.characters(blacklist_categories=["Cs"])
 TOKEN = st.text(UNICODE, min_size=1, max_size=60).filter(lambda text: text.split() == [text])
 LINE = st.lists(TOKEN, max_size=30)
 

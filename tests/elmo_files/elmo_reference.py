@@ -1,7 +1,7 @@
 """Helpers for comparing our modules with allennlp's own ELMo reader (`allennlp.modules.elmo`)."""
 
 from pathlib import Path
-from typing import Optional
+from typing import Optional, cast
 
 import h5py
 import numpy
@@ -13,6 +13,7 @@ from allennlp.nn.util import add_sentence_boundary_token_ids
 from elmo_plugin.elmo_files.options import architecture_from_options
 from elmo_plugin.elmo_files.weights import write_bilm_encoder
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
+from elmo_plugin.modules.elmo_char_cnn import ElmoCharCnn
 
 TOLERANCE = 1e-5
 
@@ -57,9 +58,10 @@ def random_encoder(clip: Optional[float], seed: int = 0, activation: str = "relu
         architecture_from_options(tiny_options(clip, activation))
     )
     with torch.no_grad():
-        for name, parameter in encoder.named_parameters():
+        for parameter in encoder.parameters():
             scale = 0.3
             parameter.copy_(torch.randn(parameter.shape, generator=generator) * scale)
+        assert isinstance(encoder.char_cnn, ElmoCharCnn)
         encoder.char_cnn.char_embedding.weight[0] = 0.0
     return encoder.eval()
 
@@ -79,14 +81,16 @@ def allennlp_elmo(options_file: str, weights_file: str, **kwargs) -> Elmo:
 
 def allennlp_layers(elmo: Elmo, char_ids: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
     """allennlp's biLM layers (with <S>/</S>) from zero state (its ElmoLstm keeps state)."""
-    elmo._elmo_lstm._elmo_lstm.reset_states()
+    # (allennlp assigns Elmo._elmo_lstm under its own type: ignore, so mypy cannot type it)
+    bilm = elmo._elmo_lstm  # type: ignore[has-type]
+    bilm._elmo_lstm.reset_states()
     with torch.no_grad():
-        output = elmo._elmo_lstm(char_ids)
+        output = bilm(char_ids)
     return output["activations"], output["mask"]
 
 
 def with_boundaries(char_ids: torch.Tensor) -> torch.Tensor:
-    mask = (char_ids > 0).any(dim=-1)
+    mask = cast(torch.BoolTensor, (char_ids > 0).any(dim=-1))
     bos = torch.from_numpy(numpy.array(ELMoCharacterMapper.beginning_of_sentence_characters) + 1)
     eos = torch.from_numpy(numpy.array(ELMoCharacterMapper.end_of_sentence_characters) + 1)
     return add_sentence_boundary_token_ids(char_ids, mask, bos, eos)[0]
@@ -104,7 +108,7 @@ def batches(sizes=(1, 3, 7)) -> list[torch.Tensor]:
 
 def max_diff(ours: list[torch.Tensor], theirs: list[torch.Tensor]) -> float:
     assert len(ours) == len(theirs)
-    return max(float((a - b).detach().abs().max()) for a, b in zip(ours, theirs))
+    return max(float((a - b).detach().abs().max()) for a, b in zip(ours, theirs, strict=True))
 
 
 def write_random_tf_pair(folder: Path, options: dict, seed: int = 0) -> tuple[str, str]:

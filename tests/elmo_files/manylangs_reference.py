@@ -34,6 +34,7 @@ def _import_elmoformanylangs():
 
 
 elmoformanylangs = _import_elmoformanylangs()
+# E402: these imports need elmoformanylangs imported with the stand-in above first
 from elmoformanylangs.frontend import Model  # noqa: E402
 from elmoformanylangs.modules.embedding_layer import EmbeddingLayer  # noqa: E402
 

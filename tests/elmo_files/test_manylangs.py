@@ -1,12 +1,13 @@
 """ELMoForManyLangs model folders: our embedder equals its own `Embedder` (every layer)."""
 
 import json
+from typing import cast
 
 import numpy
 import pytest
 import torch
 from allennlp.common.checks import ConfigurationError
-from allennlp.data import Batch, Instance, Vocabulary
+from allennlp.data import Batch, Instance, TextFieldTensors, Vocabulary
 from allennlp.data.fields import TextField
 from allennlp.data.tokenizers import Token
 
@@ -32,7 +33,7 @@ def our_layers(
     ]
     batch = Batch(instances)
     batch.index_instances(vocab)
-    ids = batch.as_tensor_dict()["text"]["elmo"]["elmo_tokens"]
+    ids = cast(TextFieldTensors, batch.as_tensor_dict()["text"])["elmo"]["elmo_tokens"]
     with torch.no_grad():
         layers, _ = embedder.layers(ids)
     return [
@@ -43,7 +44,7 @@ def our_layers(
 
 def assert_same_layers(ours, theirs):
     assert len(ours) == len(theirs)
-    for mine, reference in zip(ours, theirs):
+    for mine, reference in zip(ours, theirs, strict=True):
         assert mine.shape == reference.shape
         numpy.testing.assert_allclose(mine, reference, rtol=1e-5, atol=1e-6)
 

@@ -105,7 +105,7 @@ def test_no_leak_of_the_predicted_token_across_two_consecutive_batches(loader_an
             # Float noise only (1e-8: the character CNN's matmuls see other rows); a leak
             # would move the outputs by about their size (1e-2).
             assert torch.allclose(model(**changed)["lm_embeddings"], base, rtol=0, atol=1e-7)
-            for (h, c), (h2, c2) in zip(base_state, model._stream_state[False]):
+            for (h, c), (h2, c2) in zip(base_state, model._stream_state[False], strict=True):
                 assert torch.allclose(h, h2, rtol=0, atol=1e-7) and torch.allclose(
                     c, c2, rtol=0, atol=1e-7
                 )

@@ -3,6 +3,7 @@ over chunks of softmax rows equals the unchunked full softmax."""
 
 import json
 import math
+from typing import Optional
 
 import numpy
 import pytest
@@ -13,6 +14,7 @@ from allennlp.models import Model
 from allennlp.modules.sampled_softmax_loss import SampledSoftmaxLoss
 from allennlp.training.optimizers import Optimizer
 
+from elmo_plugin.models.elmo_bilm import ElmoLanguageModel
 from tests.helpers import CONFIG_DIR
 
 # elmo_lstm_original.jsonnet shrunk, without dropout (two models must see the same forward).
@@ -45,15 +47,18 @@ def vocab_and_batches(tiny_corpus):
     return vocab, batches
 
 
-def build(vocab: Vocabulary, sparse: bool, like: Model = None) -> Model:
+def build(
+    vocab: Vocabulary, sparse: bool, like: Optional[ElmoLanguageModel] = None
+) -> ElmoLanguageModel:
     """The tiny original biLM; with `like`, holding `like`'s parameter values."""
     torch.manual_seed(0)
     model = Model.from_params(vocab=vocab, params=tiny_original_params(sparse).pop("model"))
+    assert isinstance(model, ElmoLanguageModel)
     if like is not None:
         shared = {k: v for k, v in like.state_dict().items() if "_softmax_loss" not in k}
         model.load_state_dict(shared, strict=False)
         with torch.no_grad():
-            for mine, theirs in zip(model.softmax_matrices(), like.softmax_matrices()):
+            for mine, theirs in zip(model.softmax_matrices(), like.softmax_matrices(), strict=True):
                 mine.copy_(theirs)
     return model
 
@@ -100,7 +105,7 @@ def test_sparse_adagrad_training_equals_dense_and_leaves_untouched_rows_alone(vo
             sparse._softmax_loss.softmax_w.weight.grad.coalesce().to_dense().abs().sum(dim=1) > 0
         )
     assert 0 < touched.sum() < touched.numel()
-    for mine, theirs in zip(sparse.softmax_matrices(), dense.softmax_matrices()):
+    for mine, theirs in zip(sparse.softmax_matrices(), dense.softmax_matrices(), strict=True):
         torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-6)
     sparse_weight = sparse.softmax_matrices()[0]
     assert torch.equal(sparse_weight[~touched], initial_weight[~touched])
@@ -138,7 +143,7 @@ def test_chunked_evaluation_equals_the_unchunked_full_softmax(vocab_and_batches,
     torch.testing.assert_close(chunked_loss, loss, rtol=1e-5, atol=0)
     assert chunked_metrics == pytest.approx(metrics, rel=1e-5)
     assert all(math.isfinite(value) for value in metrics.values())
-    for mine, theirs in zip(chunked_grads, grads):
+    for mine, theirs in zip(chunked_grads, grads, strict=True):
         torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-6)
 
 

@@ -17,7 +17,8 @@ WINDOW = 40  # elmo_lstm.jsonnet's max_sequence_length: evaluation scores longer
 
 
 def unpadded_model_nll(archive, windows):
-    """Summed forward / backward negative log likelihoods from `elmo_bilm.forward`, one window per batch."""
+    """Summed forward / backward negative log likelihoods from `elmo_bilm.forward`, one window
+    per batch."""
     loaded = load_archive(str(archive))
     model, reader = loaded.model.eval(), loaded.validation_dataset_reader
     forward = backward = 0.0
@@ -87,7 +88,7 @@ def test_log_probs_are_the_models_own_numbers(archive, tiny_corpus, plugin_cwd, 
     assert forward_nll == pytest.approx(model_forward, rel=1e-5)
     assert backward_nll == pytest.approx(model_backward, rel=1e-5)
 
-    for index, (window, output) in enumerate(zip(windows, outputs)):
+    for index, (window, output) in enumerate(zip(windows, outputs, strict=True)):
         k = 5 if index % 2 else 3
         n = len(window)
         assert output["tokens"] == window

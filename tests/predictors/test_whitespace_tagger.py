@@ -46,9 +46,9 @@ def test_tags_whitespace_sentences_and_token_lists(
     ]
     assert len(outputs) == len(gold) + 1
     correct = total = 0
-    for (words, tags), output in zip(gold, outputs):
+    for (words, tags), output in zip(gold, outputs[:-1], strict=True):  # the last: checked below
         assert output["words"] == words and len(output["tags"]) == len(words)
-        correct += sum(p == g for p, g in zip(output["tags"], tags))
+        correct += sum(p == g for p, g in zip(output["tags"], tags, strict=True))
         total += len(tags)
     assert correct / total > 0.9  # the archive's validation accuracy is ~0.99
     assert outputs[-1]["words"] == outputs[0]["words"] and outputs[-1]["tags"] == outputs[0]["tags"]

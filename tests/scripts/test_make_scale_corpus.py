@@ -131,7 +131,8 @@ def test_deterministic_by_seed(corpus, large_corpus, tmp_path):
     for name in SHARD_NAMES:
         assert (again / name).read_bytes() == (corpus / name).read_bytes()
     assert (tmp_path / "tokens.txt").read_bytes() == (corpus.parent / "tokens.txt").read_bytes()
-    # The text does not depend on N or K beyond where it is cut, so only the seed makes these differ.
+    # The text does not depend on N or K beyond where it is cut, so only the seed makes these
+    # differ.
     assert text_of(large_corpus)[:2000] != text_of(corpus)[:2000]
     # the type list is fixed, whatever the seed
     assert (large_corpus.parent / "tokens.txt").read_bytes() == (

@@ -54,7 +54,7 @@ def test_allennlp_models_embedder_mixes_the_layers_of_our_embedder(
         expected, actual = ours(ids), theirs(ids)  # both mixes start as the plain average
     their_layers = mixed_layers(theirs, ids)
     assert len(their_layers) == len(our_layers) == 3
-    for their_layer, our_layer in zip(their_layers, our_layers):
+    for their_layer, our_layer in zip(their_layers, our_layers, strict=True):
         assert their_layer.shape == our_layer.shape == (3, 6 + 2, 32)
         assert float((their_layer - our_layer).abs().max()) <= TOLERANCE
     assert actual.shape == expected.shape == (3, 6, 32)

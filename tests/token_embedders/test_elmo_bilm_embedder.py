@@ -29,7 +29,7 @@ MIX, GAMMA = [0.3, -0.5, 1.0], 1.7
 
 def set_mix(scalar_mix) -> None:
     with torch.no_grad():
-        for parameter, value in zip(scalar_mix.scalar_parameters, MIX):
+        for parameter, value in zip(scalar_mix.scalar_parameters, MIX, strict=True):
             parameter.fill_(value)
         scalar_mix.gamma.fill_(GAMMA)
 
@@ -46,7 +46,8 @@ def test_embedder_matches_allennlp_elmo_on_the_same_files(tmp_path, clip, do_lay
     set_mix(theirs.scalar_mix_0)
     assert ours.get_output_dim() == theirs.get_output_dim() == 32
     for char_ids in batches((1, 3, 7)):
-        theirs._elmo_lstm._elmo_lstm.reset_states()  # allennlp's Elmo carries LSTM state across batches
+        # allennlp's Elmo carries LSTM state across batches
+        theirs._elmo_lstm._elmo_lstm.reset_states()
         with torch.no_grad():
             expected = theirs(char_ids)["elmo_representations"][0]
             actual = ours(char_ids)
@@ -200,7 +201,9 @@ def test_scalar_mix_parameters_fix_the_mix(tmp_path):
     with torch.no_grad():
         layers, mask = embedder.layers(char_ids)
         weights = torch.softmax(torch.tensor(fixed), dim=0)
-        mixed = sum(w * layer for w, layer in zip(weights, layers))[:, 1:-1]  # <S>, </S> removed
+        mixed = sum(w * layer for w, layer in zip(weights, layers, strict=True))[
+            :, 1:-1
+        ]  # <S>, </S> removed
         actual = embedder(char_ids)
     real = (char_ids > 0).any(-1).unsqueeze(-1)
     torch.testing.assert_close(actual * real, mixed[:, : actual.size(1)] * real, rtol=0, atol=1e-6)

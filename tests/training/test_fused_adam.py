@@ -1,4 +1,5 @@
-"""fused_adam: the same updates and checkpoints as allennlp's "adam"; SparseAdam's on sparse gradients."""
+"""fused_adam: the same updates and checkpoints as allennlp's "adam"; SparseAdam's on sparse
+gradients."""
 
 import copy
 
@@ -43,7 +44,9 @@ def test_same_parameters_as_allennlp_adam_after_training():
     assert isinstance(plain, AdamOptimizer)
     train(fused_model, fused, range(20))
     train(plain_model, plain, range(20))
-    for fused_parameter, plain_parameter in zip(fused_model.parameters(), plain_model.parameters()):
+    for fused_parameter, plain_parameter in zip(
+        fused_model.parameters(), plain_model.parameters(), strict=True
+    ):
         torch.testing.assert_close(fused_parameter, plain_parameter, atol=1e-6, rtol=1e-5)
     moved = (fused_model[0].weight - model_and_optimizer("adam")[0][0].weight).abs().max()
     assert moved > 0.05  # the 20 steps did move the weights
@@ -59,7 +62,9 @@ def test_resumes_from_its_state_dict_exactly():
     resumed_model.load_state_dict(model_state)
     resumed.load_state_dict(optimizer_state)
     train(resumed_model, resumed, range(5, 10))
-    for parameter, resumed_parameter in zip(model.parameters(), resumed_model.parameters()):
+    for parameter, resumed_parameter in zip(
+        model.parameters(), resumed_model.parameters(), strict=True
+    ):
         torch.testing.assert_close(resumed_parameter, parameter, atol=0, rtol=0)
 
 
@@ -103,7 +108,9 @@ def test_sparse_gradients_get_torch_sparse_adam_and_dense_ones_adam():
         torch.optim.Adam(reference.linear.parameters(), **settings),
     ]
     train_sparse(reference, reference_optimizers, range(10))
-    for parameter, reference_parameter in zip(model.parameters(), reference.parameters()):
+    for parameter, reference_parameter in zip(
+        model.parameters(), reference.parameters(), strict=True
+    ):
         torch.testing.assert_close(parameter, reference_parameter, atol=1e-6, rtol=1e-5)
     assert (model.embedding.weight[:6] - initial[:6]).abs().min() > 0  # touched rows moved
     assert torch.equal(model.embedding.weight[6:], initial[6:])
@@ -143,5 +150,7 @@ def test_sparse_gradients_resume_from_the_state_dict_exactly():
     resumed_model.load_state_dict(model_state)
     resumed.load_state_dict(optimizer_state)
     train_sparse(resumed_model, [resumed], range(5, 10))
-    for parameter, resumed_parameter in zip(model.parameters(), resumed_model.parameters()):
+    for parameter, resumed_parameter in zip(
+        model.parameters(), resumed_model.parameters(), strict=True
+    ):
         torch.testing.assert_close(resumed_parameter, parameter, atol=0, rtol=0)

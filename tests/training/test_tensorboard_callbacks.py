@@ -107,8 +107,9 @@ def test_transformer_run_logs_batch_curves_learning_rate_and_tokens_per_second(
 
     throughput = train["train/tokens_per_second"]
     assert len(throughput) >= 2 and set(throughput) <= batch_steps
-    # Against the whole run's average (forward targets = words + one </S> per line and 40-token window,
-    # over the training duration, validation included): same order of magnitude, not ms or minutes.
+    # Against the whole run's average (forward targets = words + one </S> per line and 40-token
+    # window, over the training duration, validation included): same order of magnitude, not ms or
+    # minutes.
     lines = [
         line.split()
         for shard in sorted((tiny_corpus / "train").glob("*.txt"))
@@ -138,7 +139,8 @@ def test_elmo_tagger_logs_mix_weights_equal_to_softmax_of_its_scalar_parameters(
         prefix + f"weight_{layer}" for layer in range(3)
     ]  # char CNN + 2 LSTM layers
     steps = sorted(train[prefix + "gamma"])
-    # 6 epochs of 120 / 8 = 15 batches: every 10th batch and each epoch's last, at batches completed + 1.
+    # 6 epochs of 120 / 8 = 15 batches: every 10th batch and each epoch's last, at batches
+    # completed + 1.
     assert steps == sorted(
         {10 * k + 1 for k in range(1, 10)} | {15 * epoch + 1 for epoch in range(1, 7)}
     )
