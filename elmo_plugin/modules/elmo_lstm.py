@@ -134,7 +134,9 @@ class ElmoLstmContextualizer(BiLmContextualizer):
         """inputs (directions, batch, timesteps, input_dim), batch sorted by decreasing
         `lengths` -> (directions, batch, timesteps, input_dim), each direction through its LSTM."""
         if self.cell_clip is None and self.proj_clip is None:
-            return torch.stack([lstm(direction)[0] for lstm, direction in zip(lstms, inputs)])
+            return torch.stack(
+                [lstm(direction)[0] for lstm, direction in zip(lstms, inputs, strict=False)]
+            )
         if self._runs_fast(inputs):
             weights = stacked_weights(lstms)
             return cpu_fast_path.packed_clipped_lstm(inputs, weights, lengths, self._clips())[0]
@@ -153,7 +155,7 @@ class ElmoLstmContextualizer(BiLmContextualizer):
         layer_input = both_directions(sorted_inputs, reverse_index)
         restore = torch.argsort(order)
         layers = []
-        for index, lstms in enumerate(zip(self.forward_layers, self.backward_layers)):
+        for index, lstms in enumerate(zip(self.forward_layers, self.backward_layers, strict=False)):
             output = self._run_layer(lstms, self._dropout(layer_input), lengths)
             if index > 0:
                 output = output + layer_input
@@ -200,7 +202,7 @@ class ElmoLstmContextualizer(BiLmContextualizer):
         keep = mask.unsqueeze(-1).to(inputs.dtype)
         lengths = mask.sum(dim=1)
         layer_input, layers, final = inputs, [], []
-        for index, lstms in enumerate(zip(self.forward_layers, self.backward_layers)):
+        for index, lstms in enumerate(zip(self.forward_layers, self.backward_layers, strict=False)):
             initial = (
                 state[index]
                 if state is not None

@@ -32,7 +32,8 @@ class ElmoLmScorerPredictor(BiLmPredictor):
 
     - `tokens`: the n tokens;
     - `forward_log_probs`: n + 1 values, log p(w1 | <S>), ..., log p(wn | ..), log p(</S> | ..);
-    - `backward_log_probs`: n + 1 values, log p(<S> | w1 ..), log p(w1 | w2 ..), ..., log p(wn | </S>);
+    - `backward_log_probs`: n + 1 values, log p(<S> | w1 ..), log p(w1 | w2 ..), ...,
+      log p(wn | </S>);
     - `forward_perplexity`, `backward_perplexity`: exp of the mean negative log probability of
       each direction; `perplexity`: exp of the mean over both directions (the model's metric);
     - `top_next`, `top_previous`: for each of the n tokens, the k most likely next (forward LM)
@@ -78,8 +79,11 @@ class ElmoLmScorerPredictor(BiLmPredictor):
         k = min(k, log_probs.size(-1) - 1)
         values, rows = log_probs[:, :-1].topk(k, dim=-1)
         return [
-            [{"word": word, "log_prob": value} for word, value in zip(self._words(r), v.tolist())]
-            for r, v in zip(rows, values)
+            [
+                {"word": word, "log_prob": value}
+                for word, value in zip(self._words(r), v.tolist(), strict=False)
+            ]
+            for r, v in zip(rows, values, strict=False)
         ]
 
     def _score(self, instances: list[Instance], top_ks: list[int]) -> list[JsonDict]:
@@ -94,7 +98,7 @@ class ElmoLmScorerPredictor(BiLmPredictor):
         with torch.no_grad():
             layers, mask = self._encoder(char_ids_of(tensors))
             forward_states, backward_states = layers[-1].chunk(2, dim=-1)
-            for index, (instance, k) in enumerate(zip(instances, top_ks)):
+            for index, (instance, k) in enumerate(zip(instances, top_ks, strict=False)):
                 length = int(mask[index].sum())  # n + 2
                 ids = word_ids[index, :length] - 1  # softmax rows
                 forward = torch.log_softmax(

@@ -3,10 +3,10 @@ from elmo_plugin.training.elmo_corpus_resume import ElmoCorpusResumeCallback
 from elmo_plugin.training.elmo_evaluator import ElmoEvaluator
 from elmo_plugin.training.elmo_mix_weights import ElmoMixWeightsCallback
 from elmo_plugin.training.elmo_process_settings import ElmoProcessSettingsCallback
+from elmo_plugin.training.elmo_validation_checks import ValidationChecksCallback
 from elmo_plugin.training.fused_adam import FusedAdamOptimizer
 from elmo_plugin.training.process_settings import ProcessSettings
 from elmo_plugin.training.tokens_per_second import TokensPerSecondCallback
-from elmo_plugin.training.elmo_validation_checks import ValidationChecksCallback
 
 __all__ = [
     "ElmoCheckpointer",

@@ -72,6 +72,7 @@ def with_model_key(source, target, key: str, value) -> None:
         for member in original.getmembers():
             data = original.extractfile(member) if member.isfile() else None
             if member.name == "config.json":
+                assert data is not None  # config.json is a file
                 config = json.load(data)
                 config["model"][key] = value
                 text = json.dumps(config, indent=4).encode()

@@ -141,7 +141,7 @@ def test_equals_elmo_embeddings_predictor_and_its_scalar_mix(embedded, tiny_bilm
     ]
     assert len(predicted) == len(sentences)
     weights = numpy.exp([1.0, 2.0, -1.0]) / numpy.exp([1.0, 2.0, -1.0]).sum()
-    for (line, text), output in zip(sentences, predicted):
+    for (line, text), output in zip(sentences, predicted, strict=False):
         assert output["tokens"] == text.split()
         layers = vectors[str(line)]
         numpy.testing.assert_allclose(numpy.array(output["layers"]), layers, atol=1e-5)

@@ -182,7 +182,7 @@ def counting_side_by_side(monkeypatch) -> list[int]:
     monkeypatch.setattr(
         side_by_side_module,
         "side_by_side",
-        lambda tasks: calls.append(len(tasks)) or side_by_side(tasks),
+        counting(calls, side_by_side),
     )
     return calls
 
@@ -254,3 +254,13 @@ def test_fast_path_takes_float32_cpu_tensors_outside_autocast_with_onednn_and_it
         assert not runs_fast(inputs)
     monkeypatch.setattr(packed_module, "compiled_steps", lambda: None)
     assert not runs_fast(inputs)
+
+
+def counting(calls: list[int], side_by_side):
+    """`side_by_side`, recording each call's number of tasks in `calls`."""
+
+    def run(tasks):
+        calls.append(len(tasks))
+        return side_by_side(tasks)
+
+    return run

@@ -33,7 +33,8 @@ def test_side_by_side_splits_the_callers_threads_and_leaves_its_setting_and_the_
 ):
     """Each task runs on a pool thread with the caller's intra-op threads divided among the tasks
     (at least one), without gradients; afterwards the caller, MKL and a brand-new thread still see
-    the caller's count (torch.set_num_threads also sets MKL's and the default of threads made later)."""
+    the caller's count (torch.set_num_threads also sets MKL's and the default of threads made
+    later)."""
     torch.set_num_threads(threads)
     seen, work = thread_counts_seen(tasks)
     side_by_side(work)

@@ -9,7 +9,7 @@ from elmo_plugin.modules.elmo_char_cnn import ACTIVATIONS, PADDING_CHAR_ID, Elmo
 
 def make_cnn(**kwargs) -> ElmoCharCnn:
     torch.manual_seed(0)
-    return ElmoCharCnn(filters=[[1, 4], [2, 6], [3, 8]], num_highway=2, projection_dim=5, **kwargs)
+    return ElmoCharCnn(filters=[(1, 4), (2, 6), (3, 8)], num_highway=2, projection_dim=5, **kwargs)
 
 
 def reference_cnn(cnn: ElmoCharCnn, char_ids: torch.Tensor) -> torch.Tensor:
@@ -61,7 +61,9 @@ def test_equals_the_full_computation_in_values_and_gradients(activation):
     weights = torch.randn_like(actual)
     actual_grads = torch.autograd.grad((actual * weights).sum(), list(cnn.parameters()))
     expected_grads = torch.autograd.grad((expected * weights).sum(), list(cnn.parameters()))
-    for (name, _), got, want in zip(cnn.named_parameters(), actual_grads, expected_grads):
+    for (name, _), got, want in zip(
+        cnn.named_parameters(), actual_grads, expected_grads, strict=False
+    ):
         assert torch.allclose(got, want, atol=1e-5, rtol=1e-4), name
     assert (
         float(actual_grads[0][PADDING_CHAR_ID].abs().sum()) > 0
@@ -108,7 +110,7 @@ def test_initialized_as_bilm_tf(activation):
     )
     characters = cnn.char_embedding.weight
     assert characters[0].abs().max() == 0 and 0.9 < characters.abs().max() <= 1.0
-    for (width, _), convolution in zip(cnn.filters, cnn.convolutions):
+    for (width, _), convolution in zip(cnn.filters, cnn.convolutions, strict=False):
         if activation == "relu":
             assert convolution.weight.abs().max() <= 0.05 and convolution.weight.abs().max() > 0.04
         else:

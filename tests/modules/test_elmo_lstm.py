@@ -1,5 +1,5 @@
 import logging
-from typing import Optional
+from typing import Any, Optional, cast
 
 import pytest
 import torch
@@ -44,10 +44,10 @@ def test_no_future_token_leak_in_either_direction(clips):
     base = lstm(inputs, mask)
     real = mask.unsqueeze(-1)
     for t in range(6):
-        for layer, new in zip(base, lstm(perturbed_at(inputs, t + 1), mask)):
+        for layer, new in zip(base, lstm(perturbed_at(inputs, t + 1), mask), strict=False):
             assert torch.equal(layer[:, : t + 1, :DIM], new[:, : t + 1, :DIM])
     for t in range(1, 7):
-        for layer, new in zip(base, lstm(perturbed_at(inputs, t - 1), mask)):
+        for layer, new in zip(base, lstm(perturbed_at(inputs, t - 1), mask), strict=False):
             assert torch.equal((layer * real)[:, t:, DIM:], (new * real)[:, t:, DIM:])
 
 
@@ -70,13 +70,13 @@ def test_padding_changes_nothing_and_state_is_not_carried(clips):
     )  # an unrelated batch in between
     for row, length in enumerate(mask.sum(1).tolist()):
         alone = lstm(inputs[row : row + 1, :length], mask[row : row + 1, :length])
-        for layer_batched, layer_alone in zip(batched, alone):
+        for layer_batched, layer_alone in zip(batched, alone, strict=False):
             assert torch.allclose(layer_batched[row, :length], layer_alone[0], atol=1e-6)
             assert torch.all(layer_batched[row, length:] == 0)
 
 
 def reference_clipped_lstm(
-    lstm: torch.nn.LSTM,
+    lstm: Any,  # a torch.nn.LSTM (typed Any: torch types its weights as Tensor | Module)
     inputs: torch.Tensor,
     cell_clip: Optional[float],
     proj_clip: Optional[float],
@@ -109,7 +109,7 @@ def reference_layers(
     reverse_index = reverse_within_length(mask.sum(dim=1), mask.size(1))
     forward_input, backward_input = inputs, gather_timesteps(inputs, reverse_index)
     layers = []
-    for index, pair in enumerate(zip(lstm.forward_layers, lstm.backward_layers)):
+    for index, pair in enumerate(zip(lstm.forward_layers, lstm.backward_layers, strict=False)):
         if lstm.cell_clip is None and lstm.proj_clip is None:
             forward_output, backward_output = pair[0](forward_input)[0], pair[1](backward_input)[0]
         else:
@@ -150,13 +150,17 @@ def test_equals_the_straightforward_computation_in_values_and_gradients(clips, c
     lengths = torch.tensor([3, 7, 0, 5, 3])
     mask = torch.arange(7) < lengths.unsqueeze(1)
     actual, expected = lstm(inputs, mask), reference_layers(lstm, inputs, mask)
-    for got, want in zip(actual, expected):
+    for got, want in zip(actual, expected, strict=False):
         assert torch.allclose(got, want, atol=1e-6)
     weights = [torch.randn_like(layer) for layer in actual]
     wrt = [inputs, *lstm.parameters()]
-    actual_grads = torch.autograd.grad(sum((l * w).sum() for l, w in zip(actual, weights)), wrt)
-    expected_grads = torch.autograd.grad(sum((l * w).sum() for l, w in zip(expected, weights)), wrt)
-    for got, want in zip(actual_grads, expected_grads):
+    actual_grads = torch.autograd.grad(
+        sum((layer * w).sum() for layer, w in zip(actual, weights, strict=False)), wrt
+    )
+    expected_grads = torch.autograd.grad(
+        sum((layer * w).sum() for layer, w in zip(expected, weights, strict=False)), wrt
+    )
+    for got, want in zip(actual_grads, expected_grads, strict=False):
         assert torch.allclose(got, want, atol=1e-5, rtol=1e-4)
 
 
@@ -178,7 +182,7 @@ def test_fused_and_clipped_paths_agree_when_clips_never_bind():
     fused = make_lstm()
     clipped = make_lstm(cell_clip=1e6, proj_clip=1e6)
     inputs, mask = padded_batch()
-    for a, b in zip(fused(inputs, mask), clipped(inputs, mask)):
+    for a, b in zip(fused(inputs, mask), clipped(inputs, mask), strict=False):
         assert torch.allclose(a, b, atol=1e-6)
 
 
@@ -213,7 +217,7 @@ def test_memory_cells_stay_float32_under_bf16_autocast():
             torch.zeros(2, 3, 7, DIM, dtype=torch.bfloat16), stacked_weights(lstm.forward_layers)
         )
     assert (state.dtype, memory.dtype) == (torch.bfloat16, torch.float32)
-    for got, want in zip(layers, lstm(inputs, mask)):
+    for got, want in zip(layers, lstm(inputs, mask), strict=False):
         assert (got.float() - want).abs().max() < 0.05
 
 
@@ -241,14 +245,24 @@ def counting_paths(monkeypatch) -> list[str]:
     monkeypatch.setattr(
         packed_module,
         "packed_clipped_lstm",
-        lambda *args, **kwargs: ran.append("fast") or fast(*args, **kwargs),
+        recording(ran, "fast", fast),
     )
     monkeypatch.setattr(
         elmo_lstm_module,
         "clipped_lstm",
-        lambda *args, **kwargs: ran.append("reference") or reference(*args, **kwargs),
+        recording(ran, "reference", reference),
     )
     return ran
+
+
+def recording(calls: list, name: str, function: Any) -> Any:
+    """`function`, appending `name` to `calls` on every call."""
+
+    def run(*args, **kwargs):
+        calls.append(name)
+        return function(*args, **kwargs)
+
+    return run
 
 
 def from_config(**keys) -> ElmoLstmContextualizer:
@@ -258,7 +272,7 @@ def from_config(**keys) -> ElmoLstmContextualizer:
     config = {"type": "elmo_lstm", "input_dim": DIM, "cell_size": 10, "num_layers": 2}
     config.update(cell_clip=0.5, proj_clip=0.3, return_all_layers=True, **keys)
     torch.manual_seed(0)
-    return Seq2SeqEncoder.from_params(Params(config))
+    return cast(ElmoLstmContextualizer, Seq2SeqEncoder.from_params(Params(config)))
 
 
 def layers_and_gradients(lstm: ElmoLstmContextualizer) -> list[torch.Tensor]:
@@ -280,7 +294,7 @@ def test_cpu_loop_reference_in_a_config_runs_the_reference_loop_with_the_fast_pa
     ran.clear()
     fast = layers_and_gradients(from_config())
     assert ran == ["fast"] * 2
-    for got, want in zip(fast, reference):
+    for got, want in zip(fast, reference, strict=False):
         assert torch.allclose(got, want, atol=1e-5, rtol=1e-4)
 
 
@@ -315,5 +329,5 @@ def test_a_failed_cpp_build_warns_once_and_runs_the_reference_loop_with_its_numb
     assert ran == ["reference"] * 4
     warnings = [record for record in caplog.records if record.levelno >= logging.WARNING]
     assert len(warnings) == 1 and "could not be built" in warnings[0].getMessage()
-    for got, want in zip(fallback, fast):
+    for got, want in zip(fallback, fast, strict=False):
         assert torch.allclose(got, want, atol=1e-5, rtol=1e-4)

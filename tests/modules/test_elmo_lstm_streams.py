@@ -36,7 +36,7 @@ def test_two_half_windows_with_carried_state_equal_one_full_window(clips):
     halves_first, carried = lstm.stream_layers(first, full_mask(first))
     detached = [(h.detach(), c.detach()) for h, c in carried]
     halves_second, _ = lstm.stream_layers(second, full_mask(second), detached)
-    for layer, a, b in zip(whole, halves_first, halves_second):
+    for layer, a, b in zip(whole, halves_first, halves_second, strict=False):
         assert torch.allclose(layer, torch.cat([a, b], dim=1), atol=1e-6)
     # Gradients within each half window: a loss on the half's outputs, w.r.t. the half's inputs.
     weights = torch.randn_like(whole[-1][:, 4:])
@@ -54,7 +54,9 @@ def test_zero_state_is_the_stateless_start(clips):
     zero_state = [(torch.zeros(2, 3, DIM), torch.zeros(2, 3, 10)) for _ in range(2)]
     assert all(
         torch.equal(a, b)
-        for a, b in zip(fresh, lstm.stream_layers(inputs, full_mask(inputs), zero_state)[0])
+        for a, b in zip(
+            fresh, lstm.stream_layers(inputs, full_mask(inputs), zero_state)[0], strict=False
+        )
     )
 
 
@@ -70,13 +72,13 @@ def test_no_future_token_leak_across_two_consecutive_windows(clips):
     def run(changed: torch.Tensor):
         first, state = lstm.stream_layers(changed[:, :, :5], mask)
         second, _ = lstm.stream_layers(changed[:, :, 5:], mask, state)
-        return [torch.cat(pair, dim=1) for pair in zip(first, second)]
+        return [torch.cat(pair, dim=1) for pair in zip(first, second, strict=False)]
 
     base = run(inputs)
     for t in range(1, 10):
         changed = inputs.clone()
         changed[:, :, t] += 5.0
-        for layer, new in zip(base, run(changed)):
+        for layer, new in zip(base, run(changed), strict=False):
             assert torch.equal(layer[:, :t], new[:, :t])
             assert not torch.equal(layer[:, t:], new[:, t:])
 
@@ -102,7 +104,7 @@ def test_streams_from_zero_state_equal_the_stateless_layers(clips):
     mask = torch.ones(text.shape[:2], dtype=torch.bool)
     stateless = lstm.all_layers(text, mask)
     stream, _ = lstm.stream_layers(torch.stack([text, text.flip(1)]), mask)
-    for plain, streamed in zip(stateless, stream):
+    for plain, streamed in zip(stateless, stream, strict=False):
         assert torch.allclose(plain[..., :DIM], streamed[..., :DIM], atol=1e-6)
         assert torch.allclose(plain[..., DIM:], streamed[..., DIM:].flip(1), atol=1e-6)
 
@@ -139,12 +141,12 @@ def test_fast_path_stream_layers_equal_the_reference_values_states_and_gradients
     lstm.cpu_loop = "reference"
     plain = run()
     assert ran == ["fast"] * 2
-    for a, b in zip(packed[0], plain[0]):
+    for a, b in zip(packed[0], plain[0], strict=False):
         assert torch.allclose(a, b, atol=1e-6)
-    for (h, c), (h_plain, c_plain) in zip(packed[1], plain[1]):
+    for (h, c), (h_plain, c_plain) in zip(packed[1], plain[1], strict=False):
         assert torch.allclose(h, h_plain, atol=1e-6)
         assert torch.allclose(c, c_plain, atol=1e-6)
-    for a, b in zip(packed[2], plain[2]):
+    for a, b in zip(packed[2], plain[2], strict=False):
         assert torch.allclose(a, b, atol=1e-5)
 
 
@@ -163,7 +165,7 @@ def test_a_carried_state_that_needs_a_gradient_passes_it_back_as_one_window_does
     wrt = [inputs, *lstm.parameters()]
     grad_whole = torch.autograd.grad((whole[-1][:, 4:] * weights).sum(), wrt)
     grad_halves = torch.autograd.grad((halves_second[-1] * weights).sum(), wrt)
-    for got, want in zip(grad_halves, grad_whole):
+    for got, want in zip(grad_halves, grad_whole, strict=False):
         assert torch.allclose(got, want, atol=1e-5)
 
 

@@ -1,5 +1,7 @@
 """elmo_transformer: no peeking in either direction, padding invariance, shapes, dropout."""
 
+from typing import Any
+
 import pytest
 import torch
 from allennlp.common import Params
@@ -32,7 +34,7 @@ def make_transformer(**kwargs) -> ElmoTransformerContextualizer:
     return ElmoTransformerContextualizer(**{**defaults, **kwargs}).eval()
 
 
-def padded_batch(lengths=LENGTHS) -> tuple[torch.Tensor, torch.BoolTensor]:
+def padded_batch(lengths=LENGTHS) -> tuple[torch.Tensor, torch.Tensor]:
     """Random inputs (batch, max length, DIM) and the prefix mask of `lengths`."""
     torch.manual_seed(2)
     timesteps = max(lengths)
@@ -97,7 +99,7 @@ def test_return_all_layers():
     every = make_transformer(return_all_layers=True)(inputs, mask)
     assert isinstance(every, list) and len(every) == 3
     expected = make_transformer().all_layers(inputs, mask)
-    for layer, reference in zip(every, expected):
+    for layer, reference in zip(every, expected, strict=False):
         torch.testing.assert_close(layer, reference)
 
 
@@ -108,7 +110,7 @@ def test_forward_direction_never_sees_the_future(position, backward_positions):
     inputs, mask = padded_batch()
     before = transformer.all_layers(inputs, mask)
     after = transformer.all_layers(perturbed(inputs, position + 1), mask)
-    for layer_before, layer_after in zip(before, after):
+    for layer_before, layer_after in zip(before, after, strict=False):
         forward_before, forward_after = layer_before[..., :DIM], layer_after[..., :DIM]
         torch.testing.assert_close(
             forward_after[:, : position + 1],
@@ -128,7 +130,7 @@ def test_backward_direction_never_sees_the_past(position, backward_positions):
     inputs, mask = padded_batch()
     before = transformer.all_layers(inputs, mask)
     after = transformer.all_layers(perturbed(inputs, position - 1), mask)
-    for layer_before, layer_after in zip(before, after):
+    for layer_before, layer_after in zip(before, after, strict=False):
         backward_before, backward_after = layer_before[..., DIM:], layer_after[..., DIM:]
         torch.testing.assert_close(
             backward_after[:, position:], backward_before[:, position:], atol=TOLERANCE, rtol=0
@@ -171,14 +173,16 @@ def test_padding_never_changes_real_outputs(backward_positions):
         alone = transformer.all_layers(
             inputs[sentence : sentence + 1, :length], mask[sentence : sentence + 1, :length]
         )
-        for layer_alone, layer_batched in zip(alone, batched):
+        for layer_alone, layer_batched in zip(alone, batched, strict=False):
             torch.testing.assert_close(
                 layer_alone[0], layer_batched[sentence, :length], atol=TOLERANCE, rtol=0
             )
     # whatever sits in the padding positions
     garbage = inputs.clone()
     garbage[~mask] = 1e3
-    for layer_garbage, layer_batched in zip(transformer.all_layers(garbage, mask), batched):
+    for layer_garbage, layer_batched in zip(
+        transformer.all_layers(garbage, mask), batched, strict=False
+    ):
         torch.testing.assert_close(layer_garbage, layer_batched, atol=TOLERANCE, rtol=0)
 
 
@@ -197,7 +201,9 @@ def test_each_direction_is_a_language_model_of_its_own_context():
     prepended = make_transformer(backward_positions="from_end").all_layers(
         torch.cat([extra, sentence], dim=1), full
     )
-    for layer_alone, layer_appended, layer_prepended in zip(alone, appended, prepended):
+    for layer_alone, layer_appended, layer_prepended in zip(
+        alone, appended, prepended, strict=False
+    ):
         torch.testing.assert_close(
             layer_appended[:, :5, :DIM], layer_alone[..., :DIM], atol=TOLERANCE, rtol=0
         )
@@ -285,7 +291,7 @@ def test_bilm_encoder_uses_it_unchanged():
         expected = [torch.cat([tokens, tokens], dim=-1), *transformer.all_layers(tokens, mask)]
     assert mask.tolist() == [[True] * 5, [True] * 3 + [False] * 2]
     assert encoder.num_layers == len(layers) == 3
-    for got, want in zip(layers, expected):
+    for got, want in zip(layers, expected, strict=False):
         assert torch.equal(got, want)
 
 
@@ -306,14 +312,14 @@ def test_hidden_dim_is_still_accepted_as_the_old_name_of_feedforward_hidden_dim(
     )  # DirectionalBlock prints its sizes
 
 
-def copy_into_allennlp_models(ours: ElmoTransformerContextualizer, theirs) -> None:
+def copy_into_allennlp_models(ours: Any, theirs) -> None:
     """Our stacked per-direction parameters -> allennlp-models' two `make_model` transformers
     (their Linear weights are (out, in), ours (in, out) for x @ W)."""
     with torch.no_grad():
         for direction, stack in enumerate(
             [theirs._forward_transformer, theirs._backward_transformer]
         ):
-            for block, layer in zip(ours.layers, stack.layers):
+            for block, layer in zip(ours.layers, stack.layers, strict=False):
                 attention_norm, feedforward_norm = layer.sublayer[0].norm, layer.sublayer[1].norm
                 attention_norm.gamma.copy_(block.attention_norm_weight[direction, 0])
                 attention_norm.beta.copy_(block.attention_norm_bias[direction, 0])
@@ -321,6 +327,7 @@ def copy_into_allennlp_models(ours: ElmoTransformerContextualizer, theirs) -> No
                     layer.self_attn.linears[:3],
                     block.qkv_weight[direction].chunk(3, dim=-1),
                     block.qkv_bias[direction, 0].chunk(3, dim=-1),
+                    strict=False,
                 ):
                     linear.weight.copy_(weight.t())
                     linear.bias.copy_(bias)
@@ -374,7 +381,7 @@ def test_equals_allennlp_models_transformer_in_values_and_gradients():
         results.append(([layer * real for layer in layers], torch.autograd.grad(loss, leaf)[0]))
     (our_layers, our_grad), (their_layers, their_grad) = results
     assert len(our_layers) == len(their_layers) == 3
-    for got, want in zip(our_layers, their_layers):
+    for got, want in zip(our_layers, their_layers, strict=False):
         torch.testing.assert_close(got, want, rtol=TOLERANCE, atol=TOLERANCE)
     torch.testing.assert_close(our_grad, their_grad, rtol=TOLERANCE, atol=TOLERANCE)
 

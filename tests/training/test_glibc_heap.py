@@ -7,7 +7,8 @@ class FakeMallopt:
     """Records mallopt calls; answers 1 (glibc's success) or 0."""
 
     def __init__(self, answer: int = 1) -> None:
-        self.calls, self.answer = [], answer
+        self.calls: list = []
+        self.answer = answer
 
     def __call__(self, parameter: int, value: int) -> int:
         self.calls.append((parameter, value))
