@@ -100,8 +100,9 @@ class ElmoEmbed(Subcommand):
         subparser.add_argument(
             "--shard",
             default="0/1",
-            help="I/N: embed only the lines whose 0-based number modulo N is I (keys stay "
-            "global line numbers; N processes with I = 0..N-1 cover the input once)",
+            help="I/N: embed only the blocks of --sort-window lines whose 0-based number modulo N "
+            "is I (keys stay global line numbers; N processes with I = 0..N-1 cover the input "
+            "once, with the unsharded run's vectors bit for bit)",
         )
         subparser.add_argument(
             "--batch-size", type=int, default=256, help="at most this many sentences per batch"
@@ -159,7 +160,7 @@ def embed_from_args(args: argparse.Namespace) -> None:
         raise ConfigurationError(f"elmo-embed: model not found: {args.model}")
     batching = Batching(args.batch_size, args.batch_tokens, args.sort_window, args.token_cache)
     output = OutputFormat(args.pool, args.dtype, args.compression)
-    shard = parse_shard(args.shard)
+    shard = parse_shard(args.shard, args.sort_window)
     # before the model loads
     check_arguments(args.input_file, args.output_file, args.layers, batching, args.resume, output)
     mix = read_learned_mix(mix_archive(args.layers)) if mix_archive(args.layers) else None
@@ -500,8 +501,9 @@ def embed_file(
     logger.info("elmo-embed: %s", stats.summary(input_file))
     if shard.parts > 1:
         logger.info(
-            "elmo-embed: shard %s: the lines whose number modulo %d is %d",
+            "elmo-embed: shard %s: the blocks of %d lines whose number modulo %d is %d",
             shard,
+            shard.block,
             shard.parts,
             shard.part,
         )

@@ -6,7 +6,7 @@ import itertools
 import os
 import re
 import sys
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from typing import NamedTuple
 
 from allennlp.common.checks import ConfigurationError
@@ -19,26 +19,37 @@ SHARD_FORM = re.compile(r"^(\d+)/(\d+)$")
 
 
 class Shard(NamedTuple):
-    """Shard `part` of `parts`: the input lines whose 0-based number modulo `parts` is `part`."""
+    """Shard `part` of `parts`: the input's windows of `block` sentences (`elmo-embed`'s sort
+    windows: `block` non-blank lines, with the blank lines among them) whose 0-based number
+    modulo `parts` is `part`. A shard's windows are the unsharded run's windows, batched the
+    same way, so its vectors equal the unsharded ones bit for bit."""
 
     part: int = 0
     parts: int = 1
+    block: int = 1
 
-    def owns(self, line: int) -> bool:
-        return line % self.parts == self.part
+    def owned(self, lines: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
+        """(0-based line number, line) of this shard's lines."""
+        sentences = 0
+        for index, raw in enumerate(lines):
+            if (sentences // self.block) % self.parts == self.part:
+                yield index, raw
+            # str.split, as elmo-embed splits a line into tokens (decoding errors replaced)
+            sentences += bool(raw.decode("utf-8", "replace").split())
 
     def __str__(self) -> str:
         return f"{self.part}/{self.parts}"
 
 
-def parse_shard(value: str) -> Shard:
-    """`I/N` with 0 <= I < N -> Shard(I, N); a ConfigurationError naming the value otherwise."""
+def parse_shard(value: str, block: int = 1) -> Shard:
+    """`I/N` with 0 <= I < N -> Shard(I, N, block); a ConfigurationError naming the value
+    otherwise."""
     match = SHARD_FORM.match(value.strip())
     if not match or not int(match.group(1)) < int(match.group(2)):
         raise ConfigurationError(
             f"elmo-embed: --shard must be I/N with 0 <= I < N (e.g. 0/4), got {value!r}"
         )
-    return Shard(int(match.group(1)), int(match.group(2)))
+    return Shard(int(match.group(1)), int(match.group(2)), block)
 
 
 def _refused(error: ConfigurationError) -> ConfigurationError:
@@ -81,11 +92,10 @@ def numbered_lines(path: str, stats: CorpusStats, shard: Shard) -> Iterator[tupl
 def _decoded(
     lines: Iterator[bytes], name: str, stats: CorpusStats, shard: Shard
 ) -> Iterator[tuple[int, str]]:
-    for index, raw in enumerate(lines):
-        if shard.owns(index):
-            yield index, decode_line(raw, name, index + 1, stats).strip()
+    for index, raw in shard.owned(lines):
+        yield index, decode_line(raw, name, index + 1, stats).strip()
 
 
 def count_tokens(path: str, shard: Shard) -> int:
     """Whitespace-separated tokens in the shard's lines of a file (for the progress bar)."""
-    return sum(len(raw.split()) for index, raw in enumerate(raw_lines(path)) if shard.owns(index))
+    return sum(len(raw.split()) for _, raw in shard.owned(raw_lines(path)))

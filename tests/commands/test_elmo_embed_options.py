@@ -26,6 +26,8 @@ from elmo_plugin.commands.embed_input import Shard, parse_shard
 from elmo_plugin.commands.learned_mix import read_learned_mix
 from tests.helpers import ALLENNLP, REPO_ROOT, run_allennlp
 
+# The sort window of each line of TEXT at --sort-window 2 (2 sentences, blank lines among them).
+WINDOW_OF_LINE = [0, 0, 0, 1, 1, 2, 2]
 TEXT = [
     "The file is open .",
     "",
@@ -50,10 +52,11 @@ def read(path):
         return arrays, counts, index
 
 
-def embed(encoder, source, output, layers="all", **options):
-    elmo_embed.embed_file(
-        encoder, str(source), str(output), layers, elmo_embed.Batching(4), **options
-    )
+BATCHES_OF_4 = elmo_embed.Batching(4)
+
+
+def embed(encoder, source, output, layers="all", batching=BATCHES_OF_4, **options):
+    elmo_embed.embed_file(encoder, str(source), str(output), layers, batching, **options)
     return read(output)
 
 
@@ -249,22 +252,28 @@ def union(shards):
 def test_shards_union_equals_the_unsharded_file_key_for_key(
     encoder, text_file, unpooled, tmp_path, parts
 ):
-    """Keys and sentence_to_index are equal; values equal within float32 rounding (a shard
-    batches its own lines: other batch shapes, other summation order). 9 shards of 7 lines:
-    shards 7 and 8 get no line (a file with only sentence_to_index)."""
+    """Keys, values (bit for bit) and sentence_to_index are equal: a shard takes whole sort
+    windows (here of 2 sentences: lines 0-2, 3-4, 5-6), batched as in the unsharded run. 9
+    shards of 3 windows: shards 3 to 8 get no line (a file with only sentence_to_index)."""
+    windows = elmo_embed.Batching(4, sort_window=2)
+    whole = embed(encoder, text_file, tmp_path / "whole.hdf5", batching=windows)
     shards = [
-        embed(encoder, text_file, tmp_path / f"{part}.hdf5", shard=Shard(part, parts))
+        embed(
+            encoder,
+            text_file,
+            tmp_path / f"{part}.hdf5",
+            batching=windows,
+            shard=Shard(part, parts, block=2),
+        )
         for part in range(parts)
     ]
     for part, (arrays, _, _) in enumerate(shards):
-        assert sorted(arrays) == [line for line in range(len(TEXT)) if line % parts == part]
+        assert sorted(arrays) == [line for line in range(7) if WINDOW_OF_LINE[line] % parts == part]
     arrays, index = union(shards)
-    assert index == unpooled[2] and sorted(arrays) == sorted(unpooled[0])
-    for line, value in unpooled[0].items():
-        assert arrays[line].shape == value.shape and arrays[line].dtype == value.dtype
-        numpy.testing.assert_allclose(arrays[line], value, atol=1e-5, rtol=0)
-        if parts == 1:
-            numpy.testing.assert_array_equal(arrays[line], value)
+    assert index == whole[2] == unpooled[2] and sorted(arrays) == sorted(whole[0])
+    for line, value in whole[0].items():
+        assert arrays[line].dtype == value.dtype
+        numpy.testing.assert_array_equal(arrays[line], value)
 
 
 @pytest.mark.parametrize("value", ["2/2", "1", "a/b", "-1/2", "1/0", "0/2/3", ""])
@@ -310,10 +319,12 @@ def test_standard_input_and_compressed_files_equal_the_plain_file(
         assert index == unpooled[2] and sorted(arrays) == sorted(unpooled[0])
         for line, value in unpooled[0].items():
             numpy.testing.assert_array_equal(arrays[line], value)
-    sharded = standard_input_run(tiny_bilm_archive, plugin_cwd, data, "s.hdf5", "--shard", "1/2")
+    sharded = standard_input_run(
+        tiny_bilm_archive, plugin_cwd, data, "s.hdf5", "--shard", "1/2", "--sort-window", "2"
+    )
     assert sharded.returncode == 0
     arrays, _, index = read(plugin_cwd / "s.hdf5")
-    assert sorted(arrays) == [1, 3, 5] and index == {"": [1, 5], TEXT[3]: [3]}
+    assert sorted(arrays) == [3, 4] and index == {TEXT[3]: [3], TEXT[4]: [4]}
     for line in arrays:
         numpy.testing.assert_allclose(arrays[line], unpooled[0][line], atol=1e-5, rtol=0)
 
@@ -427,7 +438,8 @@ def test_a_killed_shard_resumes_to_the_same_datasets_bit_for_bit(tiny_bilm_archi
     whole, whole_counts, whole_index = read(plugin_cwd / "whole.hdf5")
     again, again_counts, again_index = read(plugin_cwd / "resumed.hdf5")
     assert again_index == whole_index and again_counts == whole_counts
-    assert sorted(again) == sorted(whole) == list(range(1, 3000, 2))
+    owned = Shard(1, 2, block=32).owned((plugin_cwd / "in.txt").read_bytes().splitlines())
+    assert sorted(again) == sorted(whole) == [line for line, _ in owned]
     for line, value in whole.items():
         assert again[line].dtype == numpy.float16
         numpy.testing.assert_array_equal(again[line], value)
@@ -443,7 +455,13 @@ def test_the_docs_merge_snippet_reads_three_shards_as_the_unsharded_file(
 ):
     (tmp_path / "out").mkdir()
     for part in range(3):
-        embed(encoder, text_file, tmp_path / "out" / f"vectors.{part}.hdf5", shard=Shard(part, 3))
+        embed(
+            encoder,
+            text_file,
+            tmp_path / "out" / f"vectors.{part}.hdf5",
+            batching=elmo_embed.Batching(4, sort_window=2),
+            shard=Shard(part, 3, block=2),
+        )
     reading, merging = docs_python_blocks()
     monkeypatch.chdir(tmp_path)
     exec(merging, {})
