@@ -93,6 +93,7 @@ class ValidationChecksCallback(TrainerCallback):
         self.checks_without_best = 0
         self._writer: Optional[SummaryWriter] = None
         self._sample: Optional[list] = None  # the first max_batches validation batches
+        self.enabled = True  # False without validation data (set in on_start)
 
     # --- checkpointed state ---
 
@@ -110,10 +111,10 @@ class ValidationChecksCallback(TrainerCallback):
 
     def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
         super().on_start(trainer, is_primary=is_primary, **kwargs)
-        if trainer._validation_data_loader is None:
-            raise ConfigurationError(
-                "callback elmo_validation_checks: needs a validation_data_path"
-            )
+        self.enabled = trainer._validation_data_loader is not None
+        if not self.enabled:
+            logger.warning("elmo_validation_checks: no validation data: no checks in this run")
+            return
         try:
             epoch_batches = len(trainer.data_loader)
         except TypeError:
@@ -149,7 +150,11 @@ class ValidationChecksCallback(TrainerCallback):
         batch_grad_norm: Optional[float] = None,
         **kwargs,
     ) -> None:
-        if is_training and trainer._total_batches_completed % self.every_num_batches == 0:
+        if (
+            self.enabled
+            and is_training
+            and trainer._total_batches_completed % self.every_num_batches == 0
+        ):
             self.check(trainer, epoch, batch_number, is_primary)
 
     def on_end(self, trainer, metrics=None, epoch=None, is_primary: bool = True, **kwargs) -> None:

@@ -73,15 +73,24 @@ def test_the_state_resumes_the_history_and_the_plateau_count(tmp_path, monkeypat
     assert len((tmp_path / "validation_checks.jsonl").read_text().splitlines()) == 4
 
 
+def test_without_validation_data_a_run_has_no_checks_and_says_so(tmp_path, caplog, monkeypatch):
+    trainer = fake_trainer()
+    trainer._validation_data_loader = None
+    callback = ValidationChecksCallback(str(tmp_path), every_num_batches=5)
+    monkeypatch.setattr(elmo_validation_checks, "validation_metrics", None)  # never called
+    with caplog.at_level(logging.WARNING):
+        callback.on_start(trainer)
+        trainer._total_batches_completed = 5
+        callback.on_batch(trainer, [], [], {}, 0, 5, True)
+    assert callback.history == [] and "no validation data: no checks" in caplog.text
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_bad_settings_are_one_line_errors_or_a_warning(tmp_path, caplog):
     with pytest.raises(ConfigurationError, match="every_num_batches must be at least 1"):
         ValidationChecksCallback(str(tmp_path), every_num_batches=0)
     with pytest.raises(ConfigurationError, match="must start with - or +"):
         ValidationChecksCallback(str(tmp_path), every_num_batches=5, validation_metric="ppl")
-    trainer = fake_trainer()
-    trainer._validation_data_loader = None
-    with pytest.raises(ConfigurationError, match="needs a validation_data_path"):
-        ValidationChecksCallback(str(tmp_path), every_num_batches=5).on_start(trainer)
     with caplog.at_level(logging.WARNING):
         ValidationChecksCallback(str(tmp_path), every_num_batches=500).on_start(fake_trainer(100))
     assert "every_num_batches 500 is more than an epoch's 100 batches" in caplog.text
