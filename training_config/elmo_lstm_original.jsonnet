@@ -84,11 +84,10 @@
       { type: "tokens_per_second", summary_interval: 100 },  // train/tokens_per_second
       // Saves the data loader's position in each checkpoint and starts there on -r.
       { type: "elmo_corpus_resume" },
-      // Validation inside the epoch (hours long at 1B Word): every 2000 batches on the first 100
-      // validation batches (a few % of the training time), logged to validation_checks.jsonl
-      // and log/checks; the best check -> model_best_check.tar.gz.
-      { type: "elmo_validation_checks", every_num_batches: 2000, max_batches: 100 },
     ],
+    // Validation inside the epoch (docs/pretraining.md, "Long runs"): add
+    //   { type: "elmo_validation_checks", every_num_batches: 2000, max_batches: 100 }
+    // to the callbacks.
     cuda_device: 0,
     use_amp: false,
   },

@@ -135,7 +135,6 @@ class ValidationChecksCallback(TrainerCallback):
             # A resumed run's history is the checkpoint's: checks written after it are dropped.
             with open(self.path(CHECKS_FILE), "w", encoding="utf-8") as out:
                 out.writelines(json.dumps(asdict(check)) + "\n" for check in self.history)
-            self._writer = SummaryWriter(os.path.join(self.serialization_dir, "log", "checks"))
 
     def on_batch(
         self,
@@ -209,10 +208,11 @@ class ValidationChecksCallback(TrainerCallback):
     def record(self, check: Check, trainer) -> None:
         with open(self.path(CHECKS_FILE), "a", encoding="utf-8") as out:
             out.write(json.dumps(asdict(check)) + "\n")
-        if self._writer is not None:
-            for name, value in check.metrics.items():
-                self._writer.add_scalar(name, value, check.batch)
-            self._writer.add_scalar("learning_rate", check.learning_rate, check.batch)
+        if self._writer is None:  # made at the first check: no writer thread before it
+            self._writer = SummaryWriter(os.path.join(self.serialization_dir, "log", "checks"))
+        for name, value in check.metrics.items():
+            self._writer.add_scalar(name, value, check.batch)
+        self._writer.add_scalar("learning_rate", check.learning_rate, check.batch)
         if check.best and self.keep_best:
             partial = self.path(BEST_WEIGHTS) + ".partial"  # renamed when complete
             torch.save(trainer.model.state_dict(), partial)
