@@ -16,7 +16,6 @@ printed is one JSON object.
 """
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -24,21 +23,20 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT))
-
-import elmo_plugin  # noqa: E402,F401  (registers components)
-from benchmarks.embedder_vs_allennlp_elmo import PUBLISHED_SMALL  # noqa: E402
-from benchmarks.wikitext_data import wikitext_file  # noqa: E402
-from elmo_plugin.commands.elmo_embed import OutputFormat, embed_file  # noqa: E402
-from elmo_plugin.elmo_files.options import architecture_from_options  # noqa: E402
-from elmo_plugin.elmo_files.weights import read_bilm_encoder, write_bilm_encoder  # noqa: E402
-from elmo_plugin.modules.bilm_encoder import BiLmEncoder  # noqa: E402
+import elmo_plugin  # noqa: F401  (registers components)
+from benchmarks.common import REPO_ROOT, require_data, run_benchmark
+from benchmarks.embedder_vs_allennlp_elmo import PUBLISHED_SMALL
+from benchmarks.wikitext_data import wikitext_file
+from elmo_plugin.commands.elmo_embed import OutputFormat, embed_file
+from elmo_plugin.elmo_files.options import architecture_from_options
+from elmo_plugin.elmo_files.weights import read_bilm_encoder, write_bilm_encoder
+from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 
 NAME = "elmo_embed_options"
 RUNS = {
@@ -86,17 +84,15 @@ def wall_seconds(processes: list[subprocess.Popen], start: float) -> float:
     return time.perf_counter() - start
 
 
-def main() -> None:
+def main(argv: list[str]) -> dict[str, Any]:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--lines", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     source = wikitext_file()
-    if not source.is_file():
-        print(json.dumps({"name": NAME, "status": "skipped", "reason": f"{source} not found"}))
-        return
+    require_data(source)
     torch.set_num_threads(1)
     folder = tempfile.mkdtemp(prefix="elmo_embed_options_")
     try:
@@ -145,23 +141,18 @@ def main() -> None:
         two = wall_seconds(shards, start)
     finally:
         shutil.rmtree(folder)
-    print(
-        json.dumps(
-            {
-                "name": NAME,
-                "status": "ok",
-                "data": f"first {args.lines} lines of {source.name} (WikiText-2), {tokens} tokens",
-                "model": "published small (2 x 1024/128, 2048 filters, 1 highway), random weights",
-                "layers": "all",
-                **figures,
-                "one_process_wall_s": round(one, 2),
-                "two_shards_two_processes_wall_s": round(two, 2),
-                "shard_speedup": round(one / two, 2),
-                "cpu_count": os.cpu_count(),
-            }
-        )
-    )
+    return {
+        "data": f"first {args.lines} lines of {source.name} (WikiText-2), {tokens} tokens",
+        "model": "published small (2 x 1024/128, 2048 filters, 1 highway), random weights",
+        "layers": "all",
+        **figures,
+        "one_process_wall_s": round(one, 2),
+        "two_shards_two_processes_wall_s": round(two, 2),
+        "shard_speedup": round(one / two, 2),
+        "cpu_count": os.cpu_count(),
+        "headline": ["shard_speedup"],
+    }
 
 
 if __name__ == "__main__":
-    main()
+    run_benchmark(NAME, main)

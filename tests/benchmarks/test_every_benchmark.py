@@ -21,6 +21,7 @@ EWT = Path("ud-english-ewt") / "en_ewt-ud-dev.conllu"
 CASES: dict[str, tuple[list[str], str, list[Path]]] = {
     "embedder_vs_allennlp_elmo": ([], "skipped", [WIKITEXT]),
     "elmo_embed_vs_allennlp_elmo": ([], "skipped", [WIKITEXT]),
+    "elmo_embed_options": ([], "skipped", [WIKITEXT]),
     "lstm_vs_allennlp_models_transformer": ([], "skipped", [WIKITEXT]),
     "transformer_vs_allennlp_models": ([], "skipped", [WIKITEXT]),
     "pos_tagger_elmo_vs_baseline": ([], "skipped", [WIKITEXT, EWT]),
