@@ -193,3 +193,30 @@ def tar_member(
     info = tarfile.TarInfo(name)
     info.type, info.linkname, info.size = kind, linkname, size
     return info
+
+
+# The published ELMo sizes (../shared/docs/elmo-format.md): name -> (LSTM dim, projection, highway)
+PUBLISHED_SIZES = {"small": (1024, 128, 1), "medium": (2048, 256, 1), "original": (4096, 512, 2)}
+FILTERS_2048 = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
+
+
+def published_options(dim: int, projection: int, highway: int) -> dict:
+    """The options.json of a published ELMo size (relu, 2048 filters, clips 3, 262 characters)."""
+    return {
+        "lstm": {
+            "use_skip_connections": True,
+            "projection_dim": projection,
+            "cell_clip": 3,
+            "proj_clip": 3,
+            "dim": dim,
+            "n_layers": 2,
+        },
+        "char_cnn": {
+            "activation": "relu",
+            "filters": FILTERS_2048,
+            "n_highway": highway,
+            "embedding": {"dim": 16},
+            "n_characters": 262,
+            "max_characters_per_token": 50,
+        },
+    }

@@ -18,6 +18,7 @@ from elmo_plugin.commands.elmo_continue import (
 )
 from tests.elmo_files.elmo_reference import write_pair
 from tests.elmo_files.test_elmo_files import TOKENS, tiny_bilm, vocab_of
+from tests.helpers import FILTERS_2048, PUBLISHED_SIZES, published_options
 
 
 def test_user_keys_replace_or_go_into_the_resolved_ones():
@@ -78,32 +79,12 @@ def test_the_resolved_overrides_build_the_options_architecture(tmp_path):
     assert json.loads(words[words.index("-o") + 1]) == overrides and words[-1] == "-r"
 
 
-FILTERS_2048 = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
-
-
-@pytest.mark.parametrize("dim,projection,highway", [(4096, 512, 2), (2048, 256, 1), (1024, 128, 1)])
+@pytest.mark.parametrize("dim,projection,highway", sorted(PUBLISHED_SIZES.values()))
 def test_every_published_size_needs_no_architecture_override(tmp_path, dim, projection, highway):
     """The published options files (original, medium, small) under their download names: the
     default config with the resolved overrides states their architecture."""
     prefix = f"elmo_2x{dim}_{projection}_2048cnn_{highway}xhighway_"
-    options = {
-        "lstm": {
-            "use_skip_connections": True,
-            "projection_dim": projection,
-            "cell_clip": 3,
-            "proj_clip": 3,
-            "dim": dim,
-            "n_layers": 2,
-        },
-        "char_cnn": {
-            "activation": "relu",
-            "filters": FILTERS_2048,
-            "n_highway": highway,
-            "embedding": {"dim": 16},
-            "n_characters": 262,
-            "max_characters_per_token": 50,
-        },
-    }
+    options = published_options(dim, projection, highway)
     (tmp_path / f"{prefix}options.json").write_text(json.dumps(options))
     (tmp_path / f"{prefix}weights.hdf5").write_bytes(b"")  # read by the model, not here
     overrides = continue_overrides(str(tmp_path), DEFAULT_CONFIG, "train.txt", "valid.txt")
