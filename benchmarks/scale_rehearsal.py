@@ -242,21 +242,17 @@ def check(result: dict, what: str) -> None:
         )
 
 
+def train_command(run_dir: Path, overrides: dict) -> list[str]:
+    """`allennlp train CONFIG -s RUN_DIR -o OVERRIDES` with the plugin."""
+    command = [ALLENNLP, "train", str(CONFIG), "-s", str(run_dir), "-o", json.dumps(overrides)]
+    return [*command, "--include-package", "elmo_plugin"]
+
+
 def train_kill_resume_evaluate(work: Path, name: str, overrides: dict, dry_run: bool) -> dict:
     """train -> kill -9 once a mid-epoch checkpoint is complete -> train -r -> evaluate on the
     held-out text."""
     run_dir = work / name
-    train = [
-        ALLENNLP,
-        "train",
-        str(CONFIG),
-        "-s",
-        str(run_dir),
-        "-o",
-        json.dumps(overrides),
-        "--include-package",
-        "elmo_plugin",
-    ]
+    train = train_command(run_dir, overrides)
     killed = run_measured(train, dry_run, kill_at_checkpoint=run_dir)
     if not dry_run and killed["checkpoint"] is None:
         sys.exit(
@@ -322,17 +318,7 @@ def epoch_seconds(work: Path, name: str, overrides: dict, dry_run: bool) -> floa
     """allennlp's training_duration of one uninterrupted epoch (no validation)."""
     run_dir = work / name
     result = run_measured(
-        [
-            ALLENNLP,
-            "train",
-            str(CONFIG),
-            "-s",
-            str(run_dir),
-            "-o",
-            json.dumps(overrides),
-            "--include-package",
-            "elmo_plugin",
-        ],
+        train_command(run_dir, overrides),
         dry_run,
     )
     check(result, name)
