@@ -33,6 +33,12 @@ def demo_pythonwarnings(user_setting: str = "") -> str:
     ).stdout
 
 
+def future_warnings(stderr: str) -> int:
+    """How many FutureWarnings `stderr` reports: counted by their header line, since Python 3.13
+    also prints the source line of `python -c` code, which names the category again."""
+    return len(re.findall(r": FutureWarning: ", stderr))
+
+
 def run_python(code: str, pythonwarnings: str) -> str:
     """stderr of `python -c CODE` under the given PYTHONWARNINGS."""
     env = {**os.environ, "PYTHONWARNINGS": pythonwarnings}
@@ -45,10 +51,10 @@ def test_demo_hides_the_three_fairscale_notices_and_nothing_else():
     setting = demo_pythonwarnings()
     assert len(setting.split(",")) == 3
     plain = run_python("import allennlp.commands", "default")
-    assert plain.count("FutureWarning") == 3  # what a user sees without the setting
-    assert "FutureWarning" not in run_python("import allennlp.commands", setting)
+    assert future_warnings(plain) == 3  # what a user sees without the setting
+    assert future_warnings(run_python("import allennlp.commands", setting)) == 0
     others = run_python(OTHERS, setting)
-    assert others.count("FutureWarning") == 2  # same category, other modules: still shown
+    assert future_warnings(others) == 2  # same category, other modules: still shown
 
 
 def test_demo_keeps_the_users_own_pythonwarnings_after_its_own():
