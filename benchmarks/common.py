@@ -13,6 +13,7 @@ target adds a `missed` figure saying which target. Exit status: 0 for ok and ski
 failed and for a missed target. This module imports nothing heavy (no torch, no allennlp).
 """
 
+import argparse
 import json
 import os
 import sys
@@ -31,6 +32,25 @@ CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}  # `--clock` choi
 def shared_data_dir() -> Path:
     """Real corpora: $ELMO_PLUGIN_DATA, default ../shared/data beside the repo."""
     return Path(os.environ.get("ELMO_PLUGIN_DATA", REPO_ROOT.parent / "shared" / "data"))
+
+
+def add_keep_freed_heap_argument(parser: argparse.ArgumentParser) -> None:
+    """`--keep-freed-heap` / `--no-keep-freed-heap` (default on), as `elmo-embed` and the shipped
+    configs' `process_settings` have it: a benchmark measures what a user's command runs."""
+    parser.add_argument(
+        "--keep-freed-heap",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="keep freed CPU memory in the process, as the commands do by default",
+    )
+
+
+def apply_process_settings(args: argparse.Namespace) -> None:
+    """Applies the process settings a command would (`ProcessSettings`), from
+    `add_keep_freed_heap_argument`'s flag; the benchmark is the command here."""
+    from elmo_plugin.training.process_settings import ProcessSettings
+
+    ProcessSettings(keep_freed_heap=args.keep_freed_heap).apply()
 
 
 class Skip(Exception):

@@ -32,7 +32,13 @@ from allennlp.data import Vocabulary
 from allennlp.modules.elmo import Elmo, batch_to_ids
 
 import elmo_plugin  # noqa: F401  (registers components)
-from benchmarks.common import CLOCKS, require_data, run_benchmark
+from benchmarks.common import (
+    CLOCKS,
+    add_keep_freed_heap_argument,
+    apply_process_settings,
+    require_data,
+    run_benchmark,
+)
 from benchmarks.wikitext_data import wikitext_file
 from elmo_plugin.cpu.compiled_lstm_steps import compiled_steps
 from elmo_plugin.elmo_files.options import architecture_from_options
@@ -147,7 +153,9 @@ def main(argv: list[str]) -> dict[str, Any]:
     parser.add_argument("--original-tokens", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--clock", choices=list(CLOCKS), default="cpu")
+    add_keep_freed_heap_argument(parser)
     args = parser.parse_args(argv)
+    apply_process_settings(args)
 
     sentences = wikitext_sentences(args.max_tokens)
     small = compare(PUBLISHED_SMALL, sentences, args.batch_size, args.seed, CLOCKS[args.clock])
@@ -157,6 +165,7 @@ def main(argv: list[str]) -> dict[str, Any]:
         f"{small.pop('batches')} batches of {args.batch_size}",
         "model": "published small (2 x 1024/128, 2048 filters, 1 highway, clips 3), random weights",
         "torch_threads": torch.get_num_threads(),
+        "keep_freed_heap": args.keep_freed_heap,
         "clock": args.clock,
         "lstm_forward_loop": "c++" if compiled_steps() is not None else "reference",
         **small,

@@ -34,7 +34,12 @@ from typing import Any, Optional, cast
 import torch
 from allennlp.modules.elmo_lstm import ElmoLstm
 
-from benchmarks.common import CLOCKS, run_benchmark
+from benchmarks.common import (
+    CLOCKS,
+    add_keep_freed_heap_argument,
+    apply_process_settings,
+    run_benchmark,
+)
 from elmo_plugin.cpu.onednn_matmul import linear
 from elmo_plugin.modules.elmo_lstm import ElmoLstmContextualizer
 
@@ -110,7 +115,9 @@ def main(argv: list[str]) -> dict[str, Any]:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--timesteps", type=int, default=40)
     parser.add_argument("--clock", choices=list(CLOCKS), default="cpu")
+    add_keep_freed_heap_argument(parser)
     args = parser.parse_args(argv)
+    apply_process_settings(args)
     clock = CLOCKS[args.clock]
 
     torch.manual_seed(0)
@@ -142,6 +149,7 @@ def main(argv: list[str]) -> dict[str, Any]:
         "shape": f"batch {args.batch} x {args.timesteps} tokens, "
         f"{DIRECTIONS} directions x {LAYERS} layers, {CELLS} cells / {PROJECTION} projection",
         "torch_threads": torch.get_num_threads(),
+        "keep_freed_heap": args.keep_freed_heap,
         "clock": args.clock,
         "rounds": args.rounds,
         **{f"{name}_gflops": round(rate, 1) for name, rate in rates.items()},
