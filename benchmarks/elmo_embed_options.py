@@ -10,9 +10,9 @@ weights, written as options.json + weights.hdf5. Each option set is `embed_file`
 on one torch thread (`--layers all`), after a warm-up run on 20 lines; tokens/s is wall time.
 Errors: max abs difference of each file's values from the float32 run of the same pooling (max
 abs value of that run given for scale). Shards: `allennlp elmo-embed` processes
-(OMP_NUM_THREADS=1 each): one process over the whole input vs `--shard 0/2` and `--shard 1/2` at
-the same time; wall time from start to the last exit, process start-up included. The last line
-printed is one JSON object.
+(OMP_NUM_THREADS=1 each, `--sort-window 512` so that each shard gets windows): one process
+over the whole input vs `--shard 0/2` and `--shard 1/2` at the same time; wall time from start
+to the last exit, process start-up included. The last line printed is one JSON object.
 """
 
 import argparse
@@ -77,6 +77,12 @@ def cli_embed(model: str, input_file: str, output: str, *options: str) -> subpro
     )
 
 
+def embedded_lines(path: str) -> int:
+    """How many input lines (blank ones too) an elmo-embed output file holds."""
+    with h5py.File(path, "r") as output:
+        return sum(1 for key in output if key != "sentence_to_index")
+
+
 def wall_seconds(processes: list[subprocess.Popen], start: float) -> float:
     for process in processes:
         if process.wait() != 0:
@@ -90,6 +96,13 @@ def main(argv: list[str]) -> dict[str, Any]:
     )
     parser.add_argument("--lines", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--sort-window",
+        type=int,
+        default=512,
+        help="elmo-embed's --sort-window for the shard comparison: shards take whole windows, "
+        "so an input of fewer than 2 windows would leave the second shard empty",
+    )
     args = parser.parse_args(argv)
     source = wikitext_file()
     require_data(source)
@@ -131,14 +144,18 @@ def main(argv: list[str]) -> dict[str, Any]:
                     float(numpy.abs(v).max(initial=0)) for v in reference.values()
                 ),
             }
+        window = ["--sort-window", str(args.sort_window)]
         start = time.perf_counter()
-        one = wall_seconds([cli_embed(model, input_file, os.path.join(folder, "one.hdf5"))], start)
+        one_file = os.path.join(folder, "one.hdf5")
+        one = wall_seconds([cli_embed(model, input_file, one_file, *window)], start)
         start = time.perf_counter()
+        shard_files = [os.path.join(folder, f"s{i}.hdf5") for i in range(2)]
         shards = [
-            cli_embed(model, input_file, os.path.join(folder, f"s{i}.hdf5"), "--shard", f"{i}/2")
+            cli_embed(model, input_file, shard_files[i], *window, "--shard", f"{i}/2")
             for i in range(2)
         ]
         two = wall_seconds(shards, start)
+        shard_lines = [embedded_lines(path) for path in shard_files]
     finally:
         shutil.rmtree(folder)
     return {
@@ -146,6 +163,8 @@ def main(argv: list[str]) -> dict[str, Any]:
         "model": "published small (2 x 1024/128, 2048 filters, 1 highway), random weights",
         "layers": "all",
         **figures,
+        "sort_window": args.sort_window,
+        "shard_lines": shard_lines,
         "one_process_wall_s": round(one, 2),
         "two_shards_two_processes_wall_s": round(two, 2),
         "shard_speedup": round(one / two, 2),
