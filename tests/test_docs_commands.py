@@ -37,6 +37,7 @@ from typing import NamedTuple, Optional
 
 import pytest
 from allennlp.commands import parse_args
+from allennlp.commands.subcommand import Subcommand
 from allennlp.common import Params
 from mktestdocs import grab_code_blocks
 
@@ -95,7 +96,8 @@ def test_every_fenced_block_is_bash_python_or_jsonnet_and_every_marker_has_a_rea
     assert [block.language for block in blocks if block.language not in LANGUAGES] == [], (
         f"{page_id(page)}: a fenced block in another language (tag it bash, python or jsonnet)"
     )
-    markers = re.findall(r"<!-- not run:.*?-->", page.read_text(encoding="utf-8"))
+    text = page.read_text(encoding="utf-8")
+    markers = re.findall(r"^[ \t]*<!-- not run:.*-->[ \t]*$", text, re.MULTILINE)
     marked = [block for block in blocks if block.not_run is not None]
     assert len(marked) == len(markers), (
         f"{page_id(page)}: a `<!-- not run: REASON -->` line not directly above a fence"
@@ -145,9 +147,11 @@ def allennlp_parse(argv: list[str]) -> argparse.Namespace:
 def check_allennlp_command(argv: list[str]) -> None:
     """A usage synopsis (`[--flag ...]`): each flag is one of the subcommand's. A command: it
     parses, and a training config loads with its `-o`."""
-    if "[" in " ".join(argv) or "..." in argv:
-        options = help_text(lambda: allennlp_parse([argv[0], "--help"]))
-        assert [flag for flag in flags(argv) if flag not in options] == [], argv
+    if any(word.startswith("[") or word == "..." for word in argv):
+        subparsers = argparse.ArgumentParser().add_subparsers()
+        options = Subcommand.by_name(argv[0])().add_subparser(subparsers)._option_string_actions
+        missing = [flag for flag in flags(argv) if flag not in options]
+        assert missing == [], f"allennlp {argv[0]} has no option {', '.join(missing)}"
         return
     try:
         args = allennlp_parse(argv)
@@ -168,7 +172,8 @@ def check_not_run_command(words: list[str]) -> None:
     elif len(words) > 2 and words[1] == "-m" and words[2].startswith("benchmarks."):
         main = importlib.import_module(words[2]).main
         options = help_text(lambda: main(["--help"]))
-        assert [flag for flag in flags(words[3:]) if flag not in options] == [], words
+        missing = [flag for flag in flags(words[3:]) if flag not in options]
+        assert missing == [], f"{words[2]} has no option {', '.join(missing)}"
 
 
 NOT_RUN_BLOCKS = [
