@@ -1,4 +1,4 @@
-"""The README and docs/ against the code: registered names, configs, named files, links, override JSON."""
+"""The README and docs/ against the code: registered names, configs, files, links, overrides."""
 
 import json
 import re
