@@ -5,7 +5,8 @@ directory per page, and the commands in the README's task table. A block that ca
 (a GPU, several hosts, hours, a download) carries the line `<!-- not run: REASON -->` directly
 above its opening fence; its `allennlp` commands are still parsed by allennlp's own argument
 parser and their configs loaded with their `-o`, its `make` targets and benchmark flags checked.
-A block in any other language than bash, python or jsonnet (configs, not run) fails.
+A block in any other language than bash, python or jsonnet (configs, not run) fails. An inline
+`allennlp SUBCOMMAND ...` in the text must name a subcommand and options it has.
 
 How the commands meet tiny data, without changing a flag, subcommand or config name:
 - the working directory holds the paths the docs use (`corpus/train/*.txt`, `train.conllu`,
@@ -123,7 +124,8 @@ def command_lines(code: str) -> Iterator[list[str]]:
 
 
 def flags(words: list[str]) -> list[str]:
-    return re.findall(r"(?<![\w-])--[a-z][\w-]*", " ".join(words))
+    """The options named in a command's words: `-s`, `--layers`, `[--pool`, `[--tf32|--no-tf32]`."""
+    return re.findall(r"(?<![\w-])--?[a-z][\w-]*", " ".join(words))
 
 
 def help_text(run: Callable[[], object]) -> str:
@@ -144,14 +146,25 @@ def allennlp_parse(argv: list[str]) -> argparse.Namespace:
         sys.argv = saved
 
 
+def subcommand_options(name: str) -> set[str]:
+    """The option strings of `allennlp NAME` (`--include-package` as allennlp adds it)."""
+    assert name in Subcommand.list_available(), f"no subcommand allennlp {name}"
+    subparser = Subcommand.by_name(name)().add_subparser(argparse.ArgumentParser().add_subparsers())
+    return {*subparser._option_string_actions, "--include-package"}
+
+
+def check_options(argv: list[str]) -> None:
+    """The subcommand exists and has every option the words name."""
+    options = subcommand_options(argv[0])
+    missing = [flag for flag in flags(argv) if flag not in options]
+    assert missing == [], f"allennlp {argv[0]} has no option {', '.join(missing)}"
+
+
 def check_allennlp_command(argv: list[str]) -> None:
     """A usage synopsis (`[--flag ...]`): each flag is one of the subcommand's. A command: it
     parses, and a training config loads with its `-o`."""
     if any(word.startswith("[") or word == "..." for word in argv):
-        subparsers = argparse.ArgumentParser().add_subparsers()
-        options = Subcommand.by_name(argv[0])().add_subparser(subparsers)._option_string_actions
-        missing = [flag for flag in flags(argv) if flag not in options]
-        assert missing == [], f"allennlp {argv[0]} has no option {', '.join(missing)}"
+        check_options(argv)
         return
     try:
         args = allennlp_parse(argv)
@@ -188,6 +201,16 @@ NOT_RUN_BLOCKS = [
 def test_the_commands_of_a_block_not_run_here_parse_and_their_configs_load(code):
     for words in command_lines(code):
         check_not_run_command(words)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_every_allennlp_command_in_the_text_names_a_subcommand_and_its_options(page):
+    """The inline `allennlp SUBCOMMAND ...` of the prose and tables, not run: each subcommand
+    exists and has each option named after it."""
+    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.DOTALL)
+    for command in re.findall(r"`allennlp ([a-z][\w-]*)( [^`]*)?`", text):
+        words = [command[0], *re.sub(r"'[^']*'", "JSON", command[1]).split()]
+        check_options(words)
 
 
 # ---- blocks run here ------------------------------------------------------------------------
