@@ -55,6 +55,11 @@ def tiny_sizes() -> dict[str, dict[str, Any]]:
             "trainer.cuda_device": -1,
         },
         "pos_tagger_elmo.jsonnet": {**TINY_TAGGER_OVERRIDES, "trainer.num_epochs": 1},
+        "classifier_elmo.jsonnet": {
+            "model.seq2vec_encoder.input_size": TINY_TAGGER_OVERRIDES["model.encoder.input_size"],
+            "model.seq2vec_encoder.hidden_size": 32,
+            "trainer.num_epochs": 1,
+        },
     }
 
 

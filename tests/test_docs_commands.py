@@ -284,6 +284,7 @@ def docs_inputs(tiny_corpus, tiny_tagged_data, tmp_path_factory) -> Path:
         "zh_gsd-ud-train.conllu": tiny_tagged_data / "train.conllu",
         "zh_gsd-ud-dev.conllu": tiny_tagged_data / "valid.conllu",
         "training_config": REPO_ROOT / "training_config",
+        "fixtures/classification": REPO_ROOT / "fixtures" / "classification",
     }
     for name, target in links.items():
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
