@@ -9,7 +9,6 @@ import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.data import TextFieldTensors, Vocabulary
 from allennlp.models.model import Model
-from allennlp.modules.sampled_softmax_loss import SampledSoftmaxLoss
 from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 from allennlp.modules.text_field_embedders import TextFieldEmbedder
 from allennlp.nn import InitializerApplicator
@@ -115,6 +114,7 @@ class ElmoLanguageModel(LanguageModel):
     """
 
     default_predictor = "elmo_embeddings"
+    _softmax_loss: torch.nn.Module  # allennlp's SoftmaxLoss, or our ChunkedSampledSoftmaxLoss
 
     def __init__(
         self,
@@ -147,10 +147,14 @@ class ElmoLanguageModel(LanguageModel):
                 "elmo_bilm: the contextualizer must be elmo_lstm or elmo_transformer, not "
                 f"{type(contextualizer).__name__}"
             )
-        if type(self._softmax_loss) is SampledSoftmaxLoss:
-            # Same parameters and training, chunked evaluation; re-classed rather than rebuilt,
-            # which would draw (and allocate) a second random softmax of vocabulary x P.
-            self._softmax_loss.__class__ = ChunkedSampledSoftmaxLoss
+        if num_samples is not None:  # the same parameters and training, chunked evaluation
+            self._softmax_loss = ChunkedSampledSoftmaxLoss.with_parameters(
+                self._softmax_loss.state_dict(keep_vars=True),
+                vocab.get_vocab_size(),
+                self._forward_dim,
+                num_samples,
+                sparse_embeddings,
+            )
         if sparse_embeddings:
             synchronize_sparse_gradients(self)
         if stateful and not contextualizer.supports_state:
