@@ -12,7 +12,7 @@ import pytest
 import torch
 from allennlp.common.checks import ConfigurationError
 
-from elmo_plugin.archives.bilm_archive import load_bilm_encoder
+from elmo_plugin.archives.bilm_source import load_bilm_encoder
 from elmo_plugin.commands import elmo_embed
 from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
 from elmo_plugin.data.elmo_vocab_file import BOS, EOS

@@ -76,7 +76,8 @@ def test_architecture_is_recorded_and_rebuilds_without_pretrained_file(tmp_path)
         "cell_clip": 1.0,
         "proj_clip": 1.0,
     }
-    assert architecture["char_cnn"]["filters"] == [[1, 4], [2, 8], [3, 8], [5, 16]]
+    assert architecture["token_embedder"]["type"] == "elmo_char_cnn"
+    assert architecture["token_embedder"]["filters"] == [[1, 4], [2, 8], [3, 8], [5, 16]]
     # what an archive holds: the saved vocabulary and the state dict, but no pretrained_file
     vocab.save_to_files(str(tmp_path / "vocabulary"))
     (tmp_path / "elmo" / "weights.hdf5").unlink()
