@@ -3,7 +3,7 @@ made, the ids of the sentence boundaries, the output width and the architecture 
 
 `ElmoCharCnn` and `ElmoManyLangsCnn` implement it; any other token embedder over ELMo's 50
 character ids (allennlp-models' `character_encoding`, as their `language_model` configs index it
-with `elmo_characters`) is read through `ElmoCharacterIds`.
+with `elmo_characters`) is read through `CharacterEncodingAdapter`.
 """
 
 from abc import ABC, abstractmethod
@@ -53,7 +53,7 @@ class CharacterEncoder(ABC):
         return {}
 
 
-class ElmoCharacters(CharacterEncoder):
+class ElmoCharacterIds(CharacterEncoder):
     """ELMo's 50 character ids per token (allennlp's `ELMoCharacterMapper`, our `elmo_char_ids`
     indexer), framed by `<S>` and `</S>`."""
 
@@ -65,7 +65,7 @@ class ElmoCharacters(CharacterEncoder):
         return self._indexer.char_ids(text)
 
 
-class ElmoCharacterIds(ElmoCharacters):
+class CharacterEncodingAdapter(ElmoCharacterIds):
     """A token embedder that is not a `CharacterEncoder` (allennlp-models' `character_encoding`)
     over ELMo's character ids. `architecture`: its params as its config gives them, known when
     it was built from them (`BiLmEncoder.from_architecture`)."""
@@ -94,7 +94,7 @@ def character_encoder(
     (`architecture`: its params, where known)."""
     if isinstance(embedder, CharacterEncoder):
         return embedder
-    return ElmoCharacterIds(embedder, architecture)
+    return CharacterEncodingAdapter(embedder, architecture)
 
 
 def record_indexer_dictionaries(

@@ -12,7 +12,7 @@ from allennlp.modules.token_embedders import TokenEmbedder
 
 from elmo_plugin.cpu.distinct_rows import distinct_rows
 from elmo_plugin.cpu.onednn_matmul import RightMatrix, linear, uses_onednn
-from elmo_plugin.modules.character_encoder import ElmoCharacters
+from elmo_plugin.modules.character_encoder import ElmoCharacterIds
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": torch.nn.functional.relu,
@@ -46,7 +46,7 @@ def windows_times_filters(
 
 
 @TokenEmbedder.register("elmo_char_cnn")
-class ElmoCharCnn(TokenEmbedder, ElmoCharacters):
+class ElmoCharCnn(TokenEmbedder, ElmoCharacterIds):
     """
     Character ids (batch, tokens, 50) -> token vectors (batch, tokens, projection_dim).
     A `CharacterEncoder` over ELMo's character ids (`elmo_char_ids`), framed by `<S>` and `</S>`.
