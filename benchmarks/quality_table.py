@@ -167,9 +167,9 @@ def downstream(
         del params["dataset_reader"]["token_indexers"]["elmo"]
         encoder["input_size"] = WORD_DIM + extra
     else:
-        from elmo_plugin.archives.bilm_architecture import architecture_from_archive
+        from elmo_plugin.archives.bilm_archive import configured_architecture
 
-        width = 2 * architecture_from_archive(bilm["archive"])["contextualizer"]["input_dim"]
+        width = 2 * configured_architecture(bilm["archive"])["contextualizer"]["input_dim"]
         encoder["input_size"] = width + WORD_DIM + extra
         if row == "allennlp_models_transformer":
             embedders["elmo"] = {

@@ -6,23 +6,17 @@ import json
 import logging
 from typing import Optional, cast
 
-import numpy
 import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
-from allennlp.data.token_indexers.elmo_indexer import ELMoCharacterMapper
 from allennlp.modules.scalar_mix import ScalarMix
 from allennlp.modules.token_embedders import TokenEmbedder
 from allennlp.nn.util import add_sentence_boundary_token_ids, remove_sentence_boundaries
 
-from elmo_plugin.archives.bilm_architecture import load_encoder_and_architecture, with_current_keys
-from elmo_plugin.data.elmo_manylangs_indexer import (
-    DEFAULT_NAMESPACE,
-    chars_namespace,
-    record_dictionary,
-    words_namespace,
-)
-from elmo_plugin.modules.bilm_encoder import Architecture, BiLmEncoder
+from elmo_plugin.archives.bilm_source import load_encoder_and_architecture
+from elmo_plugin.data.elmo_manylangs_indexer import DEFAULT_NAMESPACE
+from elmo_plugin.modules.bilm_encoder import Architecture, BiLmEncoder, current_architecture
+from elmo_plugin.modules.character_encoder import record_indexer_dictionaries
 
 logger = logging.getLogger(__name__)
 
@@ -32,39 +26,8 @@ logger = logging.getLogger(__name__)
 ARCHITECTURE_NAMESPACE = "elmo_bilm_embedder_architecture"
 
 
-def _boundary_ids(characters: list[int]) -> torch.Tensor:
-    return torch.from_numpy(numpy.array(characters) + 1)
-
-
-def sentence_boundary_ids(bilm: BiLmEncoder) -> tuple[torch.Tensor, torch.Tensor]:
-    """The indexed `<S>` and `</S>` tokens: ELMo's character ids, or those an ELMoForManyLangs
-    token embedder (`sentence_boundaries`) carries."""
-    boundaries = getattr(bilm.char_cnn, "sentence_boundaries", None)
-    if boundaries is not None:
-        return torch.tensor(boundaries["<bos>"]), torch.tensor(boundaries["<eos>"])
-    return (
-        _boundary_ids(ELMoCharacterMapper.beginning_of_sentence_characters),
-        _boundary_ids(ELMoCharacterMapper.end_of_sentence_characters),
-    )
-
-
-def record_manylangs_dictionaries(
-    vocab: Vocabulary, namespace: str, bilm: BiLmEncoder, source: str
-) -> None:
-    """An ELMoForManyLangs biLM's char and word dictionaries (if it is one) into the vocabulary,
-    where the `elmo_manylangs_ids` indexer reads them (and a downstream archive keeps them)."""
-    dictionaries = getattr(bilm.char_cnn, "dictionaries", None)
-    if dictionaries is None:
-        return
-    chars, words = dictionaries
-    record_dictionary(vocab, chars_namespace(namespace), chars, source)
-    if words is not None:
-        record_dictionary(vocab, words_namespace(namespace), words, source)
-
-
 def recorded_architecture(vocab: Vocabulary, namespace: str) -> Optional[Architecture]:
-    """The architecture JSON stored as a token of `namespace`, if any, under current key
-    names."""
+    """The architecture JSON stored as a token of `namespace`, if any, in the current form."""
     # The namespace is padded, so it also holds allennlp's padding and OOV tokens: only a JSON
     # object (starting with "{") is the architecture.
     tokens = [
@@ -75,7 +38,7 @@ def recorded_architecture(vocab: Vocabulary, namespace: str) -> Optional[Archite
             f"elmo_bilm_embedder: vocabulary namespace {namespace!r} holds {len(tokens)} "
             "architectures"
         )
-    return with_current_keys(json.loads(tokens[0])) if tokens else None
+    return current_architecture(json.loads(tokens[0])) if tokens else None
 
 
 @TokenEmbedder.register("elmo_bilm_embedder")
@@ -99,7 +62,8 @@ class ElmoBiLmEmbedder(TokenEmbedder):
     pretrained_file : `str`, optional (default = `None`)
         Our biLM `model.tar.gz` (or serialization folder), LSTM or transformer, allennlp-models'
         bidirectional `language_model` archive (its character encoder + contextualizer), or a
-        folder with ELMo's `options.json` + `weights.hdf5`, or an ELMoForManyLangs model folder
+        folder with ELMo's files (one `*options.json` + one `*weights.hdf5`, any names, as the
+        published downloads are named), or an ELMoForManyLangs model folder
         (its dictionaries are then recorded in the vocabulary, namespaces
         `<dictionary_namespace>_chars` / `_words`). allennlp drops this key when it loads an
         archive; the weights then come from the archive.
@@ -138,7 +102,9 @@ class ElmoBiLmEmbedder(TokenEmbedder):
         recorded = recorded_architecture(vocab, architecture_namespace)
         if pretrained_file is not None:
             self.bilm, architecture = load_encoder_and_architecture(pretrained_file)
-            record_manylangs_dictionaries(vocab, dictionary_namespace, self.bilm, pretrained_file)
+            record_indexer_dictionaries(
+                vocab, dictionary_namespace, self.bilm.characters, pretrained_file
+            )
             if recorded is None:
                 vocab.add_token_to_namespace(
                     json.dumps(architecture, sort_keys=True, separators=(",", ":")),
@@ -156,8 +122,9 @@ class ElmoBiLmEmbedder(TokenEmbedder):
         else:
             raise ConfigurationError(
                 "elmo_bilm_embedder: give pretrained_file (a biLM model.tar.gz, or a folder with "
-                "options.json + weights.hdf5); without it the architecture must be recorded in the "
-                f"vocabulary namespace {architecture_namespace!r}, as in an archive made with one"
+                "one *options.json + one *weights.hdf5); without it the architecture must be "
+                f"recorded in the vocabulary namespace {architecture_namespace!r}, as in an "
+                "archive made with one"
             )
         self.bilm.eval()
         self._requires_grad = requires_grad
@@ -175,9 +142,9 @@ class ElmoBiLmEmbedder(TokenEmbedder):
             torch.nn.Linear(self.bilm.get_output_dim(), projection_dim) if projection_dim else None
         )
         self._output_dim = projection_dim or self.bilm.get_output_dim()
-        bos, eos = sentence_boundary_ids(self.bilm)
-        self.register_buffer("_bos", bos, persistent=False)
-        self.register_buffer("_eos", eos, persistent=False)
+        bos, eos = self.bilm.characters.boundary_ids()
+        self.register_buffer("_bos", torch.tensor(bos), persistent=False)
+        self.register_buffer("_eos", torch.tensor(eos), persistent=False)
 
     def get_output_dim(self) -> int:
         return self._output_dim

@@ -21,7 +21,7 @@ from allennlp.models.archival import load_archive
 from allennlp.modules.scalar_mix import ScalarMix
 from mktestdocs import grab_code_blocks
 
-from elmo_plugin.archives.bilm_archive import load_bilm_encoder
+from elmo_plugin.archives.bilm_source import load_bilm_encoder
 from elmo_plugin.commands import elmo_embed
 from elmo_plugin.commands.embed_input import Shard, parse_shard
 from elmo_plugin.commands.learned_mix import read_learned_mix
