@@ -4,8 +4,10 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from allennlp.models.archival import load_archive
 
+from elmo_plugin.archives.bilm_archive import load_bilm_encoder
 from tests.helpers import CONFIG_DIR, hidden, overrides, run_allennlp
 
 FAST = {
@@ -155,6 +157,14 @@ def test_dependency_parser_with_elmo(tiny_bilm_archive, tiny_tagged_data, plugin
     metrics = json.loads((plugin_cwd / "out" / "metrics.json").read_text())
     # Chance (a random head among ~8 words) is ~0.15; the template grammar is easy to learn.
     assert metrics["best_validation_UAS"] > 0.6 and metrics["best_validation_LAS"] > 0.4
+    # The parser's initializer leaves the frozen biLM as pretrained (its regexes match the
+    # biLM's LSTM and projection weights).
+    pretrained = load_bilm_encoder(str(tiny_bilm_archive)).state_dict()
+    parser = load_archive(str(plugin_cwd / "out" / "model.tar.gz")).model.state_dict()
+    prefix = "text_field_embedder.token_embedder_elmo.bilm."
+    assert {name[len(prefix) :] for name in parser if name.startswith(prefix)} == set(pretrained)
+    for name, value in pretrained.items():
+        assert torch.equal(parser[prefix + name], value), name
     # A relation the training data never had (allennlp's default vocabulary: a KeyError).
     unseen = plugin_cwd / "unseen.conllu"
     with_unseen_labels(tiny_tagged_data / "valid.conllu", unseen, 7, "csubj:pass")
