@@ -654,11 +654,12 @@ def plot_curve(curve: dict[str, dict[str, Any]], path: Path) -> None:
             yerr=[p["test_sd"] for p in points.values()],
             marker="o",
             capsize=3,
-            label=row,
+            label=f"{row} (best biLM)" if row in BILM_CONFIGS else row,
         )
     axes.set_xscale("log")
     axes.set_xticks(sorted({int(size) for points in curve.values() for size in points}))
     axes.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    axes.get_xaxis().set_minor_formatter(matplotlib.ticker.NullFormatter())
     axes.set_xlabel("EWT training sentences")
     axes.set_ylabel("test UPOS accuracy")
     axes.set_title("UPOS tagger: labelled data vs pretraining")
