@@ -5,9 +5,16 @@ curve; everything trained and evaluated through the real `allennlp` CLI.
 Rows: our LSTM biLM stateless (elmo_lstm.jsonnet) and stateful (elmo_lstm_stateful.jsonnet,
 bilm-tf's regime), our transformer (elmo_transformer.jsonnet), allennlp-models' transformer
 language model (its `language_model` + `bidirectional_language_model_transformer` at the demo
-width; our reader and character CNN) used downstream through allennlp-models'
-`bidirectional_lm_token_embedder`, static fastText vectors trained on the same text (gensim),
+width; our reader and character CNN), static fastText vectors trained on the same text (gensim),
 fed to the same models as frozen pretrained word embeddings, and no pretraining.
+
+allennlp-models' transformer returns its intermediate layers without its final layer norm (the
+residual stream: root mean square 4 to 15 against about 1 for the character layer and the top
+layer), and allennlp-models' `bidirectional_lm_token_embedder` mixes the layers without
+normalizing them: the mix is dominated by those layers and the tagger learns next to nothing.
+`--allennlp-models-embedder normalized` (the default) reads its archive with our
+`elmo_bilm_embedder` and `do_layer_norm: true`; `documented` uses allennlp-models' embedder as
+its docs say.
 
 Data ($ELMO_PLUGIN_DATA): wikitext-2/valid.txt, lines in order: the first 90% pretrain, the
 next 5% stop pretraining (validation perplexity), the last 5% are held out (the perplexity in the
@@ -330,11 +337,14 @@ def train_static_vectors(
 # --- downstream ---------------------------------------------------------------------------
 
 
-def downstream_config(task: str, row: str, pretrained: Optional[Result]) -> dict:
+def downstream_config(
+    task: str, row: str, pretrained: Optional[Result], their_embedder: str = "normalized"
+) -> dict:
     """The task's shipped config with the row's pretrained input: our biLM through
-    `elmo_bilm_embedder` (its precomputed layers), allennlp-models' through their
-    `bidirectional_lm_token_embedder`, static vectors as a frozen `embedding`, or none (the
-    ELMo embedder removed); otherwise the same model."""
+    `elmo_bilm_embedder` (its precomputed layers), allennlp-models' LM through
+    `elmo_bilm_embedder` with `do_layer_norm` (`their_embedder` normalized) or their
+    `bidirectional_lm_token_embedder` (documented), static vectors as a frozen `embedding`, or
+    none (the ELMo embedder removed); otherwise the same model."""
     params = params_dict(TASKS[task][0])
     model = params["model"]
     embedders = model["text_field_embedder"]["token_embedders"]
@@ -362,6 +372,10 @@ def downstream_config(task: str, row: str, pretrained: Optional[Result]) -> dict
             min_pretrained_embeddings={STATIC_NAMESPACE: pretrained["words"]},
         )
         width = pretrained["dim"]
+    elif row == "allennlp_models_transformer" and their_embedder == "normalized":
+        assert pretrained is not None
+        embedders["elmo"] = dict(elmo, pretrained_file=pretrained["archive"], do_layer_norm=True)
+        width = pretrained["width"]
     elif row == "allennlp_models_transformer":
         assert pretrained is not None
         embedders["elmo"] = {
@@ -395,10 +409,11 @@ def downstream_params(
     train: str,
     seed: int,
     budget: Budget,
+    their_embedder: str = "normalized",
 ) -> dict:
     """`downstream_config` trained on `data[train]`, stopped on the validation split, its best
     epoch evaluated on the test set; the vocabulary from the training data only."""
-    params = downstream_config(task, row, pretrained)
+    params = downstream_config(task, row, pretrained, their_embedder)
     params.update(
         train_data_path=str(data[train]),
         validation_data_path=str(data["validation"]),
@@ -441,6 +456,7 @@ class Plan:
     data: dict[str, Any]  # "wiki" and "ewt" paths
     budget: Budget
     out: Path
+    their_embedder: str = "normalized"
 
     def stages(self) -> list[Stage]:
         """Pretraining (then elmo-embed) per biLM row and fastText; the table's downstream runs;
@@ -523,7 +539,14 @@ class Plan:
             source = self.source(chosen)
             pretrained = results[source] if source else None
             params = downstream_params(
-                task, chosen, pretrained, self.data["ewt"], train, seed, self.budget
+                task,
+                chosen,
+                pretrained,
+                self.data["ewt"],
+                train,
+                seed,
+                self.budget,
+                self.their_embedder,
             )
             return dict(train_downstream(params, task, self.out / "downstream" / name), row=chosen)
 
@@ -695,6 +718,18 @@ def targets(summary: dict[str, Any]) -> dict[str, Any]:
     return found
 
 
+def keep_settings(out: Path, settings: dict[str, Any]) -> None:
+    """Records the settings in OUT/settings.json; stops if OUT holds stages made with others
+    (their results would be mixed into this run's)."""
+    path = out / "settings.json"
+    if path.is_file() and json.loads(path.read_text()) != json.loads(json.dumps(settings)):
+        raise SystemExit(
+            f"{out} holds stages made with other settings ({path}: "
+            f"{path.read_text().strip()}); use another --out"
+        )
+    path.write_text(json.dumps(settings))
+
+
 def main(argv: list[str]) -> dict[str, Any]:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -714,6 +749,13 @@ def main(argv: list[str]) -> dict[str, Any]:
     parser.add_argument("--max-epochs", type=int, default=40, help="cap on downstream epochs")
     parser.add_argument("--patience", type=int, default=5, help="downstream patience (epochs)")
     parser.add_argument("--rows", default=",".join(ROWS))
+    parser.add_argument(
+        "--allennlp-models-embedder",
+        choices=["normalized", "documented"],
+        default="normalized",
+        help="allennlp-models' LM downstream: elmo_bilm_embedder with do_layer_norm, or "
+        "allennlp-models' bidirectional_lm_token_embedder (its layers unnormalized)",
+    )
     args = parser.parse_args(argv)
     rows = args.rows.split(",")
     if unknown := set(rows) - set(ROWS):
@@ -727,6 +769,7 @@ def main(argv: list[str]) -> dict[str, Any]:
     out = Path(args.out or tempfile.mkdtemp(prefix="quality_table_")).resolve()
     out.mkdir(parents=True, exist_ok=True)
     print(f"outputs and logs: {out}")
+    keep_settings(out, {**vars(budget), "allennlp_models_embedder": args.allennlp_models_embedder})
     data = {
         "wiki": write_wikitext(wikitext, budget.wiki_lines, out),
         "ewt": write_ewt(ewt, budget, out),
@@ -745,7 +788,7 @@ def main(argv: list[str]) -> dict[str, Any]:
         "by side, one thread each",
         flush=True,
     )
-    stages = Plan(rows, data, budget, out).stages()
+    stages = Plan(rows, data, budget, out, args.allennlp_models_embedder).stages()
     results = run_stages(stages, out / "stages", args.workers)
     summary = summarize(rows, results, budget)
     print_table(summary)
@@ -757,6 +800,7 @@ def main(argv: list[str]) -> dict[str, Any]:
     cpu = sum(result["cpu_s"] for result in results.values())
     figures["budget"] = {
         **vars(budget),
+        "allennlp_models_embedder": args.allennlp_models_embedder,
         "workers": args.workers,
         "splits": counts,
         "cpu_minutes_all_stages": round(cpu / 60, 1),

@@ -15,6 +15,7 @@ from benchmarks.quality_table import (
     Plan,
     best_bilm_row,
     downstream_params,
+    keep_settings,
     plot_curve,
     summarize,
     targets,
@@ -108,7 +109,15 @@ def test_every_row_trains_the_same_model_on_training_data_only(row, tmp_path):
             assert embedders["elmo"]["precomputed_layers"] == "layers.hdf5"
             assert embedders["elmo"]["requires_grad"] is False
         elif row == "allennlp_models_transformer":
-            assert embedders["elmo"]["type"] == "bidirectional_lm_token_embedder"
+            assert embedders["elmo"]["type"] == "elmo_bilm_embedder"
+            assert embedders["elmo"]["do_layer_norm"] is True  # its layers are not normalized
+            assert "precomputed_layers" not in embedders["elmo"]
+            documented = downstream_params(
+                task, row, pretrained, data, "train", 1, FULL, "documented"
+            )
+            their = documented["model"]["text_field_embedder"]["token_embedders"]["elmo"]
+            assert their["type"] == "bidirectional_lm_token_embedder"
+            assert their["archive_file"] == "bilm.tar.gz"
 
 
 def runs(test: list[float], validation: float = 0.5, row: str = "") -> list[dict]:
@@ -207,3 +216,10 @@ def test_a_command_reports_its_cpu_time_or_names_its_log(tmp_path):
     assert 0 < cost["cpu_s"] <= cost["wall_s"] + 0.5
     with pytest.raises(RuntimeError, match=f"(?s)exit status 3.*{tmp_path / 'fail.log'}.*oops"):
         run_command(["python3", "-c", "print('oops'); raise SystemExit(3)"], tmp_path / "fail.log")
+
+
+def test_an_out_folder_made_with_other_settings_is_refused(tmp_path):
+    keep_settings(tmp_path, {"seeds": 3})
+    keep_settings(tmp_path, {"seeds": 3})  # the same settings: the run continues
+    with pytest.raises(SystemExit, match="holds stages made with other settings"):
+        keep_settings(tmp_path, {"seeds": 1})
