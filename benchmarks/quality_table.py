@@ -775,10 +775,12 @@ def main(argv: list[str]) -> dict[str, Any]:
         "ewt": write_ewt(ewt, budget, out),
     }
     counts = data["ewt"]["counts"]
+    words = len(data["wiki"]["train"].read_text(encoding="utf-8").split())
     print(
         f"pretraining: {wikitext} lines in order, 90% train / 5% validation (stopping) / 5% "
         f"held out{'' if budget.wiki_lines is None else f' (first {budget.wiki_lines} lines)'}; "
-        f"at most {budget.pretrain_epochs} epochs, patience {budget.pretrain_patience}, one seed"
+        f"{words} training words per epoch, at most {budget.pretrain_epochs} epochs "
+        f"({words * budget.pretrain_epochs} words), patience {budget.pretrain_patience}, one seed"
     )
     print(
         f"downstream: {ewt}: {counts['train']} training sentences, {counts['validation']} "
@@ -803,6 +805,7 @@ def main(argv: list[str]) -> dict[str, Any]:
         "allennlp_models_embedder": args.allennlp_models_embedder,
         "workers": args.workers,
         "splits": counts,
+        "pretrain_words_per_epoch": words,
         "cpu_minutes_all_stages": round(cpu / 60, 1),
     }
     print(f"CPU time of all stages: {cpu / 60:.1f} min ({args.workers} side by side)")
