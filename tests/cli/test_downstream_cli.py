@@ -22,6 +22,21 @@ FAST = {
 }
 
 
+def evaluated_accuracy(archive: str, tagged_data: Path, cwd: Path) -> float:
+    """`allennlp evaluate ARCHIVE` on the tiny validation file -> its accuracy."""
+    run_allennlp(
+        [
+            "evaluate",
+            archive,
+            str(tagged_data / "valid.conllu"),
+            "--output-file",
+            "metrics.json",
+        ],
+        cwd=cwd,
+    )
+    return json.loads((cwd / "metrics.json").read_text())["accuracy"]
+
+
 def test_elmo_tagger_learns_the_layer_mix_and_its_archive_stands_alone(
     tiny_elmo_tagger_archive, tiny_tagged_data, plugin_cwd
 ):
@@ -35,18 +50,8 @@ def test_elmo_tagger_learns_the_layer_mix_and_its_archive_stands_alone(
         ]["token_embedders"]["elmo"]["pretrained_file"]
     )
     with hidden(bilm):
-        run_allennlp(
-            [
-                "evaluate",
-                str(tiny_elmo_tagger_archive),
-                str(tiny_tagged_data / "valid.conllu"),
-                "--output-file",
-                "metrics.json",
-            ],
-            cwd=plugin_cwd,
-        )
-    evaluated = json.loads((plugin_cwd / "metrics.json").read_text())
-    assert evaluated["accuracy"] == pytest.approx(metrics["best_validation_accuracy"], abs=1e-6)
+        accuracy = evaluated_accuracy(str(tiny_elmo_tagger_archive), tiny_tagged_data, plugin_cwd)
+    assert accuracy == pytest.approx(metrics["best_validation_accuracy"], abs=1e-6)
     parameters = dict(load_archive(str(tiny_elmo_tagger_archive)).model.named_parameters())
     mix = {name: value for name, value in parameters.items() if "scalar_mix" in name}
     assert len(mix) == 4  # three layer weights s_j and gamma
@@ -90,18 +95,8 @@ def test_tagger_on_precomputed_layers_trains_as_the_tagger_on_the_biLM(
     assert cached["best_validation_accuracy"] == pytest.approx(
         plain["best_validation_accuracy"], abs=0.01
     )
-    run_allennlp(
-        [
-            "evaluate",
-            "out/model.tar.gz",
-            str(tiny_tagged_data / "valid.conllu"),
-            "--output-file",
-            "metrics.json",
-        ],
-        cwd=plugin_cwd,
-    )
-    evaluated = json.loads((plugin_cwd / "metrics.json").read_text())
-    assert evaluated["accuracy"] == pytest.approx(cached["best_validation_accuracy"], abs=1e-6)
+    accuracy = evaluated_accuracy("out/model.tar.gz", tiny_tagged_data, plugin_cwd)
+    assert accuracy == pytest.approx(cached["best_validation_accuracy"], abs=1e-6)
 
 
 def with_unseen_labels(source: Path, target: Path, column: int, label: str) -> int:
