@@ -12,7 +12,8 @@ import pytest
 from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
 
-from elmo_plugin.data.elmo_corpus_loader import ElmoCorpusLoader, corpus_chunks
+from elmo_plugin.data.corpus_chunks import corpus_chunks
+from elmo_plugin.data.elmo_corpus_loader import ElmoCorpusLoader
 from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader, byte_range_lines
 
 Batch = list[tuple[str, ...]]
@@ -49,7 +50,7 @@ def make_loader(pattern: str, **kwargs) -> ElmoCorpusLoader:
 
 def texts_of(loader: ElmoCorpusLoader, batch) -> Batch:
     """A batch as its instances' token strings (without <S> </S>)."""
-    vocab = loader._vocab
+    vocab = loader.vocab
     assert vocab is not None
     return [
         tuple(vocab.get_token_from_index(int(i), "tokens") for i in row if i)[1:-1]
