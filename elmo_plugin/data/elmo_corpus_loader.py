@@ -7,12 +7,13 @@ import logging
 import math
 import random
 from collections.abc import Iterator
-from typing import Optional, Union
+from typing import Optional, Union, cast
 
 import torch
 from allennlp.data import Instance
 from allennlp.data.data_loaders.data_collator import DataCollator
 from allennlp.data.data_loaders.data_loader import DataLoader, TensorDict
+from allennlp.data.fields import TextField
 
 from elmo_plugin.data.corpus_chunks import chunk_size
 from elmo_plugin.data.corpus_data_loader import CorpusDataLoader
@@ -51,6 +52,11 @@ class ElmoCorpusLoader(CorpusDataLoader):
         The most instances (sentences or windows) in a batch.
     shuffle : `bool`, optional (default = `False`)
         Shuffle the chunk order and the instances of each chunk, by seed and epoch.
+    bucket_by_length : `bool`, optional (default = `False`)
+        Batch instances of similar length (the least padding, as allennlp's `bucket` batch
+        sampler): a chunk's instances are sorted by their number of tokens (after shuffling,
+        so instances of one length still mix) before they are cut into batches, and with
+        `shuffle` the chunk's batches are then shuffled.
     chunk_bytes : `int`, optional (default = `1 << 20`)
         About how many bytes of a plain shard make one chunk.
     num_workers : `int`, optional (default = `0`)
@@ -72,6 +78,7 @@ class ElmoCorpusLoader(CorpusDataLoader):
         data_path: str,
         batch_size: int,
         shuffle: bool = False,
+        bucket_by_length: bool = False,
         chunk_bytes: int = 1 << 20,
         num_workers: int = 0,
         seed: Optional[int] = None,
@@ -83,6 +90,7 @@ class ElmoCorpusLoader(CorpusDataLoader):
         )
         self.check_at_least(num_workers=(num_workers, 0))
         self.num_workers = num_workers
+        self.bucket_by_length = bucket_by_length
         self._estimated_length: Optional[int] = None  # see __len__
 
     def __len__(self) -> int:
@@ -150,16 +158,20 @@ class ElmoCorpusLoader(CorpusDataLoader):
         instances = list(self.reader.range_instances(chunk.path, chunk.start, chunk.end))
         if not instances:
             return []
+        shuffled = random.Random(f"{self.position.seed}/{epoch}/{chunk_index}")
         if self.shuffle:
-            random.Random(f"{self.position.seed}/{epoch}/{chunk_index}").shuffle(instances)
+            shuffled.shuffle(instances)
         per_process = math.ceil(len(instances) / (self.world_size * self.batch_size))
         total = per_process * self.world_size
         while len(instances) < total:  # fewer instances than processes x batches: repeat some
             instances += instances[: total - len(instances)]
+        if self.bucket_by_length:  # (stable: instances of one length stay shuffled)
+            instances.sort(key=lambda instance: len(cast(TextField, instance["source"])))
         bounds = [len(instances) * t // total for t in range(total + 1)]
-        return [
-            instances[bounds[t] : bounds[t + 1]] for t in range(self.rank, total, self.world_size)
-        ]
+        batches = [instances[bounds[t] : bounds[t + 1]] for t in range(total)]
+        if self.bucket_by_length and self.shuffle:
+            shuffled.shuffle(batches)
+        return batches[self.rank :: self.world_size]
 
     def chunk_tensors(self, epoch: int, chunk_index: int, skip: int) -> Iterator[TensorDict]:
         """The collated batches of one chunk from its batch `skip` on."""
