@@ -18,7 +18,7 @@ BAR = re.compile(
 )
 
 
-def shown(bar: str, width: int = 110) -> str:
+def terminal_line(bar: str, width: int = 110) -> str:
     """A bar for one terminal line: its count, times and rate first (the total and the time
     left stay visible), then the description (the running metrics), cut at `width`."""
     match = BAR.match(bar.strip())
@@ -42,7 +42,7 @@ def main(log_file: str, command: list[str]) -> int:
             *pieces, pending = re.split(r"[\r\n]", pending)
             bars = [piece for piece in pieces if PROGRESS.search(piece)]
             if bars and sys.stdout.isatty():
-                sys.stdout.write("\r   " + shown(bars[-1]).ljust(110))
+                sys.stdout.write("\r   " + terminal_line(bars[-1]).ljust(110))
                 sys.stdout.flush()
                 shown = True
         status = process.wait()
