@@ -242,9 +242,9 @@ def check(result: dict, what: str) -> None:
         )
 
 
-def train_command(run_dir: Path, overrides: dict) -> list[str]:
+def train_command(run_dir: Path, overrides: dict, config: Path = CONFIG) -> list[str]:
     """`allennlp train CONFIG -s RUN_DIR -o OVERRIDES` with the plugin."""
-    command = [ALLENNLP, "train", str(CONFIG), "-s", str(run_dir), "-o", json.dumps(overrides)]
+    command = [ALLENNLP, "train", str(config), "-s", str(run_dir), "-o", json.dumps(overrides)]
     return [*command, "--include-package", "elmo_plugin"]
 
 

@@ -11,6 +11,21 @@ import sys
 
 # tqdm's bars: "... 12/40 [00:03<00:07, 3.9it/s]" or "123it [00:01, 99.0it/s]"
 PROGRESS = re.compile(r"(\d+%\||\d+it \[|it/s\]|s/it\]|it/s,)")
+# allennlp's bar: "DESCRIPTION ||: 30%|###   | 12/40 [00:03<00:07, 3.9it/s]" (the running metrics
+# first), or without a total "DESCRIPTION ||: 123it [00:01, 99.0it/s]"
+BAR = re.compile(
+    r"^(?P<description>.*?)[\s|:]*(?:(?P<percent>\d+%)\|[^|]*\|\s*)?(?P<count>\d+(?:/\d+|it) \[.*)$"
+)
+
+
+def terminal_line(bar: str, width: int = 110) -> str:
+    """A bar for one terminal line: its count, times and rate first (the total and the time
+    left stay visible), then the description (the running metrics), cut at `width`."""
+    match = BAR.match(bar.strip())
+    if not match:
+        return bar.strip()[:width]
+    head = " ".join(part for part in (match["percent"], match["count"]) if part)
+    return f"{head}  {match['description']}".strip()[:width]
 
 
 def main(log_file: str, command: list[str]) -> int:
@@ -27,7 +42,7 @@ def main(log_file: str, command: list[str]) -> int:
             *pieces, pending = re.split(r"[\r\n]", pending)
             bars = [piece for piece in pieces if PROGRESS.search(piece)]
             if bars and sys.stdout.isatty():
-                sys.stdout.write("\r   " + bars[-1].strip()[:110].ljust(110))
+                sys.stdout.write("\r   " + terminal_line(bars[-1]).ljust(110))
                 sys.stdout.flush()
                 shown = True
         status = process.wait()

@@ -100,7 +100,7 @@ TINY_CHAR_CNN_OVERRIDES: dict[str, Any] = {
     "model.contextualizer.input_dim": 16,
 }
 
-TINY_INPUT_OVERRIDES = {**TINY_CHAR_CNN_OVERRIDES, "data_loader.batch_sampler.batch_size": 16}
+TINY_INPUT_OVERRIDES = {**TINY_CHAR_CNN_OVERRIDES, "data_loader.batch_size": 16}
 
 TINY_LSTM_OVERRIDES = {**TINY_INPUT_OVERRIDES, "model.contextualizer.cell_size": 32}
 

@@ -47,10 +47,19 @@
     },
     dropout: 0.1,
   },
+  // The corpus in chunks of ~64 KiB, shuffled in chunk order and within each chunk by (seed,
+  // epoch), batched by length within a chunk: batch k of an epoch is the same in every run, so
+  // `allennlp train -r` continues exactly where its checkpoint was (elmo_corpus_resume below),
+  // and the loader has a length: the progress bar shows the total and the time left.
   data_loader: {
-    batch_sampler: { type: "bucket", batch_size: 32, sorting_keys: ["source"] },
-    max_instances_in_memory: 2048,  // stream the corpus in chunks
+    type: "elmo_corpus",
+    batch_size: 32,
+    shuffle: true,
+    bucket_by_length: true,
+    chunk_bytes: 64 * 1024,
   },
+  // Validation in file order: the checks' sample (below) is the first lines of the file.
+  validation_data_loader: { type: "elmo_corpus", batch_size: 32 },
   trainer: {
     num_epochs: 4,
     optimizer: { type: "adam", lr: 0.002 },
@@ -67,6 +76,8 @@
       // Validation inside the epoch: every 50 batches on the first 5 validation batches, logged
       // to validation_checks.jsonl and log/checks; the best check -> model_best_check.tar.gz.
       { type: "elmo_validation_checks", every_num_batches: 50, max_batches: 5 },
+      // Saves the data loader's position in each checkpoint and starts there on -r.
+      { type: "elmo_corpus_resume" },
     ],
     cuda_device: -1,
   },

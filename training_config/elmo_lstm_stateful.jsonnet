@@ -13,8 +13,6 @@ base {
   model+: { stateful: true },
   data_loader: { type: 'elmo_streams', batch_size: 32, window_size: 20, shuffle: true, chunk_bytes: 64 * 1024 },
   validation_data_loader: { type: 'elmo_streams', batch_size: 32, window_size: 20 },
-  trainer+: {
-    checkpointer+: { save_every_num_batches: 200 },
-    callbacks+: [{ type: 'elmo_corpus_resume' }],  // exact mid-epoch resume (docs/pretraining.md)
-  },
+  // Exact mid-epoch resume: elmo_lstm.jsonnet's elmo_corpus_resume callback (docs/pretraining.md).
+  trainer+: { checkpointer+: { save_every_num_batches: 200 } },
 }

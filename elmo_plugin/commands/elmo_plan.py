@@ -14,7 +14,8 @@ import resource
 import signal
 import tempfile
 import time
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Optional
 
 import torch
 from allennlp.commands.subcommand import Subcommand
@@ -23,6 +24,8 @@ from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.commands.cli_errors import one_line, reports_errors
+from elmo_plugin.data.corpus_data_loader import CorpusDataLoader
+from elmo_plugin.training.elmo_validation_checks import ValidationChecksCallback
 
 logger = logging.getLogger(__name__)
 
@@ -107,8 +110,9 @@ def _measure_in_child(params: Params, warmup_steps: int, steps: int, send) -> No
 
 
 def measure(params: Params, warmup_steps: int, steps: int) -> dict[str, Any]:
-    """Builds the run as `allennlp train` would (one process, this machine's device) and times
-    `steps` training steps after `warmup_steps`."""
+    """Builds the run as `allennlp train` would (one process, this machine's device), times
+    `steps` training steps after `warmup_steps`, validation batches and one checkpoint save, and
+    projects an epoch from them (`EpochPlan`)."""
     params = params.duplicate()
     processes = len(params.pop("distributed", {}).get("cuda_devices", [0])) or 1
     params.pop("evaluation", None)  # `allennlp evaluate`'s, which `allennlp train` drops too
@@ -124,33 +128,84 @@ def measure(params: Params, warmup_steps: int, steps: int) -> dict[str, Any]:
         trainer: Any = run.trainer  # a GradientDescentTrainer (its data loader, optimizer)
         model = trainer.model
         fits_or_raise(model, optimizer_type, device)
-        seconds, tokens, batches = timed_steps(trainer, warmup_steps, steps)
+        start = time.perf_counter()
+        epoch_batches = loader_length(trainer.data_loader)
+        length_seconds = time.perf_counter() - start  # an estimate reads a sample of the corpus
+        train = timed_steps(trainer, warmup_steps, steps)
+        validation = timed_validation(trainer, steps)
+        checkpoint_seconds = timed_checkpoint(trainer)
         model_bytes = state_bytes(model.state_dict())
         optimizer_bytes = state_bytes(trainer.optimizer.state_dict())
-        try:
-            epoch_batches: Optional[int] = len(trainer.data_loader)
-        except TypeError:
-            epoch_batches = None
-    step_seconds = seconds / batches
-    epoch_seconds = None if epoch_batches is None else step_seconds * epoch_batches
+        plan = EpochPlan(
+            batches=epoch_batches,
+            step_seconds=train.seconds / train.batches,
+            warm_up_seconds=train.warm_up_excess + length_seconds,
+            validation_batches=validation.batches,
+            validation_seconds=validation.seconds_per_batch,
+            check_batches=[
+                checks_of(callback, validation.batches, epoch_batches)
+                for callback in trainer._callbacks
+                if isinstance(callback, ValidationChecksCallback)
+            ],
+            checkpoints=checkpoints_per_epoch(trainer._checkpointer, epoch_batches),
+            checkpoint_seconds=checkpoint_seconds,
+        )
+    parts = plan.parts()
+    epoch_seconds = None if parts is None else sum(parts.values())
     return {
         "device": "cpu" if device < 0 else torch.cuda.get_device_name(device),
         "configured_device": configured_device,
         "processes_in_config": processes,
-        "tokens_per_second": tokens / seconds if tokens else None,
-        "seconds_per_batch": step_seconds,
+        "tokens_per_second": train.tokens / train.seconds if train.tokens else None,
+        "seconds_per_batch": plan.step_seconds,
+        "validation_seconds_per_batch": validation.seconds_per_batch,
         "peak_memory_bytes": peak_memory(device),
         "checkpoint_bytes": model_bytes + optimizer_bytes,
+        "checkpoint_seconds": checkpoint_seconds,
         "batches_per_epoch": epoch_batches,
-        "batches_per_epoch_is_estimate": bool(
-            getattr(trainer.data_loader, "length_is_estimate", False)
-        ),
+        "batches_per_epoch_is_estimate": isinstance(trainer.data_loader, CorpusDataLoader)
+        and trainer.data_loader.length_is_estimate,
+        "validation_batches": validation.batches,
+        "epoch_parts": parts,
         "epoch_seconds": epoch_seconds,
         "num_epochs": num_epochs,
-        "run_seconds": None if epoch_seconds is None else epoch_seconds * num_epochs,
+        "run_seconds": None
+        if epoch_seconds is None
+        else epoch_seconds + (num_epochs - 1) * (epoch_seconds - plan.warm_up_seconds),
         # the newest `keep` checkpoints (model + training state) and best.th
         "checkpoint_disk_bytes": keep * (model_bytes + optimizer_bytes) + model_bytes,
     }
+
+
+@dataclass
+class EpochPlan:
+    """What one epoch of `allennlp train` spends, from the measured parts: the training batches
+    (each read, forward, backward, gradient rescaling, optimizer step), the first epoch's one-off
+    costs (the first steps' warm-up beyond a step's time, the loader's length estimate), the
+    validation checks inside the epoch, the validation at its end, and its checkpoints. Counts
+    are None where a data loader has no length."""
+
+    batches: Optional[int]
+    step_seconds: float
+    warm_up_seconds: float
+    validation_batches: Optional[int]  # None: no validation data, or its loader has no length
+    validation_seconds: Optional[float]
+    check_batches: list[Optional[int]]  # validation batches the checks read per epoch
+    checkpoints: Optional[int]
+    checkpoint_seconds: float
+
+    def parts(self) -> Optional[dict[str, float]]:
+        """Seconds of each part of the first epoch; None when the epoch's length is unknown."""
+        if self.batches is None or self.checkpoints is None:
+            return None
+        validation = self.validation_seconds or 0.0
+        return {
+            "training": self.batches * self.step_seconds,
+            "warm_up": self.warm_up_seconds,
+            "validation_checks": sum(count or 0 for count in self.check_batches) * validation,
+            "validation": (self.validation_batches or 0) * validation,
+            "checkpoints": self.checkpoints * self.checkpoint_seconds,
+        }
 
 
 def fits_or_raise(model: torch.nn.Module, optimizer_type: str, device: int) -> None:
@@ -178,30 +233,115 @@ def available_memory(device: int) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
-def timed_steps(trainer, warmup_steps: int, steps: int) -> tuple[float, float, int]:
-    """(seconds, target tokens, batches) of `steps` training steps after `warmup_steps`, each a
-    forward, backward and optimizer step on the config's own batches."""
+class StepTimes(NamedTuple):
+    seconds: float  # of the timed steps
+    tokens: float  # target tokens of the timed steps
+    batches: int  # timed steps
+    warm_up_excess: float  # seconds the warm-up steps took beyond as many timed steps
+
+
+def timed_steps(trainer, warmup_steps: int, steps: int) -> StepTimes:
+    """`steps` training steps after `warmup_steps`, each as allennlp's trainer takes it: the
+    batch read from the data loader, forward, backward, gradient rescaling and clipping, the
+    optimizer step."""
     trainer.model.train()
     batches = iter(trainer.data_loader)
-    seconds, tokens, done = 0.0, 0.0, 0
+    seconds, tokens, done, warm_up = 0.0, 0.0, 0, 0.0
     for step in range(warmup_steps + steps):
+        start = time.perf_counter()
         batch = next(batches, None)
         if batch is None:
             if done:
                 break
             raise ConfigurationError("the training data has fewer batches than --warmup-steps")
-        start = time.perf_counter()
         trainer.optimizer.zero_grad()
         output = trainer.batch_outputs(batch, for_training=True)
         output["loss"].backward()
+        trainer.rescale_gradients()
+        trainer.clip_gradient()
         trainer.optimizer.step()
         if torch.cuda.is_available():
             torch.cuda.synchronize()
-        if step >= warmup_steps:
+        if step < warmup_steps:
+            warm_up += time.perf_counter() - start
+        else:
             seconds += time.perf_counter() - start
             tokens += float(output.get("batch_weight", torch.zeros(())))
             done += 1
-    return seconds, tokens, done
+    return StepTimes(seconds, tokens, done, max(warm_up - warmup_steps * seconds / done, 0.0))
+
+
+class ValidationTimes(NamedTuple):
+    batches: Optional[int]  # the validation loader's length; None: no validation or no length
+    seconds_per_batch: Optional[float]
+
+
+def timed_validation(trainer, steps: int) -> ValidationTimes:
+    """Seconds per validation batch (read, forward in eval mode without gradients), as allennlp's
+    validation and the checks take them: over up to `steps` batches after an untimed first one
+    (the first alone where there is only one)."""
+    loader = trainer._validation_data_loader
+    if loader is None:
+        return ValidationTimes(None, None)
+    trainer.model.eval()
+    seconds: list[float] = []
+    batches = iter(loader)
+    with torch.no_grad():
+        for _ in range(steps + 1):
+            start = time.perf_counter()
+            batch = next(batches, None)
+            if batch is None:
+                break
+            trainer.batch_outputs(batch, for_training=False)
+            seconds.append(time.perf_counter() - start)
+    trainer.model.train()
+    timed = seconds[1:] or seconds
+    return ValidationTimes(loader_length(loader), sum(timed) / len(timed) if timed else None)
+
+
+def timed_checkpoint(trainer) -> float:
+    """Seconds of one checkpoint save (model and training state) into the plan's folder."""
+    if trainer._checkpointer is None:
+        return 0.0
+    start = time.perf_counter()
+    trainer._checkpointer.save_checkpoint(trainer)
+    return time.perf_counter() - start
+
+
+def loader_length(loader) -> Optional[int]:
+    """A data loader's batches per epoch; None for one without a length."""
+    try:
+        return len(loader)
+    except TypeError:
+        return None
+
+
+def checks_of(
+    callback: ValidationChecksCallback,
+    validation_batches: Optional[int],
+    epoch_batches: Optional[int],
+) -> Optional[int]:
+    """Validation batches the `elmo_validation_checks` callback reads per epoch (its checks
+    times the batches of its sample); None where a length is unknown."""
+    per_check = callback.max_batches if callback.max_batches is not None else validation_batches
+    if validation_batches is not None and per_check is not None:
+        per_check = min(per_check, validation_batches)
+    if per_check is None or epoch_batches is None:
+        return None
+    return epoch_batches // callback.every_num_batches * per_check
+
+
+def checkpoints_per_epoch(checkpointer, epoch_batches: Optional[int]) -> Optional[int]:
+    """Checkpoints allennlp's checkpointer saves in an epoch: every `save_every_num_batches`
+    and at the epoch's end (`save_completed_epochs`)."""
+    if checkpointer is None:
+        return 0
+    every = checkpointer._save_every_num_batches
+    if every is None:
+        return int(checkpointer._save_completed_epochs)
+    if epoch_batches is None:
+        return None
+    return epoch_batches // every + int(checkpointer._save_completed_epochs)
 
 
 def state_bytes(state: Any) -> int:
@@ -233,15 +373,29 @@ def plan_lines(plan: dict[str, Any]) -> list[str]:
 
     estimate = " (estimated)" if plan["batches_per_epoch_is_estimate"] else ""
     tokens = plan["tokens_per_second"]
-    return [
+    parts = plan["epoch_parts"]
+    validation = plan["validation_seconds_per_batch"]
+    lines = [
         f"device: {plan['device']} (config: {plan['configured_device']}; "
         f"{plan['processes_in_config']} process(es) in the config, measured for one)",
         f"tokens/s: {'unknown' if tokens is None else f'{tokens:,.0f}'}; "
-        f"{plan['seconds_per_batch']:.3f} s per batch",
+        f"{plan['seconds_per_batch']:.3f} s per batch"
+        + ("" if validation is None else f", {validation:.3f} s per validation batch"),
         f"peak memory: {plan['peak_memory_bytes'] / GIB:.2f} GiB",
-        f"one checkpoint: {plan['checkpoint_bytes'] / GIB:.3f} GiB; checkpoints on disk: "
+        f"one checkpoint: {plan['checkpoint_bytes'] / GIB:.3f} GiB, saved in "
+        f"{plan['checkpoint_seconds']:.1f} s; checkpoints on disk: "
         f"{plan['checkpoint_disk_bytes'] / GIB:.3f} GiB",
         f"batches per epoch: {plan['batches_per_epoch']}{estimate}",
         f"one epoch: {hours(plan['epoch_seconds'])}; "
         f"{plan['num_epochs']} epochs: {hours(plan['run_seconds'])}",
     ]
+    if parts is not None:
+        lines.append(
+            "the first epoch: "
+            + ", ".join(
+                f"{name.replace('_', ' ')} {seconds:,.0f} s" for name, seconds in parts.items()
+            )
+        )
+    if validation is not None and plan["validation_batches"] is None:
+        lines.append("validation not counted: its data loader has no length")
+    return lines

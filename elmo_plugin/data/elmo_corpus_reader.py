@@ -253,4 +253,7 @@ class ElmoCorpusReader(DatasetReader):
         return Instance({"source": TextField([Token(BOS), *tokens, Token(EOS)])})
 
     def apply_token_indexers(self, instance: Instance) -> None:
-        cast(TextField, instance["source"]).token_indexers = self._token_indexers
+        """The reader's indexers on `source` and, in `elmo_streams`' windows, `backward_source`."""
+        for name in ("source", "backward_source"):
+            if name in instance:
+                cast(TextField, instance[name]).token_indexers = self._token_indexers

@@ -7,15 +7,17 @@ import bisect
 import itertools
 import math
 from collections.abc import Iterator
-from typing import Optional, cast
+from typing import Optional, Union, cast
 
 import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.data import Instance
-from allennlp.data.data_loaders.data_loader import DataLoader
+from allennlp.data.data_loaders.data_collator import DataCollator
+from allennlp.data.data_loaders.data_loader import DataLoader, TensorDict
 from allennlp.data.fields import TensorField, TextField
 
-from elmo_plugin.data.elmo_corpus_loader import CorpusChunk, ElmoCorpusLoader
+from elmo_plugin.data.corpus_chunks import CorpusChunk, split_chunk
+from elmo_plugin.data.corpus_data_loader import CorpusDataLoader
 from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
 from elmo_plugin.data.elmo_text_field import ElmoTextField
 
@@ -46,23 +48,8 @@ def stream_windows(texts: Iterator[str], window_size: int) -> Iterator[list[str]
         window = window[-1:] + list(itertools.islice(texts, window_size))
 
 
-def split_chunk(chunk: CorpusChunk, piece_bytes: int) -> list[CorpusChunk]:
-    """A chunk as consecutive pieces of about `piece_bytes` (a compressed shard stays whole:
-    it cannot be seeked)."""
-    if chunk.end is None:
-        return [chunk]
-    count = max(1, round((chunk.end - chunk.start) / piece_bytes))
-    span = chunk.end - chunk.start
-    return [
-        CorpusChunk(
-            chunk.path, chunk.start + span * i // count, chunk.start + span * (i + 1) // count
-        )
-        for i in range(count)
-    ]
-
-
 @DataLoader.register("elmo_streams")
-class ElmoStreamsLoader(ElmoCorpusLoader):
+class ElmoStreamsLoader(CorpusDataLoader):
     """
     Batches of `batch_size` rows, row r reading stream r: the corpus's tokens (every line of
     every chunk, `<S>` ... `</S>` per line or `max_sequence_length` window of the reader) in
@@ -101,9 +88,18 @@ class ElmoStreamsLoader(ElmoCorpusLoader):
         Read the chunks in an order drawn from (seed, epoch).
     chunk_bytes : `int`, optional (default = `1 << 20`)
         About how many bytes of a plain shard make one chunk.
-    **kwargs
-        `elmo_corpus`'s other keys: `seed`, `cuda_device`, `collate_fn` (`num_workers` must be 0).
+    num_workers : `int`, optional (default = `0`)
+        Must be 0: streams are read in order, in the main process.
+    seed : `int`, optional (default = `None`)
+        The shuffling seed; `None` draws one from Python's `random`, which allennlp's
+        `random_seed` seeds.
+    cuda_device : `Union[int, str, torch.device]`, optional (default = `None`)
+        Where batches are moved; `None` leaves them on the CPU until the trainer sets a device.
+    collate_fn : `DataCollator`, optional (default = `None`)
+        Builds a batch's tensors; `None` means allennlp's `DefaultDataCollator`.
     """
+
+    name = "data_loader elmo_streams"
 
     def __init__(
         self,
@@ -113,22 +109,18 @@ class ElmoStreamsLoader(ElmoCorpusLoader):
         window_size: int = 20,
         shuffle: bool = False,
         chunk_bytes: int = 1 << 20,
-        **kwargs,
+        num_workers: int = 0,
+        seed: Optional[int] = None,
+        cuda_device: Optional[Union[int, str, torch.device]] = None,
+        collate_fn: Optional[DataCollator] = None,
     ) -> None:
-        if not isinstance(reader, ElmoCorpusReader):
-            raise ConfigurationError(
-                "data_loader elmo_streams: needs the elmo_corpus dataset reader"
-            )
-        if window_size < 1:
-            raise ConfigurationError(
-                f"data_loader elmo_streams: window_size must be at least 1, got {window_size}"
-            )
         super().__init__(
-            reader, data_path, batch_size, shuffle=shuffle, chunk_bytes=chunk_bytes, **kwargs
+            reader, data_path, batch_size, shuffle, chunk_bytes, seed, cuda_device, collate_fn
         )
-        if self.num_workers:
+        self.check_at_least(window_size=(window_size, 1))
+        if num_workers:
             raise ConfigurationError(
-                "data_loader elmo_streams: num_workers must be 0 (streams are read in order)"
+                f"{self.name}: num_workers must be 0 (streams are read in order)"
             )
         self.window_size = window_size
         self.pieces = [split_chunk(chunk, min(chunk_bytes, PIECE_BYTES)) for chunk in self.chunks]
@@ -141,10 +133,6 @@ class ElmoStreamsLoader(ElmoCorpusLoader):
         """Exact: the windows of the longest stream, from the corpus's token count (the one read
         of the corpus that the first epoch needs anyway)."""
         return self.process_streams(sum(map(sum, self.piece_counts())))[1]
-
-    @property
-    def length_is_estimate(self) -> bool:
-        return False
 
     def piece_texts(self, piece: CorpusChunk) -> list[str]:
         """Every token's text of one piece, in order (strings: no Token objects)."""
@@ -207,10 +195,12 @@ class ElmoStreamsLoader(ElmoCorpusLoader):
             (bounds[s], bounds[s + 1]) for s in range(first, first + self.batch_size)
         ], window_count(longest, self.window_size)
 
-    def _batches(self, epoch: int, first_ordinal: int, skip: int) -> Iterator[tuple]:
+    def epoch_batches(
+        self, epoch: int, first_ordinal: int, skip: int
+    ) -> Iterator[tuple[int, TensorDict]]:
         """(0, batch) for batches `skip`, `skip` + 1, ... of the epoch: the whole epoch is one
-        ordinal of the inherited position bookkeeping, so `skip` is the batch to resume at.
-        Resuming reads from each stream's window `skip` on: nothing before it."""
+        chunk ordinal of the position, so `skip` is the batch to resume at. Resuming reads from
+        each stream's window `skip` on: nothing before it."""
         pieces, offsets = self.epoch_pieces(epoch)
         streams, batches = self.process_streams(offsets[-1])
         directions = []
@@ -229,7 +219,7 @@ class ElmoStreamsLoader(ElmoCorpusLoader):
                 self._window_instance(next(forward), next(backward), k)
                 for forward, backward in directions
             ]
-            yield 0, self.collate_fn([self._indexed(instance) for instance in instances])
+            yield 0, self.collate_fn([self.indexed(instance) for instance in instances])
 
     def _window_instance(self, forward: list[str], backward: list[str], k: int) -> Instance:
         """Window k of a stream, forward and backward (read from the stream's reversed text)."""
@@ -240,12 +230,3 @@ class ElmoStreamsLoader(ElmoCorpusLoader):
                 "stream_start": TensorField(torch.tensor(k == 0)),
             }
         )
-
-    def _indexed(self, instance: Instance) -> Instance:
-        """`instance` with the reader's token indexers on both text fields, indexed once
-        `index_with` was called."""
-        if "backward_source" in instance:
-            # The reader's indexers, as it gives its own `source`.
-            backward = cast(TextField, instance["backward_source"])
-            backward.token_indexers = self.reader._token_indexers
-        return super()._indexed(instance)

@@ -1,20 +1,21 @@
-"""Trainer callback `elmo_corpus_resume`: saves the `elmo_corpus` data loader's position in every
-checkpoint and, on `allennlp train -r`, starts the loader there, so the resumed run trains
-exactly the batches the killed run had not, reading nothing before them."""
+"""Trainer callback `elmo_corpus_resume`: saves the `elmo_corpus` (or `elmo_streams`) data
+loader's position in every checkpoint and, on `allennlp train -r`, starts the loader there, so
+the resumed run trains exactly the batches the killed run had not, reading nothing before them."""
 
 from typing import Any, Optional
 
 from allennlp.common.checks import ConfigurationError
 from allennlp.training.callbacks.callback import TrainerCallback
 
-from elmo_plugin.data.elmo_corpus_loader import ElmoCorpusLoader
+from elmo_plugin.data.corpus_data_loader import CorpusDataLoader
 
 
 @TrainerCallback.register("elmo_corpus_resume")
 class ElmoCorpusResumeCallback(TrainerCallback):
     """
-    Needs the `elmo_corpus` data loader. The position is the same in every distributed process
-    (each has the same number of batches per chunk), so the primary's checkpoint serves all.
+    Needs the `elmo_corpus` or `elmo_streams` data loader. The position is the same in every
+    distributed process (each has the same number of batches per chunk), so the primary's
+    checkpoint serves all.
 
     # Parameters
 
@@ -28,16 +29,16 @@ class ElmoCorpusResumeCallback(TrainerCallback):
 
     def state_dict(self) -> dict[str, Any]:
         loader = self.trainer.data_loader if self.trainer else None
-        return {"data_loader": loader.state_dict()} if isinstance(loader, ElmoCorpusLoader) else {}
+        return {"data_loader": loader.state_dict()} if isinstance(loader, CorpusDataLoader) else {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._restored = state_dict.get("data_loader")
 
     def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
         super().on_start(trainer, is_primary=is_primary, **kwargs)
-        if not isinstance(trainer.data_loader, ElmoCorpusLoader):
+        if not isinstance(trainer.data_loader, CorpusDataLoader):
             raise ConfigurationError(
-                "callback elmo_corpus_resume: needs data_loader type elmo_corpus"
+                "callback elmo_corpus_resume: needs data_loader type elmo_corpus or elmo_streams"
             )
         if self._restored is None:
             return

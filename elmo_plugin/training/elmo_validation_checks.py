@@ -1,6 +1,6 @@
 """Trainer callback `elmo_validation_checks`: validation every N batches inside an epoch, for
 epochs that take hours. Each check is logged to `validation_checks.jsonl` in the serialization
-folder and to TensorBoard (`log/validation_checks`, the global batch as the step); the best
+folder and to TensorBoard (`log/checks`, the global batch as the step); the best
 check's weights become `model_best_check.tar.gz` at the end; the learning rate can be reduced
 when the checks stop improving. Its state is part of every checkpoint, so `allennlp train -r`
 continues the schedule, the best-so-far and the plateau count as if never stopped."""
@@ -122,7 +122,8 @@ class ValidationChecksCallback(TrainerCallback):
         if epoch_batches is not None and self.every_num_batches > epoch_batches:
             logger.warning(
                 "elmo_validation_checks: every_num_batches %d is more than an epoch's %d batches: "
-                "checks come less often than allennlp's validation at each epoch's end",
+                "no check inside most epochs, validation runs only at epoch ends (allennlp's); "
+                "lower every_num_batches for checks inside the epoch",
                 self.every_num_batches,
                 epoch_batches,
             )

@@ -30,6 +30,7 @@ CASES: dict[str, tuple[list[str], str, list[Path]]] = {
     "scale_rehearsal": (["--dry-run", "--processes"], "ok", []),
     "data_pipeline": (["--tokens", "3000", "--workers", "0"], "ok", []),
     "exact_resume": (["--tokens", "20000", "--shards", "1"], "ok", []),
+    "plan_vs_epoch": (["--tiny"], "ok", []),
     "lstm_training_step": (["--clock", "sundial"], "failed", []),
     "sparse_softmax": (["--steps", "three"], "failed", []),
 }
@@ -48,7 +49,7 @@ def run_module(name: str, options: list[str], tmp_path: Path) -> subprocess.Comp
         OMP_NUM_THREADS="1",
         PYTHONWARNINGS="ignore",
     )
-    if name == "scale_rehearsal":
+    if name in ("scale_rehearsal", "plan_vs_epoch"):
         options = [*options, "--workdir", str(tmp_path / "work")]
     return subprocess.run(
         [sys.executable, "-m", f"benchmarks.{name}", *options],
@@ -119,8 +120,25 @@ def check_exact_resume(last: dict) -> None:
     assert last["late_replay_over_ours"] == round(ratio, 1)
 
 
+def check_plan_vs_epoch(last: dict) -> None:
+    assert [case["case"] for case in last["cases"]] == ["demo", "original"]
+    for case in last["cases"]:
+        ratio = case["projected_epoch_s"] / case["real_epoch_s"]
+        assert last[f"{case['case']}_projected_over_real"] == pytest.approx(ratio, abs=0.01)
+        assert case["projected_epoch_s"] == pytest.approx(
+            sum(case["projected_parts_s"].values()), abs=0.3
+        )
+        assert case["checks_in_epoch"] > 0
+    assert ("missed" in last) == any(
+        abs(last[f"{c}_projected_over_real"] - 1) > 0.2
+        or last[f"{c}_with_over_without_checks"] >= 1.05
+        for c in ("demo", "original")
+    )
+
+
 CHECK_OK = {
     "scale_rehearsal": check_scale_rehearsal,
     "data_pipeline": check_data_pipeline,
     "exact_resume": check_exact_resume,
+    "plan_vs_epoch": check_plan_vs_epoch,
 }

@@ -87,7 +87,7 @@ def test_wikitext_validation_perplexity_falls_epoch_over_epoch(config, sizes, tm
         sizes,
         train_data_path=str(tmp_path / "train.txt"),
         validation_data_path=str(tmp_path / "valid.txt"),
-        **{"trainer.num_epochs": 3, "data_loader.batch_sampler.batch_size": 32},
+        **{"trainer.num_epochs": 3, "data_loader.batch_size": 32},
     )
     run_allennlp(
         ["train", str(CONFIG_DIR / config), "-s", str(tmp_path / "out"), "-o", overrides(values)]

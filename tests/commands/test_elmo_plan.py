@@ -19,19 +19,27 @@ def test_the_plan_measures_the_configs_steps_and_its_checkpoint_size(
     tiny_corpus, tmp_path, plugin_cwd
 ):
     values = shrunk_original(tiny_corpus, num_workers=0, processes=1)
-    values["trainer.callbacks"] = [{"type": "elmo_corpus_resume"}]
+    checks = {"type": "elmo_validation_checks", "every_num_batches": 4, "max_batches": 2}
+    values["trainer.callbacks"] = [{"type": "elmo_corpus_resume"}, checks]
     values["trainer.num_epochs"] = 1
     before = sorted(plugin_cwd.iterdir())
     result = run_allennlp(["elmo-plan", CONFIG, "-o", overrides(values)], cwd=plugin_cwd)
     assert sorted(plugin_cwd.iterdir()) == before  # nothing written
     plan = json.loads(result.stdout.strip().splitlines()[-1])
     assert plan["device"] == "cpu" and plan["tokens_per_second"] > 0
-    assert plan["batches_per_epoch_is_estimate"] and plan["batches_per_epoch"] > 0
-    assert plan["epoch_seconds"] == pytest.approx(
-        plan["seconds_per_batch"] * plan["batches_per_epoch"]
-    )
+    batches = plan["batches_per_epoch"]
+    assert plan["batches_per_epoch_is_estimate"] and batches > 0
+    # the epoch as allennlp's "Epoch duration" counts it, part by part
+    parts, validation = plan["epoch_parts"], plan["validation_seconds_per_batch"]
+    assert parts["training"] == pytest.approx(plan["seconds_per_batch"] * batches)
+    assert parts["validation_checks"] == pytest.approx(batches // 4 * 2 * validation)
+    assert parts["validation"] == pytest.approx(plan["validation_batches"] * validation)
+    saves = batches // 3 + 1  # save_every_num_batches 3, and the epoch's end
+    assert parts["checkpoints"] == pytest.approx(saves * plan["checkpoint_seconds"])
+    assert plan["epoch_seconds"] == pytest.approx(sum(parts.values()))
     assert plan["run_seconds"] == pytest.approx(plan["epoch_seconds"])  # one epoch
     assert "one epoch:" in result.stdout and "tokens/s:" in result.stdout
+    assert "the first epoch: training " in result.stdout
     # one checkpoint as allennlp writes it: the model state and the training state
     run_allennlp(["train", CONFIG, "-s", str(tmp_path / "run"), "-o", overrides(values)])
     written = sum(

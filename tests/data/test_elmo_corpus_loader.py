@@ -12,7 +12,8 @@ import pytest
 from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
 
-from elmo_plugin.data.elmo_corpus_loader import ElmoCorpusLoader, corpus_chunks
+from elmo_plugin.data.corpus_chunks import corpus_chunks
+from elmo_plugin.data.elmo_corpus_loader import ElmoCorpusLoader
 from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader, byte_range_lines
 
 Batch = list[tuple[str, ...]]
@@ -49,7 +50,7 @@ def make_loader(pattern: str, **kwargs) -> ElmoCorpusLoader:
 
 def texts_of(loader: ElmoCorpusLoader, batch) -> Batch:
     """A batch as its instances' token strings (without <S> </S>)."""
-    vocab = loader._vocab
+    vocab = loader.vocab
     assert vocab is not None
     return [
         tuple(vocab.get_token_from_index(int(i), "tokens") for i in row if i)[1:-1]
@@ -171,6 +172,33 @@ def test_resume_continues_with_the_remaining_batches_reading_from_its_chunk_only
     expected = sum(len(list(whole.reader.range_instances(c.path, c.start, c.end))) for c in chunks)
     assert read.value == expected < sum(len(batch) for batch in head + tail)
     assert resumed.state_dict()["epoch_batches"] == [epoch_0_count, 17 + len(tail)]
+
+
+@pytest.mark.parametrize("num_workers, world_size", [(0, 1), (2, 1), (0, 2)])
+def test_bucketed_batches_hold_every_line_once_with_less_padding(tmp_path, num_workers, world_size):
+    """bucket_by_length: the same lines, sorted by length within a chunk (far less padding than
+    shuffled batches), the batch order still drawn by (seed, epoch), the same for any workers."""
+    pattern = write_corpus(tmp_path)
+
+    def epochs(bucket: bool, workers: int) -> list[list[Batch]]:
+        runs = []
+        for rank in range(world_size):
+            loader = make_loader(
+                pattern, bucket_by_length=bucket, num_workers=workers, chunk_bytes=2000
+            )
+            loader.world_size, loader.rank = world_size, rank
+            runs.append([epoch_batches(loader) for _ in range(2)])
+        return [sum((run[epoch] for run in runs), []) for epoch in range(2)]
+
+    bucketed, shuffled = epochs(True, num_workers), epochs(False, 0)
+    assert lines_of(bucketed[0]) == lines_of(bucketed[1]) == corpus_texts(tmp_path)
+    assert bucketed[0] != bucketed[1]  # another order in the next epoch
+    assert epochs(True, 0) == bucketed  # whatever the workers
+
+    def padding(batches: list[Batch]) -> int:
+        return sum(max(map(len, batch)) * len(batch) - sum(map(len, batch)) for batch in batches)
+
+    assert padding(bucketed[0]) < padding(shuffled[0]) / 3
 
 
 def test_compressed_shard_is_one_chunk(tmp_path):

@@ -39,7 +39,7 @@ def file_order_tokens(pattern: str) -> list[str]:
 
 
 def rows(loader: ElmoStreamsLoader, batch, field: str) -> list[list[str]]:
-    vocab = loader._vocab
+    vocab = loader.vocab
     assert vocab is not None
     return [
         [vocab.get_token_from_index(i, "tokens") for i in row if i]

@@ -1,0 +1,216 @@
+"""`CorpusDataLoader`: what the `elmo_corpus` and `elmo_streams` data loaders share. Both read an
+`elmo_corpus` reader's corpus in chunks (`corpus_chunks`), in an order that is a function of
+(seed, epoch), and keep their position (epoch, chunk, batch) so that a resumed run
+(`allennlp train -r` with the `elmo_corpus_resume` callback) continues exactly where the
+checkpoint was, without reading what came before. Each loader says how an epoch's batches are
+made (`epoch_batches`) and how many there are (`__len__`)."""
+
+import random
+from abc import abstractmethod
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional, Union
+
+import torch
+from allennlp.common.checks import ConfigurationError
+from allennlp.common.util import is_distributed
+from allennlp.data import Instance, Vocabulary
+from allennlp.data.data_loaders.data_collator import DataCollator, DefaultDataCollator
+from allennlp.data.data_loaders.data_loader import DataLoader, TensorDict
+from allennlp.nn import util as nn_util
+
+from elmo_plugin.data.corpus_chunks import chunk_order, corpus_chunks
+from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
+
+
+@dataclass
+class LoaderPosition:
+    """Where a loader stands: `epoch` (0-based) being read, `batches` it yielded in it, and the
+    next batch to read: batch `chunk_batch` of the chunk at `chunk_ordinal` in the epoch's chunk
+    order; `epoch_batches`: how many batches each finished epoch had."""
+
+    seed: int
+    epoch: int = 0
+    batches: int = 0
+    chunk_ordinal: int = 0
+    chunk_batch: int = 0
+    epoch_batches: list[int] = field(default_factory=list)
+
+
+class CorpusDataLoader(DataLoader):
+    """
+    The shared part of the corpus loaders (not registered itself): the reader and corpus chunks,
+    this process's place among distributed processes, indexing, the device, and the position
+    with exact resume. `resume_from` (called by the `elmo_corpus_resume` callback) starts at a
+    saved position: the batches before it are yielded as empty placeholders, which allennlp's
+    trainer skips.
+
+    Subclasses give `epoch_batches(epoch, first_ordinal, skip)`, the epoch's (chunk ordinal,
+    batch) pairs from batch `skip` of chunk ordinal `first_ordinal` on, and `__len__`.
+    """
+
+    name = "data_loader"  # how errors name the loader: "data_loader TYPE"
+
+    def __init__(
+        self,
+        reader: ElmoCorpusReader,
+        data_path: str,
+        batch_size: int,
+        shuffle: bool,
+        chunk_bytes: int,
+        seed: Optional[int],
+        cuda_device: Optional[Union[int, str, torch.device]],
+        collate_fn: Optional[DataCollator],
+    ) -> None:
+        if not isinstance(reader, ElmoCorpusReader):
+            raise ConfigurationError(f"{self.name}: needs the elmo_corpus dataset reader")
+        self.check_at_least(batch_size=(batch_size, 1), chunk_bytes=(chunk_bytes, 1))
+        self.reader = reader
+        self.data_path = data_path
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.collate_fn = collate_fn or DefaultDataCollator()
+        self.chunks = corpus_chunks(data_path, chunk_bytes)
+        self.world_size, self.rank = (
+            (torch.distributed.get_world_size(), torch.distributed.get_rank())
+            if is_distributed()
+            else (1, 0)
+        )
+        self.position = LoaderPosition(seed=random.randrange(2**32) if seed is None else seed)
+        self.resume_start: Optional[LoaderPosition] = None  # set by resume_from
+        self.vocab: Optional[Vocabulary] = None
+        self.device: Optional[torch.device] = (
+            None if cuda_device is None else torch.device(cuda_device)
+        )
+
+    def check_at_least(self, **settings: tuple[int, int]) -> None:
+        """A configuration error for the first `key=(value, least)` with value < least."""
+        for key, (value, least) in settings.items():
+            if value < least:
+                raise ConfigurationError(
+                    f"{self.name}: {key} must be at least {least}, got {value}"
+                )
+
+    # --- what a loader gives ---
+
+    @abstractmethod
+    def epoch_batches(
+        self, epoch: int, first_ordinal: int, skip: int
+    ) -> Iterator[tuple[int, TensorDict]]:
+        """(chunk ordinal, batch) for epoch `epoch`, from batch `skip` of chunk ordinal
+        `first_ordinal` on (a resumed epoch reads nothing before it)."""
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """This process's batches per epoch (allennlp's progress bar total, and learning-rate
+        schedulers' `num_steps_per_epoch`)."""
+
+    @property
+    def length_is_estimate(self) -> bool:
+        """Whether `len(self)` is an estimate rather than exact."""
+        return False
+
+    def layout(self) -> str:
+        """What a position means: the same chunks, batch size and number of processes."""
+        return (
+            f"{len(self.chunks)} chunks of {self.data_path}, batch_size {self.batch_size}, "
+            f"{self.world_size} processes"
+        )
+
+    # --- allennlp's DataLoader interface ---
+
+    def index_with(self, vocab: Vocabulary) -> None:
+        self.vocab = vocab
+
+    def set_target_device(self, device: torch.device) -> None:
+        self.device = device
+
+    def iter_instances(self) -> Iterator[Instance]:
+        """Every instance the reader makes of the corpus, in file order (for vocabularies),
+        indexed once `index_with` was called."""
+        for chunk in self.chunks:
+            for instance in self.reader.range_instances(chunk.path, chunk.start, chunk.end):
+                yield self.indexed(instance)
+
+    def __iter__(self) -> Iterator[TensorDict]:
+        """One epoch's batches (the next epoch on every call)."""
+        if self.vocab is None:
+            raise ValueError(f"{self.name}: call index_with(vocab) before iterating")
+        position = self.begin_epoch()
+        start = self.resume_start
+        if start is not None:
+            replayed = position.epoch < start.epoch
+            for _ in range(start.epoch_batches[position.epoch] if replayed else start.batches):
+                position.batches += 1
+                yield {}  # a batch the trainer skips; nothing was read for it
+            if replayed:
+                self.end_epoch()
+                return
+            position.chunk_ordinal, position.chunk_batch = start.chunk_ordinal, start.chunk_batch
+            self.resume_start = None
+        for ordinal, batch in self.epoch_batches(
+            position.epoch, position.chunk_ordinal, position.chunk_batch
+        ):
+            if ordinal != position.chunk_ordinal:
+                position.chunk_ordinal, position.chunk_batch = ordinal, 0
+            position.chunk_batch += 1
+            position.batches += 1
+            yield batch if self.device is None else nn_util.move_to_device(batch, self.device)
+        self.end_epoch()
+
+    # --- what the shared parts give a loader ---
+
+    def chunk_order(self, epoch: int) -> list[int]:
+        """Indices into `self.chunks` in the order epoch `epoch` reads them."""
+        return chunk_order(len(self.chunks), self.shuffle, self.position.seed, epoch)
+
+    def indexed(self, instance: Instance) -> Instance:
+        """`instance` with the reader's token indexers, indexed once `index_with` was called."""
+        self.reader.apply_token_indexers(instance)
+        if self.vocab is not None:
+            instance.index_fields(self.vocab)
+        return instance
+
+    def finished_epoch_batches(self) -> list[int]:
+        """How many batches each finished epoch had (also those before a resume)."""
+        return self.position.epoch_batches or (
+            self.resume_start.epoch_batches if self.resume_start is not None else []
+        )
+
+    # --- positions, for exact resume ---
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the last batch yielded and the layout it is a position in (plain
+        Python values, for a checkpoint)."""
+        return {**asdict(self.position), "layout": self.layout()}
+
+    def resume_from(self, state: dict[str, Any]) -> None:
+        """Continue at a `state_dict()` position, from epoch 0 on (as allennlp's trainer replays
+        the finished epochs): each finished epoch yields as many placeholders as it had batches,
+        the epoch of the position as many as were yielded in it, then its remaining batches."""
+        state = dict(state)
+        layout = state.pop("layout")
+        if layout != self.layout():
+            raise ConfigurationError(
+                f"{self.name}: the checkpoint's position is in {layout}, "
+                f"not in {self.layout()}: "
+                "resume with the same data, batch_size, chunk_bytes and processes"
+            )
+        self.resume_start = LoaderPosition(**state)
+        self.position = LoaderPosition(seed=self.resume_start.seed)
+
+    def begin_epoch(self) -> LoaderPosition:
+        """The position at the start of the next epoch (an epoch left unfinished counts as done)."""
+        if self.position.batches or self.position.chunk_ordinal or self.position.chunk_batch:
+            self.end_epoch()
+        return self.position
+
+    def end_epoch(self) -> None:
+        position = self.position
+        position.epoch_batches.append(position.batches)
+        position.epoch, position.batches, position.chunk_ordinal, position.chunk_batch = (
+            position.epoch + 1,
+            0,
+            0,
+            0,
+        )
