@@ -47,7 +47,7 @@ def tiny_sizes() -> dict[str, dict[str, Any]]:
         # plain `allennlp train` of it states the demo architecture: the tiny biLM's instead
         CONTINUE_CONFIG: lstm,
         # elmo-continue takes the architecture from the options file: nothing of it is added
-        "elmo-continue": {"data_loader.batch_sampler.batch_size": 16, "trainer.num_epochs": 1},
+        "elmo-continue": {"data_loader.batch_size": 16, "trainer.num_epochs": 1},
         "elmo_lstm_original.jsonnet": {
             **{key: value for key, value in lstm.items() if not key.startswith("data_loader")},
             "model.num_samples": 20,

@@ -192,7 +192,10 @@ def resolved_vocabulary(
 
 def char_cnn_name(config: str, user_overrides: str) -> str:
     """The key of the config's `elmo_char_cnn` token embedder (after the user's overrides)."""
-    params = Params.from_file(config, user_overrides).as_dict(quiet=True)
+    try:
+        params = Params.from_file(config, user_overrides).as_dict(quiet=True)
+    except ValueError as error:  # allennlp's "overrides dict contains unused keys: [...]"
+        raise ConfigurationError(f"elmo-continue: -o does not fit {config}: {error}") from None
     embedders = params.get("model", {}).get("text_field_embedder", {}).get("token_embedders", {})
     names = [name for name, embedder in embedders.items() if embedder.get("type") == CHAR_CNN_TYPE]
     if len(names) != 1:

@@ -11,6 +11,7 @@ from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.commands.elmo_continue import (
     DEFAULT_CONFIG,
+    char_cnn_name,
     continue_overrides,
     freeze_patterns,
     merge_overrides,
@@ -96,3 +97,8 @@ def test_every_published_size_needs_no_architecture_override(tmp_path, dim, proj
     assert (contextualizer["input_dim"], contextualizer["cell_size"]) == (projection, dim)
     assert (contextualizer["cell_clip"], contextualizer["proj_clip"]) == (3.0, 3.0)
     assert model["pretrained_file"] == str(tmp_path)
+
+
+def test_an_override_key_the_config_lacks_is_a_configuration_error_naming_it():
+    with pytest.raises(ConfigurationError, match=r"-o does not fit .*unused keys.*batch_sampler"):
+        char_cnn_name(DEFAULT_CONFIG, json.dumps({"data_loader.batch_sampler.batch_size": 16}))
