@@ -38,8 +38,9 @@ class ElmoCheckpointer(Checkpointer):
       complete on every node and logs which; newer checkpoints (complete on some nodes only) are
       removed. Every node prunes its own folder to `keep_most_recent_by_count` /
       `keep_most_recent_by_age` (allennlp pruned only node 0's), and only after every node has
-      finished saving, so the newest checkpoint common to all nodes is never pruned. Two nodes
-      sharing one folder are refused at the start.
+      finished saving, so the newest checkpoint common to all nodes is never pruned. Every
+      process keeps the same saving schedule (allennlp's moved on only in the processes that
+      write). Two nodes sharing one folder are refused at the start.
 
     # Parameters
 
@@ -143,6 +144,17 @@ class ElmoCheckpointer(Checkpointer):
         )
 
     # --- save and prune ---
+
+    def maybe_save_checkpoint(
+        self, trainer, num_epochs_completed: int, num_batches_in_epoch_completed: int
+    ) -> bool:
+        saved = super().maybe_save_checkpoint(
+            trainer, num_epochs_completed, num_batches_in_epoch_completed
+        )
+        if saved:  # allennlp moves the schedule on only where files were written
+            self._last_save_num_epochs_completed = num_epochs_completed
+            self._last_save_num_batches_in_epoch_completed = num_batches_in_epoch_completed
+        return saved
 
     def save_checkpoint(self, trainer) -> None:
         """allennlp's save, then (once every process has saved) the pruning, in every node's

@@ -4,6 +4,7 @@ folder; two nodes sharing a folder are refused."""
 
 import json
 import os
+from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -62,24 +63,38 @@ def test_the_checkpoint_to_resume_is_the_newest_that_every_rank_has():
     assert newest_common_checkpoint([set(), set()]) is None
 
 
-def saving_trainer(batch: int) -> SimpleNamespace:
+def saving_trainer(batch: int, writes: bool = True) -> SimpleNamespace:
+    """As allennlp's trainer: the state to save, or None in a process that does not write."""
     state = {"epochs_completed": 0, "batches_in_epoch_completed": batch}
-    return SimpleNamespace(
-        get_checkpoint_state=lambda: TrainerCheckpoint({"weight": torch.zeros(4)}, state)
-    )
+    checkpoint = TrainerCheckpoint({"weight": torch.zeros(4)}, state) if writes else None
+    return SimpleNamespace(get_checkpoint_state=lambda: checkpoint)
 
 
 def as_node(rank: int, root: str, port: int) -> None:
     """One process per node (as allennlp's workers with `cuda_devices: [-1]` on two nodes), each
     with its own folders under `root`; what it saw goes to root/rank{R}.json."""
     os.environ["ALLENNLP_PROCS_PER_NODE"] = "1"
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    dist.init_process_group(  # a checkpointer out of step fails within a minute
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=2,
+        timeout=timedelta(seconds=60),
+    )
     folder = Path(root) / f"resume{rank}"
     checkpoint = ElmoCheckpointer(str(folder)).load_checkpoint()
     assert checkpoint is not None
     pruned = ElmoCheckpointer(str(Path(root) / f"prune{rank}"), keep_most_recent_by_count=2)
     for batch in range(1, 5):
         pruned.save_checkpoint(saving_trainer(batch))
+    os.environ["ALLENNLP_PROCS_PER_NODE"] = "2"  # now one node of two processes: rank 1 reads
+    schedule = ElmoCheckpointer(str(Path(root) / "one_node"), save_every_num_batches=3)
+    saved_after = [
+        batch
+        for batch in range(1, 8)
+        if schedule.maybe_save_checkpoint(saving_trainer(batch, writes=rank == 0), 0, batch)
+    ]
+    os.environ["ALLENNLP_PROCS_PER_NODE"] = "1"
     try:
         ElmoCheckpointer(str(Path(root) / "shared")).load_checkpoint()
         refused = ""
@@ -90,6 +105,7 @@ def as_node(rank: int, root: str, port: int) -> None:
         "left": sorted(path.name for path in folder.iterdir()),
         "pruned_to": sorted(path.name for path in (Path(root) / f"prune{rank}").iterdir()),
         "refused": refused,
+        "saved_after": saved_after,
     }
     (Path(root) / f"rank{rank}.json").write_text(json.dumps(result))
     dist.destroy_process_group()
@@ -99,8 +115,8 @@ def test_two_nodes_resume_from_the_newest_checkpoint_both_folders_hold_complete(
     """Node 0's folder holds complete checkpoints after batches 3 and 6, node 1's only the one
     after batch 3 (its batch 6 cut short): both resume from batch 3 and node 0's batch 6 is
     removed (a resumed run saves batch 6 again). Every node prunes its own folder to
-    keep_most_recent_by_count (allennlp pruned node 0's only), and two nodes writing one folder
-    are refused."""
+    keep_most_recent_by_count (allennlp pruned node 0's only); a process that writes nothing
+    keeps the writer's saving schedule; and two nodes writing one folder are refused."""
     for rank in range(2):
         (tmp_path / f"resume{rank}").mkdir()
         (tmp_path / f"prune{rank}").mkdir()
@@ -108,6 +124,7 @@ def test_two_nodes_resume_from_the_newest_checkpoint_both_folders_hold_complete(
         save_pair(tmp_path / f"resume{rank}", 0, 6, 6.0)
     cut_short(tmp_path / "resume1" / "training_state_e0_b6.th")
     (tmp_path / "shared").mkdir()
+    (tmp_path / "one_node").mkdir()
     mp.spawn(as_node, args=(str(tmp_path), free_port()), nprocs=2)
     for rank in range(2):
         result = json.loads((tmp_path / f"rank{rank}.json").read_text())
@@ -116,6 +133,7 @@ def test_two_nodes_resume_from_the_newest_checkpoint_both_folders_hold_complete(
         assert result["pruned_to"] == [
             f"{kind}_state_e0_b{batch}.th" for kind in ("model", "training") for batch in (3, 4)
         ]
+        assert result["saved_after"] == [3, 6]  # allennlp's rank 1 "saved" after 3, 4, 5, ...
         assert result["refused"] == (
             f"elmo_checkpointer: nodes 0 and 1 write the same serialization folder "
             f"{tmp_path / 'shared'}: give each node a folder of its own (docs/scaling.md)"
