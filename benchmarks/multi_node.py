@@ -47,7 +47,7 @@ import zipfile
 from collections import Counter
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 from benchmarks import network_hosts
 from benchmarks.common import REPO_ROOT, Skip, run_benchmark
@@ -425,6 +425,7 @@ def corpus_windows(work: Path, vocabulary: Path) -> Counter:
     """The token ids of every instance the config's reader makes of the training corpus."""
     from allennlp.common import Params
     from allennlp.data import DatasetReader, Vocabulary
+    from allennlp.data.fields import TextField
 
     import elmo_plugin  # noqa: F401  (registers the reader)
 
@@ -433,8 +434,8 @@ def corpus_windows(work: Path, vocabulary: Path) -> Counter:
     return Counter(
         tuple(
             vocab.get_token_index(token.ensure_text(), "tokens")
-            for token in instance["source"].tokens
-        )  # type: ignore[attr-defined]
+            for token in cast(TextField, instance["source"]).tokens
+        )
         for instance in reader.read(str(work / "corpus" / "train" / "*"))
     )
 
@@ -455,7 +456,7 @@ def check_two_hosts(work: Path, stage: Path) -> dict:
     trained = Counter(
         tuple(row) for batches in records.values() for rows in batches.values() for row in rows
     )
-    checks = {
+    checks: dict[str, Any] = {
         "each_window_once": trained == corpus_windows(work, stage / "node0" / "vocabulary"),
         "batches_equal_one_host": records == reference if reference else None,
         "max_weight_difference_vs_one_host": max_weight_difference(

@@ -3,6 +3,7 @@
 from typing import Any, Optional
 
 from allennlp.common.util import is_global_primary
+from allennlp.data.data_loaders.data_loader import TensorDict
 from allennlp.training.callbacks.callback import TrainerCallback
 from allennlp.training.callbacks.log_writer import LogWriterCallback
 from allennlp.training.callbacks.tensorboard import TensorBoardCallback
@@ -41,27 +42,60 @@ class ElmoTensorBoardCallback(TensorBoardCallback):
         should_log_parameter_statistics: bool = False,
         should_log_learning_rate: bool = False,
     ) -> None:
-        options = dict(
-            summary_interval=summary_interval,
-            distribution_interval=distribution_interval,
-            batch_size_interval=batch_size_interval,
-            should_log_parameter_statistics=should_log_parameter_statistics,
-            should_log_learning_rate=should_log_learning_rate,
-        )
         if is_global_primary():
-            super().__init__(serialization_dir, **options)
+            super().__init__(
+                serialization_dir,
+                summary_interval,
+                distribution_interval,
+                batch_size_interval,
+                should_log_parameter_statistics,
+                should_log_learning_rate,
+            )
         else:  # allennlp's base class without the writers (close() skips missing ones)
-            LogWriterCallback.__init__(self, serialization_dir, **options)
+            LogWriterCallback.__init__(
+                self,
+                serialization_dir,
+                summary_interval,
+                distribution_interval,
+                batch_size_interval,
+                should_log_parameter_statistics,
+                should_log_learning_rate,
+            )
             self._train_log = self._validation_log = None
 
     def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
         super().on_start(trainer, is_primary=is_global_primary(), **kwargs)
 
-    def on_batch(self, *args, is_primary: bool = True, **kwargs) -> None:
-        super().on_batch(*args, is_primary=is_global_primary(), **kwargs)
+    def on_batch(
+        self,
+        trainer,
+        batch_inputs: list[TensorDict],
+        batch_outputs: list[dict[str, Any]],
+        batch_metrics: dict[str, Any],
+        epoch: int,
+        batch_number: int,
+        is_training: bool,
+        is_primary: bool = True,
+        batch_grad_norm: Optional[float] = None,
+        **kwargs,
+    ) -> None:
+        super().on_batch(
+            trainer,
+            batch_inputs,
+            batch_outputs,
+            batch_metrics,
+            epoch,
+            batch_number,
+            is_training,
+            is_primary=is_global_primary(),
+            batch_grad_norm=batch_grad_norm,
+            **kwargs,
+        )
 
-    def on_epoch(self, *args, is_primary: bool = True, **kwargs) -> None:
-        super().on_epoch(*args, is_primary=is_global_primary(), **kwargs)
+    def on_epoch(
+        self, trainer, metrics: dict[str, Any], epoch: int, is_primary: bool = True, **kwargs
+    ) -> None:
+        super().on_epoch(trainer, metrics, epoch, is_primary=is_global_primary(), **kwargs)
 
-    def on_end(self, *args: Any, is_primary: bool = True, **kwargs) -> None:
-        super().on_end(*args, is_primary=is_global_primary(), **kwargs)
+    def on_end(self, trainer, metrics=None, epoch=None, is_primary: bool = True, **kwargs) -> None:
+        super().on_end(trainer, metrics, epoch, is_primary=is_global_primary(), **kwargs)
