@@ -2,7 +2,7 @@
 with their own addresses), each running `allennlp train --node-rank R` with one CPU process
 (gloo), checked against two processes on one host; then a node lost twice and the run resumed.
 
-    python -m benchmarks.multi_node [--train-tokens 150000] [--cell-size 1024]
+    python -m benchmarks.multi_node [--train-tokens 60000] [--cell-size 1024]
         [--timeout-seconds 60] [--stages one_host,two_hosts,kill,cut] [--workdir multi_node]
 
 Needs root and iproute2's `ip` (status skipped otherwise); the namespaces are removed on exit,
@@ -541,7 +541,7 @@ def evaluate_and_export(work: Path, node0: Path) -> dict:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--train-tokens", type=int, default=150_000)
+    parser.add_argument("--train-tokens", type=int, default=60_000)
     parser.add_argument("--heldout-tokens", type=int, default=2_000)
     parser.add_argument("--shards", type=int, default=4)
     parser.add_argument("--cell-size", type=int, default=1024)
