@@ -42,25 +42,19 @@ class ElmoTensorBoardCallback(TensorBoardCallback):
         should_log_parameter_statistics: bool = False,
         should_log_learning_rate: bool = False,
     ) -> None:
-        if is_global_primary():
-            super().__init__(
-                serialization_dir,
-                summary_interval,
-                distribution_interval,
-                batch_size_interval,
-                should_log_parameter_statistics,
-                should_log_learning_rate,
-            )
-        else:  # allennlp's base class without the writers (close() skips missing ones)
-            LogWriterCallback.__init__(
-                self,
-                serialization_dir,
-                summary_interval,
-                distribution_interval,
-                batch_size_interval,
-                should_log_parameter_statistics,
-                should_log_learning_rate,
-            )
+        writes = is_global_primary()
+        # Elsewhere allennlp's base class without the writers (close() skips missing ones).
+        parent = TensorBoardCallback if writes else LogWriterCallback
+        parent.__init__(
+            self,
+            serialization_dir,
+            summary_interval,
+            distribution_interval,
+            batch_size_interval,
+            should_log_parameter_statistics,
+            should_log_learning_rate,
+        )
+        if not writes:
             self._train_log = self._validation_log = None
 
     def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
