@@ -315,7 +315,7 @@ class Rehearsal:
         fault = time.time()
         limit = 3 * self.args.timeout_seconds + 120
         deadline = fault + limit
-        while any(run.poll() is None for run in runs) and time.time() < deadline:
+        while [run.poll() for run in runs].count(None) and time.time() < deadline:  # polls all
             if runs[0].poll() is not None and time.time() > runs[0].ended + 60:  # type: ignore[operator]
                 break  # node 1 is given a minute more
             time.sleep(POLL_S)
