@@ -15,9 +15,10 @@ settings ("missed"). A failed benchmark, a timeout or a last line that is not a 
 JSON line makes this script exit 1.
 
 Not run here: `scale_rehearsal` (the 1B Word-shaped job end to end: hours at its defaults;
-tests/benchmarks runs it at tiny sizes). `gpu_original_elmo` runs and skips itself where there
-is no CUDA device. `common`, `lm_training_speed` and `wikitext_data` are helpers, not
-benchmarks.
+tests/benchmarks runs it at tiny sizes) and `multi_node` (two network namespaces as root, up to
+an hour; tests/benchmarks runs it at tiny sizes). `gpu_original_elmo` runs and skips itself
+where there is no CUDA device. `batch_record`, `common`, `lm_training_speed`,
+`network_hosts` and `wikitext_data` are helpers, not benchmarks.
 """
 
 import argparse

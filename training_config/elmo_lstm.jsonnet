@@ -68,10 +68,11 @@
     // allennlp's checkpointer, except that -r skips a checkpoint cut short by a kill mid-save.
     checkpointer: { type: "elmo_checkpointer" },
     // TensorBoard event files in <serialization dir>/log/{train,validation}: every metric, the loss
-    // and the learning rate, each summary_interval batches and per epoch (docs/pretraining.md: Watching training).
+    // and the learning rate, each summary_interval batches and per epoch (docs/pretraining.md: Watching training),
+    // written by rank 0 only (elmo_tensorboard: allennlp's tensorboard, once per run).
     callbacks: [
       { type: "elmo_process_settings" } + $.process_settings,  // first: -o trainer.callbacks.0.*
-      { type: "tensorboard", summary_interval: 20, should_log_learning_rate: true },
+      { type: "elmo_tensorboard", summary_interval: 20, should_log_learning_rate: true },
       { type: "tokens_per_second", summary_interval: 20 },  // train/tokens_per_second
       // Validation inside the epoch: every 50 batches on the first 5 validation batches, logged
       // to validation_checks.jsonl and log/checks; the best check -> model_best_check.tar.gz.

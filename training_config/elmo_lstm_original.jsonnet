@@ -71,19 +71,24 @@
     grad_norm: 10.0,
     validation_metric: "-perplexity",
     // TensorBoard event files in <serialization dir>/log/{train,validation}: every metric, the loss
-    // and the learning rate, each summary_interval batches and per epoch (docs/pretraining.md: Watching training).
+    // and the learning rate, each summary_interval batches and per epoch (docs/pretraining.md: Watching training);
+    // elmo_tensorboard is allennlp's tensorboard written by rank 0 only (once, not on every node).
     // A checkpoint every 2000 batches (minutes on a GPU; an epoch of 1B Word is hours):
     // `allennlp train -r` goes on from the last one. (allennlp refuses save_every_num_seconds
     // under distributed training.)
     // elmo_checkpointer: allennlp's, except that -r skips (and removes) a checkpoint cut short
-    // by a kill while it was being saved, instead of failing on it.
+    // by a kill while it was being saved, instead of failing on it, and that on several nodes
+    // (one folder each) -r resumes from the newest checkpoint complete on every node.
     checkpointer: { type: "elmo_checkpointer", save_every_num_batches: 2000 },
     callbacks: [
       { type: "elmo_process_settings" } + $.process_settings,  // first: -o trainer.callbacks.0.*
-      { type: "tensorboard", summary_interval: 100, should_log_learning_rate: true },
+      { type: "elmo_tensorboard", summary_interval: 100, should_log_learning_rate: true },
       { type: "tokens_per_second", summary_interval: 100 },  // train/tokens_per_second
       // Saves the data loader's position in each checkpoint and starts there on -r.
       { type: "elmo_corpus_resume" },
+      // Several nodes: a node whose peer is lost (killed, link cut) stops after timeout_seconds
+      // with one line naming it, instead of waiting 30 minutes (docs/scaling.md, "Several nodes").
+      { type: "elmo_peer_watchdog", timeout_seconds: 60 },
     ],
     // Validation inside the epoch (docs/pretraining.md, "Long runs"): add
     //   { type: "elmo_validation_checks", every_num_batches: 2000, max_batches: 100 }

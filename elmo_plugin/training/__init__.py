@@ -2,7 +2,9 @@ from elmo_plugin.training.elmo_checkpointer import ElmoCheckpointer
 from elmo_plugin.training.elmo_corpus_resume import ElmoCorpusResumeCallback
 from elmo_plugin.training.elmo_evaluator import ElmoEvaluator
 from elmo_plugin.training.elmo_mix_weights import ElmoMixWeightsCallback
+from elmo_plugin.training.elmo_peer_watchdog import PeerWatchdogCallback
 from elmo_plugin.training.elmo_process_settings import ElmoProcessSettingsCallback
+from elmo_plugin.training.elmo_tensorboard import ElmoTensorBoardCallback
 from elmo_plugin.training.elmo_validation_checks import ValidationChecksCallback
 from elmo_plugin.training.fused_adam import FusedAdamOptimizer
 from elmo_plugin.training.process_settings import ProcessSettings
@@ -14,7 +16,9 @@ __all__ = [
     "ElmoEvaluator",
     "ElmoMixWeightsCallback",
     "ElmoProcessSettingsCallback",
+    "ElmoTensorBoardCallback",
     "FusedAdamOptimizer",
+    "PeerWatchdogCallback",
     "ProcessSettings",
     "TokensPerSecondCallback",
     "ValidationChecksCallback",

@@ -6,6 +6,7 @@ import os
 from typing import TYPE_CHECKING, Any, Optional
 
 import torch
+from allennlp.common.util import is_global_primary
 from allennlp.modules.scalar_mix import ScalarMix
 from allennlp.training.callbacks.callback import TrainerCallback
 
@@ -59,7 +60,7 @@ class ElmoMixWeightsCallback(TrainerCallback):
             for name, module in trainer.model.named_modules()
             if isinstance(module, ScalarMix)
         ]
-        if not self._mixes and is_primary:
+        if not self._mixes and is_global_primary():
             logger.info("elmo_mix_weights: the model has no ELMo layer mix; nothing to log")
 
     def _log(self, trainer) -> None:
@@ -95,7 +96,7 @@ class ElmoMixWeightsCallback(TrainerCallback):
     ) -> None:
         if (
             is_training
-            and is_primary
+            and is_global_primary()
             and trainer._total_batches_completed % self._summary_interval == 0
         ):
             self._log(trainer)
@@ -103,7 +104,7 @@ class ElmoMixWeightsCallback(TrainerCallback):
     def on_epoch(
         self, trainer, metrics: dict[str, Any], epoch: int, is_primary: bool = True, **kwargs
     ) -> None:
-        if is_primary:
+        if is_global_primary():
             self._log(trainer)
 
     def on_end(

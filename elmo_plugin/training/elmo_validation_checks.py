@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 import torch
 from allennlp.common.checks import ConfigurationError
+from allennlp.common.util import is_global_primary
 from allennlp.models.archival import archive_model
 from allennlp.training.callbacks.callback import TrainerCallback
 from allennlp.training.metrics.metric import Metric
@@ -132,7 +133,7 @@ class ValidationChecksCallback(TrainerCallback):
         self._sample = (
             None if self.max_batches is None else first_batches(trainer, self.max_batches)
         )
-        if is_primary:
+        if is_global_primary():  # once per run, not once per node
             # A resumed run's history is the checkpoint's: checks written after it are dropped.
             with open(self.path(CHECKS_FILE), "w", encoding="utf-8") as out:
                 out.writelines(json.dumps(asdict(check)) + "\n" for check in self.history)
@@ -155,12 +156,12 @@ class ValidationChecksCallback(TrainerCallback):
             and is_training
             and trainer._total_batches_completed % self.every_num_batches == 0
         ):
-            self.check(trainer, epoch, batch_number, is_primary)
+            self.check(trainer, epoch, batch_number)
 
     def on_end(self, trainer, metrics=None, epoch=None, is_primary: bool = True, **kwargs) -> None:
         if self._writer is not None:
             self._writer.close()
-        if is_primary and self.keep_best and os.path.exists(self.path(BEST_WEIGHTS)):
+        if is_global_primary() and self.keep_best and os.path.exists(self.path(BEST_WEIGHTS)):
             archive_model(
                 self.serialization_dir, weights=BEST_WEIGHTS, archive_path=self.path(BEST_ARCHIVE)
             )
@@ -168,7 +169,7 @@ class ValidationChecksCallback(TrainerCallback):
 
     # --- one check ---
 
-    def check(self, trainer, epoch: int, batch_in_epoch: int, is_primary: bool) -> Check:
+    def check(self, trainer, epoch: int, batch_in_epoch: int) -> Check:
         """Validates on the sample, records the check and acts on it (the same decision in every
         distributed process: the metrics are reduced over them)."""
         batches = trainer._validation_data_loader if self._sample is None else self._sample
@@ -202,7 +203,7 @@ class ValidationChecksCallback(TrainerCallback):
             learning_rate=trainer.optimizer.param_groups[0]["lr"],
         )
         self.history.append(check)
-        if is_primary:
+        if is_global_primary():
             self.record(check, trainer)
         return check
 

@@ -6,6 +6,7 @@ import time
 from typing import TYPE_CHECKING, Any, Optional
 
 import torch
+from allennlp.common.util import is_global_primary
 from allennlp.training.callbacks.callback import TrainerCallback
 
 if TYPE_CHECKING:
@@ -21,7 +22,8 @@ class TokensPerSecondCallback(TrainerCallback):
     biLM's forward targets: the words of each window + `</S>`, counted once for both
     directions), summed over the batches since the last point, divided by the wall-clock seconds
     between the two points (validation excluded: the window restarts with every epoch).
-    Under DDP it is the primary worker's throughput (multiply by the number of workers).
+    Under DDP it is rank 0's throughput (multiply by the number of processes), written by rank 0
+    only (once per run, not once per node).
     The counts are summed on the model's device and read once per point: no host sync per batch.
     A model without `batch_weight` (a tagger) logs nothing.
 
@@ -53,7 +55,7 @@ class TokensPerSecondCallback(TrainerCallback):
         batch_grad_norm: Optional[float] = None,
         **kwargs,
     ) -> None:
-        if not is_training or not is_primary:
+        if not is_training or not is_global_primary():
             return
         if self._window_start is None or batch_number <= 1:
             # First batch of an epoch: start the window after it (data loading warm-up excluded).

@@ -13,7 +13,16 @@ import pytest
 
 from tests.helpers import REPO_ROOT
 
-HELPERS = {"__init__", "common", "lm_training_speed", "run_all", "stages", "wikitext_data"}
+HELPERS = {
+    "__init__",
+    "batch_record",
+    "common",
+    "lm_training_speed",
+    "network_hosts",
+    "run_all",
+    "stages",
+    "wikitext_data",
+}
 WIKITEXT = Path("wikitext-2") / "valid.txt"
 EWT = Path("ud-english-ewt") / "en_ewt-ud-dev.conllu"
 
@@ -28,6 +37,7 @@ CASES: dict[str, tuple[list[str], str, list[Path]]] = {
     "quality_table": (["--quick"], "skipped", [WIKITEXT, EWT]),
     "gpu_original_elmo": ([], "skipped", []),  # CUDA_VISIBLE_DEVICES empty: no CUDA device
     "scale_rehearsal": (["--dry-run", "--processes"], "ok", []),
+    "multi_node": (["--dry-run"], "ok", []),  # the real run: tests/benchmarks/test_multi_node.py
     "data_pipeline": (["--tokens", "3000", "--workers", "0"], "ok", []),
     "exact_resume": (["--tokens", "20000", "--shards", "1"], "ok", []),
     "plan_vs_epoch": (["--tiny"], "ok", []),
@@ -49,7 +59,7 @@ def run_module(name: str, options: list[str], tmp_path: Path) -> subprocess.Comp
         OMP_NUM_THREADS="1",
         PYTHONWARNINGS="ignore",
     )
-    if name in ("scale_rehearsal", "plan_vs_epoch"):
+    if name in ("scale_rehearsal", "plan_vs_epoch", "multi_node"):
         options = [*options, "--workdir", str(tmp_path / "work")]
     return subprocess.run(
         [sys.executable, "-m", f"benchmarks.{name}", *options],
@@ -136,7 +146,14 @@ def check_plan_vs_epoch(last: dict) -> None:
     )
 
 
+def check_multi_node(last: dict) -> None:
+    """A dry run (no root needed): the one-host and the two-host stages' commands only."""
+    assert [stage["stage"] for stage in last["stages"]] == ["one_host", "two_hosts"]
+    assert last["headline"] == []
+
+
 CHECK_OK = {
+    "multi_node": check_multi_node,
     "scale_rehearsal": check_scale_rehearsal,
     "data_pipeline": check_data_pipeline,
     "exact_resume": check_exact_resume,

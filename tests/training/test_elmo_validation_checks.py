@@ -53,10 +53,12 @@ def test_the_learning_rate_drops_after_lr_patience_checks_without_a_new_best(tmp
     assert (tmp_path / "best_check.th").is_file()
 
 
-def test_a_non_primary_process_decides_the_same_and_writes_nothing(tmp_path, monkeypatch):
+def test_a_process_other_than_rank_0_decides_the_same_and_writes_nothing(tmp_path, monkeypatch):
+    """Even another node's first process, which allennlp calls primary: written once per run."""
+    monkeypatch.setattr(elmo_validation_checks, "is_global_primary", lambda: False)
     callback = ValidationChecksCallback(str(tmp_path), every_num_batches=5, lr_patience=1)
     trainer = fake_trainer()
-    run_checks(callback, trainer, [50.0, 51.0], monkeypatch, is_primary=False)
+    run_checks(callback, trainer, [50.0, 51.0], monkeypatch, is_primary=True)
     assert [c.learning_rate for c in callback.history] == [1.0, 0.5]
     assert list(tmp_path.iterdir()) == []
 

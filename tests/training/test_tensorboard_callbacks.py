@@ -10,9 +10,13 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from allennlp.modules.scalar_mix import ScalarMix
 from tensorboardX.proto import event_pb2
 
+from elmo_plugin.training import elmo_mix_weights, elmo_tensorboard, tokens_per_second
 from elmo_plugin.training.elmo_mix_weights import ElmoMixWeightsCallback
+from elmo_plugin.training.elmo_tensorboard import ElmoTensorBoardCallback
+from elmo_plugin.training.tokens_per_second import TokensPerSecondCallback
 from tests.helpers import CONFIG_DIR, TINY_TRANSFORMER_OVERRIDES, overrides, run_allennlp
 
 
@@ -175,4 +179,31 @@ def test_mix_weights_callback_without_an_elmo_embedder_writes_nothing(tmp_path):
     )
     callback.on_epoch(trainer, metrics={}, epoch=0)
     callback.on_end(trainer)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_on_every_process_but_rank_0_our_tensorboard_callbacks_write_nothing(tmp_path, monkeypatch):
+    """allennlp tells the first process of every node `is_primary=True`: a multi-node run had a
+    copy of every curve in every node's folder. elmo_tensorboard, tokens_per_second and
+    elmo_mix_weights write on rank 0 only (their rank-0 curves: the tests above)."""
+    for module in (elmo_tensorboard, tokens_per_second, elmo_mix_weights):
+        monkeypatch.setattr(module, "is_global_primary", lambda: False)
+    trainer = SimpleNamespace(
+        model=torch.nn.ModuleDict({"mix": ScalarMix(2)}), _total_batches_completed=0
+    )
+    outputs = [{"loss": torch.tensor(1.0), "batch_weight": torch.tensor(5.0)}]
+    callbacks = [
+        ElmoTensorBoardCallback(str(tmp_path), summary_interval=1, should_log_learning_rate=True),
+        TokensPerSecondCallback(str(tmp_path), summary_interval=1),
+        ElmoMixWeightsCallback(str(tmp_path), summary_interval=1),
+    ]
+    for callback in callbacks:
+        callback.on_start(trainer, is_primary=True)
+    for batch in range(1, 4):
+        trainer._total_batches_completed = batch
+        for callback in callbacks:
+            callback.on_batch(trainer, [], outputs, {"loss": 1.0}, 0, batch, True, is_primary=True)
+    for callback in callbacks:
+        callback.on_epoch(trainer, metrics={"training_loss": 1.0}, epoch=0, is_primary=True)
+        callback.on_end(trainer, metrics={"training_loss": 1.0}, epoch=0, is_primary=True)
     assert list(tmp_path.iterdir()) == []
