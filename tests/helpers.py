@@ -1,24 +1,35 @@
 """Test helpers (imported by test modules; conftest.py holds only fixtures): repo paths, the real
-data location, a runner for the real `allennlp` CLI, tiny config sizes."""
+data location, two runners for the real `allennlp` CLI (a subprocess, or in this process), tiny
+config sizes."""
 
 import contextlib
 import io
 import json
+import logging
 import os
+import random
 import socket
 import subprocess
 import sys
 import tarfile
 import threading
+import traceback
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Optional, cast
 
+import allennlp.commands as allennlp_commands
+import numpy
 import pytest
+import torch
+from allennlp.common import logging as allennlp_logging
+from allennlp.common import tqdm as allennlp_tqdm
 from allennlp.data import Instance, Token
 from allennlp.data.fields import TextField
 
 from benchmarks.common import shared_data_dir  # the one definition, shared with benchmarks/
+from elmo_plugin.training import glibc_heap
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO_ROOT / "training_config"
@@ -40,8 +51,11 @@ def require_shared_file(relative: str) -> Path:
 def run_allennlp(
     args: list[str], cwd: Optional[Path] = None, timeout: int = 600, check: bool = True
 ) -> subprocess.CompletedProcess:
-    """Runs `allennlp ARGS --include-package elmo_plugin`; fails the test with its output on error
-    (with `check`; otherwise returns the failed result too)."""
+    """Runs `allennlp ARGS --include-package elmo_plugin` in a new process; fails the test with
+    its output on error (with `check`; otherwise returns the failed result too). A process costs
+    seconds of start-up: use it where the process is what a test checks (its exit status and
+    stderr, a kill, distributed workers, plugin discovery, process-wide settings), else
+    `run_allennlp_in_process`."""
     command = [ALLENNLP, *args, "--include-package", "elmo_plugin"]
     env = dict(os.environ, PYTHONWARNINGS="ignore", TOKENIZERS_PARALLELISM="false")
     # Tiny models gain nothing from threads, and spinning OpenMP threads on shared cores slow
@@ -56,6 +70,103 @@ def run_allennlp(
             f"{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
         )
     return result
+
+
+def run_allennlp_in_process(
+    args: list[str], cwd: Optional[Path] = None, check: bool = True
+) -> subprocess.CompletedProcess:
+    """`allennlp ARGS --include-package elmo_plugin` run by allennlp's own `main` (the same parser
+    and subcommands) inside this process, from `cwd` (default: the repo root):
+    no interpreter start-up. Returns what `run_allennlp` returns: stdout, stderr with the log
+    lines at INFO, and the exit status (`sys.exit`'s; 1 and the traceback on stderr for an
+    escaping exception). What a command leaves in the process is put back afterwards
+    (`process_state_restored`)."""
+    argv = ["allennlp", *args, "--include-package", "elmo_plugin"]
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with process_state_restored(), pytest.MonkeyPatch.context() as patch:
+        patch.chdir(cwd or REPO_ROOT)
+        patch.setattr(sys, "argv", argv)
+        # conftest.py imported the plugins once, as a process does at its start; a command's own
+        # import_plugins() would only walk every allennlp module again (1-2 s)
+        patch.setattr(allennlp_commands, "import_plugins", lambda: None)
+        # glibc's heap thresholds cannot be set back: the command's choice is logged, not made
+        patch.setattr(glibc_heap, "mallopt", lambda parameter, value: 1)
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            log_to(stderr)
+            returncode = exit_status_of_main()
+    result = subprocess.CompletedProcess(argv, returncode, stdout.getvalue(), stderr.getvalue())
+    if check and returncode != 0:
+        pytest.fail(
+            f"{' '.join(argv)} (in process) exited {returncode}:\n"
+            f"{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+        )
+    return result
+
+
+def exit_status_of_main() -> int:
+    """Runs allennlp's `main` -> the exit status a process running it would have."""
+    try:
+        allennlp_commands.main(prog="allennlp")
+    except SystemExit as exit:
+        if exit.code is None or isinstance(exit.code, int):
+            return exit.code or 0
+        print(exit.code, file=sys.stderr)  # sys.exit(message): the message, status 1
+        return 1
+    except Exception:
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+def log_to(stream: io.StringIO) -> None:
+    """The root logger as `allennlp`'s entry point sets it: INFO and above to `stream`."""
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(asctime)s - %(levelname)s - %(name)s - %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+
+
+@contextlib.contextmanager
+def process_state_restored() -> Iterator[None]:
+    """Runs the block as a fresh `allennlp` process would (one torch thread, as `run_allennlp`'s
+    OMP_NUM_THREADS=1; warnings ignored; allennlp's once-only log lines not yet seen) and puts back
+    what a command changes for the whole process: the root and tqdm loggers' handlers and level
+    (closing the ones it added), sys.excepthook, sys.path, allennlp's file-friendly flag, the
+    random states of random, numpy and torch, torch's threads, default dtype, grad mode and TF32
+    flags."""
+    root, tqdm_logger = logging.getLogger(), allennlp_tqdm.logger
+    handlers, tqdm_handlers, level = list(root.handlers), list(tqdm_logger.handlers), root.level
+    python_state = (sys.excepthook, list(sys.path), allennlp_logging.FILE_FRIENDLY_LOGGING)
+    random_states = (random.getstate(), numpy.random.get_state(), torch.random.get_rng_state())
+    torch_state = (torch.get_num_threads(), torch.get_default_dtype(), torch.is_grad_enabled())
+    tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    forget_logged_once()
+    torch.set_num_threads(1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for handler in {*root.handlers, *tqdm_logger.handlers} - {*handlers, *tqdm_handlers}:
+            handler.close()
+        root.handlers[:], tqdm_logger.handlers[:] = handlers, tqdm_handlers
+        root.setLevel(level)
+        sys.excepthook, sys.path[:], allennlp_logging.FILE_FRIENDLY_LOGGING = python_state
+        random.setstate(random_states[0])
+        numpy.random.set_state(random_states[1])
+        torch.random.set_rng_state(random_states[2])
+        torch.set_num_threads(torch_state[0])
+        torch.set_default_dtype(torch_state[1])
+        torch.set_grad_enabled(torch_state[2])
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+
+
+def forget_logged_once() -> None:
+    """allennlp's `warning_once` and friends log a message once per process: a fresh one."""
+    for logger in logging.Logger.manager.loggerDict.values():
+        if isinstance(logger, allennlp_logging.AllenNlpLogger):
+            logger._seen_msgs.clear()
 
 
 def overrides(values: dict) -> str:
