@@ -183,7 +183,9 @@ def train_with_probes(
 ) -> subprocess.CompletedProcess:
     """`allennlp train CONFIG -s OUT -o VALUES` (with `-r` when `resume`) and the probe callbacks
     of tests/cli/probes.py writing into `record` (`batch_recorder`, `target_counter`);
-    `kill="epoch,batch"` makes `batch_recorder` kill the run there (the failed run is returned)."""
+    `kill="epoch,batch"` makes `batch_recorder` kill the run there (the failed run is returned).
+    A run that is killed or distributed (`values` has `distributed`) is a process of its own;
+    any other runs in this process."""
     record.mkdir(exist_ok=True)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PYTHONPATH", str(REPO_ROOT))
@@ -201,7 +203,10 @@ def train_with_probes(
             "--include-package",
             "tests.cli.probes",
         ]
-        return run_allennlp(args + (["-r"] if resume else []), check=not kill)
+        args += ["-r"] if resume else []
+        if kill or "distributed" in values:
+            return run_allennlp(args, check=not kill)
+        return run_allennlp_in_process(args)
 
 
 # Tiny sizes for CLI tests: same architecture as the demo, seconds per epoch.
