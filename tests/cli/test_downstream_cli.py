@@ -1,4 +1,5 @@
-"""Downstream configs end to end: `allennlp train` / `evaluate` on CoNLL-U with our ELMo."""
+"""Downstream configs end to end: `allennlp train` / `evaluate` (in this process) on CoNLL-U with
+our ELMo."""
 
 import json
 from pathlib import Path
@@ -6,7 +7,7 @@ from pathlib import Path
 import pytest
 from allennlp.models.archival import load_archive
 
-from tests.helpers import CONFIG_DIR, hidden, overrides, run_allennlp
+from tests.helpers import CONFIG_DIR, hidden, overrides, run_allennlp_in_process
 
 FAST = {
     "trainer.num_epochs": 6,
@@ -28,7 +29,7 @@ def test_elmo_tagger_learns_the_layer_mix_and_its_archive_stands_alone(
         ]["token_embedders"]["elmo"]["pretrained_file"]
     )
     with hidden(bilm):
-        run_allennlp(
+        run_allennlp_in_process(
             [
                 "evaluate",
                 str(tiny_elmo_tagger_archive),
@@ -72,7 +73,7 @@ def test_tagger_scores_a_label_unseen_in_training_as_an_error_with_a_counted_war
     total = sum(len(line.split("\t")) == 10 for line in valid.read_text().splitlines())
     scores = {}
     for name, path in (("valid", valid), ("unseen", unseen)):
-        result = run_allennlp(
+        result = run_allennlp_in_process(
             ["evaluate", str(tiny_elmo_tagger_archive), str(path), "--output-file", f"{name}.json"],
             cwd=plugin_cwd,
         )
@@ -82,7 +83,7 @@ def test_tagger_scores_a_label_unseen_in_training_as_an_error_with_a_counted_war
     assert "(1 occurrence so far)" in log and "(10 occurrences so far)" in log and changed >= 10
     # each relabelled token is an error: at most `changed` fewer correct tokens than before
     assert scores["valid"] - changed / total - 1e-6 <= scores["unseen"] < scores["valid"]
-    predicted = run_allennlp(
+    predicted = run_allennlp_in_process(
         [
             "predict",
             str(tiny_elmo_tagger_archive),
@@ -108,7 +109,7 @@ def test_baseline_tagger_has_no_elmo(tiny_tagged_data, plugin_cwd):
         train_data_path=str(tiny_tagged_data / "train.conllu"),
         validation_data_path=str(tiny_tagged_data / "valid.conllu"),
     )
-    run_allennlp(
+    run_allennlp_in_process(
         [
             "train",
             str(CONFIG_DIR / "pos_tagger_baseline.jsonnet"),
@@ -141,7 +142,7 @@ def test_dependency_parser_with_elmo(tiny_bilm_archive, tiny_tagged_data, plugin
             "trainer.num_epochs": 5,
         },
     )
-    run_allennlp(
+    run_allennlp_in_process(
         [
             "train",
             str(CONFIG_DIR / "dependency_parser_elmo.jsonnet"),
@@ -158,7 +159,7 @@ def test_dependency_parser_with_elmo(tiny_bilm_archive, tiny_tagged_data, plugin
     # A relation the training data never had (allennlp's default vocabulary: a KeyError).
     unseen = plugin_cwd / "unseen.conllu"
     with_unseen_labels(tiny_tagged_data / "valid.conllu", unseen, 7, "csubj:pass")
-    result = run_allennlp(
+    result = run_allennlp_in_process(
         ["evaluate", "out/model.tar.gz", str(unseen), "--output-file", "unseen.json"],
         cwd=plugin_cwd,
     )
