@@ -9,7 +9,7 @@ import pytest
 from allennlp.models.archival import load_archive
 
 from tests.cli.test_exact_resume_cli import CONFIG, KILLED_AT, shrunk_original
-from tests.helpers import overrides, run_allennlp, train_with_probes
+from tests.helpers import overrides, run_allennlp_in_process, train_with_probes
 from tests.training.test_tensorboard_callbacks import read_scalars
 
 CHECKS = {"type": "elmo_validation_checks", "every_num_batches": 4, "max_batches": 2}
@@ -72,7 +72,9 @@ def test_checks_leave_the_training_metrics_alone(tiny_corpus, tmp_path):
         values["trainer.callbacks"] = [{"type": "elmo_corpus_resume"}] + (
             [CHECKS] if checks else []
         )
-        run_allennlp(["train", CONFIG, "-s", str(tmp_path / name), "-o", overrides(values)])
+        run_allennlp_in_process(
+            ["train", CONFIG, "-s", str(tmp_path / name), "-o", overrides(values)]
+        )
     metrics = [
         json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("with", "without")
     ]
