@@ -1,4 +1,5 @@
-"""`allennlp elmo-vocab` through the real CLI, from a working directory outside the repo."""
+"""`allennlp elmo-vocab` through the CLI (in this process; its errors in a process of their own),
+from a working directory outside the repo."""
 
 import bz2
 import gzip
@@ -13,7 +14,7 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
 
 from elmo_plugin.commands.elmo_vocab import count_tokens, vocab_tokens, write_elmo_vocab
-from tests.helpers import ALLENNLP, run_allennlp
+from tests.helpers import ALLENNLP, run_allennlp_in_process
 
 
 def failing_allennlp(args, cwd) -> str:
@@ -67,9 +68,9 @@ def test_specials_first_then_by_count_ties_by_first_appearance(corpus):
 
 
 def test_cli_min_count_max_size_and_heading_skipping(corpus):
-    """Through `allennlp elmo-vocab` (the ordering test above runs the same function in-process)."""
+    """Through `allennlp elmo-vocab` (the ordering test above calls the same function directly)."""
     out = corpus / "tokens.txt"
-    run_allennlp(
+    run_allennlp_in_process(
         [
             "elmo-vocab",
             "first.txt",
@@ -169,7 +170,7 @@ def test_cli_workers_2_writes_the_same_bytes_as_workers_1_and_prints_tokens_per_
     write_shards_with_ties(plugin_cwd / "shards")
     printed = {}
     for workers in ("1", "2"):
-        result = run_allennlp(
+        result = run_allennlp_in_process(
             [
                 "elmo-vocab",
                 "shards/*",
