@@ -13,7 +13,12 @@ import torch
 from tensorboardX.proto import event_pb2
 
 from elmo_plugin.training.elmo_mix_weights import ElmoMixWeightsCallback
-from tests.helpers import CONFIG_DIR, TINY_TRANSFORMER_OVERRIDES, overrides, run_allennlp
+from tests.helpers import (
+    CONFIG_DIR,
+    TINY_TRANSFORMER_OVERRIDES,
+    overrides,
+    run_allennlp_in_process,
+)
 
 
 def read_scalars(folder: Path) -> dict[str, dict[int, float]]:
@@ -76,7 +81,7 @@ def test_transformer_run_logs_batch_curves_learning_rate_and_tokens_per_second(
             "trainer.callbacks.2.summary_interval": interval,
         },
     )
-    run_allennlp(
+    run_allennlp_in_process(
         [
             "train",
             str(CONFIG_DIR / "elmo_transformer.jsonnet"),
