@@ -2,18 +2,21 @@
 data location, two runners for the real `allennlp` CLI (a subprocess, or in this process), tiny
 config sizes."""
 
+import atexit
 import contextlib
 import io
 import json
 import logging
 import os
 import random
+import shutil
 import socket
 import subprocess
 import sys
 import tarfile
+import tempfile
 import threading
-import traceback
+import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -30,6 +33,7 @@ from allennlp.data.fields import TextField
 
 from benchmarks.common import shared_data_dir  # the one definition, shared with benchmarks/
 from elmo_plugin.training import glibc_heap
+from tests import forked_allennlp
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO_ROOT / "training_config"
@@ -51,36 +55,76 @@ def require_shared_file(relative: str) -> Path:
 def run_allennlp(
     args: list[str], cwd: Optional[Path] = None, timeout: int = 600, check: bool = True
 ) -> subprocess.CompletedProcess:
-    """Runs `allennlp ARGS --include-package elmo_plugin` in a new process; fails the test with
-    its output on error (with `check`; otherwise returns the failed result too). A process costs
-    seconds of start-up: use it where the process is what a test checks (its exit status and
-    stderr, a kill, distributed workers, plugin discovery, process-wide settings), else
-    `run_allennlp_in_process`."""
-    command = [ALLENNLP, *args, "--include-package", "elmo_plugin"]
+    """Runs `allennlp ARGS --include-package elmo_plugin` in a process of its own, a fork of this
+    session's warm `allennlp` (tests/forked_allennlp.py: no import time); fails the test with its
+    output on error (with `check`; otherwise returns the failed result too). For what only a
+    process shows: its exit status and stderr, a kill, distributed workers, process-wide
+    settings; otherwise `run_allennlp_in_process` costs less still."""
+    argv = [*args, "--include-package", "elmo_plugin"]
+    command = [sys.executable, "-S", str(FORKED_ALLENNLP), str(timeout), *argv]
     env = dict(os.environ, PYTHONWARNINGS="ignore", TOKENIZERS_PARALLELISM="false")
+    env[forked_allennlp.SOCKET_ENV] = allennlp_server()
     # Tiny models gain nothing from threads, and spinning OpenMP threads on shared cores slow
     # them down by 10x and more (measured: 60 s vs 0.9 s per tagger epoch under load).
     env.setdefault("OMP_NUM_THREADS", "1")
     result = subprocess.run(
-        command, cwd=cwd or REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout
+        command, cwd=cwd or REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout + 60
     )
     if check and result.returncode != 0:
         pytest.fail(
-            f"{' '.join(command)} exited {result.returncode}:\n"
+            f"allennlp {' '.join(argv)} exited {result.returncode}:\n"
             f"{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
         )
     return result
+
+
+FORKED_ALLENNLP = REPO_ROOT / "tests" / "forked_allennlp.py"
+_server: dict[str, str] = {}  # this session's server: its socket
+
+
+def allennlp_server() -> str:
+    """The socket of this session's `python -m tests.forked_allennlp --serve` (started on first
+    use, ended with the session). Its environment is the session's without glibc's malloc
+    variables, which glibc reads once, at a process's start (a test may have set them)."""
+    if "socket" not in _server:
+        folder = Path(tempfile.mkdtemp(prefix="allennlp_server_"))
+        socket_path = folder / "server.sock"
+        env = {k: v for k, v in os.environ.items() if k not in glibc_heap.USER_SETTINGS}
+        env.update(PYTHONWARNINGS="ignore", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
+        with open(folder / "server.log", "w") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "tests.forked_allennlp", "--serve", str(socket_path)],
+                cwd=REPO_ROOT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+            )
+        atexit.register(stop_server, process, folder)
+        deadline = time.monotonic() + 600
+        while not socket_path.exists():
+            if process.poll() is not None or time.monotonic() > deadline:
+                log_text = (folder / "server.log").read_text()
+                pytest.fail(f"tests/forked_allennlp.py --serve did not start:\n{log_text[-6000:]}")
+            time.sleep(0.1)
+        _server["socket"] = str(socket_path)
+    return _server["socket"]
+
+
+def stop_server(process: subprocess.Popen, folder: Path) -> None:
+    process.terminate()
+    process.wait()
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def run_allennlp_in_process(
     args: list[str], cwd: Optional[Path] = None, check: bool = True
 ) -> subprocess.CompletedProcess:
     """`allennlp ARGS --include-package elmo_plugin` run by allennlp's own `main` (the same parser
-    and subcommands) inside this process, from `cwd` (default: the repo root):
-    no interpreter start-up. Returns what `run_allennlp` returns: stdout, stderr with the log
-    lines at INFO, and the exit status (`sys.exit`'s; 1 and the traceback on stderr for an
-    escaping exception). What a command leaves in the process is put back afterwards
-    (`process_state_restored`)."""
+    and subcommands) inside this process, from `cwd` (default: the repo root): no process at
+    all. Returns what `run_allennlp` returns: stdout, stderr with the log lines at INFO, and the
+    exit status a process would have (`forked_allennlp.exit_status`). What a command leaves in
+    the process is put back afterwards (`process_state_restored`)."""
     argv = ["allennlp", *args, "--include-package", "elmo_plugin"]
     stdout, stderr = io.StringIO(), io.StringIO()
     with process_state_restored(), pytest.MonkeyPatch.context() as patch:
@@ -93,7 +137,7 @@ def run_allennlp_in_process(
         patch.setattr(glibc_heap, "mallopt", lambda parameter, value: 1)
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
             log_to(stderr)
-            returncode = exit_status_of_main()
+            returncode = forked_allennlp.exit_status(lambda: allennlp_commands.main("allennlp"))
     result = subprocess.CompletedProcess(argv, returncode, stdout.getvalue(), stderr.getvalue())
     if check and returncode != 0:
         pytest.fail(
@@ -101,21 +145,6 @@ def run_allennlp_in_process(
             f"{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
         )
     return result
-
-
-def exit_status_of_main() -> int:
-    """Runs allennlp's `main` -> the exit status a process running it would have."""
-    try:
-        allennlp_commands.main(prog="allennlp")
-    except SystemExit as exit:
-        if exit.code is None or isinstance(exit.code, int):
-            return exit.code or 0
-        print(exit.code, file=sys.stderr)  # sys.exit(message): the message, status 1
-        return 1
-    except Exception:
-        traceback.print_exc()
-        return 1
-    return 0
 
 
 def log_to(stream: io.StringIO) -> None:
