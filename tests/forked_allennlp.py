@@ -43,7 +43,7 @@ def serve(path: str) -> None:
     listener.bind(path + ".new")
     listener.listen(64)
     os.rename(path + ".new", path)  # the socket appears only when it accepts
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # waiters reap themselves
+    signal.signal(signal.SIGCHLD, reap_waiters)
     listener.settimeout(5)
     parent = os.getppid()
     while os.getppid() == parent:
@@ -56,6 +56,16 @@ def serve(path: str) -> None:
             listener.close()
             wait_for_command(connection)
         connection.close()
+
+
+def reap_waiters(signum: int, frame: object) -> None:
+    """Collects the waiters that ended (their CPU time then counts as the server's children's,
+    as a process's would in its parent's)."""
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:  # none left
+        pass
 
 
 def wait_for_command(connection: socket.socket) -> None:
