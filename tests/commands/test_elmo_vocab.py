@@ -4,7 +4,6 @@ from a working directory outside the repo."""
 import bz2
 import gzip
 import lzma
-import subprocess
 from collections.abc import Callable
 from typing import IO
 
@@ -14,17 +13,12 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
 
 from elmo_plugin.commands.elmo_vocab import count_tokens, vocab_tokens, write_elmo_vocab
-from tests.helpers import ALLENNLP, run_allennlp_in_process
+from tests.helpers import run_allennlp, run_allennlp_in_process
 
 
 def failing_allennlp(args, cwd) -> str:
-    """Runs the CLI expecting an error; returns its stderr."""
-    result = subprocess.run(
-        [ALLENNLP, *args, "--include-package", "elmo_plugin"],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-    )
+    """Runs the CLI (a process of its own) expecting an error; returns its stderr."""
+    result = run_allennlp(args, cwd=cwd, check=False)
     assert result.returncode != 0, result.stdout
     return result.stderr
 
