@@ -53,13 +53,17 @@ def require_shared_file(relative: str) -> Path:
 
 
 def run_allennlp(
-    args: list[str], cwd: Optional[Path] = None, timeout: int = 600, check: bool = True
+    args: list[str],
+    cwd: Optional[Path] = None,
+    timeout: int = 600,
+    check: bool = True,
+    stdin: Optional[bytes] = None,
 ) -> subprocess.CompletedProcess:
     """Runs `allennlp ARGS --include-package elmo_plugin` in a process of its own, a fork of this
-    session's warm `allennlp` (tests/forked_allennlp.py: no import time); fails the test with its
-    output on error (with `check`; otherwise returns the failed result too). For what only a
-    process shows: its exit status and stderr, a kill, distributed workers, process-wide
-    settings; otherwise `run_allennlp_in_process` costs less still."""
+    session's warm `allennlp` (tests/forked_allennlp.py: no import time), `stdin` its standard
+    input; fails the test with its output on error (with `check`; otherwise returns the failed
+    result too). For what only a process shows: its exit status and stderr, a kill, distributed
+    workers, process-wide settings; otherwise `run_allennlp_in_process` costs less still."""
     argv = [*args, "--include-package", "elmo_plugin"]
     command = [sys.executable, "-S", str(FORKED_ALLENNLP), str(timeout), *argv]
     env = dict(os.environ, PYTHONWARNINGS="ignore", TOKENIZERS_PARALLELISM="false")
@@ -67,9 +71,16 @@ def run_allennlp(
     # Tiny models gain nothing from threads, and spinning OpenMP threads on shared cores slow
     # them down by 10x and more (measured: 60 s vs 0.9 s per tagger epoch under load).
     env.setdefault("OMP_NUM_THREADS", "1")
-    result = subprocess.run(
-        command, cwd=cwd or REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout + 60
+    ran = subprocess.run(
+        command,
+        cwd=cwd or REPO_ROOT,
+        env=env,
+        input=stdin or b"",
+        capture_output=True,
+        timeout=timeout + 60,
     )
+    stdout, stderr = (ran.stdout.decode(errors="replace"), ran.stderr.decode(errors="replace"))
+    result = subprocess.CompletedProcess(ran.args, ran.returncode, stdout, stderr)
     if check and result.returncode != 0:
         pytest.fail(
             f"allennlp {' '.join(argv)} exited {result.returncode}:\n"

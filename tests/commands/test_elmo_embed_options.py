@@ -283,17 +283,10 @@ def test_a_malformed_shard_is_an_error_naming_it_and_the_form(value):
 
 
 def standard_input_run(archive, cwd, data: bytes, *options):
-    command = [
-        ALLENNLP,
-        "elmo-embed",
-        str(archive),
-        "-",
-        *options,
-        "--include-package",
-        "elmo_plugin",
-    ]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    return subprocess.run(command, cwd=cwd, env=env, input=data, capture_output=True)
+    """`allennlp elmo-embed ARCHIVE - OPTIONS` (a process of its own) with `data` on its standard
+    input."""
+    args = ["elmo-embed", str(archive), "-", *options]
+    return run_allennlp(args, cwd=cwd, check=False, stdin=data)
 
 
 def test_standard_input_and_compressed_files_equal_the_plain_file(
