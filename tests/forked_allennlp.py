@@ -23,6 +23,7 @@ import os
 import signal
 import socket
 import sys
+import tempfile
 import traceback
 from collections.abc import Callable
 
@@ -34,10 +35,14 @@ def serve(path: str) -> None:
     """Imports allennlp and the plugins, then forks a waiter per connection on `path` until the
     process that started the server is gone."""
     import allennlp.__main__  # noqa: F401  (the script's logging set-up)
+    import torch
     from allennlp.common.plugins import import_plugins
 
     import_plugins()
     import elmo_plugin  # noqa: F401
+
+    if torch.cuda.is_initialized():  # a fork cannot use CUDA initialized before it
+        raise SystemExit("tests/forked_allennlp.py: importing allennlp initialized CUDA")
 
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path + ".new")
@@ -95,6 +100,7 @@ def run_command(request: dict, streams: list[int]) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    tempfile.tempdir = None  # found again from the command's TMPDIR
     signal.alarm(request[TIMEOUT_KEY])
     status = exit_status_of_allennlp(request["argv"])
     sys.stdout.flush()

@@ -96,12 +96,15 @@ _server: dict[str, str] = {}  # this session's server: its socket
 def allennlp_server() -> str:
     """The socket of this session's `python -m tests.forked_allennlp --serve` (started on first
     use, ended with the session). Its environment is the session's without glibc's malloc
-    variables, which glibc reads once, at a process's start (a test may have set them)."""
+    variables, which glibc reads once, at a process's start (a test may have set them); torch
+    asks NVML, not CUDA, whether there is a GPU (CUDA initialized before a fork is unusable in
+    it)."""
     if "socket" not in _server:
         folder = Path(tempfile.mkdtemp(prefix="allennlp_server_"))
         socket_path = folder / "server.sock"
         env = {k: v for k, v in os.environ.items() if k not in glibc_heap.USER_SETTINGS}
         env.update(PYTHONWARNINGS="ignore", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
+        env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
         with open(folder / "server.log", "w") as log:
             process = subprocess.Popen(
                 [sys.executable, "-m", "tests.forked_allennlp", "--serve", str(socket_path)],
