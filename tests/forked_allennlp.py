@@ -1,23 +1,25 @@
-"""`allennlp` commands as forks of one warm process: each command is a process of its own (its
-own exit status, stdout and stderr, process-wide settings; it can kill itself or be killed),
-without the seconds an `allennlp` process spends importing torch, allennlp, allennlp-models and
+"""`allennlp` commands (and `python -m` modules) as forks of one warm process: each command is a
+process of its own (its own exit status, stdout and stderr, process-wide settings; it can kill
+itself), without the seconds a process spends importing torch, allennlp, allennlp-models and
 elmo_plugin.
 
 `python -m tests.forked_allennlp --serve SOCKET` imports them as the `allennlp` script does
 (its logging set-up, then the plugins), then forks per connection on SOCKET: a waiter, which
-forks the command and reports how it ended. `python tests/forked_allennlp.py ARGS...` (what
-`run_allennlp` starts) hands the command its arguments, working directory, environment and
-standard streams, and ends as the command ended: its exit status, or the signal that killed it.
-A fork starts from a clean copy of the server: nothing a command does reaches the next one.
+forks the command and reports how it ended. `python tests/forked_allennlp.py TIMEOUT allennlp
+ARGS...` (what `run_allennlp` starts), or `TIMEOUT -m MODULE ARGS...` for `python -m MODULE
+ARGS...`, hands the command its arguments, working directory, environment and standard
+streams, and ends as the command ended: its exit status, or the signal that killed it. A fork
+starts from a clean copy of the server: nothing a command does reaches the next one.
 
 What a fork does not repeat of a fresh process: the imports (import-time warnings, the plugins
-found through `.allennlp_plugins` or the global plugins file); tests of those start `allennlp`
-itself. A command's own coverage data is saved as a process's is, at its exit.
+found through `.allennlp_plugins` or the global plugins file); tests of those start a fresh
+interpreter. A command's own coverage data is saved as a process's is, at its exit.
 
 This module imports only the standard library at its top: the client must start fast.
 """
 
 import atexit
+import importlib
 import json
 import os
 import signal
@@ -34,6 +36,9 @@ TIMEOUT_KEY = "timeout"  # seconds; the command is then ended (SIGALRM), as a cl
 def serve(path: str) -> None:
     """Imports allennlp and the plugins, then forks a waiter per connection on `path` until the
     process that started the server is gone."""
+    # ours first: allennlp.__main__ puts site-packages, which has a `benchmarks` package too,
+    # first on sys.path
+    importlib.import_module("benchmarks")
     import allennlp.__main__  # noqa: F401  (the script's logging set-up)
     import torch
     from allennlp.common.plugins import import_plugins
@@ -93,7 +98,8 @@ def wait_for_command(connection: socket.socket) -> None:
 
 def run_command(request: dict, streams: list[int]) -> None:
     """In the command's fork: the client's streams, directory and environment, then allennlp's
-    own entry point; exits with its status, running the exit handlers as a process does."""
+    own entry point (or the requested module as `__main__`); exits with its status, running the
+    exit handlers as a process does."""
     for target, stream in enumerate(streams):
         os.dup2(stream, target)
         os.close(stream)
@@ -102,7 +108,13 @@ def run_command(request: dict, streams: list[int]) -> None:
     os.environ.update(request["env"])
     tempfile.tempdir = None  # found again from the command's TMPDIR
     signal.alarm(request[TIMEOUT_KEY])
-    status = exit_status_of_allennlp(request["argv"])
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1))
+    if request["module"]:
+        status = exit_status_of_module(request["module"], request["argv"])
+    else:
+        status = exit_status_of_allennlp(request["argv"])
     sys.stdout.flush()
     sys.stderr.flush()
     atexit._run_exitfuncs()
@@ -112,15 +124,21 @@ def run_command(request: dict, streams: list[int]) -> None:
 def exit_status_of_allennlp(argv: list[str]) -> int:
     """Runs `allennlp ARGV` as the `allennlp` script does -> the exit status Python would give."""
     import allennlp.commands
-    import torch
     from allennlp.__main__ import run
 
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1))
     # the server imported the plugins, as the script does first; a command's own
     # import_plugins() would only walk every allennlp module again (1-2 s)
     allennlp.commands.import_plugins = lambda: None
     sys.argv = ["allennlp", *argv]
     return exit_status(run)
+
+
+def exit_status_of_module(module: str, argv: list[str]) -> int:
+    """Runs `python -m MODULE ARGV` -> the exit status Python would give."""
+    import runpy
+
+    sys.argv = [module, *argv]  # run_module puts the module's file first, as `-m` does
+    return exit_status(lambda: runpy.run_module(module, run_name="__main__", alter_sys=True))
 
 
 def exit_status(main: Callable[[], object]) -> int:
@@ -143,12 +161,15 @@ def exit_status(main: Callable[[], object]) -> int:
     return 0
 
 
-def client(argv: list[str], timeout: int) -> None:
-    """Runs `allennlp ARGV` as a fork of the server and ends as it ended."""
+def client(command: list[str], timeout: int) -> None:
+    """Runs `allennlp ARGS...` or `-m MODULE ARGS...` (`command`) as a fork of the server and
+    ends as it ended."""
+    module, argv = (command[1], command[2:]) if command[0] == "-m" else (None, command[1:])
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     connection.connect(os.environ[SOCKET_ENV])
     socket.send_fds(connection, [b"x"], [0, 1, 2])
-    request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), TIMEOUT_KEY: timeout}
+    request: dict[str, object] = {"module": module, "argv": argv, TIMEOUT_KEY: timeout}
+    request.update(cwd=os.getcwd(), env=dict(os.environ))
     connection.sendall(json.dumps(request).encode() + b"\n")
     reply = connection.makefile("r").readline()
     status = int(reply) if reply else 1

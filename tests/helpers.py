@@ -65,28 +65,36 @@ def run_allennlp(
     result too). For what only a process shows: its exit status and stderr, a kill, distributed
     workers, process-wide settings; otherwise `run_allennlp_in_process` costs less still."""
     argv = [*args, "--include-package", "elmo_plugin"]
-    command = [sys.executable, "-S", str(FORKED_ALLENNLP), str(timeout), *argv]
     env = dict(os.environ, PYTHONWARNINGS="ignore", TOKENIZERS_PARALLELISM="false")
-    env[forked_allennlp.SOCKET_ENV] = allennlp_server()
     # Tiny models gain nothing from threads, and spinning OpenMP threads on shared cores slow
     # them down by 10x and more (measured: 60 s vs 0.9 s per tagger epoch under load).
     env.setdefault("OMP_NUM_THREADS", "1")
-    ran = subprocess.run(
-        command,
-        cwd=cwd or REPO_ROOT,
-        env=env,
-        input=stdin or b"",
-        capture_output=True,
-        timeout=timeout + 60,
-    )
-    stdout, stderr = (ran.stdout.decode(errors="replace"), ran.stderr.decode(errors="replace"))
-    result = subprocess.CompletedProcess(ran.args, ran.returncode, stdout, stderr)
+    result = run_forked(["allennlp", *argv], cwd or REPO_ROOT, env, timeout, stdin)
     if check and result.returncode != 0:
         pytest.fail(
             f"allennlp {' '.join(argv)} exited {result.returncode}:\n"
             f"{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
         )
     return result
+
+
+def run_forked(
+    command: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    timeout: int = 600,
+    stdin: Optional[bytes] = None,
+) -> subprocess.CompletedProcess:
+    """`allennlp ARGS...` or `-m MODULE ARGS...` (`command`) as a process of its own, forked
+    from this session's warm server (tests/forked_allennlp.py), in `cwd` with `env` -> its exit
+    status (minus the signal that ended it) and output, as text."""
+    client = [sys.executable, "-S", str(FORKED_ALLENNLP), str(timeout), *command]
+    env = {**env, forked_allennlp.SOCKET_ENV: allennlp_server()}
+    ran = subprocess.run(
+        client, cwd=cwd, env=env, input=stdin or b"", capture_output=True, timeout=timeout + 60
+    )
+    stdout, stderr = (ran.stdout.decode(errors="replace"), ran.stderr.decode(errors="replace"))
+    return subprocess.CompletedProcess(command, ran.returncode, stdout, stderr)
 
 
 FORKED_ALLENNLP = REPO_ROOT / "tests" / "forked_allennlp.py"
