@@ -1,5 +1,6 @@
-"""`run_allennlp_in_process` (tests/helpers.py) runs a command as a new `allennlp` process would:
-the same output files and exit status as `run_allennlp`, and it leaves this process as it was."""
+"""`run_allennlp_in_process` (tests/helpers.py) runs a command as an `allennlp` process would:
+the same output files and exit status as `run_allennlp` (a process), and it leaves this process
+as it was."""
 
 import json
 import logging
@@ -49,14 +50,9 @@ def test_an_escaping_exception_is_its_traceback_and_exit_status_1(tmp_path):
     assert result.returncode == 1 and "Traceback" in result.stderr
 
 
-def test_train_leaves_logging_paths_random_states_and_torch_settings_as_they_were(
-    tiny_corpus, tmp_path
-):
-    random.seed(5)
-    numpy.random.seed(5)
-    torch.manual_seed(5)
+def process_state() -> tuple:
     root = logging.getLogger()
-    before = (
+    return (
         list(root.handlers),
         root.level,
         list(sys.path),
@@ -64,6 +60,15 @@ def test_train_leaves_logging_paths_random_states_and_torch_settings_as_they_wer
         torch.get_num_threads(),
         torch.get_default_dtype(),
     )
+
+
+def test_train_leaves_logging_paths_random_states_and_torch_settings_as_they_were(
+    tiny_corpus, tmp_path
+):
+    random.seed(5)
+    numpy.random.seed(5)
+    torch.manual_seed(5)
+    before = process_state()
     expected = (random.random(), numpy.random.rand(), torch.rand(1).item())
     random.seed(5)
     numpy.random.seed(5)
@@ -81,13 +86,5 @@ def test_train_leaves_logging_paths_random_states_and_torch_settings_as_they_wer
     )
     assert (tmp_path / "out" / "model.tar.gz").is_file()
     assert "process settings: heap kept" in result.stdout + result.stderr
-    after = (
-        list(root.handlers),
-        root.level,
-        list(sys.path),
-        sys.excepthook,
-        torch.get_num_threads(),
-        torch.get_default_dtype(),
-    )
-    assert after == before
+    assert process_state() == before
     assert (random.random(), numpy.random.rand(), torch.rand(1).item()) == expected
