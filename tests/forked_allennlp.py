@@ -48,6 +48,9 @@ def serve(path: str) -> None:
 
     if torch.cuda.is_initialized():  # a fork cannot use CUDA initialized before it
         raise SystemExit("tests/forked_allennlp.py: importing allennlp initialized CUDA")
+    threads = other_threads()
+    if threads:  # a fork could inherit a lock one of them holds, and hang on it
+        raise SystemExit(f"tests/forked_allennlp.py: threads besides the main one: {threads}")
 
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path + ".new")
@@ -66,6 +69,18 @@ def serve(path: str) -> None:
             listener.close()
             wait_for_command(connection)
         connection.close()
+
+
+def other_threads() -> list[str]:
+    """The names of this process's threads besides the main one (Linux; elsewhere none known)."""
+    if not os.path.isdir("/proc/self/task"):
+        return []
+    tasks = sorted(os.listdir("/proc/self/task"), key=int)[1:]
+    names = []
+    for task in tasks:
+        with open(f"/proc/self/task/{task}/comm", encoding="utf-8") as comm:
+            names.append(comm.read().strip())
+    return names
 
 
 def reap_waiters(signum: int, frame: object) -> None:

@@ -106,13 +106,14 @@ def allennlp_server() -> str:
     use, ended with the session). Its environment is the session's without glibc's malloc
     variables, which glibc reads once, at a process's start (a test may have set them); torch
     asks NVML, not CUDA, whether there is a GPU (CUDA initialized before a fork is unusable in
-    it)."""
+    it); pyarrow's allocator starts no thread (the server forks with its main thread alone)."""
     if "socket" not in _server:
         folder = Path(tempfile.mkdtemp(prefix="allennlp_server_"))
         socket_path = folder / "server.sock"
         env = {k: v for k, v in os.environ.items() if k not in glibc_heap.USER_SETTINGS}
         env.update(PYTHONWARNINGS="ignore", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
         env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+        env["JE_ARROW_MALLOC_CONF"] = "background_thread:false"  # pyarrow's, started at import
         with open(folder / "server.log", "w") as log:
             process = subprocess.Popen(
                 [sys.executable, "-m", "tests.forked_allennlp", "--serve", str(socket_path)],
