@@ -139,12 +139,12 @@ def tagger_input_size(bilm: Path) -> int:
     embedding."""
     from allennlp.common import Params
 
-    from elmo_plugin.archives.bilm_architecture import architecture_from_archive
+    from elmo_plugin.archives.bilm_archive import configured_architecture
 
     word_dim = Params.from_file(str(CONFIG_DIR / "pos_tagger_elmo.jsonnet")).as_dict()["model"][
         "text_field_embedder"
     ]["token_embedders"]["tokens"]["embedding_dim"]
-    return 2 * architecture_from_archive(str(bilm))["contextualizer"]["input_dim"] + word_dim
+    return 2 * configured_architecture(str(bilm))["contextualizer"]["input_dim"] + word_dim
 
 
 def main(argv: list[str]) -> dict[str, Any]:

@@ -1,53 +1,113 @@
-"""One quality table (issue 14): biLMs pretrained on the same text with the same token budget,
-then used by the same downstream models, everything through the real `allennlp` CLI.
+"""Does pretraining pay off? One table of what a user would choose between, every row trained
+to convergence on the same text and used by the same downstream models, and a label-efficiency
+curve; everything trained and evaluated through the real `allennlp` CLI.
 
-Rows: our LSTM stateless (elmo_lstm.jsonnet), our LSTM stateful (elmo_lstm_stateful.jsonnet,
+Rows: our LSTM biLM stateless (elmo_lstm.jsonnet) and stateful (elmo_lstm_stateful.jsonnet,
 bilm-tf's regime), our transformer (elmo_transformer.jsonnet), allennlp-models' transformer
 language model (its `language_model` + `bidirectional_language_model_transformer` at the demo
-width, our reader and character CNN, as benchmarks/lstm_vs_allennlp_models_transformer.py) used
-downstream through allennlp-models' `bidirectional_lm_token_embedder`, and no ELMo.
-Columns, mean +- sd over the seeds: held-out perplexity in the row's own evaluation mode
-(`allennlp evaluate` with the archive's config: streamed with state for the stateful row) and
-stateless for all (elmo_lstm.jsonnet's reader and padded bucketed windows of 40 tokens),
-pretraining tokens/s (training tokens / allennlp's training_duration), UPOS accuracy of
-pos_tagger_elmo.jsonnet's `crf_tagger` and LAS of dependency_parser_elmo.jsonnet.
+width; our reader and character CNN), static fastText vectors trained on the same text (gensim),
+fed to the same models as frozen pretrained word embeddings, and no pretraining.
 
-Data: $ELMO_PLUGIN_DATA/wikitext-2/valid.txt, first 90% of lines pretraining, last 10% held out
-(line order kept); ud-english-ewt/en_ewt-ud-dev.conllu, sentences 1-1,600 train the downstream
-models (fixed epochs, no early stopping), the rest is the test set.
+allennlp-models' transformer returns its intermediate layers without its final layer norm (the
+residual stream: root mean square 4 to 15 against about 1 for the character layer and the top
+layer), and allennlp-models' `bidirectional_lm_token_embedder` mixes the layers without
+normalizing them: the mix is dominated by those layers and the tagger learns next to nothing.
+`--allennlp-models-embedder normalized` (the default) reads its archive with our
+`elmo_bilm_embedder` and `do_layer_norm: true`; `documented` uses allennlp-models' embedder as
+its docs say.
+
+Data ($ELMO_PLUGIN_DATA): wikitext-2/valid.txt, lines in order: the first 90% pretrain, the
+next 5% stop pretraining (validation perplexity), the last 5% are held out (the perplexity in the
+table). ud-english-ewt/en_ewt-ud-dev.conllu: sentences 1-1,440 train the downstream models,
+1,441-1,600 stop their training (validation), 1,601-2,001 are the test set, used for nothing
+else. The curve trains the tagger on the first 200 / 400 / 800 / all 1,440 training sentences.
+
+Convergence: each biLM trains until its validation perplexity has not improved for
+`--pretrain-patience` epochs, at most `--pretrain-epochs`; each tagger (UPOS, the `crf_tagger` of
+pos_tagger_elmo.jsonnet) and parser (LAS, dependency_parser_elmo.jsonnet) until its validation
+accuracy / LAS has not improved for `--patience` epochs, at most `--max-epochs`; the test
+figures are the best validation epoch's. One pretraining seed per row; `--seeds` downstream
+seeds per row (mean +- sd). Every biLM is frozen downstream; our biLMs' layers for the EWT
+sentences are computed once per biLM (`allennlp elmo-embed`) and read through
+`elmo_bilm_embedder`'s `precomputed_layers`.
+
+Budget: `--workers` stages side by side, each on one thread; finished stages are kept in
+`--out` (a rerun continues). `--quick`: a small run for checking the pipeline (minutes; rough
+numbers). Prints a line per finished stage, the table, the curve (PNG in --out), and ends with
+one JSON line (benchmarks/common.py).
 
 Usage (from the repo root):
-    python -m benchmarks.quality_table [--token-budget 2_000_000] [--seeds 3] [--tagger-epochs 10]
-        [--parser-epochs 10] [--rows lstm_stateless,lstm_stateful,...] [--out DIR] [--quick]
-`--quick`: 1 seed, 300 pretraining lines, one epoch of everything (minutes; rough numbers).
-The token budget is rounded to whole epochs of the pretraining text (at least one).
-Prints the table, then ends with one JSON line (benchmarks/common.py): every row's measurements
-per seed (`results`) and the issue's targets (`targets`; a `missed` key and exit status 1 when
-one is missed).
+    python -m benchmarks.quality_table --out DIR [--quick] [--seeds 3] [--workers 2]
+        [--pretrain-epochs 10] [--pretrain-patience 1] [--max-epochs 40] [--patience 5]
+        [--rows lstm_stateless,...]
 """
 
 import argparse
 import json
 import math
+import os
+import shutil
 import statistics
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from benchmarks.common import CONFIG_DIR, require_data, run_benchmark, shared_data_dir
 from benchmarks.lstm_vs_allennlp_models_transformer import THEIR_CONTEXTUALIZER
-from benchmarks.pos_tagger_elmo_vs_baseline import allennlp, split_conllu
-from benchmarks.wikitext_data import split_train_valid, wikitext_file
+from benchmarks.pos_tagger_elmo_vs_baseline import ALLENNLP, words_and_tags
+from benchmarks.stages import Result, Stage, run_command, run_stages
+from benchmarks.wikitext_data import wikitext_file
 
 NAME = "quality_table"
-ROWS = ["lstm_stateless", "lstm_stateful", "transformer", "allennlp_models_transformer", "no_elmo"]
-PRETRAIN_CONFIGS = {
+BILM_CONFIGS = {
     "lstm_stateless": "elmo_lstm.jsonnet",
     "lstm_stateful": "elmo_lstm_stateful.jsonnet",
     "transformer": "elmo_transformer.jsonnet",
-    "allennlp_models_transformer": "elmo_lstm.jsonnet",  # its model replaced, see their_config
+    "allennlp_models_transformer": "elmo_lstm.jsonnet",  # its model replaced: their_config
+}
+ROWS = [*BILM_CONFIGS, "static_vectors", "no_pretraining"]
+TASKS = {  # task -> (config, metric in allennlp's metrics)
+    "upos": ("pos_tagger_elmo.jsonnet", "accuracy"),
+    "las": ("dependency_parser_elmo.jsonnet", "LAS"),
 }
 WORD_DIM, POS_DIM = 32, 16
+STATIC_NAMESPACE = "static_vectors"
+EWT_SPLITS = {"train": (0, 1440), "validation": (1440, 1600), "test": (1600, None)}
+CURVE_ROWS = ["best_bilm", "static_vectors", "no_pretraining"]
+
+
+@dataclass
+class Budget:
+    wiki_lines: Optional[int]  # the first lines of WikiText-2 used (None: all)
+    train_sentences: int  # EWT training sentences of the main table (at most 1,440)
+    curve_sizes: list[int]  # smaller training sets for the curve
+    seeds: int
+    pretrain_epochs: int
+    pretrain_patience: int
+    max_epochs: int
+    patience: int
+    fasttext_epochs: int = 20
+    fasttext_dim: int = 100
+
+
+QUICK = Budget(330, 400, [200], 1, 1, 1, 2, 1, fasttext_epochs=2)
+
+
+def budget_from(args: argparse.Namespace) -> Budget:
+    if args.quick:
+        return QUICK
+    return Budget(
+        None,
+        1440,
+        [200, 400, 800],
+        args.seeds,
+        args.pretrain_epochs,
+        args.pretrain_patience,
+        args.max_epochs,
+        args.patience,
+    )
 
 
 def params_dict(config: str) -> dict:
@@ -65,61 +125,138 @@ def their_config() -> dict:
     return config
 
 
-def corpus_tokens(path: Path) -> int:
-    """Tokens the demo reader makes of `path`, <S> and </S> included."""
-    from allennlp.common import Params
-    from allennlp.data import DatasetReader
-
-    import elmo_plugin  # noqa: F401
-
-    reader = DatasetReader.from_params(Params(params_dict("elmo_lstm.jsonnet")["dataset_reader"]))
-    tokens = 0
-    for instance in reader.read(str(path)):
-        source: Any = instance["source"]
-        tokens += len(source.tokens)
-    return tokens
-
-
 def seeds(seed: int) -> dict:
     return {"random_seed": seed, "numpy_seed": seed, "pytorch_seed": seed}
 
 
-def pretrain(row: str, seed: int, data: dict, epochs: int, out: Path) -> dict[str, Any]:
-    """Trains one biLM; -> its archive, tokens/s and both perplexities."""
-    values = {
-        "train_data_path": str(data["train"]),
-        "validation_data_path": str(data["valid"]),
-        "trainer.num_epochs": epochs,
-        **seeds(seed),
+def one_thread() -> dict[str, str]:
+    return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+
+
+def allennlp(args: list[str], log: Path) -> Result:
+    """`allennlp ARGS` with our plugin and allennlp-models, on one thread -> wall and CPU s."""
+    return run_command(
+        [
+            ALLENNLP,
+            *args,
+            "--include-package",
+            "elmo_plugin",
+            "--include-package",
+            "allennlp_models",
+        ],
+        log,
+        one_thread(),
+    )
+
+
+def only_process_settings(trainer: dict) -> None:
+    """Keeps the first callback (the process settings) and drops the logging ones
+    (TensorBoard, layer mix, in-epoch validation checks): they change no weight."""
+    trainer["callbacks"] = [c for c in trainer["callbacks"] if c["type"] == "elmo_process_settings"]
+
+
+# --- data ---------------------------------------------------------------------------------
+
+
+def write_wikitext(source: Path, lines: Optional[int], out: Path) -> dict[str, Path]:
+    """The first 90% of the lines -> train, the next 5% -> valid, the last 5% -> heldout."""
+    text = source.read_text(encoding="utf-8").splitlines()[:lines]
+    cuts = [0, len(text) * 90 // 100, len(text) * 95 // 100, len(text)]
+    paths = {}
+    for name, start, end in zip(("train", "valid", "heldout"), cuts, cuts[1:], strict=False):
+        paths[name] = out / f"wiki_{name}.txt"
+        paths[name].write_text("\n".join(text[start:end]) + "\n", encoding="utf-8")
+    return paths
+
+
+def conllu_blocks(path: Path) -> list[str]:
+    return [b.strip("\n") for b in path.read_text(encoding="utf-8").split("\n\n") if b.strip()]
+
+
+def write_ewt(source: Path, budget: Budget, out: Path) -> dict[str, Any]:
+    """EWT_SPLITS of `source`, the training sets of the curve and every sentence's words (one
+    line each, for elmo-embed) -> their paths and sentence counts."""
+    blocks = conllu_blocks(source)
+    splits = {name: blocks[start:end] for name, (start, end) in EWT_SPLITS.items()}
+    if len(splits["test"]) == 0 or len(splits["train"]) < budget.train_sentences:
+        raise ValueError(f"{source}: {len(blocks)} sentences, expected at least 1,601")
+    sets = {
+        "train": splits["train"][: budget.train_sentences],
+        "validation": splits["validation"],
+        "test": splits["test"],
+        **{f"train_{size}": splits["train"][:size] for size in budget.curve_sizes},
     }
-    config = str(CONFIG_DIR / PRETRAIN_CONFIGS[row])
+    paths: dict[str, Any] = {"counts": {name: len(sentences) for name, sentences in sets.items()}}
+    for name, sentences in sets.items():
+        paths[name] = out / f"ewt_{name}.conllu"
+        paths[name].write_text("".join(b + "\n\n" for b in sentences), encoding="utf-8")
+    everything = out / "ewt_all.conllu"
+    everything.write_text("".join(b + "\n\n" for b in blocks), encoding="utf-8")
+    paths["sentences"] = out / "ewt_sentences.txt"
+    paths["sentences"].write_text(
+        "".join(" ".join(words) + "\n" for words, _ in words_and_tags(everything)),
+        encoding="utf-8",
+    )
+    return paths
+
+
+# --- pretraining --------------------------------------------------------------------------
+
+
+def pretrain(row: str, wiki: dict[str, Path], budget: Budget, folder: Path) -> Result:
+    """Trains one biLM with early stopping; -> its archive, epochs, held-out perplexities and
+    CPU time."""
+    config = str(CONFIG_DIR / BILM_CONFIGS[row])
     if row == "allennlp_models_transformer":
-        config = str(out.parent / f"{out.name}_config.json")
+        config = str(folder / "their_config.json")
         Path(config).write_text(json.dumps(their_config()))
-    allennlp(
-        ["train", config, "-s", str(out), "-o", json.dumps(values)],
-        out.parent / f"{out.name}_train.log",
+    trainer = params_dict(BILM_CONFIGS[row])["trainer"]
+    only_process_settings(trainer)
+    values = {
+        "train_data_path": str(wiki["train"]),
+        "validation_data_path": str(wiki["valid"]),
+        "trainer.num_epochs": budget.pretrain_epochs,
+        "trainer.patience": budget.pretrain_patience,
+        "trainer.callbacks": trainer["callbacks"],
+        **seeds(0),
+    }
+    model = folder / "model"
+    if model.exists():  # left by a run that stopped before this stage finished
+        shutil.rmtree(model)
+    cost = allennlp(
+        ["train", config, "-s", str(model), "-o", json.dumps(values)], folder / "train.log"
     )
-    metrics = json.loads((out / "metrics.json").read_text())
-    seconds = sum(
-        float(x) * 60**i for i, x in enumerate(reversed(metrics["training_duration"].split(":")))
+    metrics = json.loads((model / "metrics.json").read_text())
+    archive = model / "model.tar.gz"
+    evaluated = folder / "heldout.json"
+    evaluation = allennlp(
+        ["evaluate", str(archive), str(wiki["heldout"]), "--output-file", str(evaluated)],
+        folder / "heldout.log",
     )
-    archive = out / "model.tar.gz"
-    evaluated = out / "evaluate_own.json"
-    allennlp(
-        ["evaluate", str(archive), str(data["valid"]), "--output-file", str(evaluated)],
-        out / "evaluate_own.log",
-    )
+    start = time.thread_time()  # torch on one thread: this thread's time is the computation's
+    stateless = stateless_perplexity(archive, wiki["heldout"])
     return {
         "archive": str(archive),
-        "tokens_per_second": epochs * data["train_tokens"] / seconds,
-        "perplexity_own": json.loads(evaluated.read_text())["perplexity"],
-        "perplexity_stateless": stateless_perplexity(archive, data["valid"]),
+        "width": bilm_width(archive),
+        "epochs_run": metrics["epoch"] + 1,
+        "best_epoch": metrics["best_epoch"] + 1,
+        "validation_perplexity": metrics["best_validation_perplexity"],
+        "heldout_perplexity": json.loads(evaluated.read_text())["perplexity"],
+        "heldout_perplexity_stateless": stateless,
+        "pretrain_cpu_s": cost["cpu_s"],
+        "pretrain_wall_s": cost["wall_s"],
+        "cpu_s": round(cost["cpu_s"] + evaluation["cpu_s"] + time.thread_time() - start, 1),
     }
 
 
-def stateless_perplexity(archive: Path, valid: Path) -> float:
-    """Token-weighted perplexity of `archive` on `valid` read as elmo_lstm.jsonnet reads it
+def bilm_width(archive: Path) -> int:
+    from elmo_plugin.archives.bilm_archive import configured_architecture
+
+    return 2 * configured_architecture(str(archive))["contextualizer"]["input_dim"]
+
+
+def stateless_perplexity(archive: Path, text: Path) -> float:
+    """Token-weighted perplexity of `archive` on `text` read as elmo_lstm.jsonnet reads it
     (padded windows of 40 tokens, each from zero state), for every kind of biLM."""
     import torch
     from allennlp.common import Params
@@ -129,10 +266,10 @@ def stateless_perplexity(archive: Path, valid: Path) -> float:
 
     import elmo_plugin  # noqa: F401
 
+    torch.set_num_threads(1)
     model = load_archive(str(archive)).model.eval()
-    config = params_dict("elmo_lstm.jsonnet")
-    reader = DatasetReader.from_params(Params(config["dataset_reader"]))
-    loader = MultiProcessDataLoader(reader, str(valid), batch_size=32)
+    reader = DatasetReader.from_params(Params(params_dict("elmo_lstm.jsonnet")["dataset_reader"]))
+    loader = MultiProcessDataLoader(reader, str(text), batch_size=32)
     loader.index_with(model.vocab)
     nll = targets = 0.0
     with torch.no_grad():
@@ -144,72 +281,453 @@ def stateless_perplexity(archive: Path, valid: Path) -> float:
     return math.exp(nll / targets)
 
 
-def downstream(
-    config: str,
-    name: str,
-    values: dict,
-    epochs: int,
-    bilm: Optional[dict],
+def embed_ewt(bilm: Result, sentences: Path, folder: Path) -> Result:
+    """Every EWT sentence's biLM layers, once, for `precomputed_layers`."""
+    layers = folder / "ewt_layers.hdf5"
+    cost = allennlp(
+        ["elmo-embed", bilm["archive"], str(sentences), str(layers)], folder / "elmo_embed.log"
+    )
+    return {"layers": str(layers), "cpu_s": cost["cpu_s"]}
+
+
+def train_static_vectors(
+    wiki: dict[str, Path], words: Path, budget: Budget, folder: Path
+) -> Result:
+    """fastText skip-gram vectors (gensim, one thread) trained on the pretraining text,
+    lowercased as the downstream word indexers read it; written as a GloVe-style text file for
+    every word of that text and of the EWT sentences (those from subwords)."""
+    from gensim.models import FastText
+
+    start = time.process_time()  # the process: gensim's threads (and any in-process stage beside)
+    corpus = [
+        line.lower().split() for line in wiki["train"].read_text(encoding="utf-8").splitlines()
+    ]
+    model = FastText(
+        sentences=[tokens for tokens in corpus if tokens],
+        vector_size=budget.fasttext_dim,
+        window=5,
+        min_count=2,  # as the biLMs' vocabulary
+        sg=1,
+        epochs=budget.fasttext_epochs,
+        workers=1,
+        seed=0,
+    )
+    vocabulary = list(model.wv.index_to_key)
+    known = set(vocabulary)
+    for line in words.read_text(encoding="utf-8").splitlines():
+        for word in line.lower().split():
+            if word not in known:
+                known.add(word)
+                vocabulary.append(word)
+    vectors = folder / "fasttext_vectors.txt"
+    with open(vectors, "w", encoding="utf-8") as out:
+        for word in vocabulary:
+            out.write(word + " " + " ".join(f"{x:.5f}" for x in model.wv[word]) + "\n")
+    return {
+        "vectors": str(vectors),
+        "words": len(vocabulary),
+        "trained_words": len(model.wv.index_to_key),
+        "dim": budget.fasttext_dim,
+        "epochs_run": budget.fasttext_epochs,
+        "pretrain_cpu_s": round(time.process_time() - start, 1),
+        "cpu_s": round(time.process_time() - start, 1),
+    }
+
+
+# --- downstream ---------------------------------------------------------------------------
+
+
+def downstream_config(
+    task: str, row: str, pretrained: Optional[Result], their_embedder: str = "normalized"
+) -> dict:
+    """The task's shipped config with the row's pretrained input: our biLM through
+    `elmo_bilm_embedder` (its precomputed layers), allennlp-models' LM through
+    `elmo_bilm_embedder` with `do_layer_norm` (`their_embedder` normalized) or their
+    `bidirectional_lm_token_embedder` (documented), static vectors as a frozen `embedding`, or
+    none (the ELMo embedder removed); otherwise the same model."""
+    params = params_dict(TASKS[task][0])
+    model = params["model"]
+    embedders = model["text_field_embedder"]["token_embedders"]
+    indexers = params["dataset_reader"]["token_indexers"]
+    elmo = embedders.pop("elmo")
+    width = 0
+    if row in ("no_pretraining", "static_vectors"):
+        del indexers["elmo"]
+    if row == "static_vectors":
+        assert pretrained is not None
+        indexers["static"] = {
+            "type": "single_id",
+            "lowercase_tokens": True,
+            "namespace": STATIC_NAMESPACE,
+        }
+        embedders["static"] = {
+            "type": "embedding",
+            "embedding_dim": pretrained["dim"],
+            "pretrained_file": pretrained["vectors"],
+            "vocab_namespace": STATIC_NAMESPACE,
+            "trainable": False,
+        }
+        params["vocabulary"].update(  # every word that has a vector, not only training words
+            pretrained_files={STATIC_NAMESPACE: pretrained["vectors"]},
+            min_pretrained_embeddings={STATIC_NAMESPACE: pretrained["words"]},
+        )
+        width = pretrained["dim"]
+    elif row == "allennlp_models_transformer" and their_embedder == "normalized":
+        assert pretrained is not None
+        embedders["elmo"] = dict(elmo, pretrained_file=pretrained["archive"], do_layer_norm=True)
+        width = pretrained["width"]
+    elif row == "allennlp_models_transformer":
+        assert pretrained is not None
+        embedders["elmo"] = {
+            "type": "bidirectional_lm_token_embedder",
+            "archive_file": pretrained["archive"],
+            "dropout": elmo["dropout"],
+            "requires_grad": False,
+            "bos_eos_tokens": ["<S>", "</S>"],
+            "remove_bos_eos": True,
+        }
+        width = pretrained["width"]
+    elif row != "no_pretraining":
+        assert pretrained is not None
+        embedders["elmo"] = dict(
+            elmo,
+            pretrained_file=pretrained["archive"],
+            precomputed_layers=pretrained["layers"],
+        )
+        width = pretrained["width"]
+    extra = POS_DIM if "pos_tag_embedding" in model else 0
+    model["encoder"]["input_size"] = width + WORD_DIM + extra
+    only_process_settings(params["trainer"])
+    return params
+
+
+def downstream_params(
+    task: str,
     row: str,
-    test: Path,
-    out: Path,
-    metric: str,
-) -> float:
-    """Trains one downstream config for `epochs` epochs, its ELMo embedder given the row's biLM
-    (allennlp-models' embedder for their archive) or removed (no ELMo: otherwise the same
-    model); -> its test `metric`."""
-    params = params_dict(config)
-    embedders = params["model"]["text_field_embedder"]["token_embedders"]
-    encoder = params["model"]["encoder"]
-    extra = POS_DIM if "pos_tag_embedding" in params["model"] else 0
-    if bilm is None:
-        del embedders["elmo"]
-        del params["dataset_reader"]["token_indexers"]["elmo"]
-        encoder["input_size"] = WORD_DIM + extra
-    else:
-        from elmo_plugin.archives.bilm_architecture import architecture_from_archive
+    pretrained: Optional[Result],
+    data: dict[str, Any],
+    train: str,
+    seed: int,
+    budget: Budget,
+    their_embedder: str = "normalized",
+) -> dict:
+    """`downstream_config` trained on `data[train]`, stopped on the validation split, its best
+    epoch evaluated on the test set; the vocabulary from the training data only."""
+    params = downstream_config(task, row, pretrained, their_embedder)
+    params.update(
+        train_data_path=str(data[train]),
+        validation_data_path=str(data["validation"]),
+        test_data_path=str(data["test"]),
+        evaluate_on_test=True,
+        datasets_for_vocab_creation=["train"],
+        **seeds(seed),
+    )
+    params["trainer"].update(num_epochs=budget.max_epochs, patience=budget.patience)
+    return params
 
-        width = 2 * architecture_from_archive(bilm["archive"])["contextualizer"]["input_dim"]
-        encoder["input_size"] = width + WORD_DIM + extra
-        if row == "allennlp_models_transformer":
-            embedders["elmo"] = {
-                "type": "bidirectional_lm_token_embedder",
-                "archive_file": bilm["archive"],
-                "dropout": embedders["elmo"].get("dropout"),
-                "requires_grad": False,
-                "bos_eos_tokens": ["<S>", "</S>"],
-                "remove_bos_eos": True,
-            }
+
+def train_downstream(params: dict, task: str, folder: Path) -> Result:
+    """`allennlp train` of `params` -> its validation and test figures, epochs and CPU time."""
+    folder.mkdir(parents=True, exist_ok=True)
+    config = folder / "config.json"
+    config.write_text(json.dumps(params))
+    model = folder / "model"
+    if model.exists():  # left by a run that stopped before this stage finished
+        shutil.rmtree(model)
+    cost = allennlp(["train", str(config), "-s", str(model)], folder / "train.log")
+    metrics = json.loads((model / "metrics.json").read_text())
+    metric = TASKS[task][1]
+    return {
+        "validation": metrics[f"best_validation_{metric}"],
+        "test": metrics[f"test_{metric}"],
+        "best_epoch": metrics["best_epoch"] + 1,
+        "epochs_run": metrics["epoch"] + 1,
+        "cpu_s": cost["cpu_s"],
+        "wall_s": cost["wall_s"],
+    }
+
+
+# --- the plan -----------------------------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    rows: list[str]
+    data: dict[str, Any]  # "wiki" and "ewt" paths
+    budget: Budget
+    out: Path
+    their_embedder: str = "normalized"
+
+    def stages(self) -> list[Stage]:
+        """Pretraining (then elmo-embed) per biLM row and fastText; the table's downstream runs;
+        the curve's, whose biLM row is the best by validation UPOS (known once the table's
+        biLM taggers are done)."""
+        stages = [stage for row in self.rows for stage in self.pretraining(row)]
+        for row in self.rows:
+            for task in TASKS:
+                for seed in range(self.budget.seeds):
+                    stages.append(self.downstream(task, row, "train", seed))
+        curve_rows = [row for row in CURVE_ROWS if row in self.rows or row == "best_bilm"]
+        if not any(row in BILM_CONFIGS for row in self.rows):
+            curve_rows.remove("best_bilm")
+        for row in curve_rows:
+            for size in self.budget.curve_sizes:
+                for seed in range(self.budget.seeds):
+                    stages.append(self.downstream("upos", row, f"train_{size}", seed))
+        return stages
+
+    def source(self, row: str) -> Optional[str]:
+        """The stage whose result holds the row's pretrained input (None: no pretraining)."""
+        if row in ("lstm_stateless", "lstm_stateful", "transformer"):
+            return f"embed_{row}"
+        return None if row == "no_pretraining" else f"pretrain_{row}"
+
+    def pretraining(self, row: str) -> list[Stage]:
+        if row == "no_pretraining":
+            return []
+        folder = self.out / row
+        folder.mkdir(exist_ok=True)
+        wiki, sentences = self.data["wiki"], self.data["ewt"]["sentences"]
+        if row == "static_vectors":
+            return [
+                Stage(
+                    "pretrain_static_vectors",
+                    lambda _: train_static_vectors(wiki, sentences, self.budget, folder),
+                    cost=60,
+                )
+            ]
+        stages = [
+            Stage(
+                f"pretrain_{row}",
+                lambda _: pretrain(row, wiki, self.budget, folder),
+                cost=3000,
+                summary=lambda r: (
+                    f"{r['epochs_run']} epochs (best {r['best_epoch']}), held-out perplexity "
+                    f"{r['heldout_perplexity']:.1f}, {r['pretrain_cpu_s'] / 60:.1f} CPU min"
+                ),
+            )
+        ]
+        if self.source(row) == f"embed_{row}":
+            stages.append(
+                Stage(
+                    f"embed_{row}",
+                    lambda needs: dict(
+                        needs[f"pretrain_{row}"],
+                        **embed_ewt(needs[f"pretrain_{row}"], sentences, folder),
+                    ),
+                    needs=(f"pretrain_{row}",),
+                    cost=60,
+                    summary=lambda r: f"{r['cpu_s']:.0f} CPU s",
+                )
+            )
+        return stages
+
+    def downstream(self, task: str, row: str, train: str, seed: int) -> Stage:
+        """One tagger / parser run; `row` best_bilm: the best biLM row's (curve only)."""
+        name = f"{task}_{row}_seed{seed}" if train == "train" else f"curve_{row}_{train}_seed{seed}"
+        if row == "best_bilm":
+            bilm_rows = [r for r in self.rows if r in BILM_CONFIGS]
+            needs = tuple(
+                [self.source(r) or "" for r in bilm_rows]
+                + [f"upos_{r}_seed{s}" for r in bilm_rows for s in range(self.budget.seeds)]
+            )
         else:
-            embedders["elmo"]["pretrained_file"] = bilm["archive"]
-    params.update(values)
-    params["trainer"].update(num_epochs=epochs, patience=None)
-    path = out / f"{name}_config.json"
-    path.write_text(json.dumps(params))
-    allennlp(
-        ["train", str(path), "-s", str(out / name), "--include-package", "allennlp_models"],
-        out / f"{name}_train.log",
-    )
-    result = out / f"{name}_test.json"
-    allennlp(
-        [
-            "evaluate",
-            str(out / name / "model.tar.gz"),
-            str(test),
-            "--output-file",
-            str(result),
-            "--include-package",
-            "allennlp_models",
-        ],
-        out / f"{name}_evaluate.log",
-    )
-    return json.loads(result.read_text())[metric]
+            needs = tuple(filter(None, [self.source(row)]))
+
+        def run(results: dict[str, Result]) -> Result:
+            chosen = best_bilm_row(results) if row == "best_bilm" else row
+            source = self.source(chosen)
+            pretrained = results[source] if source else None
+            params = downstream_params(
+                task,
+                chosen,
+                pretrained,
+                self.data["ewt"],
+                train,
+                seed,
+                self.budget,
+                self.their_embedder,
+            )
+            return dict(train_downstream(params, task, self.out / "downstream" / name), row=chosen)
+
+        return Stage(
+            name,
+            run,
+            needs,
+            cost=600 if task == "las" else 200,
+            summary=lambda r: (
+                f"({r['row']}) test {r['test']:.4f}, validation {r['validation']:.4f}, "
+                f"{r['epochs_run']} epochs, {r['cpu_s'] / 60:.1f} CPU min"
+            ),
+        )
 
 
-def mean_sd(values: list[float], digits: int) -> str:
-    if not values:
-        return "-"
-    return f"{statistics.mean(values):.{digits}f} +- {stdev(values):.{digits}f}"
+def best_bilm_row(results: dict[str, Result]) -> str:
+    """The biLM row with the highest mean validation UPOS in the table (test figures choose
+    nothing)."""
+    scores: dict[str, list[float]] = {}
+    for name, result in results.items():
+        if name.startswith("upos_") and result["row"] in BILM_CONFIGS:
+            scores.setdefault(result["row"], []).append(result["validation"])
+    return max(scores, key=lambda row: statistics.mean(scores[row]))
+
+
+# --- the report ---------------------------------------------------------------------------
+
+
+def mean_sd(values: list[float]) -> tuple[float, float]:
+    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def summarize(rows: list[str], results: dict[str, Result], budget: Budget) -> dict[str, Any]:
+    """Per row: pretraining figures, and per task the test and validation means and sds and
+    the epochs; the curve: test UPOS per training-set size for its rows."""
+    table: dict[str, Any] = {}
+    for row in rows:
+        summary: dict[str, Any] = {}
+        pretraining = results.get(f"pretrain_{row}")
+        if pretraining:
+            summary["pretraining"] = {
+                key: value
+                for key, value in pretraining.items()
+                if key not in ("archive", "vectors")
+            }
+        for task in TASKS:
+            runs = [results[f"{task}_{row}_seed{seed}"] for seed in range(budget.seeds)]
+            summary[task] = figures_of(runs)
+        table[row] = summary
+    curve: dict[str, dict[str, Any]] = {}
+    for row in CURVE_ROWS:
+        runs_by_size = {
+            size: [
+                results.get(f"curve_{row}_train_{size}_seed{seed}") for seed in range(budget.seeds)
+            ]
+            for size in budget.curve_sizes
+        }
+        if not all(all(runs) for runs in runs_by_size.values()):
+            continue
+        name = runs_by_size[budget.curve_sizes[0]][0]["row"]  # type: ignore[index]
+        points = {str(size): figures_of(runs) for size, runs in runs_by_size.items()}  # type: ignore[arg-type]
+        points[str(budget.train_sentences)] = table[name]["upos"]
+        curve[name] = points
+    return {"table": table, "curve": curve}
+
+
+def figures_of(runs: list[Result]) -> dict[str, Any]:
+    test_mean, test_sd = mean_sd([run["test"] for run in runs])
+    validation_mean, validation_sd = mean_sd([run["validation"] for run in runs])
+    return {
+        "test_mean": round(test_mean, 4),
+        "test_sd": round(test_sd, 4),
+        "validation_mean": round(validation_mean, 4),
+        "validation_sd": round(validation_sd, 4),
+        "test": [round(run["test"], 4) for run in runs],
+        "best_epochs": [run["best_epoch"] for run in runs],
+        "epochs_run": [run["epochs_run"] for run in runs],
+        "cpu_s": round(sum(run["cpu_s"] for run in runs), 1),
+    }
+
+
+def print_table(summary: dict[str, Any]) -> None:
+    print(
+        "\n| row | pretraining epochs (best / run) | held-out perplexity (own mode / stateless) "
+        "| pretraining CPU min | UPOS | LAS | downstream epochs run (tagger / parser) |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for row, figures in summary["table"].items():
+        print(f"| {row} | " + " | ".join(pretraining_cells(figures.get("pretraining"))), end=" ")
+        upos, las = figures["upos"], figures["las"]
+        epochs = [statistics.mean(upos["epochs_run"]), statistics.mean(las["epochs_run"])]
+        print(f"| {plus_minus(upos)} | {plus_minus(las)} | {epochs[0]:.1f} / {epochs[1]:.1f} |")
+    for row, points in summary["curve"].items():
+        cells = [f"{size} sentences {plus_minus(point)}" for size, point in points.items()]
+        print(f"curve {row}: " + ", ".join(cells))
+
+
+def pretraining_cells(pretraining: Optional[dict[str, Any]]) -> list[str]:
+    """Epochs (best / run), held-out perplexities, CPU minutes; "-" where none applies."""
+    if not pretraining:
+        return ["-", "-", "-"]
+    epochs = f"{pretraining.get('best_epoch', pretraining['epochs_run'])} / "
+    epochs += str(pretraining["epochs_run"])
+    perplexity = "-"
+    if "heldout_perplexity" in pretraining:
+        perplexity = f"{pretraining['heldout_perplexity']:.1f} / "
+        perplexity += f"{pretraining['heldout_perplexity_stateless']:.1f}"
+    return [epochs, perplexity, f"{pretraining['pretrain_cpu_s'] / 60:.1f}"]
+
+
+def plus_minus(figures: dict[str, Any]) -> str:
+    return f"{figures['test_mean']:.4f} +- {figures['test_sd']:.4f}"
+
+
+def plot_curve(curve: dict[str, dict[str, Any]], path: Path) -> None:
+    """Test UPOS (mean, error bars 1 sd) against training sentences, one line per row."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6, 4), dpi=120)
+    for row, points in curve.items():
+        sizes = [int(size) for size in points]
+        axes.errorbar(
+            sizes,
+            [p["test_mean"] for p in points.values()],
+            yerr=[p["test_sd"] for p in points.values()],
+            marker="o",
+            capsize=3,
+            label=f"{row} (best biLM)" if row in BILM_CONFIGS else row,
+        )
+    axes.set_xscale("log")
+    axes.set_xticks(sorted({int(size) for points in curve.values() for size in points}))
+    axes.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    axes.get_xaxis().set_minor_formatter(matplotlib.ticker.NullFormatter())
+    axes.set_xlabel("EWT training sentences")
+    axes.set_ylabel("test UPOS accuracy")
+    axes.set_title("UPOS tagger: labelled data vs pretraining")
+    axes.grid(alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+
+
+def targets(summary: dict[str, Any]) -> dict[str, Any]:
+    """allennlp-models' row at least matches no pretraining (within one sd of the two, the
+    larger), and how far the best biLM row is from static vectors and from no pretraining."""
+    table = summary["table"]
+    found: dict[str, Any] = {}
+    for task in TASKS:
+        if "allennlp_models_transformer" in table and "no_pretraining" in table:
+            theirs, none = table["allennlp_models_transformer"][task], table["no_pretraining"][task]
+            margin = theirs["test_mean"] - none["test_mean"]
+            found[f"allennlp_models_minus_no_pretraining_{task}"] = round(margin, 4)
+            found[f"allennlp_models_not_below_no_pretraining_{task}"] = margin >= -max(
+                theirs["test_sd"], none["test_sd"]
+            )
+        bilms = [row for row in table if row in BILM_CONFIGS]
+        if bilms:
+            best = max(bilms, key=lambda row: table[row][task]["validation_mean"])
+            found[f"best_bilm_{task}"] = best
+            for other in ("static_vectors", "no_pretraining"):
+                if other in table:
+                    found[f"best_bilm_minus_{other}_{task}"] = round(
+                        table[best][task]["test_mean"] - table[other][task]["test_mean"], 4
+                    )
+    return found
+
+
+def keep_settings(out: Path, settings: dict[str, Any]) -> None:
+    """Records the settings in OUT/settings.json; stops if OUT holds stages made with others
+    (their results would be mixed into this run's)."""
+    path = out / "settings.json"
+    if path.is_file() and json.loads(path.read_text()) != json.loads(json.dumps(settings)):
+        raise SystemExit(
+            f"{out} holds stages made with other settings ({path}: "
+            f"{path.read_text().strip()}); use another --out"
+        )
+    path.write_text(json.dumps(settings))
 
 
 def main(argv: list[str]) -> dict[str, Any]:
@@ -217,136 +735,84 @@ def main(argv: list[str]) -> dict[str, Any]:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--token-budget", type=int, default=2_000_000, help="pretraining tokens per biLM"
+        "--out",
+        help="folder for data, models, logs, stage results and the curve "
+        "(a rerun continues there; default: a new temporary folder)",
     )
-    parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--tagger-epochs", type=int, default=10)
-    parser.add_argument("--parser-epochs", type=int, default=10)
+    parser.add_argument("--quick", action="store_true", help=f"a small run: {QUICK}")
+    parser.add_argument("--seeds", type=int, default=3, help="downstream seeds per row")
+    parser.add_argument(
+        "--workers", type=int, default=2, help="stages side by side, one thread each"
+    )
+    parser.add_argument("--pretrain-epochs", type=int, default=10, help="cap on pretraining epochs")
+    parser.add_argument("--pretrain-patience", type=int, default=1)
+    parser.add_argument("--max-epochs", type=int, default=40, help="cap on downstream epochs")
+    parser.add_argument("--patience", type=int, default=5, help="downstream patience (epochs)")
     parser.add_argument("--rows", default=",".join(ROWS))
     parser.add_argument(
-        "--out", help="folder for data, archives and logs (default: a new temporary folder)"
-    )
-    parser.add_argument(
-        "--quick", action="store_true", help="1 seed, 300 pretraining lines, 1 epoch of everything"
+        "--allennlp-models-embedder",
+        choices=["normalized", "documented"],
+        default="normalized",
+        help="allennlp-models' LM downstream: elmo_bilm_embedder with do_layer_norm, or "
+        "allennlp-models' bidirectional_lm_token_embedder (its layers unnormalized)",
     )
     args = parser.parse_args(argv)
     rows = args.rows.split(",")
     if unknown := set(rows) - set(ROWS):
         parser.error(f"--rows: unknown {sorted(unknown)}; choose from {ROWS}")
+    if args.seeds < 1 or args.workers < 1:
+        parser.error("--seeds and --workers must be at least 1")
+    budget = budget_from(args)
 
     wikitext, ewt = wikitext_file(), shared_data_dir() / "ud-english-ewt" / "en_ewt-ud-dev.conllu"
     require_data(wikitext, ewt)
     out = Path(args.out or tempfile.mkdtemp(prefix="quality_table_")).resolve()
     out.mkdir(parents=True, exist_ok=True)
     print(f"outputs and logs: {out}")
-
-    lines = wikitext.read_text(encoding="utf-8").splitlines()
-    train_lines, valid_lines = split_train_valid(lines[:330] if args.quick else lines)
-    data: dict[str, Any] = {"train": out / "wiki_train.txt", "valid": out / "wiki_valid.txt"}
-    data["train"].write_text("\n".join(train_lines) + "\n", encoding="utf-8")
-    data["valid"].write_text("\n".join(valid_lines) + "\n", encoding="utf-8")
-    data["train_tokens"] = corpus_tokens(data["train"])
-    epochs = 1 if args.quick else max(1, round(args.token_budget / data["train_tokens"]))
-    seed_count = 1 if args.quick else args.seeds
-    tagger_epochs, parser_epochs = (
-        (1, 1) if args.quick else (args.tagger_epochs, args.parser_epochs)
-    )
-    train, test, test_sentences = split_conllu(ewt, out)
-    print(
-        f"pretraining: {wikitext} first 90% of lines ({data['train_tokens']} tokens), "
-        f"{epochs} epochs = {epochs * data['train_tokens']} tokens per biLM; "
-        f"held out: last 10%; downstream: {ewt} sentences 1-1600 train, {test_sentences} test; "
-        f"{seed_count} seeds; tagger {tagger_epochs} / parser {parser_epochs} epochs"
-    )
-
-    results: dict[str, dict[str, list[float]]] = {row: {} for row in rows}
-    for row in rows:
-        for seed in range(seed_count):
-            folder = out / f"{row}_seed{seed}"
-            folder.mkdir(exist_ok=True)
-            bilm = None if row == "no_elmo" else pretrain(row, seed, data, epochs, folder / "bilm")
-            common = {"train_data_path": str(train), "validation_data_path": None, **seeds(seed)}
-            measured = {} if bilm is None else {k: v for k, v in bilm.items() if k != "archive"}
-            measured["upos"] = downstream(
-                "pos_tagger_elmo.jsonnet",
-                "tagger",
-                common,
-                tagger_epochs,
-                bilm,
-                row,
-                test,
-                folder,
-                "accuracy",
-            )
-            measured["las"] = downstream(
-                "dependency_parser_elmo.jsonnet",
-                "parser",
-                common,
-                parser_epochs,
-                bilm,
-                row,
-                test,
-                folder,
-                "LAS",
-            )
-            for key, value in measured.items():
-                results[row].setdefault(key, []).append(value)
-            print(json.dumps({"row": row, "seed": seed, **measured}), flush=True)
-
-    columns: list[tuple] = [
-        ("perplexity_own", "held-out ppl (own mode)", 1),
-        ("perplexity_stateless", "held-out ppl (stateless)", 1),
-        ("tokens_per_second", "pretraining tokens/s", 0),
-        ("upos", "UPOS accuracy", 4),
-        ("las", "LAS", 4),
-    ]
-    print("\n| row | " + " | ".join(title for _, title, _ in columns) + " |")
-    print("| --- |" + " --- |" * len(columns))
-    for row in rows:
-        print(
-            f"| {row} | "
-            + " | ".join(mean_sd(results[row].get(key, []), digits) for key, _, digits in columns)
-            + " |"
-        )
-    targets = issue_targets(results)
-    figures: dict[str, Any] = {
-        "headline": ["targets"],
-        "seeds": seed_count,
-        "results": results,
-        "targets": targets,
+    keep_settings(out, {**vars(budget), "allennlp_models_embedder": args.allennlp_models_embedder})
+    data = {
+        "wiki": write_wikitext(wikitext, budget.wiki_lines, out),
+        "ewt": write_ewt(ewt, budget, out),
     }
-    missed = [key for key, value in targets.items() if value is False]
-    if missed:
-        figures["missed"] = f"targets {', '.join(missed)}"
+    counts = data["ewt"]["counts"]
+    words = len(data["wiki"]["train"].read_text(encoding="utf-8").split())
+    print(
+        f"pretraining: {wikitext} lines in order, 90% train / 5% validation (stopping) / 5% "
+        f"held out{'' if budget.wiki_lines is None else f' (first {budget.wiki_lines} lines)'}; "
+        f"{words} training words per epoch, at most {budget.pretrain_epochs} epochs "
+        f"({words * budget.pretrain_epochs} words), patience {budget.pretrain_patience}, one seed"
+    )
+    print(
+        f"downstream: {ewt}: {counts['train']} training sentences, {counts['validation']} "
+        f"validation (stopping), {counts['test']} test; at most {budget.max_epochs} epochs, "
+        f"patience {budget.patience}; {budget.seeds} seeds; curve at "
+        f"{budget.curve_sizes + [budget.train_sentences]} sentences; {args.workers} stages side "
+        "by side, one thread each",
+        flush=True,
+    )
+    stages = Plan(rows, data, budget, out, args.allennlp_models_embedder).stages()
+    results = run_stages(stages, out / "stages", args.workers)
+    summary = summarize(rows, results, budget)
+    print_table(summary)
+    figures: dict[str, Any] = {"headline": ["targets"], **summary, "targets": targets(summary)}
+    if summary["curve"]:
+        plot_curve(summary["curve"], out / "label_efficiency.png")
+        print(f"curve: {out / 'label_efficiency.png'}")
+        figures["curve_png"] = str(out / "label_efficiency.png")
+    cpu = sum(result["cpu_s"] for result in results.values())
+    figures["budget"] = {
+        **vars(budget),
+        "allennlp_models_embedder": args.allennlp_models_embedder,
+        "workers": args.workers,
+        "splits": counts,
+        "pretrain_words_per_epoch": words,
+        "cpu_minutes_all_stages": round(cpu / 60, 1),
+    }
+    print(f"CPU time of all stages: {cpu / 60:.1f} min ({args.workers} side by side)")
+    missed = [key for key, value in figures["targets"].items() if value is False]
+    if missed and not args.quick:
+        figures["missed"] = ", ".join(missed)
     return figures
-
-
-def issue_targets(results: dict[str, dict[str, list[float]]]) -> dict[str, object]:
-    """The issue's targets as ratios / margins (False: missed): stateful below stateless held-out
-    perplexity (each in its own mode), and our best row above allennlp-models' transformer on
-    UPOS and LAS by more than one sd (the larger of the two)."""
-    targets: dict[str, object] = {}
-    if "lstm_stateless" in results and "lstm_stateful" in results:
-        ratio = statistics.mean(results["lstm_stateful"]["perplexity_own"]) / statistics.mean(
-            results["lstm_stateless"]["perplexity_own"]
-        )
-        targets["stateful_over_stateless_perplexity"] = round(ratio, 4)
-        targets["stateful_lower_perplexity"] = ratio < 1
-    theirs = results.get("allennlp_models_transformer")
-    ours = [row for row in ("lstm_stateless", "lstm_stateful", "transformer") if row in results]
-    if theirs and ours:
-        for key in ("upos", "las"):
-            best = max(ours, key=lambda row: statistics.mean(results[row][key]))
-            margin = statistics.mean(results[best][key]) - statistics.mean(theirs[key])
-            spread = max(stdev(results[best][key]), stdev(theirs[key]))
-            targets[f"{key}_best_row"] = best
-            targets[f"{key}_best_minus_allennlp_models"] = round(margin, 4)
-            targets[f"{key}_beyond_one_sd"] = margin > spread
-    return targets
-
-
-def stdev(values: list[float]) -> float:
-    return statistics.stdev(values) if len(values) > 1 else 0.0
 
 
 if __name__ == "__main__":

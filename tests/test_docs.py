@@ -1,14 +1,15 @@
-"""The README and docs/ against the code: registered names, named files, links, override JSON."""
+"""The README and docs/ against the code: registered names, configs, files, links, overrides."""
 
 import json
 import re
 from pathlib import Path
 
 import pytest
+from allennlp.common import Params
 from allennlp.common.registrable import Registrable
 
 import elmo_plugin  # noqa: F401  (registers every component)
-from tests.helpers import REPO_ROOT
+from tests.helpers import CONFIG_DIR, REPO_ROOT
 
 README = REPO_ROOT / "README.md"
 DOCS = sorted((REPO_ROOT / "docs").glob("*.md"))
@@ -85,6 +86,12 @@ def test_every_config_script_and_benchmark_named_exists(page):
         assert (REPO_ROOT / "benchmarks" / f"{module}.py").exists(), f"{page_id(page)}: {module}"
     for path in re.findall(r"\b((?:scripts|benchmarks|elmo_plugin|tests)/[\w/]+\.\w+)", text):
         assert (REPO_ROOT / path).exists(), f"{page_id(page)}: {path}"
+
+
+@pytest.mark.parametrize("config", sorted(CONFIG_DIR.glob("*.jsonnet")), ids=lambda path: path.name)
+def test_every_config_in_training_config_is_in_the_readmes_table_and_loads(config):
+    assert f"`{config.name}`" in README.read_text(encoding="utf-8").split("## Choosing a config")[1]
+    assert Params.from_file(str(config)).as_dict()["trainer"]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=page_id)

@@ -52,7 +52,11 @@ local pos_dim = 16;
     tag_representation_dim: 50,
     dropout: 0.3,
     input_dropout: 0.3,
+    // allennlp-models' parser initializer, kept off the text field embedder: the model applies it
+    // after the embedders are built, so these regexes would otherwise overwrite the pretrained
+    // biLM's weights (its LSTMs' weight_ih / weight_hh, its character CNN's projection).
     initializer: {
+      prevent_regexes: ["^text_field_embedder\\."],
       regexes: [
         [".*projection.*weight", { type: "xavier_uniform" }],
         [".*projection.*bias", { type: "zero" }],

@@ -147,7 +147,9 @@ def continue_overrides(
         "validation_data_path": validation_data_path,
     }
     embedder = f"model.text_field_embedder.token_embedders.{char_cnn}"
-    resolved.update({f"{embedder}.{k}": v for k, v in architecture["char_cnn"].items()})
+    resolved.update(
+        {f"{embedder}.{k}": v for k, v in architecture["token_embedder"].items() if k != "type"}
+    )
     resolved.update(
         {f"model.contextualizer.{k}": v for k, v in architecture["contextualizer"].items()}
     )

@@ -14,7 +14,7 @@ from allennlp.commands.subcommand import Subcommand
 from allennlp.common import Tqdm
 from allennlp.common.checks import ConfigurationError
 
-from elmo_plugin.archives.bilm_archive import load_bilm_encoder
+from elmo_plugin.archives.bilm_source import load_bilm_encoder
 from elmo_plugin.commands.cli_errors import reports_errors
 from elmo_plugin.commands.embed_input import (
     STDIN,
@@ -26,12 +26,7 @@ from elmo_plugin.commands.embed_input import (
 )
 from elmo_plugin.commands.learned_mix import LearnedMix, mix_archive, read_learned_mix
 from elmo_plugin.commands.output_paths import check_output_file
-from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
 from elmo_plugin.data.elmo_corpus_reader import CorpusStats
-from elmo_plugin.data.elmo_manylangs_indexer import BOS as MANYLANGS_BOS
-from elmo_plugin.data.elmo_manylangs_indexer import EOS as MANYLANGS_EOS
-from elmo_plugin.data.elmo_manylangs_indexer import token_ids as manylangs_token_ids
-from elmo_plugin.data.elmo_vocab_file import BOS, EOS
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 from elmo_plugin.modules.bilm_sentence_layers import without_boundaries
 from elmo_plugin.modules.sentence_pooling import POOL_CHOICES, check_pool, pool_tokens
@@ -66,8 +61,8 @@ class ElmoEmbed(Subcommand):
         subparser.add_argument(
             "model",
             help="our biLM archive (model.tar.gz / serialization dir), allennlp-models' "
-            "bidirectional language_model archive, a folder with options.json + weights.hdf5, "
-            "or an ELMoForManyLangs model folder",
+            "bidirectional language_model archive, a folder with one *options.json + one "
+            "*weights.hdf5 (any names), or an ELMoForManyLangs model folder",
         )
         subparser.add_argument(
             "input_file",
@@ -339,23 +334,14 @@ class TokenIds(NamedTuple):
     are framed by the texts `bos` and `eos`."""
 
     ids: Callable[[str], list[int]]
-    bos: str = BOS
-    eos: str = EOS
+    bos: str
+    eos: str
 
 
 def encoder_token_ids(encoder: BiLmEncoder) -> TokenIds:
-    """An ELMoForManyLangs token embedder's own dictionaries (`<bos>` / `<eos>` map to its
-    boundary ids), otherwise ELMo's 50 character ids (`<S>` / `</S>` included)."""
-    dictionaries = getattr(encoder.char_cnn, "dictionaries", None)
-    if dictionaries is not None:
-        max_chars = cast(dict, encoder.char_cnn.architecture)["max_characters_per_token"]
-        chars, words = dictionaries
-        return TokenIds(
-            lambda text: manylangs_token_ids(text, chars, words, max_chars),
-            MANYLANGS_BOS,
-            MANYLANGS_EOS,
-        )
-    return TokenIds(ElmoCharIdsIndexer().char_ids)
+    """The character encoder's own token ids and sentence boundary tokens."""
+    characters = encoder.characters
+    return TokenIds(characters.token_ids, *characters.boundary_tokens)
 
 
 def length_sorted_batches(

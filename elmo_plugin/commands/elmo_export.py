@@ -12,6 +12,7 @@ from elmo_plugin.commands.cli_errors import reports_errors
 from elmo_plugin.commands.output_paths import check_output_dir
 from elmo_plugin.elmo_files.layout import OPTIONS_FILE, SOFTMAX_FILE, VOCAB_FILE, WEIGHTS_FILE
 from elmo_plugin.elmo_files.options import encoder_options
+from elmo_plugin.elmo_files.softmax import export_softmax
 from elmo_plugin.elmo_files.weights import write_bilm_encoder
 
 logger = logging.getLogger(__name__)
@@ -60,7 +61,9 @@ def export_archive(archive_file: str, output_dir: str) -> dict[str, str]:
         name: os.path.join(output_dir, name)
         for name in (OPTIONS_FILE, WEIGHTS_FILE, VOCAB_FILE, SOFTMAX_FILE)
     }
-    rows = model.export_softmax(paths[SOFTMAX_FILE], paths[VOCAB_FILE])
+    tokens = model.softmax_tokens()  # the row that scores no token left out
+    export_softmax(*model.softmax_matrices(), tokens, paths[SOFTMAX_FILE], paths[VOCAB_FILE])
+    rows = len(tokens)
     # options.json last: a folder with it is complete (the others are written atomically first)
     write_bilm_encoder(
         encoder,

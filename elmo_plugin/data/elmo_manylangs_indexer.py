@@ -1,7 +1,6 @@
 """TokenIndexer `elmo_manylangs_ids`: the word and character ids of an ELMoForManyLangs model
 (HIT-SCIR), read from its dictionaries as they are recorded in the vocabulary."""
 
-from collections.abc import Callable
 from typing import Optional
 
 import torch
@@ -51,6 +50,19 @@ def record_dictionary(
         )
 
 
+def record_dictionaries(
+    vocab: Vocabulary,
+    namespace: str,
+    chars: dict[str, int],
+    words: Optional[dict[str, int]],
+    source: str,
+) -> None:
+    """A model's char and word (if any) dictionaries into `<namespace>_chars` / `_words`."""
+    record_dictionary(vocab, chars_namespace(namespace), chars, source)
+    if words is not None:
+        record_dictionary(vocab, words_namespace(namespace), words, source)
+
+
 def vocabulary_dictionaries(
     vocab: Vocabulary, namespace: str, with_words: bool
 ) -> tuple[dict[str, int], Optional[dict[str, int]]]:
@@ -65,18 +77,6 @@ def vocabulary_dictionaries(
             "vocabulary, records them"
         )
     return chars, words
-
-
-def sentence_ids(
-    chars: dict[str, int], words: Optional[dict[str, int]], max_chars: int
-) -> Callable[[list[str]], list[list[int]]]:
-    """tokens -> the ids of `<bos> tokens <eos>` as `elmo_bilm_embedder` gives them to the biLM."""
-    boundaries = boundary_ids(chars, words, max_chars)
-    return lambda tokens: [
-        boundaries[BOS],
-        *(token_ids(t, chars, words, max_chars) for t in tokens),
-        boundaries[EOS],
-    ]
 
 
 def boundary_ids(

@@ -8,12 +8,7 @@ from allennlp.data import Instance
 from allennlp.data.vocabulary import Vocabulary
 
 from elmo_plugin.data.elmo_manylangs_files import model_config, read_dictionaries
-from elmo_plugin.data.elmo_manylangs_indexer import (
-    DEFAULT_NAMESPACE,
-    chars_namespace,
-    record_dictionary,
-    words_namespace,
-)
+from elmo_plugin.data.elmo_manylangs_indexer import DEFAULT_NAMESPACE, record_dictionaries
 
 
 @Vocabulary.register("elmo_manylangs", constructor="from_instances_and_model_folder")
@@ -51,7 +46,5 @@ class ElmoManyLangsVocabulary(Vocabulary):
         counts: dict[str, Any] = {"min_count": min_count, "max_vocab_size": max_vocab_size}
         vocab = Vocabulary.from_instances(instances or [], **counts, **kwargs)
         chars, words = read_dictionaries(model_folder, model_config(model_folder))
-        record_dictionary(vocab, chars_namespace(namespace), chars, model_folder)
-        if words is not None:
-            record_dictionary(vocab, words_namespace(namespace), words, model_folder)
+        record_dictionaries(vocab, namespace, chars, words, model_folder)
         return vocab

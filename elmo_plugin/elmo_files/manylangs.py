@@ -1,21 +1,30 @@
-"""An ELMoForManyLangs (HIT-SCIR) model folder -> a `BiLmEncoder` (`elmo_manylangs_cnn` +
-`elmo_lstm`), its architecture and its dictionaries, read as its own `Embedder.get_model` reads
-them (the reference: the `elmoformanylangs` package, 0.0.4.post2).
+"""An ELMoForManyLangs (HIT-SCIR) model folder -> a `BiLmEncoder` (`elmo_manylangs_cnn`, with
+its dictionaries, + `elmo_lstm`) and its architecture, read as its own `Embedder.get_model` reads
+them (the reference: the `elmoformanylangs` package, 0.0.4.post2); or its weights into an
+encoder configured with its architecture (continued pretraining).
 
 The folder: `config.json` (`config_path` names the architecture JSON), `char.dic`, `word.dic`
 (when `word_dim` > 0), `token_embedder.pkl` and `encoder.pkl` (torch state dicts).
 """
 
 import os
-from typing import Any, Optional, cast
+from typing import Any, Optional
 
 import torch
+from allennlp.data import Vocabulary
 
 from elmo_plugin.data.elmo_manylangs_files import model_config, read_dictionaries
-from elmo_plugin.data.elmo_manylangs_indexer import PAD, boundary_ids
+from elmo_plugin.data.elmo_manylangs_indexer import (
+    DEFAULT_NAMESPACE,
+    PAD,
+    boundary_ids,
+    record_dictionaries,
+)
 from elmo_plugin.elmo_files.layout import ElmoFilesError
 from elmo_plugin.modules.bilm_encoder import Architecture, BiLmEncoder
-from elmo_plugin.modules.elmo_manylangs_cnn import ElmoManyLangsCnn
+
+# The `elmo_lstm` arguments that an ELMoForManyLangs release fixes (dropout is ours to choose).
+CONTEXTUALIZER_KEYS = ("input_dim", "cell_size", "num_layers", "cell_clip", "proj_clip")
 
 
 def manylangs_architecture(
@@ -98,14 +107,14 @@ def load_state(path: str) -> dict[str, torch.Tensor]:
         raise ElmoFilesError(f"{path}: unreadable torch state dict ({error})") from None
 
 
-def read_manylangs_folder(
-    folder: str,
-) -> tuple[BiLmEncoder, Architecture, dict[str, int], Optional[dict[str, int]]]:
-    """folder -> (encoder with its weights, eval mode; architecture; char and word dictionaries)."""
+def read_manylangs_folder(folder: str) -> tuple[BiLmEncoder, Architecture]:
+    """folder -> (encoder with its weights and dictionaries, eval mode; its architecture)."""
     config = model_config(folder)
     chars, words = read_dictionaries(folder, config)
     architecture = manylangs_architecture(config, chars, words, folder)
-    encoder = BiLmEncoder.from_architecture(architecture)
+    dictionaries = Vocabulary()  # where its token embedder reads them
+    record_dictionaries(dictionaries, DEFAULT_NAMESPACE, chars, words, folder)
+    encoder = BiLmEncoder.from_architecture(architecture, dictionaries)
     try:
         encoder.char_cnn.load_state_dict(
             token_embedder_state(load_state(os.path.join(folder, "token_embedder.pkl")))
@@ -118,5 +127,36 @@ def read_manylangs_folder(
         raise ElmoFilesError(
             f"{folder}: its weights do not fit its architecture ({error})"
         ) from None
-    cast(ElmoManyLangsCnn, encoder.char_cnn).dictionaries = (chars, words)
-    return encoder.eval(), architecture, chars, words
+    return encoder.eval(), architecture
+
+
+def load_manylangs_folder(folder: str, encoder: BiLmEncoder) -> None:
+    """An ELMoForManyLangs model's weights into `encoder` (a model's own), whose character encoder
+    and contextualizer must have its architecture (dropouts aside); an error listing what
+    differs. Its softmax is not read (releases have none)."""
+    release, architecture = read_manylangs_folder(folder)
+    configured_embedder = encoder.characters.architecture
+    if configured_embedder["type"] != architecture["token_embedder"]["type"]:
+        raise ElmoFilesError(
+            f"{folder} is an ELMoForManyLangs model: elmo_bilm needs an elmo_manylangs_cnn "
+            f"token embedder to load it, not {configured_embedder['type']}"
+        )
+    contextualizer = {
+        key: getattr(encoder.contextualizer, key, None) for key in CONTEXTUALIZER_KEYS
+    }
+    configured = {**configured_embedder, **contextualizer}
+    released = {
+        **architecture["token_embedder"],
+        **{key: architecture["contextualizer"][key] for key in contextualizer},
+    }
+    differing = {
+        key: (configured.get(key), value)
+        for key, value in released.items()
+        if configured.get(key) != value
+    }
+    if differing:
+        raise ElmoFilesError(
+            f"{folder}: the configured biLM differs from the release (configured, release): "
+            f"{differing}"
+        )
+    encoder.load_state_dict(release.state_dict())

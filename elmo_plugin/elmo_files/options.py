@@ -83,7 +83,8 @@ def architecture_from_options(
     """The encoder architecture (`BiLmEncoder.from_architecture`) an options dict describes."""
     cnn, lstm = options["char_cnn"], options["lstm"]
     return {
-        "char_cnn": {
+        "token_embedder": {
+            "type": "elmo_char_cnn",
             "filters": [[int(width), int(count)] for width, count in cnn["filters"]],
             "num_highway": int(cnn["n_highway"]),
             "projection_dim": int(lstm["projection_dim"]),

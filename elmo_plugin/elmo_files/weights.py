@@ -34,7 +34,7 @@ from elmo_plugin.elmo_files.options import (
     lstm_encoder_parts,
     read_options,
 )
-from elmo_plugin.modules.bilm_encoder import BiLmEncoder
+from elmo_plugin.modules.bilm_encoder import Architecture, BiLmEncoder
 from elmo_plugin.modules.elmo_lstm import ElmoLstmContextualizer
 
 
@@ -64,10 +64,6 @@ def _directions(lstm: ElmoLstmContextualizer) -> Iterator[tuple[int, int, torch.
         yield 1, layer, cast(torch.nn.LSTM, backward)
 
 
-def _cell_size(lstm: ElmoLstmContextualizer) -> int:
-    return cast(int, lstm.cell_size)  # set from cell_size or its old name hidden_dim
-
-
 def load_weights(
     encoder: BiLmEncoder, weights_file: str, options_file: Optional[str] = None
 ) -> None:
@@ -75,7 +71,7 @@ def load_weights(
     cnn, lstm = lstm_encoder_parts(encoder)  # or a clear error
     embedding_dim = cnn.char_embedding.embedding_dim
     num_filters = sum(count for _, count in cnn.filters)
-    projection_dim, cells = lstm.input_dim, _cell_size(lstm)
+    projection_dim, cells = lstm.input_dim, lstm.cell_size
     with Hdf5Reader(weights_file, "weights", options_file) as weights:
         char_embed = weights.read(
             "char_embed", (cnn.char_embedding.num_embeddings - 1, embedding_dim)
@@ -121,8 +117,9 @@ def load_weights(
             )
 
 
-def read_bilm_encoder(options_file: str, weights_file: str) -> BiLmEncoder:
-    """options.json + weights.hdf5 -> a `BiLmEncoder` (ElmoCharCnn + ElmoLstm, no dropout)."""
+def read_bilm_files(options_file: str, weights_file: str) -> tuple[BiLmEncoder, Architecture]:
+    """options.json + weights.hdf5 -> (a `BiLmEncoder` (ElmoCharCnn + ElmoLstm, no dropout, eval
+    mode), its architecture)."""
     options = read_options(options_file)
     with Hdf5Reader(weights_file, "weights", options_file) as weights:
         shape = weights.shape("char_embed")
@@ -132,11 +129,15 @@ def read_bilm_encoder(options_file: str, weights_file: str) -> BiLmEncoder:
             f"{weights_file}: dataset char_embed has shape {shape} but {options_file} implies "
             f"({NUM_CHARACTERS - 1}, {dim})"
         )
-    encoder = BiLmEncoder.from_architecture(
-        architecture_from_options(options, num_characters=shape[0] + 1)
-    )
+    architecture = architecture_from_options(options, num_characters=shape[0] + 1)
+    encoder = BiLmEncoder.from_architecture(architecture)
     load_weights(encoder, weights_file, options_file)
-    return encoder.eval()
+    return encoder.eval(), architecture
+
+
+def read_bilm_encoder(options_file: str, weights_file: str) -> BiLmEncoder:
+    """options.json + weights.hdf5 -> a `BiLmEncoder` (`read_bilm_files`)."""
+    return read_bilm_files(options_file, weights_file)[0]
 
 
 def weight_arrays(encoder: BiLmEncoder) -> dict[str, numpy.ndarray]:
@@ -155,7 +156,7 @@ def weight_arrays(encoder: BiLmEncoder) -> dict[str, numpy.ndarray]:
         arrays[f"CNN_high_{index}/b_carry"] = -bias[num_filters:]
     arrays["CNN_proj/W_proj"] = to_numpy(cnn.projection.weight).T
     arrays["CNN_proj/b_proj"] = to_numpy(cnn.projection.bias)
-    cells = _cell_size(lstm)
+    cells = lstm.cell_size
     for direction, layer, cell in _directions(lstm):
         packed = numpy.concatenate(
             [

@@ -2,40 +2,28 @@
 
 import contextlib
 import logging
-import os
 from typing import Optional, Union
 
 import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.data import TextFieldTensors, Vocabulary
 from allennlp.models.model import Model
-from allennlp.modules.sampled_softmax_loss import SampledSoftmaxLoss
 from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 from allennlp.modules.text_field_embedders import TextFieldEmbedder
 from allennlp.nn import InitializerApplicator
 from allennlp.nn.util import get_text_field_mask
 from allennlp_models.lm.models.language_model import LanguageModel
 
-from elmo_plugin.data.elmo_manylangs_files import is_manylangs_folder
-from elmo_plugin.elmo_files.layout import SOFTMAX_FILE, ElmoFilesError
-from elmo_plugin.elmo_files.manylangs import read_manylangs_folder
-from elmo_plugin.elmo_files.options import check_architecture, read_options
-from elmo_plugin.elmo_files.softmax import export_softmax, import_softmax
-from elmo_plugin.elmo_files.source import ElmoSourceSpec, resolve_elmo_source
-from elmo_plugin.elmo_files.weights import load_weights
+from elmo_plugin.elmo_files.pretrained import load_pretrained_files
+from elmo_plugin.models.language_model_encoder import language_model_encoder
 from elmo_plugin.models.language_model_softmax import softmax_matrices
 from elmo_plugin.modules.bilm_contextualizer import BiLmContextualizer, LayerState
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 from elmo_plugin.modules.chunked_sampled_softmax_loss import ChunkedSampledSoftmaxLoss
-from elmo_plugin.modules.elmo_char_cnn import ElmoCharCnn
-from elmo_plugin.modules.elmo_manylangs_cnn import ElmoManyLangsCnn
 from elmo_plugin.training.sparse_gradient_sync import synchronize_sparse_gradients
 from elmo_plugin.training.token_weighted_perplexity import TokenWeightedPerplexity
 
 logger = logging.getLogger(__name__)
-
-# The `elmo_lstm` arguments that an ELMoForManyLangs release fixes (dropout is ours to choose).
-MANYLANGS_CONTEXTUALIZER_KEYS = ("input_dim", "cell_size", "num_layers", "cell_clip", "proj_clip")
 
 # The one line an old config or archive with `model.tf32` logs; the key no longer sets anything.
 DEPRECATED_TF32 = (
@@ -115,6 +103,7 @@ class ElmoLanguageModel(LanguageModel):
     """
 
     default_predictor = "elmo_embeddings"
+    _softmax_loss: torch.nn.Module  # allennlp's SoftmaxLoss, or our ChunkedSampledSoftmaxLoss
 
     def __init__(
         self,
@@ -147,10 +136,14 @@ class ElmoLanguageModel(LanguageModel):
                 "elmo_bilm: the contextualizer must be elmo_lstm or elmo_transformer, not "
                 f"{type(contextualizer).__name__}"
             )
-        if type(self._softmax_loss) is SampledSoftmaxLoss:
-            # Same parameters and training, chunked evaluation; re-classed rather than rebuilt,
-            # which would draw (and allocate) a second random softmax of vocabulary x P.
-            self._softmax_loss.__class__ = ChunkedSampledSoftmaxLoss
+        if num_samples is not None:  # the same parameters and training, chunked evaluation
+            self._softmax_loss = ChunkedSampledSoftmaxLoss.with_parameters(
+                self._softmax_loss.state_dict(keep_vars=True),
+                vocab.get_vocab_size(),
+                self._forward_dim,
+                num_samples,
+                sparse_embeddings,
+            )
         if sparse_embeddings:
             synchronize_sparse_gradients(self)
         if stateful and not contextualizer.supports_state:
@@ -173,11 +166,16 @@ class ElmoLanguageModel(LanguageModel):
             logger.warning(DEPRECATED_TF32, tf32)
         if pretrained_file is not None:
             # allennlp drops this key when loading an archive: the weights come from there.
-            self.load_elmo_files(pretrained_file)
+            load_pretrained_files(
+                pretrained_file,
+                self.bilm_encoder(),
+                self.softmax_matrices(),
+                vocab.get_token_to_index_vocabulary("tokens"),
+            )
 
     def bilm_encoder(self) -> BiLmEncoder:
-        """The character CNN and contextualizer of this model (shared, not copied)."""
-        return BiLmEncoder(self.char_cnn(), self._contextualizer)
+        """The character encoder and contextualizer of this model (shared, not copied)."""
+        return language_model_encoder(self)
 
     def softmax_matrices(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(weight (rows, P), bias (rows,)): see `language_model_softmax.softmax_matrices`."""
@@ -189,94 +187,6 @@ class ElmoLanguageModel(LanguageModel):
             self.vocab.get_token_from_index(i, namespace)
             for i in range(1, self.vocab.get_vocab_size(namespace))
         ]
-
-    def load_elmo_files(self, source: ElmoSourceSpec, namespace: str = "tokens") -> None:
-        """Loads ELMo files into this model, whose configured architecture must equal their
-        options.json. `source`: a folder (one `*options.json`, one `*weights.hdf5`, optionally
-        `*softmax.hdf5` + `vocab.txt`), `[options, weights]` (paths or URLs), or an
-        ELMoForManyLangs folder. The softmax rows are mapped by token through vocab.txt; without
-        both files the softmax starts fresh, said in one warning."""
-        if isinstance(source, str) and is_manylangs_folder(source):
-            self.load_manylangs_folder(source)
-            return
-        files = resolve_elmo_source(source)
-        encoder = self.bilm_encoder()
-        check_architecture(encoder, read_options(files.options_file), files.options_file)
-        load_weights(encoder, files.weights_file, files.options_file)
-        if files.softmax_file is not None and files.vocab_file is not None:
-            token_to_index = self.vocab.get_token_to_index_vocabulary(namespace)
-            import_softmax(
-                *self.softmax_matrices(), token_to_index, files.softmax_file, files.vocab_file
-            )
-        else:
-            missing = f"vocab.txt for its {SOFTMAX_FILE}" if files.softmax_file else SOFTMAX_FILE
-            self.warn_fresh_softmax(files.name, missing, namespace)
-        logger.info("loaded the biLM weights of %s", files.name)
-
-    def warn_fresh_softmax(self, source: str, missing: str, namespace: str = "tokens") -> None:
-        """The one warning of a softmax that starts from its initial values, and what to expect."""
-        logger.warning(
-            "%s has no %s: the softmax starts fresh (random): expect a training perplexity around "
-            "the vocabulary size (%d) or above at first, falling fast while the softmax fits the "
-            "pretrained layers; on a small corpus freeze the character CNN and lower LSTM layers "
-            "(trainer.no_grad, elmo-continue --freeze) so its first gradients do not undo them",
-            source,
-            missing,
-            self.vocab.get_vocab_size(namespace),
-        )
-
-    def load_manylangs_folder(self, folder: str) -> None:
-        """An ELMoForManyLangs model's weights into this model, whose token embedder and
-        contextualizer must have its architecture (dropouts aside); the softmax is left as
-        initialized (its releases have none; a `classifier.pkl` saved by its training code, one
-        of three softmax kinds over its own word ids, is not imported)."""
-        release, architecture, _, _ = read_manylangs_folder(folder)
-        ours = self.bilm_encoder()
-        if not isinstance(ours.char_cnn, ElmoManyLangsCnn):
-            raise ElmoFilesError(
-                f"{folder} is an ELMoForManyLangs model: elmo_bilm needs an elmo_manylangs_cnn "
-                f"token embedder to load it, not {type(ours.char_cnn).__name__}"
-            )
-        contextualizer = {
-            key: getattr(ours.contextualizer, key, None) for key in MANYLANGS_CONTEXTUALIZER_KEYS
-        }
-        configured = {**ours.char_cnn.architecture, **contextualizer}
-        released = {
-            **architecture["token_embedder"],
-            **{key: architecture["contextualizer"][key] for key in contextualizer},
-        }
-        differing = {
-            key: (configured.get(key), value)
-            for key, value in released.items()
-            if configured.get(key) != value
-        }
-        if differing:
-            raise ElmoFilesError(
-                f"{folder}: the configured biLM differs from the release (configured, release): "
-                f"{differing}"
-            )
-        ours.load_state_dict(release.state_dict())
-        if os.path.exists(os.path.join(folder, "classifier.pkl")):
-            self.warn_fresh_softmax(folder, "softmax we import (its classifier.pkl is not)")
-        else:
-            self.warn_fresh_softmax(folder, "softmax")
-        logger.info("loaded the ELMoForManyLangs biLM of %s", folder)
-
-    def export_softmax(self, softmax_file: str, vocab_file: str) -> int:
-        """softmax.hdf5 + vocab.txt of this model (the row that scores no token left out);
-        returns the number of rows written."""
-        tokens = self.softmax_tokens()
-        export_softmax(*self.softmax_matrices(), tokens, softmax_file, vocab_file)
-        return len(tokens)
-
-    def char_cnn(self) -> Union[ElmoCharCnn, ElmoManyLangsCnn]:
-        embedders = self._text_field_embedder._token_embedders
-        for embedder in embedders.values():
-            if isinstance(embedder, (ElmoCharCnn, ElmoManyLangsCnn)):
-                return embedder
-        raise ConfigurationError(
-            "elmo_bilm: the text_field_embedder has no elmo_char_cnn (or elmo_manylangs_cnn)"
-        )
 
     def _compute_loss(
         self,

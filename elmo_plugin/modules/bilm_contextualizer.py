@@ -1,14 +1,18 @@
 """The contextualizer interface of a biLM (what `BiLmEncoder` needs of `elmo_lstm` and
 `elmo_transformer`)."""
 
-from typing import Optional, Union
+from collections.abc import Callable
+from typing import Any, Optional, TypeVar, Union
 
 import torch
+from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
 from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 
 # One layer's carried state for both directions: (state (2, batch, dim), memory (2, batch, cells)).
 LayerState = tuple[torch.Tensor, torch.Tensor]
+
+T = TypeVar("T", bound="BiLmContextualizer")
 
 
 class BiLmContextualizer(Seq2SeqEncoder):
@@ -18,7 +22,48 @@ class BiLmContextualizer(Seq2SeqEncoder):
     (batch, timesteps, 2 * input_dim) = [forward; backward] output (`all_layers`), or from
     `forward` the top layer only (a list of all of them with `return_all_layers`, as
     allennlp-models' transformer contextualizer). Padding positions are zero.
+
+    A subclass lists the constructor keys it renamed in `renamed_keys` (old -> current): configs,
+    archives and recorded architectures that use an old key keep loading.
     """
+
+    renamed_keys: dict[str, str] = {}
+
+    @classmethod
+    def with_current_keys(cls, params: dict[str, Any]) -> dict[str, Any]:
+        """The same params with every old key under its current name; an error where both are
+        given. The one place that reads renamed keys."""
+        current = dict(params)
+        for old, new in cls.renamed_keys.items():
+            if old in current:
+                if new in current:
+                    raise ConfigurationError(
+                        f"{cls.registered_name()}: give {new} ({old} is its old name), exactly once"
+                    )
+                current[new] = current.pop(old)
+        return current
+
+    @classmethod
+    def registered_name(cls) -> str:
+        """The `type` a config names this class by."""
+        names = Seq2SeqEncoder.list_available()
+        return next((n for n in names if Seq2SeqEncoder.resolve_class_name(n)[0] is cls), "")
+
+    @classmethod
+    def from_params(
+        cls: type[T],
+        params: Params,
+        constructor_to_call: Optional[Callable[..., T]] = None,
+        constructor_to_inspect: Optional[Callable[..., Any]] = None,
+        **extras: Any,
+    ) -> T:
+        current = Params(cls.with_current_keys(params.as_dict(quiet=True)), params.history)
+        # (a dict: allennlp annotates these two None defaults without Optional)
+        constructors: dict[str, Any] = {
+            "constructor_to_call": constructor_to_call,
+            "constructor_to_inspect": constructor_to_inspect,
+        }
+        return super().from_params(current, **constructors, **extras)
 
     def __init__(self, input_dim: int, num_layers: int, return_all_layers: bool = False) -> None:
         super().__init__()

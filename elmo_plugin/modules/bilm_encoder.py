@@ -2,22 +2,42 @@
 model, the downstream embedder, the predictors and the commands."""
 
 import copy
-from typing import Any, cast
+from typing import Any, Optional, cast
 
 import torch
 from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
+from allennlp.data import Vocabulary
 from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 from allennlp.modules.token_embedders import TokenEmbedder
 
 from elmo_plugin.modules.bilm_contextualizer import BiLmContextualizer
-from elmo_plugin.modules.elmo_char_cnn import ElmoCharCnn
+from elmo_plugin.modules.character_encoder import CharacterEncoder, character_encoder
 
 # An encoder's architecture as a JSON-able dict, enough to rebuild it without weights:
-# {"char_cnn": {ElmoCharCnn arguments}, "contextualizer": {"type": "elmo_lstm" | ..., arguments}}
-# or, for allennlp-models' `language_model`, {"token_embedder": {"type": "character_encoding",
-# arguments}, "contextualizer": {"type": "bidirectional_language_model_transformer", arguments}}.
+# {"token_embedder": {"type": "elmo_char_cnn" | "elmo_manylangs_cnn" | allennlp-models'
+# "character_encoding", arguments}, "contextualizer": {"type": "elmo_lstm" | "elmo_transformer" |
+# "bidirectional_language_model_transformer", arguments}}.
 Architecture = dict[str, Any]
+
+# The key of an `elmo_char_cnn`'s arguments in architectures recorded before the one form.
+OLD_CHAR_CNN_KEY = "char_cnn"
+
+
+def current_architecture(architecture: Architecture) -> Architecture:
+    """An architecture as recorded on any day -> the current form: `char_cnn` read as an
+    `elmo_char_cnn` token embedder, our contextualizers' renamed keys under their current
+    names."""
+    current = dict(architecture)
+    if OLD_CHAR_CNN_KEY in current:
+        current["token_embedder"] = {"type": "elmo_char_cnn", **current.pop(OLD_CHAR_CNN_KEY)}
+    contextualizer = current.get("contextualizer")
+    if isinstance(contextualizer, dict) and contextualizer.get("type"):
+        registered = Seq2SeqEncoder.resolve_class_name(contextualizer["type"])[0]
+        if issubclass(registered, BiLmContextualizer):
+            current["contextualizer"] = registered.with_current_keys(contextualizer)
+    return current
+
 
 # allennlp-models' convention for a contextualizer that can return every layer
 # (`LanguageModelTokenEmbedder` sets `return_all_layers` through archive overrides).
@@ -57,12 +77,19 @@ class BiLmEncoder(torch.nn.Module):
     allennlp's `Elmo` and allennlp-models' `bidirectional_lm_token_embedder` lay them out).
     mask (batch, tokens) is False at padding tokens.
 
-    `char_cnn`: our `ElmoCharCnn`, or any character-id token embedder (allennlp-models'
-    walkthrough uses `character_encoding`); `contextualizer`: ours, or a bidirectional one that
-    returns every layer with `return_all_layers` (set here).
+    `char_cnn`: a `CharacterEncoder` (`ElmoCharCnn`, `ElmoManyLangsCnn`), or any token embedder
+    over ELMo's character ids (allennlp-models' walkthrough uses `character_encoding`; its
+    params, where known, are `char_architecture`); `characters` is it as a `CharacterEncoder`.
+    `contextualizer`: ours, or a bidirectional one that returns every layer with
+    `return_all_layers` (set here).
     """
 
-    def __init__(self, char_cnn: TokenEmbedder, contextualizer: Seq2SeqEncoder) -> None:
+    def __init__(
+        self,
+        char_cnn: TokenEmbedder,
+        contextualizer: Seq2SeqEncoder,
+        char_architecture: Optional[dict[str, Any]] = None,
+    ) -> None:
         super().__init__()
         if not isinstance(contextualizer, BiLmContextualizer):
             return_all_layers(contextualizer)
@@ -73,25 +100,32 @@ class BiLmEncoder(torch.nn.Module):
             )
         self.char_cnn = char_cnn
         self.contextualizer = contextualizer
+        self._char_architecture = char_architecture
+
+    @property
+    def characters(self) -> CharacterEncoder:
+        """The character encoder's ids, boundaries, width and architecture."""
+        return character_encoder(self.char_cnn, self._char_architecture)
 
     @classmethod
-    def from_architecture(cls, architecture: Architecture) -> "BiLmEncoder":
-        """A randomly initialized encoder with this architecture."""
+    def from_architecture(
+        cls, architecture: Architecture, vocab: Optional[Vocabulary] = None
+    ) -> "BiLmEncoder":
+        """A randomly initialized encoder with this architecture (in any recorded form). `vocab`:
+        what the character encoder reads from a vocabulary (an ELMoForManyLangs model's
+        dictionaries), where it is to index tokens itself."""
         try:
-            if "token_embedder" in architecture:
-                char_cnn = TokenEmbedder.from_params(
-                    Params(copy.deepcopy(architecture["token_embedder"]))
-                )
-            else:
-                char_cnn = ElmoCharCnn(**architecture["char_cnn"])
+            current = current_architecture(architecture)
+            token_embedder = current["token_embedder"]
+            char_cnn = TokenEmbedder.from_params(Params(copy.deepcopy(token_embedder)), vocab=vocab)
             contextualizer = Seq2SeqEncoder.from_params(
-                Params(copy.deepcopy(architecture["contextualizer"]))
+                Params(copy.deepcopy(current["contextualizer"]))
             )
         except (KeyError, TypeError) as error:
             raise ConfigurationError(
                 f"cannot build a biLM encoder from architecture {architecture}: {error}"
             ) from None
-        return cls(char_cnn, contextualizer)
+        return cls(char_cnn, contextualizer, token_embedder)
 
     @property
     def num_layers(self) -> int:

@@ -20,6 +20,24 @@ class ChunkedSampledSoftmaxLoss(SampledSoftmaxLoss):
 
     max_eval_logits: int = MAX_EVAL_LOGITS
 
+    @classmethod
+    def with_parameters(
+        cls,
+        parameters: dict[str, torch.Tensor],
+        num_words: int,
+        embedding_dim: int,
+        num_samples: int,
+        sparse: bool = False,
+    ) -> "ChunkedSampledSoftmaxLoss":
+        """allennlp's constructor with these arguments, holding the given parameters (the state
+        dict of a `SampledSoftmaxLoss` made with them, `keep_vars=True`: the same tensors, not
+        copies). Built on the meta device, so no second softmax of num_words x embedding_dim is
+        drawn or allocated, and the random number generators are left as they were."""
+        with torch.device("meta"):
+            loss = cls(num_words, embedding_dim, num_samples, sparse=sparse)
+        loss.load_state_dict(parameters, assign=True)
+        return loss
+
     def _forward_eval(self, embeddings: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """embeddings (n, P), targets (n,) softmax rows -> summed NLL, a scalar."""
         if self.sparse:

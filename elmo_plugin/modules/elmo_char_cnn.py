@@ -2,7 +2,7 @@
 file."""
 
 from collections.abc import Callable
-from typing import Optional, cast
+from typing import Any, Optional, cast
 
 import torch
 from allennlp.common.checks import ConfigurationError
@@ -12,6 +12,7 @@ from allennlp.modules.token_embedders import TokenEmbedder
 
 from elmo_plugin.cpu.distinct_rows import distinct_rows
 from elmo_plugin.cpu.onednn_matmul import RightMatrix, linear, uses_onednn
+from elmo_plugin.modules.character_encoder import ElmoCharacterIds
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": torch.nn.functional.relu,
@@ -45,9 +46,10 @@ def windows_times_filters(
 
 
 @TokenEmbedder.register("elmo_char_cnn")
-class ElmoCharCnn(TokenEmbedder):
+class ElmoCharCnn(TokenEmbedder, ElmoCharacterIds):
     """
     Character ids (batch, tokens, 50) -> token vectors (batch, tokens, projection_dim).
+    A `CharacterEncoder` over ELMo's character ids (`elmo_char_ids`), framed by `<S>` and `</S>`.
 
     char embedding -> one Conv1d per `[width, count]` filter, max over positions, activation ->
     `num_highway` highway layers (relu) -> linear projection. Parameters map one-to-one onto the
@@ -95,6 +97,15 @@ class ElmoCharCnn(TokenEmbedder):
             )
         self.filters = [(int(width), int(count)) for width, count in filters]
         self.activation = activation
+        self._architecture: dict[str, Any] = {
+            "type": "elmo_char_cnn",
+            "filters": [[width, count] for width, count in self.filters],
+            "num_highway": num_highway,
+            "projection_dim": projection_dim,
+            "embedding_dim": embedding_dim,
+            "activation": activation,
+            "num_characters": num_characters,
+        }
         self.char_embedding = torch.nn.Embedding(num_characters, embedding_dim, padding_idx=0)
         self.convolutions = torch.nn.ModuleList(
             torch.nn.Conv1d(embedding_dim, count, kernel_size=width)
@@ -133,6 +144,10 @@ class ElmoCharCnn(TokenEmbedder):
 
     def get_output_dim(self) -> int:
         return self._output_dim
+
+    @property
+    def architecture(self) -> dict[str, Any]:
+        return self._architecture
 
     def conv_layers(self) -> list[torch.nn.Conv1d]:
         """The convolutions, one per `filters` entry, in order."""

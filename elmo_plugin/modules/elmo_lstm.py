@@ -47,9 +47,9 @@ class ElmoLstmContextualizer(BiLmContextualizer):
 
     input_dim : `int`
         The size of each token vector in and out (each LSTM projects back to it).
-    cell_size : `int`, optional (default = `None`)
+    cell_size : `int`
         Memory cells per LSTM (allennlp's `Elmo` calls it `cell_size`, options.json `lstm.dim`).
-        Required, under this name or `hidden_dim`.
+        Its old name `hidden_dim` is still read (archives made before the rename use it).
     num_layers : `int`, optional (default = `2`)
         Layers per direction.
     cell_clip : `float`, optional (default = `None`)
@@ -66,14 +66,14 @@ class ElmoLstmContextualizer(BiLmContextualizer):
         The clipped LSTM on float32 CPU tensors: "fast", the C++ fast path (the reference loop
         where it cannot be built), or "reference", the plain PyTorch loop that defines it (slower;
         for checking). Other devices and dtypes always run the reference loop.
-    hidden_dim : `int`, optional (default = `None`)
-        The old name of `cell_size`, still accepted (archives made before the rename use it).
     """
+
+    renamed_keys = {"hidden_dim": "cell_size"}
 
     def __init__(
         self,
         input_dim: int,
-        cell_size: Optional[int] = None,
+        cell_size: int,
         num_layers: int = 2,
         cell_clip: Optional[float] = None,
         proj_clip: Optional[float] = None,
@@ -81,18 +81,13 @@ class ElmoLstmContextualizer(BiLmContextualizer):
         return_all_layers: bool = False,
         compile_on_gpu: bool = True,
         cpu_loop: str = "fast",
-        hidden_dim: Optional[int] = None,
     ) -> None:
         super().__init__(input_dim, num_layers, return_all_layers)
-        if (cell_size is None) == (hidden_dim is None):
-            raise ConfigurationError(
-                "elmo_lstm: give cell_size (hidden_dim is its old name), exactly once"
-            )
         if cpu_loop not in CPU_LOOPS:
             raise ConfigurationError(
                 f'elmo_lstm: cpu_loop must be "fast" or "reference", got {cpu_loop!r}'
             )
-        self.cell_size = cell_size if cell_size is not None else hidden_dim
+        self.cell_size = cell_size
         self.cell_clip = cell_clip
         self.proj_clip = proj_clip
         self.compile_on_gpu = compile_on_gpu

@@ -10,21 +10,29 @@ from allennlp.modules.highway import Highway
 from allennlp.modules.token_embedders import TokenEmbedder
 
 from elmo_plugin.data.elmo_manylangs_indexer import (
+    BOS,
     DEFAULT_NAMESPACE,
+    EOS,
     PAD,
     boundary_ids,
+    chars_namespace,
+    recorded_dictionary,
+    token_ids,
     vocabulary_dictionaries,
+    words_namespace,
 )
+from elmo_plugin.modules.character_encoder import CharacterEncoder
 from elmo_plugin.modules.elmo_char_cnn import ACTIVATIONS
 
 Dictionaries = tuple[dict[str, int], Optional[dict[str, int]]]  # (chars, words or None)
 
 
 @TokenEmbedder.register("elmo_manylangs_cnn")
-class ElmoManyLangsCnn(TokenEmbedder):
+class ElmoManyLangsCnn(TokenEmbedder, CharacterEncoder):
     """
     Ids (batch, tokens, 1 + max_chars) from `elmo_manylangs_ids` (column 0 the word id, then the
     character ids, all + 1; 0 = padding token) -> token vectors (batch, tokens, projection_dim).
+    A `CharacterEncoder`: sentences are framed by `<bos>` and `<eos>`.
 
     char embedding -> one Conv1d per `[width, count]` filter, max over all max_chars positions
     (padding characters included, as ELMoForManyLangs computes it), activation -> `num_highway`
@@ -34,8 +42,8 @@ class ElmoManyLangsCnn(TokenEmbedder):
     `num_characters`, `num_words`, `sentence_boundaries` and the padding ids may be left out
     where the model's vocabulary holds its dictionaries (namespace `namespace`, as the
     `elmo_manylangs` vocabulary records them for continued pretraining): they are then derived
-    from them, and the dictionaries are kept in `dictionaries`. `architecture` holds every
-    argument, explicit.
+    from them. Where the vocabulary holds them, `token_ids` gives a token's ids; `architecture`
+    holds every argument, explicit.
 
     # Parameters
 
@@ -65,10 +73,13 @@ class ElmoManyLangsCnn(TokenEmbedder):
     word_padding_id : `int`, optional (default = `None`)
         The `<pad>` word id, likewise.
     vocab : `Vocabulary`, optional (default = `None`)
-        Given by allennlp: the model's vocabulary, read when the sizes above are left out.
+        Given by allennlp: the model's vocabulary; its dictionaries, where it holds them, give
+        the sizes above that are left out (and must have those that are given).
     namespace : `str`, optional (default = `"elmo_manylangs"`)
         The prefix of the vocabulary namespaces that hold the dictionaries.
     """
+
+    boundary_tokens = (BOS, EOS)
 
     def __init__(
         self,
@@ -92,20 +103,28 @@ class ElmoManyLangsCnn(TokenEmbedder):
             raise ConfigurationError(
                 f"elmo_manylangs_cnn: activation must be one of {list(ACTIVATIONS)}"
             )
-        self.dictionaries: Optional[Dictionaries] = None
+        self._dictionaries: Optional[Dictionaries] = None
+        if vocab is not None and recorded_dictionary(vocab, chars_namespace(namespace)):
+            self._dictionaries = vocabulary_dictionaries(vocab, namespace, word_dim > 0)
         if num_characters is None or sentence_boundaries is None:
             if vocab is None:
                 raise ConfigurationError(
                     "elmo_manylangs_cnn: give num_characters and sentence_boundaries, or a "
                     "vocabulary with the model's dictionaries (vocabulary type elmo_manylangs)"
                 )
-            chars, words = self.dictionaries = vocabulary_dictionaries(
+            chars, words = self._dictionaries or vocabulary_dictionaries(
                 vocab, namespace, word_dim > 0
             )
             num_characters, num_words = len(chars), len(words) if words else 0
             sentence_boundaries = boundary_ids(chars, words, max_characters_per_token)
             char_padding_id, word_padding_id = chars[PAD], words[PAD] if words else None
-        self.architecture: dict[str, Any] = {
+        elif self._dictionaries and len(self._dictionaries[0]) != num_characters:
+            raise ConfigurationError(
+                f"elmo_manylangs_cnn: num_characters is {num_characters}, but the vocabulary's "
+                f"character dictionary (namespace {chars_namespace(namespace)!r}) has "
+                f"{len(self._dictionaries[0])} entries"
+            )
+        self._architecture: dict[str, Any] = {
             "type": "elmo_manylangs_cnn",
             "char_dim": char_dim,
             "filters": [list(f) for f in filters],
@@ -137,15 +156,41 @@ class ElmoManyLangsCnn(TokenEmbedder):
         self.highways = Highway(num_filters, num_highway, activation=torch.nn.functional.relu)
         self.projection = torch.nn.Linear(num_filters + word_dim, projection_dim)
         self._activation = ACTIVATIONS[activation]
-        self.sentence_boundaries = {name: list(ids) for name, ids in sentence_boundaries.items()}
+        self._boundaries = {name: list(ids) for name, ids in sentence_boundaries.items()}
         self._output_dim = projection_dim
+
+    def token_ids(self, text: str) -> list[int]:
+        if self._dictionaries is None:
+            raise ConfigurationError(
+                "elmo_manylangs_cnn: built without its dictionaries (from its architecture "
+                "alone), so it cannot index a token: its elmo_manylangs_ids indexer reads them "
+                "from the vocabulary that records them"
+            )
+        chars, words = self._dictionaries
+        return token_ids(text, chars, words, self._architecture["max_characters_per_token"])
+
+    def boundary_ids(self) -> tuple[list[int], list[int]]:
+        return self._boundaries[BOS], self._boundaries[EOS]
 
     def get_output_dim(self) -> int:
         return self._output_dim
 
+    @property
+    def architecture(self) -> dict[str, Any]:
+        return self._architecture
+
+    def indexer_dictionaries(self, namespace: str) -> dict[str, dict[str, int]]:
+        if self._dictionaries is None:
+            return {}
+        chars, words = self._dictionaries
+        recorded = {chars_namespace(namespace): chars}
+        if words is not None:
+            recorded[words_namespace(namespace)] = words
+        return recorded
+
     def forward(self, elmo_tokens: torch.Tensor) -> torch.Tensor:
         """(..., 1 + max_chars) ids -> (..., projection_dim)."""
-        max_chars = self.architecture["max_characters_per_token"]
+        max_chars = self._architecture["max_characters_per_token"]
         if elmo_tokens.size(-1) != 1 + max_chars:  # a different window changes every max-pool
             raise ConfigurationError(
                 f"elmo_manylangs_cnn: got {elmo_tokens.size(-1) - 1} characters per token, the "

@@ -196,8 +196,8 @@ class ElmoTransformerContextualizer(BiLmContextualizer):
 
     input_dim : `int`
         The width of the inputs (the character encoder's output) and of each direction's states.
-    feedforward_hidden_dim : `int`, optional (default = `None`)
-        The feed-forward width; required (or its old name `hidden_dim`, exactly one of them).
+    feedforward_hidden_dim : `int`
+        The feed-forward width. Its old name `hidden_dim` is still read.
     num_layers : `int`, optional (default = `6`)
         Blocks per direction.
     num_attention_heads : `int`, optional (default = `8`)
@@ -218,16 +218,15 @@ class ElmoTransformerContextualizer(BiLmContextualizer):
         A layer norm on the inputs, before the input dropout.
     return_all_layers : `bool`, optional (default = `False`)
         `forward` returns every layer instead of the top one.
-    hidden_dim : `int`, optional (default = `None`)
-        The old name of `feedforward_hidden_dim`, still accepted.
     """
 
+    renamed_keys = {"hidden_dim": "feedforward_hidden_dim"}
     _positions: torch.Tensor  # a buffer: the cached position encodings
 
     def __init__(
         self,
         input_dim: int,
-        feedforward_hidden_dim: Optional[int] = None,
+        feedforward_hidden_dim: int,
         num_layers: int = 6,
         num_attention_heads: int = 8,
         dropout: float = 0.1,
@@ -236,15 +235,8 @@ class ElmoTransformerContextualizer(BiLmContextualizer):
         backward_positions: str = "from_start",
         input_layer_norm: bool = True,
         return_all_layers: bool = False,
-        hidden_dim: Optional[int] = None,
     ) -> None:
         super().__init__(input_dim, num_layers, return_all_layers)
-        widths = [width for width in (feedforward_hidden_dim, hidden_dim) if width is not None]
-        if len(widths) != 1:
-            raise ConfigurationError(
-                "elmo_transformer: give feedforward_hidden_dim (hidden_dim is its old name), "
-                "exactly once"
-            )
         if backward_positions not in BACKWARD_POSITIONS:
             raise ConfigurationError(
                 f"elmo_transformer: backward_positions must be one of {BACKWARD_POSITIONS}"
@@ -256,7 +248,7 @@ class ElmoTransformerContextualizer(BiLmContextualizer):
                 f"elmo_transformer: input_dim {input_dim} is not a multiple of "
                 f"num_attention_heads {num_attention_heads}"
             )
-        self.feedforward_hidden_dim = widths[0]
+        self.feedforward_hidden_dim = feedforward_hidden_dim
         self.num_attention_heads = num_attention_heads
         self.backward_positions = backward_positions
         self.input_dropout = input_dropout or 0.0

@@ -15,11 +15,9 @@ from allennlp.models import Model
 from allennlp.nn import util as nn_util
 from allennlp.predictors.predictor import Predictor
 
-from elmo_plugin.archives.bilm_archive import (
-    check_bidirectional_language_model,
-    language_model_encoder,
-)
+from elmo_plugin.archives.bilm_archive import check_bidirectional_language_model
 from elmo_plugin.data.elmo_vocab_file import BOS, EOS
+from elmo_plugin.models.language_model_encoder import language_model_encoder
 from elmo_plugin.predictors.json_input import input_tokens, predict_input_line
 from elmo_plugin.training.process_settings import ProcessSettings
 

@@ -6,23 +6,18 @@ import json
 import logging
 from typing import Optional, cast
 
-import numpy
 import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
-from allennlp.data.token_indexers.elmo_indexer import ELMoCharacterMapper
 from allennlp.modules.scalar_mix import ScalarMix
 from allennlp.modules.token_embedders import TokenEmbedder
 from allennlp.nn.util import add_sentence_boundary_token_ids, remove_sentence_boundaries
 
-from elmo_plugin.archives.bilm_architecture import load_encoder_and_architecture, with_current_keys
-from elmo_plugin.data.elmo_manylangs_indexer import (
-    DEFAULT_NAMESPACE,
-    chars_namespace,
-    record_dictionary,
-    words_namespace,
-)
-from elmo_plugin.modules.bilm_encoder import Architecture, BiLmEncoder
+from elmo_plugin.archives.bilm_source import load_encoder_and_architecture
+from elmo_plugin.data.elmo_manylangs_indexer import DEFAULT_NAMESPACE
+from elmo_plugin.modules.bilm_encoder import Architecture, BiLmEncoder, current_architecture
+from elmo_plugin.modules.character_encoder import record_indexer_dictionaries
+from elmo_plugin.modules.precomputed_layers import PrecomputedLayers
 
 logger = logging.getLogger(__name__)
 
@@ -32,39 +27,8 @@ logger = logging.getLogger(__name__)
 ARCHITECTURE_NAMESPACE = "elmo_bilm_embedder_architecture"
 
 
-def _boundary_ids(characters: list[int]) -> torch.Tensor:
-    return torch.from_numpy(numpy.array(characters) + 1)
-
-
-def sentence_boundary_ids(bilm: BiLmEncoder) -> tuple[torch.Tensor, torch.Tensor]:
-    """The indexed `<S>` and `</S>` tokens: ELMo's character ids, or those an ELMoForManyLangs
-    token embedder (`sentence_boundaries`) carries."""
-    boundaries = getattr(bilm.char_cnn, "sentence_boundaries", None)
-    if boundaries is not None:
-        return torch.tensor(boundaries["<bos>"]), torch.tensor(boundaries["<eos>"])
-    return (
-        _boundary_ids(ELMoCharacterMapper.beginning_of_sentence_characters),
-        _boundary_ids(ELMoCharacterMapper.end_of_sentence_characters),
-    )
-
-
-def record_manylangs_dictionaries(
-    vocab: Vocabulary, namespace: str, bilm: BiLmEncoder, source: str
-) -> None:
-    """An ELMoForManyLangs biLM's char and word dictionaries (if it is one) into the vocabulary,
-    where the `elmo_manylangs_ids` indexer reads them (and a downstream archive keeps them)."""
-    dictionaries = getattr(bilm.char_cnn, "dictionaries", None)
-    if dictionaries is None:
-        return
-    chars, words = dictionaries
-    record_dictionary(vocab, chars_namespace(namespace), chars, source)
-    if words is not None:
-        record_dictionary(vocab, words_namespace(namespace), words, source)
-
-
 def recorded_architecture(vocab: Vocabulary, namespace: str) -> Optional[Architecture]:
-    """The architecture JSON stored as a token of `namespace`, if any, under current key
-    names."""
+    """The architecture JSON stored as a token of `namespace`, if any, in the current form."""
     # The namespace is padded, so it also holds allennlp's padding and OOV tokens: only a JSON
     # object (starting with "{") is the architecture.
     tokens = [
@@ -75,7 +39,7 @@ def recorded_architecture(vocab: Vocabulary, namespace: str) -> Optional[Archite
             f"elmo_bilm_embedder: vocabulary namespace {namespace!r} holds {len(tokens)} "
             "architectures"
         )
-    return with_current_keys(json.loads(tokens[0])) if tokens else None
+    return current_architecture(json.loads(tokens[0])) if tokens else None
 
 
 @TokenEmbedder.register("elmo_bilm_embedder")
@@ -99,7 +63,8 @@ class ElmoBiLmEmbedder(TokenEmbedder):
     pretrained_file : `str`, optional (default = `None`)
         Our biLM `model.tar.gz` (or serialization folder), LSTM or transformer, allennlp-models'
         bidirectional `language_model` archive (its character encoder + contextualizer), or a
-        folder with ELMo's `options.json` + `weights.hdf5`, or an ELMoForManyLangs model folder
+        folder with ELMo's files (one `*options.json` + one `*weights.hdf5`, any names, as the
+        published downloads are named), or an ELMoForManyLangs model folder
         (its dictionaries are then recorded in the vocabulary, namespaces
         `<dictionary_namespace>_chars` / `_words`). allennlp drops this key when it loads an
         archive; the weights then come from the archive.
@@ -117,6 +82,15 @@ class ElmoBiLmEmbedder(TokenEmbedder):
         Vocabulary namespace for the recorded architecture (one per ELMo embedder in a model).
     dictionary_namespace : `str`, optional (default = `"elmo_manylangs"`)
         For an ELMoForManyLangs model: the `namespace` of its `elmo_manylangs_ids` indexer.
+    precomputed_layers : `str`, optional (default = `None`)
+        An `allennlp elmo-embed MODEL sentences.txt FILE` output of this same biLM (`--layers
+        all`, float32), read into memory: a sentence it holds takes its layers from the file
+        instead of running the frozen biLM (equal within float32 rounding); others run the biLM.
+        For a model trained for many epochs, seeds or tasks on the same sentences. Needs
+        `requires_grad` false and `do_layer_norm` false; the first batch checks one sentence
+        against the biLM (an error if the file was made by another biLM). The key stays in the
+        model's archive: the file must exist where the archive is loaded, or override the key
+        with null.
     """
 
     _bos: torch.Tensor  # buffers: the indexed <S> and </S> tokens
@@ -133,12 +107,15 @@ class ElmoBiLmEmbedder(TokenEmbedder):
         scalar_mix_parameters: Optional[list[float]] = None,
         architecture_namespace: str = ARCHITECTURE_NAMESPACE,
         dictionary_namespace: str = DEFAULT_NAMESPACE,
+        precomputed_layers: Optional[str] = None,
     ) -> None:
         super().__init__()
         recorded = recorded_architecture(vocab, architecture_namespace)
         if pretrained_file is not None:
             self.bilm, architecture = load_encoder_and_architecture(pretrained_file)
-            record_manylangs_dictionaries(vocab, dictionary_namespace, self.bilm, pretrained_file)
+            record_indexer_dictionaries(
+                vocab, dictionary_namespace, self.bilm.characters, pretrained_file
+            )
             if recorded is None:
                 vocab.add_token_to_namespace(
                     json.dumps(architecture, sort_keys=True, separators=(",", ":")),
@@ -156,8 +133,9 @@ class ElmoBiLmEmbedder(TokenEmbedder):
         else:
             raise ConfigurationError(
                 "elmo_bilm_embedder: give pretrained_file (a biLM model.tar.gz, or a folder with "
-                "options.json + weights.hdf5); without it the architecture must be recorded in the "
-                f"vocabulary namespace {architecture_namespace!r}, as in an archive made with one"
+                "one *options.json + one *weights.hdf5); without it the architecture must be "
+                f"recorded in the vocabulary namespace {architecture_namespace!r}, as in an "
+                "archive made with one"
             )
         self.bilm.eval()
         self._requires_grad = requires_grad
@@ -175,9 +153,32 @@ class ElmoBiLmEmbedder(TokenEmbedder):
             torch.nn.Linear(self.bilm.get_output_dim(), projection_dim) if projection_dim else None
         )
         self._output_dim = projection_dim or self.bilm.get_output_dim()
-        bos, eos = sentence_boundary_ids(self.bilm)
-        self.register_buffer("_bos", bos, persistent=False)
-        self.register_buffer("_eos", eos, persistent=False)
+        bos, eos = self.bilm.characters.boundary_ids()
+        self.register_buffer("_bos", torch.tensor(bos), persistent=False)
+        self.register_buffer("_eos", torch.tensor(eos), persistent=False)
+        self._precomputed = (
+            self._read_precomputed(
+                precomputed_layers, requires_grad, do_layer_norm, dictionary_namespace
+            )
+            if precomputed_layers
+            else None
+        )
+        self._precomputed_checked = False
+
+    def _read_precomputed(
+        self, path: str, requires_grad: bool, do_layer_norm: bool, dictionary_namespace: str
+    ) -> PrecomputedLayers:
+        if requires_grad or do_layer_norm:
+            raise ConfigurationError(
+                f"elmo_bilm_embedder: precomputed_layers ({path}) needs requires_grad false and "
+                "do_layer_norm false (fixed layers, each position mixed on its own)"
+            )
+        if self.bilm.characters.indexer_dictionaries(dictionary_namespace):
+            raise ConfigurationError(
+                f"elmo_bilm_embedder: precomputed_layers ({path}) is for biLMs that read ELMo "
+                "character ids, not ELMoForManyLangs models"
+            )
+        return PrecomputedLayers(path, self.bilm.num_layers, self.bilm.get_output_dim())
 
     def get_output_dim(self) -> int:
         return self._output_dim
@@ -203,13 +204,61 @@ class ElmoBiLmEmbedder(TokenEmbedder):
         layers, _ = self.bilm(with_boundaries)
         return layers, mask_with_boundaries
 
+    def layers_without_boundaries(self, elmo_tokens: torch.Tensor) -> torch.Tensor:
+        """(batch, tokens, 50) -> the frozen biLM's layers (num_layers, batch, tokens, dim),
+        `<S>`/`</S>` removed."""
+        with torch.no_grad():
+            layers, mask = self.layers(elmo_tokens)
+        return torch.stack([remove_sentence_boundaries(layer, mask)[0] for layer in layers])
+
+    def looked_up_layers(self, elmo_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.BoolTensor]:
+        """(batch, tokens, 50) -> (layers (num_layers, batch, tokens, dim), mask (batch,
+        tokens)): each sentence's layers from `precomputed_layers`, the biLM's for the others."""
+        assert self._precomputed is not None
+        mask = cast(torch.BoolTensor, (elmo_tokens > 0).any(dim=-1))
+        lengths = mask.sum(dim=1).tolist()
+        found = [self._precomputed.find(elmo_tokens[row, :n]) for row, n in enumerate(lengths)]
+        missing = [row for row, layers in enumerate(found) if layers is None]
+        if not self._precomputed_checked and len(missing) < len(found):
+            self._check_precomputed(elmo_tokens, found, lengths)
+        shape = (self.bilm.num_layers, *elmo_tokens.shape[:2], self.bilm.get_output_dim())
+        layers = torch.zeros(shape, device=elmo_tokens.device)
+        if missing:
+            layers[:, missing] = self.layers_without_boundaries(elmo_tokens[missing])
+        for row, sentence in enumerate(found):
+            if sentence is not None:
+                layers[:, row, : lengths[row]] = sentence.to(layers.device)
+        return layers, mask
+
+    def _check_precomputed(
+        self, elmo_tokens: torch.Tensor, found: list[Optional[torch.Tensor]], lengths: list[int]
+    ) -> None:
+        """The file's layers of the batch's first sentence it holds equal the biLM's, within
+        float32 rounding: otherwise another biLM made the file."""
+        assert self._precomputed is not None
+        row = next(row for row, layers in enumerate(found) if layers is not None)
+        expected = self.layers_without_boundaries(elmo_tokens[row : row + 1, : lengths[row]])[:, 0]
+        stored = cast(torch.Tensor, found[row]).to(expected.device)
+        difference = float((expected - stored).abs().max())
+        if difference > 1e-4 * max(1.0, float(expected.abs().max())):
+            raise ConfigurationError(
+                f"elmo_bilm_embedder: precomputed_layers {self._precomputed.path} was not made "
+                f"by this biLM: a sentence's layers differ from the biLM's by {difference:.3g} "
+                "(write it with `allennlp elmo-embed` of this biLM)"
+            )
+        self._precomputed_checked = True
+
     def forward(self, elmo_tokens: torch.Tensor) -> torch.Tensor:
         leading_shape = elmo_tokens.shape[:-2]
         flat = elmo_tokens.reshape(-1, *elmo_tokens.shape[-2:])
-        with torch.set_grad_enabled(torch.is_grad_enabled() and self._requires_grad):
-            layers, mask = self.layers(flat)
-        mixed = self.scalar_mix(layers, mask)
-        mixed, _ = remove_sentence_boundaries(mixed, mask)
+        if self._precomputed is not None:
+            layers, mask = self.looked_up_layers(flat)
+            mixed = self.scalar_mix(list(layers), mask)
+        else:
+            with torch.set_grad_enabled(torch.is_grad_enabled() and self._requires_grad):
+                layers_with_boundaries, mask = self.layers(flat)
+            mixed = self.scalar_mix(layers_with_boundaries, mask)
+            mixed, _ = remove_sentence_boundaries(mixed, mask)
         output = self._dropout(mixed)
         if self._projection is not None:
             output = self._projection(output)

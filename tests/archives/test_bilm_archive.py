@@ -7,13 +7,10 @@ import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.models.archival import load_archive
 
-from elmo_plugin.archives.bilm_architecture import (
-    architecture_from_archive,
-    load_encoder_and_architecture,
-    with_current_keys,
-)
-from elmo_plugin.archives.bilm_archive import load_bilm_encoder, load_bilm_model
+from elmo_plugin.archives.bilm_archive import load_bilm_model
+from elmo_plugin.archives.bilm_source import load_bilm_encoder, load_encoder_and_architecture
 from elmo_plugin.elmo_files.weights import read_bilm_encoder
+from elmo_plugin.modules.bilm_encoder import current_architecture
 from tests.elmo_files.elmo_reference import batches, random_encoder, with_boundaries, write_pair
 from tests.helpers import REPO_ROOT
 
@@ -24,14 +21,14 @@ def test_an_archive_without_a_bilm_is_an_error_saying_what_it_holds():
     with pytest.raises(ConfigurationError, match="holds a CrfTagger model, not an ELMo biLM"):
         load_bilm_model(str(OLD / "tagger.tar.gz"))
     with pytest.raises(ConfigurationError, match="holds a 'crf_tagger' model, not an ELMo biLM"):
-        architecture_from_archive(str(OLD / "tagger.tar.gz"))
+        load_encoder_and_architecture(str(OLD / "tagger.tar.gz"))
 
 
 @pytest.mark.parametrize("bad", ["missing.tar.gz", "not_an_archive.tar.gz"])
 def test_a_missing_or_unreadable_archive_is_an_error_naming_it(tmp_path, bad):
     (tmp_path / "not_an_archive.tar.gz").write_bytes(b"plain bytes")
     with pytest.raises(ConfigurationError, match=bad):
-        architecture_from_archive(str(tmp_path / bad))
+        load_encoder_and_architecture(str(tmp_path / bad))
 
 
 def test_elmo_folder_loads_the_files_encoder(tmp_path):
@@ -47,18 +44,20 @@ def test_elmo_folder_loads_the_files_encoder(tmp_path):
 
 
 def test_old_keys_are_renamed_and_dropout_is_zero_in_the_recorded_architecture():
-    architecture = architecture_from_archive(str(OLD / "bilm_lstm.tar.gz"))
+    architecture = load_encoder_and_architecture(str(OLD / "bilm_lstm.tar.gz"))[1]
     assert (
         architecture["contextualizer"]["cell_size"] == 32
         and "hidden_dim" not in architecture["contextualizer"]
     )
     assert architecture["contextualizer"]["dropout"] == 0.0
-    transformer = architecture_from_archive(str(OLD / "bilm_transformer.tar.gz"))["contextualizer"]
+    transformer = load_encoder_and_architecture(str(OLD / "bilm_transformer.tar.gz"))[1][
+        "contextualizer"
+    ]
     assert (
         transformer["feedforward_hidden_dim"] == 32
         and transformer["dropout"] == transformer["input_dropout"] == 0.0
     )
-    assert with_current_keys({"contextualizer": {"type": "elmo_lstm", "cell_size": 4}}) == {
+    assert current_architecture({"contextualizer": {"type": "elmo_lstm", "cell_size": 4}}) == {
         "contextualizer": {"type": "elmo_lstm", "cell_size": 4}
     }
 

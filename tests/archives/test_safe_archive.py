@@ -6,8 +6,8 @@ import pytest
 import torch
 from allennlp.common.checks import ConfigurationError
 
-from elmo_plugin.archives.bilm_architecture import architecture_from_archive
 from elmo_plugin.archives.bilm_archive import load_bilm_model
+from elmo_plugin.archives.bilm_source import load_encoder_and_architecture
 from elmo_plugin.archives.safe_archive import UnsafeArchiveError, extracted_model_archive
 from tests.helpers import REPO_ROOT, copy_archive_with, tar_member
 
@@ -36,7 +36,7 @@ def test_hostile_members_are_refused_naming_archive_and_member_and_nothing_is_wr
 ):
     member, reason = hostile_members(tmp_path)[case]
     archive = copy_archive_with(BILM, tmp_path / "model.tar.gz", extra=member)
-    for load in (load_bilm_model, architecture_from_archive):
+    for load in (load_bilm_model, load_encoder_and_architecture):
         with pytest.raises(UnsafeArchiveError) as error:
             load(str(archive))
         assert (

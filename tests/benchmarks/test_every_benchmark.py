@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers import REPO_ROOT, run_forked
 
-HELPERS = {"__init__", "common", "lm_training_speed", "run_all", "wikitext_data"}
+HELPERS = {"__init__", "common", "lm_training_speed", "run_all", "stages", "wikitext_data"}
 WIKITEXT = Path("wikitext-2") / "valid.txt"
 EWT = Path("ud-english-ewt") / "en_ewt-ud-dev.conllu"
 

@@ -1,29 +1,225 @@
-"""benchmarks/quality_table.py's targets, from per-seed results."""
+"""benchmarks/quality_table.py's plan and report, and benchmarks/stages.py's cached stages,
+without training anything (the benchmark's own run is tests/benchmarks/test_every_benchmark.py
+and `--quick`)."""
 
-from benchmarks.quality_table import issue_targets
+import json
+import threading
+import time
+
+import pytest
+
+from benchmarks.quality_table import (
+    BILM_CONFIGS,
+    ROWS,
+    Budget,
+    Plan,
+    best_bilm_row,
+    downstream_params,
+    keep_settings,
+    plot_curve,
+    summarize,
+    targets,
+    write_ewt,
+)
+from benchmarks.stages import Stage, run_command, run_stages
+
+FULL = Budget(None, 1440, [200, 400, 800], 3, 10, 1, 40, 5)
 
 
-def test_targets_compare_stateful_with_stateless_and_our_best_row_with_allennlp_models():
+def conllu(sentences: int) -> str:
+    return "".join(
+        f"# sent_id = s{i}\n1\tword{i}\tword{i}\tNOUN\t_\t_\t0\troot\t_\t_\n\n"
+        for i in range(sentences)
+    )
+
+
+def test_ewt_splits_keep_the_test_sentences_out_of_training_and_stopping(tmp_path):
+    source = tmp_path / "ewt.conllu"
+    source.write_text(conllu(2001))
+    data = write_ewt(source, FULL, tmp_path)
+    counts = data["counts"]
+    assert (counts["train"], counts["validation"], counts["test"]) == (1440, 160, 401)
+    assert [counts[f"train_{n}"] for n in (200, 400, 800)] == [200, 400, 800]
+
+    def words(name: str) -> set[str]:
+        return {line.split("\t")[1] for line in data[name].read_text().splitlines() if "\t" in line}
+
+    assert not words("test") & (words("train") | words("validation"))
+    assert not words("validation") & words("train")
+    assert words("train_200") < words("train")
+    assert len(data["sentences"].read_text().splitlines()) == 2001
+
+
+def test_the_plan_has_every_row_task_and_seed_and_the_curve_waits_for_the_biLM_taggers(tmp_path):
+    data = {"wiki": {}, "ewt": {"sentences": tmp_path / "sentences.txt"}}
+    stages = {stage.name: stage for stage in Plan(ROWS, data, FULL, tmp_path).stages()}
+    table = [f"{task}_{row}_seed{s}" for task in ("upos", "las") for row in ROWS for s in range(3)]
+    curve = [
+        f"curve_{row}_train_{size}_seed{s}"
+        for row in ("best_bilm", "static_vectors", "no_pretraining")
+        for size in (200, 400, 800)
+        for s in range(3)
+    ]
+    pretraining = [f"pretrain_{row}" for row in ROWS if row != "no_pretraining"]
+    embedding = [f"embed_{row}" for row in ("lstm_stateless", "lstm_stateful", "transformer")]
+    assert set(stages) == set(table + curve + pretraining + embedding)
+    assert stages["upos_lstm_stateful_seed2"].needs == ("embed_lstm_stateful",)
+    assert stages["las_allennlp_models_transformer_seed0"].needs == (
+        "pretrain_allennlp_models_transformer",
+    )
+    assert stages["upos_no_pretraining_seed0"].needs == ()
+    best = set(stages["curve_best_bilm_train_200_seed0"].needs)
+    assert {f"upos_{row}_seed{s}" for row in BILM_CONFIGS for s in range(3)} <= best
+
+
+def test_the_best_biLM_row_is_chosen_by_validation_not_test():
     results = {
-        "lstm_stateless": {
-            "perplexity_own": [600.0, 700.0],
-            "upos": [0.80, 0.82],
-            "las": [0.6, 0.6],
-        },
-        "lstm_stateful": {
-            "perplexity_own": [500.0, 540.0],
-            "upos": [0.84, 0.86],
-            "las": [0.6, 0.7],
-        },
-        "allennlp_models_transformer": {"upos": [0.50, 0.54], "las": [0.64, 0.66]},
+        "upos_lstm_stateless_seed0": {"row": "lstm_stateless", "validation": 0.90, "test": 0.80},
+        "upos_transformer_seed0": {"row": "transformer", "validation": 0.85, "test": 0.95},
+        "upos_static_vectors_seed0": {"row": "static_vectors", "validation": 0.99, "test": 0.99},
     }
-    assert issue_targets(results) == {
-        "stateful_over_stateless_perplexity": 0.8,
-        "stateful_lower_perplexity": True,
-        "upos_best_row": "lstm_stateful",
-        "upos_best_minus_allennlp_models": 0.33,
-        "upos_beyond_one_sd": True,
-        "las_best_row": "lstm_stateful",
-        "las_best_minus_allennlp_models": 0.0,
-        "las_beyond_one_sd": False,
+    assert best_bilm_row(results) == "lstm_stateless"
+
+
+@pytest.mark.parametrize("row", ROWS)
+def test_every_row_trains_the_same_model_on_training_data_only(row, tmp_path):
+    pretrained = {
+        "archive": "bilm.tar.gz",
+        "layers": "layers.hdf5",
+        "width": 256,
+        "vectors": "vectors.txt",
+        "words": 5000,
+        "dim": 100,
     }
+    data = {name: tmp_path / f"{name}.conllu" for name in ("train", "validation", "test")}
+    for task, extra in (("upos", 0), ("las", 16)):
+        params = downstream_params(task, row, pretrained, data, "train", 1, FULL)
+        embedders = params["model"]["text_field_embedder"]["token_embedders"]
+        width = {"no_pretraining": 0, "static_vectors": 100}.get(row, 256)
+        assert params["model"]["encoder"]["input_size"] == 32 + width + extra
+        assert set(embedders) == set(params["dataset_reader"]["token_indexers"])
+        assert params["datasets_for_vocab_creation"] == ["train"]
+        assert params["test_data_path"] == str(data["test"]) and params["evaluate_on_test"]
+        assert (params["trainer"]["num_epochs"], params["trainer"]["patience"]) == (40, 5)
+        assert [c["type"] for c in params["trainer"]["callbacks"]] == ["elmo_process_settings"]
+        if row == "static_vectors":
+            assert embedders["static"]["trainable"] is False
+            assert params["vocabulary"]["min_pretrained_embeddings"] == {"static_vectors": 5000}
+        elif row in ("lstm_stateless", "lstm_stateful", "transformer"):
+            assert embedders["elmo"]["precomputed_layers"] == "layers.hdf5"
+            assert embedders["elmo"]["requires_grad"] is False
+        elif row == "allennlp_models_transformer":
+            assert embedders["elmo"]["type"] == "elmo_bilm_embedder"
+            assert embedders["elmo"]["do_layer_norm"] is True  # its layers are not normalized
+            assert "precomputed_layers" not in embedders["elmo"]
+            documented = downstream_params(
+                task, row, pretrained, data, "train", 1, FULL, "documented"
+            )
+            their = documented["model"]["text_field_embedder"]["token_embedders"]["elmo"]
+            assert their["type"] == "bidirectional_lm_token_embedder"
+            assert their["archive_file"] == "bilm.tar.gz"
+
+
+def runs(test: list[float], validation: float = 0.5, row: str = "") -> list[dict]:
+    return [
+        {
+            "test": t,
+            "validation": validation,
+            "best_epoch": 3,
+            "epochs_run": 8,
+            "cpu_s": 10.0,
+            "row": row,
+        }
+        for t in test
+    ]
+
+
+def test_summary_targets_and_curve_png(tmp_path):
+    budget = Budget(None, 1440, [200], 2, 10, 1, 40, 5)
+    results = {}
+    table = {
+        "lstm_stateless": ([0.90, 0.92], [0.70, 0.72]),
+        "allennlp_models_transformer": ([0.86, 0.87], [0.40, 0.44]),
+        "static_vectors": ([0.88, 0.88], [0.69, 0.69]),
+        "no_pretraining": ([0.86, 0.88], [0.66, 0.68]),
+    }
+    for row, (upos, las) in table.items():
+        for task, values in (("upos", upos), ("las", las)):
+            for seed, result in enumerate(runs(values, row=row)):
+                results[f"{task}_{row}_seed{seed}"] = result
+    for row, values in (("lstm_stateless", [0.80, 0.82]), ("no_pretraining", [0.60, 0.64])):
+        for seed, result in enumerate(runs(values, row=row)):
+            results[
+                f"curve_{row if row != 'lstm_stateless' else 'best_bilm'}_train_200_seed{seed}"
+            ] = result
+    summary = summarize(list(table), results, budget)
+    assert summary["table"]["lstm_stateless"]["upos"]["test_mean"] == 0.91
+    assert summary["curve"]["lstm_stateless"]["200"]["test_mean"] == 0.81
+    assert summary["curve"]["lstm_stateless"]["1440"]["test_mean"] == 0.91
+    assert "static_vectors" not in summary["curve"]  # its curve runs are missing
+    found = targets(summary)
+    assert found["allennlp_models_not_below_no_pretraining_upos"] is True  # 0.865 vs 0.87, sd 0.014
+    assert found["allennlp_models_not_below_no_pretraining_las"] is False
+    assert found["best_bilm_minus_static_vectors_upos"] == 0.03
+    plot_curve(summary["curve"], tmp_path / "curve.png")
+    assert (tmp_path / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_stages_run_after_their_needs_and_a_rerun_skips_finished_ones(tmp_path):
+    calls = []
+    lock = threading.Lock()
+
+    def stage(name: str, needs: tuple[str, ...] = ()) -> Stage:
+        def run(results: dict) -> dict:
+            with lock:
+                calls.append(name)
+            assert set(results) == set(needs)
+            return {"value": sum(r["value"] for r in results.values()) + 1}
+
+        return Stage(name, run, needs)
+
+    stages = [stage("c", ("a", "b")), stage("a"), stage("b", ("a",))]
+    assert run_stages(stages, tmp_path, workers=2)["c"] == {"value": 4}
+    assert calls.index("a") < calls.index("b") < calls.index("c")
+    assert json.loads((tmp_path / "b.json").read_text()) == {"value": 2}
+    (tmp_path / "c.json").unlink()
+    calls.clear()
+    assert run_stages(stages, tmp_path, workers=2)["c"] == {"value": 4}
+    assert calls == ["c"]
+
+
+def test_a_failing_stage_lets_the_running_one_finish_starts_nothing_more_and_raises(tmp_path):
+    failing = threading.Event()
+
+    def fail(_: dict) -> dict:
+        failing.set()
+        raise RuntimeError("broken")
+
+    def slow(_: dict) -> dict:
+        failing.wait(5)
+        time.sleep(0.3)  # still running when the other stage fails
+        return {"value": 1}
+
+    stages = [
+        Stage("bad", fail, cost=3.0),
+        Stage("ok", slow, cost=2.0),
+        Stage("never", lambda _: {}, cost=1.0),
+    ]
+    with pytest.raises(RuntimeError, match="broken"):
+        run_stages(stages, tmp_path, workers=2)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["ok.json"]
+
+
+def test_a_command_reports_its_cpu_time_or_names_its_log(tmp_path):
+    busy = ["python3", "-c", "sum(i * i for i in range(3_000_000))"]
+    cost = run_command(busy, tmp_path / "busy.log")
+    assert 0 < cost["cpu_s"] <= cost["wall_s"] + 0.5
+    with pytest.raises(RuntimeError, match=f"(?s)exit status 3.*{tmp_path / 'fail.log'}.*oops"):
+        run_command(["python3", "-c", "print('oops'); raise SystemExit(3)"], tmp_path / "fail.log")
+
+
+def test_an_out_folder_made_with_other_settings_is_refused(tmp_path):
+    keep_settings(tmp_path, {"seeds": 3})
+    keep_settings(tmp_path, {"seeds": 3})  # the same settings: the run continues
+    with pytest.raises(SystemExit, match="holds stages made with other settings"):
+        keep_settings(tmp_path, {"seeds": 1})

@@ -3,10 +3,17 @@ our ELMo."""
 
 import json
 from pathlib import Path
+from typing import cast
 
 import pytest
+import torch
+from allennlp.data.fields import TextField
 from allennlp.models.archival import load_archive
 
+from elmo_plugin.archives.bilm_archive import load_bilm_encoder
+from elmo_plugin.data.conllu_tagging_reader import ConlluTaggingReader
+from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
+from elmo_plugin.modules.precomputed_layers import PrecomputedLayers
 from tests.helpers import CONFIG_DIR, hidden, overrides, run_allennlp_in_process
 
 FAST = {
@@ -14,6 +21,21 @@ FAST = {
     "data_loader.batch_sampler.batch_size": 8,
     "trainer.optimizer.lr": 0.01,
 }
+
+
+def evaluated_accuracy(archive: str, tagged_data: Path, cwd: Path) -> float:
+    """`allennlp evaluate ARCHIVE` on the tiny validation file -> its accuracy."""
+    run_allennlp_in_process(
+        [
+            "evaluate",
+            archive,
+            str(tagged_data / "valid.conllu"),
+            "--output-file",
+            "metrics.json",
+        ],
+        cwd=cwd,
+    )
+    return json.loads((cwd / "metrics.json").read_text())["accuracy"]
 
 
 def test_elmo_tagger_learns_the_layer_mix_and_its_archive_stands_alone(
@@ -29,24 +51,53 @@ def test_elmo_tagger_learns_the_layer_mix_and_its_archive_stands_alone(
         ]["token_embedders"]["elmo"]["pretrained_file"]
     )
     with hidden(bilm):
-        run_allennlp_in_process(
-            [
-                "evaluate",
-                str(tiny_elmo_tagger_archive),
-                str(tiny_tagged_data / "valid.conllu"),
-                "--output-file",
-                "metrics.json",
-            ],
-            cwd=plugin_cwd,
-        )
-    evaluated = json.loads((plugin_cwd / "metrics.json").read_text())
-    assert evaluated["accuracy"] == pytest.approx(metrics["best_validation_accuracy"], abs=1e-6)
+        accuracy = evaluated_accuracy(str(tiny_elmo_tagger_archive), tiny_tagged_data, plugin_cwd)
+    assert accuracy == pytest.approx(metrics["best_validation_accuracy"], abs=1e-6)
     parameters = dict(load_archive(str(tiny_elmo_tagger_archive)).model.named_parameters())
     mix = {name: value for name, value in parameters.items() if "scalar_mix" in name}
     assert len(mix) == 4  # three layer weights s_j and gamma
     scalars = [value.item() for name, value in mix.items() if "scalar_parameters" in name]
     assert max(abs(s) for s in scalars) > 1e-3  # trained away from the initial 0
     assert not any(value.requires_grad for name, value in parameters.items() if ".bilm." in name)
+
+
+def test_tagger_on_precomputed_layers_trains_as_the_tagger_on_the_biLM(
+    tiny_elmo_tagger_archive, tiny_bilm_archive, tiny_tagged_data, plugin_cwd
+):
+    """`elmo-embed` the sentences once, train the same tagger reading them: the same training
+    (the fixture's seeds and settings) within float32 rounding, and it evaluates the same."""
+    sentences = plugin_cwd / "sentences.txt"
+    sentences.write_text(
+        "".join(
+            " ".join(line.split("\t")[1] for line in block.splitlines() if "\t" in line) + "\n"
+            for name in ("train.conllu", "valid.conllu")
+            for block in (tiny_tagged_data / name).read_text().split("\n\n")
+            if "\t" in block
+        )
+    )
+    run_allennlp_in_process(
+        ["elmo-embed", str(tiny_bilm_archive), str(sentences), "layers.hdf5"], cwd=plugin_cwd
+    )
+    # every sentence the tagger's reader and indexer make is found in the file
+    layers = PrecomputedLayers(str(plugin_cwd / "layers.hdf5"), 3, 32)
+    indexer = ElmoCharIdsIndexer()
+    for instance in ConlluTaggingReader().read(str(tiny_tagged_data / "valid.conllu")):
+        tokens = cast(TextField, instance["tokens"]).tokens
+        assert layers.find(torch.tensor(indexer.char_ids_of([t.text for t in tokens]))) is not None
+    config = json.loads((tiny_elmo_tagger_archive.parent / "config.json").read_text())
+    config["model"]["text_field_embedder"]["token_embedders"]["elmo"]["precomputed_layers"] = str(
+        plugin_cwd / "layers.hdf5"
+    )
+    (plugin_cwd / "config.json").write_text(json.dumps(config))
+    run_allennlp_in_process(["train", "config.json", "-s", "out"], cwd=plugin_cwd)
+    plain = json.loads((tiny_elmo_tagger_archive.parent / "metrics.json").read_text())
+    cached = json.loads((plugin_cwd / "out" / "metrics.json").read_text())
+    assert cached["training_loss"] == pytest.approx(plain["training_loss"], rel=1e-3)
+    assert cached["best_validation_accuracy"] == pytest.approx(
+        plain["best_validation_accuracy"], abs=0.01
+    )
+    accuracy = evaluated_accuracy("out/model.tar.gz", tiny_tagged_data, plugin_cwd)
+    assert accuracy == pytest.approx(cached["best_validation_accuracy"], abs=1e-6)
 
 
 def with_unseen_labels(source: Path, target: Path, column: int, label: str) -> int:
@@ -156,6 +207,14 @@ def test_dependency_parser_with_elmo(tiny_bilm_archive, tiny_tagged_data, plugin
     metrics = json.loads((plugin_cwd / "out" / "metrics.json").read_text())
     # Chance (a random head among ~8 words) is ~0.15; the template grammar is easy to learn.
     assert metrics["best_validation_UAS"] > 0.6 and metrics["best_validation_LAS"] > 0.4
+    # The parser's initializer leaves the frozen biLM as pretrained (its regexes match the
+    # biLM's LSTM and projection weights).
+    pretrained = load_bilm_encoder(str(tiny_bilm_archive)).state_dict()
+    parser = load_archive(str(plugin_cwd / "out" / "model.tar.gz")).model.state_dict()
+    prefix = "text_field_embedder.token_embedder_elmo.bilm."
+    assert {name[len(prefix) :] for name in parser if name.startswith(prefix)} == set(pretrained)
+    for name, value in pretrained.items():
+        assert torch.equal(parser[prefix + name], value), name
     # A relation the training data never had (allennlp's default vocabulary: a KeyError).
     unseen = plugin_cwd / "unseen.conllu"
     with_unseen_labels(tiny_tagged_data / "valid.conllu", unseen, 7, "csubj:pass")

@@ -131,7 +131,8 @@ def test_published_names_need_no_architecture_and_the_vocabulary_is_counted(runs
     config = json.loads((runs["root"] / "counted" / "config.json").read_text())
     architecture = architecture_from_options(runs["source_options"])
     embedder = config["model"]["text_field_embedder"]["token_embedders"]["elmo"]
-    assert {key: embedder[key] for key in architecture["char_cnn"]} == architecture["char_cnn"]
+    char_cnn = {k: v for k, v in architecture["token_embedder"].items() if k != "type"}
+    assert {key: embedder[key] for key in char_cnn} == char_cnn
     contextualizer = config["model"]["contextualizer"]
     assert {key: contextualizer[key] for key in architecture["contextualizer"]} == architecture[
         "contextualizer"
@@ -152,7 +153,7 @@ def test_the_archive_evaluates_and_exports_the_source_architecture_without_the_s
 
 def test_frozen_char_cnn_equals_the_source_and_the_lstm_trained(runs):
     model = load_archive(str(runs["root"] / "counted" / "model.tar.gz")).model
-    continued = model.char_cnn().state_dict()
+    continued = model.bilm_encoder().char_cnn.state_dict()
     for name, value in runs["source_char_cnn"].items():
         assert torch.equal(continued[name], value), name
     source = read_bilm_encoder(

@@ -12,6 +12,7 @@ from allennlp.models import Model
 from allennlp.models.archival import load_archive
 from allennlp.modules.elmo import batch_to_ids
 
+from elmo_plugin.elmo_files.pretrained import load_pretrained_files
 from elmo_plugin.elmo_files.softmax import read_softmax
 from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder
 from tests.elmo_files.elmo_reference import TOLERANCE, max_diff, with_boundaries
@@ -158,7 +159,12 @@ def test_sparse_softmax_archive_evaluates_exports_imports_and_embeds(
         vocab=model.vocab, params=Params(load_archive(str(archive)).config.as_dict()["model"])
     )
     assert isinstance(fresh._softmax_loss.softmax_w, torch.nn.Embedding)
-    fresh.load_elmo_files(str(files))
+    load_pretrained_files(
+        str(files),
+        fresh.bilm_encoder(),
+        fresh.softmax_matrices(),
+        fresh.vocab.get_token_to_index_vocabulary(),
+    )
     for mine, theirs in zip(fresh.softmax_matrices(), model.softmax_matrices(), strict=True):
         assert torch.equal(mine[:rows], theirs[:rows])
     char_ids = batch_to_ids(

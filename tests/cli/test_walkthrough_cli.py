@@ -21,7 +21,7 @@ from allennlp_models.lm.modules.token_embedders.bidirectional_lm import (
     BidirectionalLanguageModelTokenEmbedder,
 )
 
-from elmo_plugin.archives.bilm_archive import load_bilm_encoder
+from elmo_plugin.archives.bilm_source import load_bilm_encoder
 from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder
 from tests.helpers import CONFIG_DIR, TINY_TAGGER_OVERRIDES, overrides, run_allennlp_in_process
 

@@ -13,13 +13,14 @@ import pytest
 import torch
 from allennlp.common.checks import ConfigurationError
 
-from elmo_plugin.archives.bilm_archive import load_bilm_encoder
+from elmo_plugin.archives.bilm_source import load_bilm_encoder
 from elmo_plugin.commands import elmo_embed
 from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
 from elmo_plugin.data.elmo_vocab_file import BOS, EOS
 from elmo_plugin.modules.bilm_sentence_layers import sentence_layers
 from elmo_plugin.modules.elmo_char_cnn import ElmoCharCnn
 from elmo_plugin.modules.token_vector_cache import TokenVectorCache
+from tests.elmo_files.elmo_reference import random_encoder, write_pair
 from tests.helpers import ALLENNLP, REPO_ROOT, run_allennlp_in_process
 
 LONG_TOKEN = "x" * 70  # longer than ELMo's 50 characters: truncated, not fatal
@@ -226,6 +227,25 @@ def test_elmo_files_folder_gives_the_archive_vectors(embedded, tiny_bilm_archive
     assert index[TEXTS[0]] == [0, 3]
     for name, value in from_archive.items():
         numpy.testing.assert_allclose(from_files[name], value, atol=1e-5)
+
+
+def test_a_folder_named_as_the_published_downloads_embeds_its_encoders_layers(plugin_cwd):
+    """elmo-embed takes any one *options.json + *weights.hdf5 (here named as the published
+    files): every layer equals the encoder's own, sentence by sentence."""
+    folder = plugin_cwd / "elmo"
+    encoder = random_encoder(3.0)
+    options, weights = write_pair(encoder, folder)
+    os.rename(options, folder / "elmo_2x16_24_cnn_1xhighway_options.json")
+    os.rename(weights, folder / "elmo_2x16_24_cnn_1xhighway_weights.hdf5")
+    (plugin_cwd / "in.txt").write_text("The file is open .\na\n")
+    vectors, _ = embed(folder, "in.txt", plugin_cwd / "out.hdf5", plugin_cwd)
+    indexer = ElmoCharIdsIndexer()
+    for index, line in enumerate(["The file is open .", "a"]):
+        tokens = [BOS, *line.split(), EOS]
+        char_ids = torch.tensor([[indexer.char_ids(token) for token in tokens]])
+        with torch.no_grad():
+            layers, _ = sentence_layers(encoder, char_ids)
+        numpy.testing.assert_allclose(vectors[str(index)], layers[0].numpy(), atol=1e-6)
 
 
 def test_missing_input_is_an_error_naming_it(tiny_bilm_archive, tmp_path):

@@ -19,8 +19,9 @@ import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.models.archival import load_archive
 from allennlp.modules.scalar_mix import ScalarMix
+from mktestdocs import grab_code_blocks
 
-from elmo_plugin.archives.bilm_archive import load_bilm_encoder
+from elmo_plugin.archives.bilm_source import load_bilm_encoder
 from elmo_plugin.commands import elmo_embed
 from elmo_plugin.commands.embed_input import Shard, parse_shard
 from elmo_plugin.commands.learned_mix import read_learned_mix
@@ -440,7 +441,7 @@ def test_a_killed_shard_resumes_to_the_same_datasets_bit_for_bit(tiny_bilm_archi
 
 def docs_python_blocks():
     text = (REPO_ROOT / "docs" / "embedding-options.md").read_text(encoding="utf-8")
-    return re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
+    return grab_code_blocks(text, lang="python")
 
 
 def test_the_docs_merge_snippet_reads_three_shards_as_the_unsharded_file(

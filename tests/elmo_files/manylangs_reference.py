@@ -58,14 +58,21 @@ SENTENCES = [
 MAX_CHARS = 12
 
 
-def architecture(word_dim: int, activation: str = "tanh", cell_clip: float = 3.0) -> dict:
+def architecture(
+    word_dim: int,
+    activation: str = "tanh",
+    cell_clip: float = 3.0,
+    projection_dim: int = 8,
+    max_characters: int = MAX_CHARS,
+    dim: int = 16,
+) -> dict:
     return {
         "encoder": {
             "name": "elmo",
-            "projection_dim": 8,
+            "projection_dim": projection_dim,
             "cell_clip": cell_clip,
             "proj_clip": 3,
-            "dim": 16,
+            "dim": dim,
             "n_layers": 2,
         },
         "token_embedder": {
@@ -75,7 +82,7 @@ def architecture(word_dim: int, activation: str = "tanh", cell_clip: float = 3.0
             "n_highway": 2,
             "word_dim": word_dim,
             "char_dim": 5,
-            "max_characters_per_token": MAX_CHARS,
+            "max_characters_per_token": max_characters,
         },
         "classifier": {"name": "sampled_softmax", "n_samples": 8},
         "dropout": 0.1,

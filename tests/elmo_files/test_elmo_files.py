@@ -15,7 +15,7 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
 from allennlp.models import Model
 
-from elmo_plugin.elmo_files.softmax import NO_TOKEN_BIAS, import_softmax
+from elmo_plugin.elmo_files.softmax import NO_TOKEN_BIAS, export_softmax, import_softmax
 from elmo_plugin.elmo_files.weights import read_bilm_encoder, weight_arrays
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 from elmo_plugin.modules.elmo_char_cnn import ElmoCharCnn
@@ -184,7 +184,12 @@ def batch_for(vocab: Vocabulary, sentences):
 @pytest.mark.parametrize("num_samples,sparse", [(None, False), (3, False), (3, True)])
 def test_softmax_export_and_import_map_rows_by_token(tmp_path, num_samples, sparse):
     source = tiny_bilm(vocab_of(TOKENS), num_samples, sparse)
-    source.export_softmax(str(tmp_path / "softmax.hdf5"), str(tmp_path / "vocab.txt"))
+    export_softmax(
+        *source.softmax_matrices(),
+        source.softmax_tokens(),
+        str(tmp_path / "softmax.hdf5"),
+        str(tmp_path / "vocab.txt"),
+    )
     lines = (tmp_path / "vocab.txt").read_text().splitlines()
     assert lines == ["@@UNKNOWN@@", *TOKENS]  # line i = vocabulary index i + 1 = softmax row i
     weight, bias = source.softmax_matrices()
@@ -222,7 +227,12 @@ def test_import_gives_the_original_models_loss(tmp_path):
     folder = tmp_path / "files"
     folder.mkdir()
     write_pair(original.bilm_encoder(), folder)
-    original.export_softmax(str(folder / "softmax.hdf5"), str(folder / "vocab.txt"))
+    export_softmax(
+        *original.softmax_matrices(),
+        original.softmax_tokens(),
+        str(folder / "softmax.hdf5"),
+        str(folder / "vocab.txt"),
+    )
     from elmo_plugin.data.elmo_tokens_vocabulary import ElmoTokensVocabulary
 
     vocab = ElmoTokensVocabulary.from_elmo_tokens_file(str(folder / "vocab.txt"))

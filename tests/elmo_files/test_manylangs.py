@@ -12,7 +12,7 @@ from allennlp.data.fields import TextField
 from allennlp.data.tokenizers import Token
 
 from elmo_plugin.data.elmo_manylangs_files import read_dictionary
-from elmo_plugin.data.elmo_manylangs_indexer import ElmoManyLangsIndexer, sentence_ids
+from elmo_plugin.data.elmo_manylangs_indexer import ElmoManyLangsIndexer
 from elmo_plugin.elmo_files.manylangs import read_manylangs_folder
 from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder
 from tests.elmo_files.manylangs_reference import (
@@ -166,9 +166,10 @@ def test_gradients_equal_elmoformanylangs_model(tmp_path):
     )
     (their_layers * weights)[:, keep].sum().backward()
 
-    encoder, _, chars_dic, words_dic = read_manylangs_folder(str(folder))
+    encoder, _ = read_manylangs_folder(str(folder))
     encoder.double()
-    rows = [sentence_ids(chars_dic, words_dic, MAX_CHARS)(s) for s in SENTENCES]
+    characters, (bos, eos) = encoder.characters, encoder.characters.boundary_ids()
+    rows = [[bos, *map(characters.token_ids, s), eos] for s in SENTENCES]
     ids = torch.zeros(len(rows), max(lengths), 1 + MAX_CHARS, dtype=torch.long)
     for row, sentence in enumerate(rows):
         ids[row, : len(sentence)] = torch.tensor(sentence)

@@ -234,8 +234,9 @@ def test_hidden_dim_is_still_accepted_as_the_old_name_of_cell_size():
     )
     assert old.cell_size == new.cell_size == 10
     assert old.state_dict().keys() == new.state_dict().keys()
-    with pytest.raises(ConfigurationError, match="exactly once"):
-        ElmoLstmContextualizer(DIM, cell_size=10, hidden_dim=10)
+    both = {"type": "elmo_lstm", "input_dim": DIM, "cell_size": 10, "hidden_dim": 10}
+    with pytest.raises(ConfigurationError, match="elmo_lstm: give cell_size .* exactly once"):
+        Seq2SeqEncoder.from_params(Params(both))
 
 
 def counting_paths(monkeypatch) -> list[str]:

@@ -299,14 +299,17 @@ def test_bilm_encoder_uses_it_unchanged():
 
 
 def test_hidden_dim_is_still_accepted_as_the_old_name_of_feedforward_hidden_dim():
-    old = make_transformer(feedforward_hidden_dim=None, hidden_dim=24)
+    params = {"type": "elmo_transformer", "input_dim": DIM, "num_attention_heads": 4}
+    old = Seq2SeqEncoder.from_params(Params({**params, "hidden_dim": 24}))
+    assert isinstance(old, ElmoTransformerContextualizer)
     assert old.feedforward_hidden_dim == 24 and old.layers[0].feedforward_in_weight.shape == (
         2,
         DIM,
         24,
     )
-    with pytest.raises(ConfigurationError, match="exactly once"):
-        make_transformer(hidden_dim=24)
+    both = {**params, "hidden_dim": 24, "feedforward_hidden_dim": 24}
+    with pytest.raises(ConfigurationError, match="elmo_transformer: give .* exactly once"):
+        Seq2SeqEncoder.from_params(Params(both))
     assert "feedforward_hidden_dim=32" in repr(
         make_transformer()
     )  # DirectionalBlock prints its sizes

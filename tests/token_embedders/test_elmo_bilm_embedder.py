@@ -2,6 +2,7 @@
 without pretrained_file, frozen / fine-tuned biLM."""
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -76,7 +77,8 @@ def test_architecture_is_recorded_and_rebuilds_without_pretrained_file(tmp_path)
         "cell_clip": 1.0,
         "proj_clip": 1.0,
     }
-    assert architecture["char_cnn"]["filters"] == [[1, 4], [2, 8], [3, 8], [5, 16]]
+    assert architecture["token_embedder"]["type"] == "elmo_char_cnn"
+    assert architecture["token_embedder"]["filters"] == [[1, 4], [2, 8], [3, 8], [5, 16]]
     # what an archive holds: the saved vocabulary and the state dict, but no pretrained_file
     vocab.save_to_files(str(tmp_path / "vocabulary"))
     (tmp_path / "elmo" / "weights.hdf5").unlink()
@@ -100,6 +102,20 @@ def test_a_different_recorded_architecture_is_an_error(tmp_path):
         ElmoBiLmEmbedder(vocab, pretrained_file=str(tmp_path / "b"))
     with pytest.raises(ConfigurationError, match="not found"):
         ElmoBiLmEmbedder(Vocabulary(), pretrained_file=str(tmp_path / "missing.tar.gz"))
+
+
+def test_a_folder_named_as_the_published_files_gives_the_same_embeddings(tmp_path):
+    options, weights = write_pair(random_encoder(1.0), tmp_path / "standard")
+    (tmp_path / "published").mkdir()
+    shutil.copy(options, tmp_path / "published" / "elmo_2x16_24_cnn_1xhighway_options.json")
+    shutil.copy(weights, tmp_path / "published" / "elmo_2x16_24_cnn_1xhighway_weights.hdf5")
+    embedders = [
+        ElmoBiLmEmbedder(Vocabulary(), pretrained_file=str(tmp_path / name), dropout=0.0).eval()
+        for name in ("standard", "published")
+    ]
+    char_ids = batches((3,))[0]
+    with torch.no_grad():
+        assert torch.equal(embedders[1](char_ids), embedders[0](char_ids))
 
 
 @pytest.mark.parametrize("requires_grad", [False, True])

@@ -1,0 +1,103 @@
+"""Stages of a long benchmark, run side by side and kept on disk: each stage's result (a JSON
+object) is written to FOLDER/NAME.json when it finishes, so a rerun skips every finished stage
+and continues where the last run stopped. Commands run as child processes whose CPU time is
+measured (`os.wait4`), so a stage's cost is known even on a busy machine."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+Result = dict[str, Any]
+
+
+@dataclass
+class Stage:
+    """`run(results of its needs)` -> its result; `cost`: estimated seconds (the longest ready
+    stages start first); `summary(result)`: the progress line's tail."""
+
+    name: str
+    run: Callable[[dict[str, Result]], Result]
+    needs: tuple[str, ...] = ()
+    cost: float = 1.0
+    summary: Optional[Callable[[Result], str]] = None
+
+
+def run_command(args: list[str], log: Path, env: Optional[dict[str, str]] = None) -> Result:
+    """Runs `args` with stdout and stderr to `log` -> {"wall_s", "cpu_s"} (the child's user +
+    system time, its own children included); exits naming the log and its last lines if the
+    command fails."""
+    start = time.perf_counter()
+    with open(log, "w") as out:
+        process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
+        _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        tail = "".join(log.read_text(errors="replace").splitlines(True)[-20:])
+        raise RuntimeError(
+            f"{' '.join(args[:2])} failed (exit status {process.returncode}), see {log}:\n{tail}"
+        )
+    return {
+        "wall_s": round(time.perf_counter() - start, 1),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
+    }
+
+
+def write_atomically(path: Path, text: str) -> None:
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    os.replace(partial, path)
+
+
+def run_stages(stages: list[Stage], folder: Path, workers: int) -> dict[str, Result]:
+    """Runs every stage whose result is not in `folder` yet, `workers` at a time, each once its
+    needs are done, printing a line when each starts and when it finishes. A failing stage
+    stops new starts; the running ones finish (and are kept), then its error is raised."""
+    folder.mkdir(parents=True, exist_ok=True)
+    by_name = {stage.name: stage for stage in stages}
+    unknown = {need for stage in stages for need in stage.needs} - set(by_name)
+    if unknown:
+        raise ValueError(f"stages need unknown stages: {sorted(unknown)}")
+    results = {
+        name: json.loads((folder / f"{name}.json").read_text())
+        for name in by_name
+        if (folder / f"{name}.json").is_file()
+    }
+    if results:
+        print(f"{len(results)} of {len(stages)} stages already done in {folder}", flush=True)
+    pending = [stage for stage in stages if stage.name not in results]
+    running: dict[Future, Stage] = {}
+    failure: Optional[BaseException] = None
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        while running or (pending and failure is None):
+            ready = [s for s in pending if all(need in results for need in s.needs)]
+            for stage in sorted(ready, key=lambda s: -s.cost)[: workers - len(running)]:
+                if failure is None:
+                    pending.remove(stage)
+                    needs = {need: results[need] for need in stage.needs}
+                    running[pool.submit(stage.run, needs)] = stage
+                    print(f"started {stage.name}", flush=True)
+            if not running:
+                raise ValueError(f"stages wait on each other: {[s.name for s in pending]}")
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                stage = running.pop(future)
+                try:
+                    result = future.result()
+                except Exception as error:  # the others finish first
+                    print(f"stage {stage.name} failed: {error}", file=sys.stderr, flush=True)
+                    failure = failure or error
+                    continue
+                write_atomically(folder / f"{stage.name}.json", json.dumps(result))
+                results[stage.name] = result
+                tail = stage.summary(result) if stage.summary else ""
+                print(f"[{len(results)}/{len(stages)}] {stage.name} {tail}".rstrip(), flush=True)
+    if failure is not None:
+        raise failure
+    return results
