@@ -10,7 +10,7 @@ import torch
 from allennlp.data.fields import TextField
 from allennlp.models.archival import load_archive
 
-from elmo_plugin.archives.bilm_archive import load_bilm_encoder
+from elmo_plugin.archives.bilm_source import load_bilm_encoder
 from elmo_plugin.data.conllu_tagging_reader import ConlluTaggingReader
 from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
 from elmo_plugin.modules.precomputed_layers import PrecomputedLayers

@@ -10,7 +10,7 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
 from allennlp.modules.elmo import batch_to_ids
 
-from elmo_plugin.archives.bilm_archive import load_bilm_encoder
+from elmo_plugin.archives.bilm_source import load_bilm_encoder
 from elmo_plugin.commands.elmo_embed import OutputFormat, embed_file
 from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder
 from tests.elmo_files.elmo_reference import (
