@@ -10,7 +10,7 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check
 STAMP := $(VENV)/.installed
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: install demo lint test benchmark clean
+.PHONY: install demo lint test coverage benchmark clean
 
 install: $(STAMP)
 	$(BIN)/python -m elmo_plugin.commands.register_plugin
@@ -45,8 +45,14 @@ test: install
 	@echo "make test: random test order --randomly-seed=$(TEST_SEED) (repeat it: make test TEST_SEED=$(TEST_SEED))"
 	$(BIN)/python -m pytest tests -q -rs --randomly-seed=$(TEST_SEED)
 
+# The suite as `make test` runs it, with line coverage of elmo_plugin (settings in pyproject.toml,
+# the `allennlp` processes tests start included), then the report per file.
+coverage: install
+	@echo "make coverage: random test order --randomly-seed=$(TEST_SEED)"
+	$(BIN)/python -m pytest tests -q -rs --randomly-seed=$(TEST_SEED) --cov --cov-report=term
+
 benchmark: install
 	$(BIN)/python -m benchmarks.run_all
 
 clean:
-	rm -rf $(VENV) build *.egg-info demo_output
+	rm -rf $(VENV) build *.egg-info demo_output .coverage .coverage.*

@@ -1,5 +1,6 @@
-"""Shared fixtures: tiny corpora and tiny trained archives (made once per session), one torch
-thread for every test. Helpers live in tests/helpers.py."""
+"""Shared fixtures: tiny corpora and tiny trained archives (made once per session, through the
+`allennlp` CLI in this process), one torch thread for every test. Helpers live in
+tests/helpers.py."""
 
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from tests.helpers import (
     TINY_TRANSFORMER_OVERRIDES,
     conllu_head,
     overrides,
-    run_allennlp,
+    run_allennlp_in_process,
 )
 
 import_plugins()  # allennlp-models too, as every `allennlp` command does (crf_tagger, ...)
@@ -47,14 +48,17 @@ def tiny_corpus(tmp_path_factory) -> Path:
 
 
 def train_tiny_bilm(config: str, sizes: dict, epochs: int, corpus: Path, out: Path) -> Path:
-    """`allennlp train CONFIG` at tiny `sizes` on the tiny corpus -> its model.tar.gz."""
+    """`allennlp train CONFIG` (in this process) at tiny `sizes` on the tiny corpus -> its
+    model.tar.gz."""
     values = dict(
         sizes,
         train_data_path=str(corpus / "train" / "*.txt"),
         validation_data_path=str(corpus / "valid.txt"),
         **{"trainer.num_epochs": epochs},
     )
-    run_allennlp(["train", str(CONFIG_DIR / config), "-s", str(out), "-o", overrides(values)])
+    run_allennlp_in_process(
+        ["train", str(CONFIG_DIR / config), "-s", str(out), "-o", overrides(values)]
+    )
     return out / "model.tar.gz"
 
 
@@ -113,7 +117,7 @@ def tiny_elmo_tagger_archive(tiny_bilm_archive, tiny_tagged_data, tmp_path_facto
             "trainer.optimizer.lr": 0.01,
         },
     )
-    run_allennlp(
+    run_allennlp_in_process(
         [
             "train",
             str(CONFIG_DIR / "pos_tagger_elmo.jsonnet"),

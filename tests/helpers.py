@@ -1,24 +1,39 @@
 """Test helpers (imported by test modules; conftest.py holds only fixtures): repo paths, the real
-data location, a runner for the real `allennlp` CLI, tiny config sizes."""
+data location, two runners for the real `allennlp` CLI (a subprocess, or in this process), tiny
+config sizes."""
 
+import atexit
 import contextlib
 import io
 import json
+import logging
 import os
+import random
+import shutil
 import socket
 import subprocess
 import sys
 import tarfile
+import tempfile
 import threading
+import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Optional, cast
 
+import allennlp.commands as allennlp_commands
+import numpy
 import pytest
+import torch
+from allennlp.common import logging as allennlp_logging
+from allennlp.common import tqdm as allennlp_tqdm
 from allennlp.data import Instance, Token
 from allennlp.data.fields import TextField
 
 from benchmarks.common import shared_data_dir  # the one definition, shared with benchmarks/
+from elmo_plugin.training import glibc_heap
+from tests import forked_allennlp
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO_ROOT / "training_config"
@@ -38,24 +53,172 @@ def require_shared_file(relative: str) -> Path:
 
 
 def run_allennlp(
-    args: list[str], cwd: Optional[Path] = None, timeout: int = 600, check: bool = True
+    args: list[str],
+    cwd: Optional[Path] = None,
+    timeout: int = 600,
+    check: bool = True,
+    stdin: Optional[bytes] = None,
 ) -> subprocess.CompletedProcess:
-    """Runs `allennlp ARGS --include-package elmo_plugin`; fails the test with its output on error
-    (with `check`; otherwise returns the failed result too)."""
-    command = [ALLENNLP, *args, "--include-package", "elmo_plugin"]
+    """Runs `allennlp ARGS --include-package elmo_plugin` in a process of its own, a fork of this
+    session's warm `allennlp` (tests/forked_allennlp.py: no import time), `stdin` its standard
+    input; fails the test with its output on error (with `check`; otherwise returns the failed
+    result too). For what only a process shows: its exit status and stderr, a kill, distributed
+    workers, process-wide settings; otherwise `run_allennlp_in_process` costs less still."""
+    argv = [*args, "--include-package", "elmo_plugin"]
     env = dict(os.environ, PYTHONWARNINGS="ignore", TOKENIZERS_PARALLELISM="false")
     # Tiny models gain nothing from threads, and spinning OpenMP threads on shared cores slow
     # them down by 10x and more (measured: 60 s vs 0.9 s per tagger epoch under load).
     env.setdefault("OMP_NUM_THREADS", "1")
-    result = subprocess.run(
-        command, cwd=cwd or REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout
-    )
+    result = run_forked(["allennlp", *argv], cwd or REPO_ROOT, env, timeout, stdin)
     if check and result.returncode != 0:
         pytest.fail(
-            f"{' '.join(command)} exited {result.returncode}:\n"
+            f"allennlp {' '.join(argv)} exited {result.returncode}:\n"
             f"{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
         )
     return result
+
+
+def run_forked(
+    command: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    timeout: int = 600,
+    stdin: Optional[bytes] = None,
+) -> subprocess.CompletedProcess:
+    """`allennlp ARGS...` or `-m MODULE ARGS...` (`command`) as a process of its own, forked
+    from this session's warm server (tests/forked_allennlp.py), in `cwd` with `env` -> its exit
+    status (minus the signal that ended it) and output, as text."""
+    client = [sys.executable, "-S", str(FORKED_ALLENNLP), str(timeout), *command]
+    env = {**env, forked_allennlp.SOCKET_ENV: allennlp_server()}
+    ran = subprocess.run(
+        client, cwd=cwd, env=env, input=stdin or b"", capture_output=True, timeout=timeout + 60
+    )
+    stdout, stderr = (ran.stdout.decode(errors="replace"), ran.stderr.decode(errors="replace"))
+    return subprocess.CompletedProcess(command, ran.returncode, stdout, stderr)
+
+
+FORKED_ALLENNLP = REPO_ROOT / "tests" / "forked_allennlp.py"
+_server: dict[str, str] = {}  # this session's server: its socket
+
+
+def allennlp_server() -> str:
+    """The socket of this session's `python -m tests.forked_allennlp --serve` (started on first
+    use, ended with the session). Its environment is the session's without glibc's malloc
+    variables, which glibc reads once, at a process's start (a test may have set them); torch
+    asks NVML, not CUDA, whether there is a GPU (CUDA initialized before a fork is unusable in
+    it); pyarrow's allocator starts no thread (the server forks with its main thread alone)."""
+    if "socket" not in _server:
+        folder = Path(tempfile.mkdtemp(prefix="allennlp_server_"))
+        socket_path = folder / "server.sock"
+        env = {k: v for k, v in os.environ.items() if k not in glibc_heap.USER_SETTINGS}
+        env.update(PYTHONWARNINGS="ignore", TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
+        env["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+        env["JE_ARROW_MALLOC_CONF"] = "background_thread:false"  # pyarrow's, started at import
+        with open(folder / "server.log", "w") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "tests.forked_allennlp", "--serve", str(socket_path)],
+                cwd=REPO_ROOT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+            )
+        atexit.register(stop_server, process, folder)
+        deadline = time.monotonic() + 600
+        while not socket_path.exists():
+            if process.poll() is not None or time.monotonic() > deadline:
+                log_text = (folder / "server.log").read_text()
+                pytest.fail(f"tests/forked_allennlp.py --serve did not start:\n{log_text[-6000:]}")
+            time.sleep(0.1)
+        _server["socket"] = str(socket_path)
+    return _server["socket"]
+
+
+def stop_server(process: subprocess.Popen, folder: Path) -> None:
+    process.terminate()
+    process.wait()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_allennlp_in_process(
+    args: list[str], cwd: Optional[Path] = None, check: bool = True
+) -> subprocess.CompletedProcess:
+    """`allennlp ARGS --include-package elmo_plugin` run by allennlp's own `main` (the same parser
+    and subcommands) inside this process, from `cwd` (default: the repo root): no process at
+    all. Returns what `run_allennlp` returns: stdout, stderr with the log lines at INFO, and the
+    exit status a process would have (`forked_allennlp.exit_status`). What a command leaves in
+    the process is put back afterwards (`process_state_restored`)."""
+    argv = ["allennlp", *args, "--include-package", "elmo_plugin"]
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with process_state_restored(), pytest.MonkeyPatch.context() as patch:
+        patch.chdir(cwd or REPO_ROOT)
+        patch.setattr(sys, "argv", argv)
+        # conftest.py imported the plugins once, as a process does at its start; a command's own
+        # import_plugins() would only walk every allennlp module again (1-2 s)
+        patch.setattr(allennlp_commands, "import_plugins", lambda: None)
+        # glibc's heap thresholds cannot be set back: the command's choice is logged, not made
+        patch.setattr(glibc_heap, "mallopt", lambda parameter, value: 1)
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            log_to(stderr)
+            returncode = forked_allennlp.exit_status(lambda: allennlp_commands.main("allennlp"))
+    result = subprocess.CompletedProcess(argv, returncode, stdout.getvalue(), stderr.getvalue())
+    if check and returncode != 0:
+        pytest.fail(
+            f"{' '.join(argv)} (in process) exited {returncode}:\n"
+            f"{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+        )
+    return result
+
+
+def log_to(stream: io.StringIO) -> None:
+    """The root logger as `allennlp`'s entry point sets it: INFO and above to `stream`."""
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(asctime)s - %(levelname)s - %(name)s - %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+
+
+@contextlib.contextmanager
+def process_state_restored() -> Iterator[None]:
+    """Runs the block as a fresh `allennlp` process would (one torch thread, as `run_allennlp`'s
+    OMP_NUM_THREADS=1; warnings ignored; allennlp's once-only log lines not yet seen) and puts back
+    what a command changes for the whole process: the root and tqdm loggers' handlers and level
+    (closing the ones it added), sys.excepthook, sys.path, allennlp's file-friendly flag, the
+    random states of random, numpy and torch, torch's threads, default dtype, grad mode and TF32
+    flags."""
+    root, tqdm_logger = logging.getLogger(), allennlp_tqdm.logger
+    handlers, tqdm_handlers, level = list(root.handlers), list(tqdm_logger.handlers), root.level
+    python_state = (sys.excepthook, list(sys.path), allennlp_logging.FILE_FRIENDLY_LOGGING)
+    random_states = (random.getstate(), numpy.random.get_state(), torch.random.get_rng_state())
+    torch_state = (torch.get_num_threads(), torch.get_default_dtype(), torch.is_grad_enabled())
+    tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    forget_logged_once()
+    torch.set_num_threads(1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for handler in {*root.handlers, *tqdm_logger.handlers} - {*handlers, *tqdm_handlers}:
+            handler.close()
+        root.handlers[:], tqdm_logger.handlers[:] = handlers, tqdm_handlers
+        root.setLevel(level)
+        sys.excepthook, sys.path[:], allennlp_logging.FILE_FRIENDLY_LOGGING = python_state
+        random.setstate(random_states[0])
+        numpy.random.set_state(random_states[1])
+        torch.random.set_rng_state(random_states[2])
+        torch.set_num_threads(torch_state[0])
+        torch.set_default_dtype(torch_state[1])
+        torch.set_grad_enabled(torch_state[2])
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+
+
+def forget_logged_once() -> None:
+    """allennlp's `warning_once` and friends log a message once per process: a fresh one."""
+    for logger in logging.Logger.manager.loggerDict.values():
+        if isinstance(logger, allennlp_logging.AllenNlpLogger):
+            logger._seen_msgs.clear()
 
 
 def overrides(values: dict) -> str:
@@ -72,7 +235,9 @@ def train_with_probes(
 ) -> subprocess.CompletedProcess:
     """`allennlp train CONFIG -s OUT -o VALUES` (with `-r` when `resume`) and the probe callbacks
     of tests/cli/probes.py writing into `record` (`batch_recorder`, `target_counter`);
-    `kill="epoch,batch"` makes `batch_recorder` kill the run there (the failed run is returned)."""
+    `kill="epoch,batch"` makes `batch_recorder` kill the run there (the failed run is returned).
+    A run that is killed or distributed (`values` has `distributed`) is a process of its own;
+    any other runs in this process."""
     record.mkdir(exist_ok=True)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PYTHONPATH", str(REPO_ROOT))
@@ -90,7 +255,10 @@ def train_with_probes(
             "--include-package",
             "tests.cli.probes",
         ]
-        return run_allennlp(args + (["-r"] if resume else []), check=not kill)
+        args += ["-r"] if resume else []
+        if kill or "distributed" in values:
+            return run_allennlp(args, check=not kill)
+        return run_allennlp_in_process(args)
 
 
 # Tiny sizes for CLI tests: same architecture as the demo, seconds per epoch.

@@ -1,17 +1,17 @@
-"""Every benchmark runs as `python -m benchmarks.NAME` and ends with exactly one JSON line
-(benchmarks/common.py), checked on a cheap path of each: real data missing (ELMO_PLUGIN_DATA an
+"""Every benchmark runs as `python -m benchmarks.NAME` (a process forked from the tests' warm
+server: `run_forked`) and ends with exactly one JSON line (benchmarks/common.py), checked on a
+cheap path of each: real data missing (ELMO_PLUGIN_DATA an
 empty folder), no CUDA device, a dry run, its smallest sizes, or a bad option (where even the
 smallest run takes minutes on a loaded machine)."""
 
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO_ROOT
+from tests.helpers import REPO_ROOT, run_forked
 
 HELPERS = {
     "__init__",
@@ -61,14 +61,7 @@ def run_module(name: str, options: list[str], tmp_path: Path) -> subprocess.Comp
     )
     if name in ("scale_rehearsal", "plan_vs_epoch", "multi_node"):
         options = [*options, "--workdir", str(tmp_path / "work")]
-    return subprocess.run(
-        [sys.executable, "-m", f"benchmarks.{name}", *options],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return run_forked(["-m", f"benchmarks.{name}", *options], REPO_ROOT, env)
 
 
 def json_objects(stdout: str) -> list[dict]:

@@ -1,12 +1,11 @@
-"""`python -m benchmarks.gpu_original_elmo`: `--help` and the shrunk `--dry-run` work on any
-machine."""
+"""`python -m benchmarks.gpu_original_elmo` (a process forked from the tests' warm server):
+`--help` and the shrunk `--dry-run` work on any machine."""
 
 import json
 import os
 import subprocess
-import sys
 
-from tests.helpers import REPO_ROOT
+from tests.helpers import REPO_ROOT, run_forked
 
 
 def run(*args: str, **env_overrides: str) -> subprocess.CompletedProcess:
@@ -17,14 +16,7 @@ def run(*args: str, **env_overrides: str) -> subprocess.CompletedProcess:
         PYTHONWARNINGS="ignore",
         **env_overrides,
     )
-    return subprocess.run(
-        [sys.executable, "-m", "benchmarks.gpu_original_elmo", *args],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    return run_forked(["-m", "benchmarks.gpu_original_elmo", *args], REPO_ROOT, env)
 
 
 def test_help_names_every_measurement():

@@ -1,14 +1,14 @@
 """benchmarks/scale_rehearsal.py end to end at tiny sizes (the corpus and its 793,471-line
 tokens.txt are real, the model shrunk): corpus -> elmo-vocab -> train, kill -9 at a checkpoint,
--r, evaluate (1 and 2 processes) -> the 793k vs 50k step-time ratio."""
+-r, evaluate (1 and 2 processes) -> the 793k vs 50k step-time ratio. `python -m
+benchmarks.scale_rehearsal` is a process forked from the tests' warm server (`run_forked`); the
+commands it runs are processes of their own."""
 
 import json
 import math
 import os
-import subprocess
-import sys
 
-from tests.helpers import REPO_ROOT, TINY_CHAR_CNN_OVERRIDES
+from tests.helpers import REPO_ROOT, TINY_CHAR_CNN_OVERRIDES, run_forked
 
 TINY = {
     **TINY_CHAR_CNN_OVERRIDES,
@@ -19,7 +19,6 @@ TINY = {
 
 def test_rehearsal_kills_resumes_and_evaluates_in_one_and_two_processes(tmp_path):
     command = [
-        sys.executable,
         "-m",
         "benchmarks.scale_rehearsal",
         "--tokens",
@@ -37,14 +36,8 @@ def test_rehearsal_kills_resumes_and_evaluates_in_one_and_two_processes(tmp_path
         "--model-overrides",
         json.dumps(TINY),
     ]
-    result = subprocess.run(
-        command,
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore"),
-    )
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    result = run_forked(command, REPO_ROOT, env, timeout=1200)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     stages = {stage["stage"]: stage for stage in summary["stages"]}
@@ -65,7 +58,6 @@ def test_a_bare_processes_option_runs_only_the_timing_epochs_after_the_corpus_an
     """`--processes` with no values: no kill/resume runs, still the corpus, elmo-vocab and the
     793k and 50k timing epochs (checked on the commands of a dry run)."""
     command = [
-        sys.executable,
         "-m",
         "benchmarks.scale_rehearsal",
         "--dry-run",
@@ -73,14 +65,7 @@ def test_a_bare_processes_option_runs_only_the_timing_epochs_after_the_corpus_an
         "--workdir",
         str(tmp_path),
     ]
-    result = subprocess.run(
-        command,
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=dict(os.environ, PYTHONWARNINGS="ignore"),
-    )
+    result = run_forked(command, REPO_ROOT, dict(os.environ, PYTHONWARNINGS="ignore"), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     commands = [line for line in result.stdout.splitlines() if line.startswith("$ ")]
     assert any("make_scale_corpus.py" in line for line in commands)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.helpers import CONFIG_DIR, REPO_ROOT, hidden, overrides, run_allennlp
+from tests.helpers import CONFIG_DIR, REPO_ROOT, hidden, overrides, run_allennlp_in_process
 
 DATA = REPO_ROOT / "fixtures" / "classification"
 LABELS = {"conditional", "declarative", "imperative", "negated"}
@@ -27,7 +27,9 @@ def test_elmo_classifier_learns_sentence_forms_and_its_archive_stands_alone(
     }
     out = plugin_cwd / "classifier"
     config = str(CONFIG_DIR / "classifier_elmo.jsonnet")
-    run_allennlp(["train", config, "-s", str(out), "-o", overrides(values)], cwd=plugin_cwd)
+    run_allennlp_in_process(
+        ["train", config, "-s", str(out), "-o", overrides(values)], cwd=plugin_cwd
+    )
     metrics = json.loads((out / "metrics.json").read_text())
     # the majority label (declarative) is 46% of the validation sentences
     assert metrics["best_validation_accuracy"] > 0.8
@@ -36,7 +38,7 @@ def test_elmo_classifier_learns_sentence_forms_and_its_archive_stands_alone(
         "".join(json.dumps({"sentence": sentence}) + "\n" for sentence in sentences)
     )
     with hidden(tiny_bilm_archive):  # allennlp drops pretrained_file: the archive stands alone
-        run_allennlp(
+        run_allennlp_in_process(
             [
                 "evaluate",
                 str(out / "model.tar.gz"),
@@ -46,7 +48,7 @@ def test_elmo_classifier_learns_sentence_forms_and_its_archive_stands_alone(
             ],
             cwd=plugin_cwd,
         )
-        run_allennlp(
+        run_allennlp_in_process(
             [
                 "predict",
                 str(out / "model.tar.gz"),

@@ -1,4 +1,5 @@
-"""Downstream configs end to end: `allennlp train` / `evaluate` on CoNLL-U with our ELMo."""
+"""Downstream configs end to end: `allennlp train` / `evaluate` (in this process) on CoNLL-U with
+our ELMo."""
 
 import json
 from pathlib import Path
@@ -13,7 +14,7 @@ from elmo_plugin.archives.bilm_source import load_bilm_encoder
 from elmo_plugin.data.conllu_tagging_reader import ConlluTaggingReader
 from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
 from elmo_plugin.modules.precomputed_layers import PrecomputedLayers
-from tests.helpers import CONFIG_DIR, hidden, overrides, run_allennlp
+from tests.helpers import CONFIG_DIR, hidden, overrides, run_allennlp_in_process
 
 FAST = {
     "trainer.num_epochs": 6,
@@ -24,7 +25,7 @@ FAST = {
 
 def evaluated_accuracy(archive: str, tagged_data: Path, cwd: Path) -> float:
     """`allennlp evaluate ARCHIVE` on the tiny validation file -> its accuracy."""
-    run_allennlp(
+    run_allennlp_in_process(
         [
             "evaluate",
             archive,
@@ -74,7 +75,7 @@ def test_tagger_on_precomputed_layers_trains_as_the_tagger_on_the_biLM(
             if "\t" in block
         )
     )
-    run_allennlp(
+    run_allennlp_in_process(
         ["elmo-embed", str(tiny_bilm_archive), str(sentences), "layers.hdf5"], cwd=plugin_cwd
     )
     # every sentence the tagger's reader and indexer make is found in the file
@@ -88,7 +89,7 @@ def test_tagger_on_precomputed_layers_trains_as_the_tagger_on_the_biLM(
         plugin_cwd / "layers.hdf5"
     )
     (plugin_cwd / "config.json").write_text(json.dumps(config))
-    run_allennlp(["train", "config.json", "-s", "out"], cwd=plugin_cwd)
+    run_allennlp_in_process(["train", "config.json", "-s", "out"], cwd=plugin_cwd)
     plain = json.loads((tiny_elmo_tagger_archive.parent / "metrics.json").read_text())
     cached = json.loads((plugin_cwd / "out" / "metrics.json").read_text())
     assert cached["training_loss"] == pytest.approx(plain["training_loss"], rel=1e-3)
@@ -123,7 +124,7 @@ def test_tagger_scores_a_label_unseen_in_training_as_an_error_with_a_counted_war
     total = sum(len(line.split("\t")) == 10 for line in valid.read_text().splitlines())
     scores = {}
     for name, path in (("valid", valid), ("unseen", unseen)):
-        result = run_allennlp(
+        result = run_allennlp_in_process(
             ["evaluate", str(tiny_elmo_tagger_archive), str(path), "--output-file", f"{name}.json"],
             cwd=plugin_cwd,
         )
@@ -133,7 +134,7 @@ def test_tagger_scores_a_label_unseen_in_training_as_an_error_with_a_counted_war
     assert "(1 occurrence so far)" in log and "(10 occurrences so far)" in log and changed >= 10
     # each relabelled token is an error: at most `changed` fewer correct tokens than before
     assert scores["valid"] - changed / total - 1e-6 <= scores["unseen"] < scores["valid"]
-    predicted = run_allennlp(
+    predicted = run_allennlp_in_process(
         [
             "predict",
             str(tiny_elmo_tagger_archive),
@@ -159,7 +160,7 @@ def test_baseline_tagger_has_no_elmo(tiny_tagged_data, plugin_cwd):
         train_data_path=str(tiny_tagged_data / "train.conllu"),
         validation_data_path=str(tiny_tagged_data / "valid.conllu"),
     )
-    run_allennlp(
+    run_allennlp_in_process(
         [
             "train",
             str(CONFIG_DIR / "pos_tagger_baseline.jsonnet"),
@@ -192,7 +193,7 @@ def test_dependency_parser_with_elmo(tiny_bilm_archive, tiny_tagged_data, plugin
             "trainer.num_epochs": 5,
         },
     )
-    run_allennlp(
+    run_allennlp_in_process(
         [
             "train",
             str(CONFIG_DIR / "dependency_parser_elmo.jsonnet"),
@@ -217,7 +218,7 @@ def test_dependency_parser_with_elmo(tiny_bilm_archive, tiny_tagged_data, plugin
     # A relation the training data never had (allennlp's default vocabulary: a KeyError).
     unseen = plugin_cwd / "unseen.conllu"
     with_unseen_labels(tiny_tagged_data / "valid.conllu", unseen, 7, "csubj:pass")
-    result = run_allennlp(
+    result = run_allennlp_in_process(
         ["evaluate", "out/model.tar.gz", str(unseen), "--output-file", "unseen.json"],
         cwd=plugin_cwd,
     )

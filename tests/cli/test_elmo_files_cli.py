@@ -1,5 +1,5 @@
-"""End to end through the real `allennlp` CLI, tiny sizes: train a biLM (conftest), export it
-with `allennlp elmo-export`, train taggers on the export with allennlp's own
+"""End to end through the `allennlp` CLI (in this process), tiny sizes: train a biLM (conftest),
+export it with `allennlp elmo-export`, train taggers on the export with allennlp's own
 `elmo_token_embedder` and with our `elmo_bilm_embedder` (from the files and from the biLM
 archive), continue pretraining from the export, then delete every biLM file and use the
 downstream archives."""
@@ -7,7 +7,6 @@ downstream archives."""
 import json
 import os
 import shutil
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Optional, cast
 
@@ -36,7 +35,7 @@ from tests.helpers import (
     TINY_LSTM_OVERRIDES,
     hidden,
     overrides,
-    run_allennlp,
+    run_allennlp_in_process,
 )
 
 TAGGED = REPO_ROOT / "fixtures" / "tagged"
@@ -72,67 +71,63 @@ def train(config, out: Path, extra_overrides=None, cwd: Optional[Path] = None) -
     args = ["train", str(config), "-s", str(out)]
     if extra_overrides:
         args += ["-o", overrides(extra_overrides)]
-    run_allennlp(args, cwd=cwd)
+    run_allennlp_in_process(args, cwd=cwd)
     return out
 
 
 @pytest.fixture(scope="module")
 def runs(tiny_bilm_archive, tiny_corpus, tmp_path_factory):
     root = tmp_path_factory.mktemp("elmo_files_cli")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("OMP_NUM_THREADS", "1")  # tiny models; threads only contend on shared cores
-        bilm = root / "bilm" / "model.tar.gz"  # a copy we may delete (the conftest one is shared)
-        bilm.parent.mkdir()
-        shutil.copy(tiny_bilm_archive, bilm)
-        files = root / "demo_output" / "elmo"
-        files.parent.mkdir()  # elmo-export creates OUT_DIR, never its parents
-        run_allennlp(["elmo-export", str(bilm), str(files)])
+    bilm = root / "bilm" / "model.tar.gz"  # a copy we may delete (the conftest one is shared)
+    bilm.parent.mkdir()
+    shutil.copy(tiny_bilm_archive, bilm)
+    files = root / "demo_output" / "elmo"
+    files.parent.mkdir()  # elmo-export creates OUT_DIR, never its parents
+    run_allennlp_in_process(["elmo-export", str(bilm), str(files)])
 
-        configs = {
-            "allennlp_embedder": tagger_config(
-                {
-                    "type": "elmo_token_embedder",
-                    "options_file": str(files / "options.json"),
-                    "weight_file": str(files / "weights.hdf5"),
-                    "dropout": 0.0,
+    configs = {
+        "allennlp_embedder": tagger_config(
+            {
+                "type": "elmo_token_embedder",
+                "options_file": str(files / "options.json"),
+                "weight_file": str(files / "weights.hdf5"),
+                "dropout": 0.0,
+            },
+            {"type": "elmo_characters"},
+        ),
+        "ours_from_files": tagger_config(
+            {"type": "elmo_bilm_embedder", "pretrained_file": str(files), "dropout": 0.0},
+            {"type": "elmo_char_ids"},
+        ),
+        "ours_from_archive": tagger_config(
+            {"type": "elmo_bilm_embedder", "pretrained_file": str(bilm), "dropout": 0.0},
+            {"type": "elmo_char_ids"},
+        ),
+    }
+    jobs = {}
+    for name, config in configs.items():
+        (root / f"{name}.json").write_text(json.dumps(config))
+        jobs[name] = (root / f"{name}.json", root / name, None)
+    jobs["continued"] = (
+        CONFIG_DIR / "elmo_lstm_continue.jsonnet",
+        root / "continued",
+        dict(
+            TINY_LSTM_OVERRIDES,
+            train_data_path=str(tiny_corpus / "train" / "shard_0.txt"),
+            validation_data_path=str(tiny_corpus / "valid.txt"),
+            **{
+                "model.pretrained_file": str(files),
+                "vocabulary": {
+                    "type": "elmo_tokens_file",
+                    "tokens_file": str(files / "vocab.txt"),
                 },
-                {"type": "elmo_characters"},
-            ),
-            "ours_from_files": tagger_config(
-                {"type": "elmo_bilm_embedder", "pretrained_file": str(files), "dropout": 0.0},
-                {"type": "elmo_char_ids"},
-            ),
-            "ours_from_archive": tagger_config(
-                {"type": "elmo_bilm_embedder", "pretrained_file": str(bilm), "dropout": 0.0},
-                {"type": "elmo_char_ids"},
-            ),
-        }
-        jobs = {}
-        for name, config in configs.items():
-            (root / f"{name}.json").write_text(json.dumps(config))
-            jobs[name] = (root / f"{name}.json", root / name, None)
-        jobs["continued"] = (
-            CONFIG_DIR / "elmo_lstm_continue.jsonnet",
-            root / "continued",
-            dict(
-                TINY_LSTM_OVERRIDES,
-                train_data_path=str(tiny_corpus / "train" / "shard_0.txt"),
-                validation_data_path=str(tiny_corpus / "valid.txt"),
-                **{
-                    "model.pretrained_file": str(files),
-                    "vocabulary": {
-                        "type": "elmo_tokens_file",
-                        "tokens_file": str(files / "vocab.txt"),
-                    },
-                    "trainer.num_epochs": 1,
-                    "trainer.optimizer.lr": 0.0,  # nothing changes: validation = the imported model
-                },
-            ),
-            None,
-        )
-        with ThreadPoolExecutor(len(jobs)) as pool:
-            futures = {name: pool.submit(train, *job) for name, job in jobs.items()}
-            outputs = {name: future.result() for name, future in futures.items()}
+                "trainer.num_epochs": 1,
+                "trainer.optimizer.lr": 0.0,  # nothing changes: validation = the imported model
+            },
+        ),
+        None,
+    )
+    outputs = {name: train(*job) for name, job in jobs.items()}
     return {
         "root": root,
         "bilm": bilm,

@@ -15,7 +15,7 @@ from tests.helpers import (
     CONFIG_DIR,
     TINY_CHAR_CNN_OVERRIDES,
     free_port,
-    run_allennlp,
+    run_allennlp_in_process,
     text_tokens,
     train_with_probes,
 )
@@ -96,7 +96,7 @@ def test_killed_then_resumed_epoch_trains_the_uninterrupted_epochs_lines(
     if num_workers == 0:  # validation and evaluate read with the same loader: the same perplexity
         metrics = json.loads((tmp_path / "cut" / "metrics.json").read_text())
         output = tmp_path / "evaluated.json"
-        run_allennlp(
+        run_allennlp_in_process(
             [
                 "evaluate",
                 str(tmp_path / "cut" / "model.tar.gz"),

@@ -25,6 +25,7 @@ from tests.helpers import (
     copy_archive_with,
     overrides,
     run_allennlp,
+    run_allennlp_in_process,
     tar_member,
 )
 
@@ -46,7 +47,7 @@ def root(plugin_cwd) -> Path:
 
 
 def refused(args, root: Path, *named: str) -> str:
-    """Runs the CLI expecting a refusal; returns its output."""
+    """Runs the CLI (a process of its own) expecting a refusal; returns its output."""
     before = listing(root)
     result = run_allennlp(args, cwd=root, check=False)
     output = result.stdout + result.stderr
@@ -60,9 +61,10 @@ def refused(args, root: Path, *named: str) -> str:
 
 
 def succeeded(args, root: Path, *new_paths: str) -> str:
-    """Runs the CLI expecting success that writes exactly `new_paths`; returns stdout + stderr."""
+    """Runs the CLI (in this process) expecting success that writes exactly `new_paths`; returns
+    stdout + stderr."""
     before = listing(root)
-    result = run_allennlp(args, cwd=root)
+    result = run_allennlp_in_process(args, cwd=root)
     assert "Traceback" not in result.stderr
     assert listing(root) - before == set(new_paths)
     return result.stdout + result.stderr

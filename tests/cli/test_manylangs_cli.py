@@ -1,4 +1,5 @@
-"""ELMoForManyLangs models through the `allennlp` CLI: a tagger trained on one, `elmo-embed`."""
+"""ELMoForManyLangs models through the `allennlp` CLI (in this process; a refusal in a process of
+its own): a tagger trained on one, `elmo-embed`."""
 
 import json
 
@@ -11,7 +12,13 @@ from allennlp.models.archival import load_archive
 from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder
 from tests.elmo_files.manylangs_reference import MAX_CHARS, make_manylangs_folder, reference_layers
 from tests.elmo_files.test_manylangs import assert_same_layers, our_layers
-from tests.helpers import CONFIG_DIR, hidden, overrides, run_allennlp
+from tests.helpers import (
+    CONFIG_DIR,
+    hidden,
+    overrides,
+    run_allennlp,
+    run_allennlp_in_process,
+)
 
 # Whitespace-tokenizable text (no U+3000 inside a token): non-ASCII, missing characters and
 # words, a token longer than the character limit.
@@ -36,7 +43,7 @@ def test_tagger_on_manylangs_elmo_trains_and_its_archive_stands_alone(
         "data_loader.batch_sampler.batch_size": 8,
         "trainer.optimizer.lr": 0.01,
     }
-    run_allennlp(
+    run_allennlp_in_process(
         [
             "train",
             str(CONFIG_DIR / "pos_tagger_elmo.jsonnet"),
@@ -53,7 +60,7 @@ def test_tagger_on_manylangs_elmo_trains_and_its_archive_stands_alone(
     sentences = [line.split() for line in LINES]
     expected = reference_layers(folder, sentences)
     with hidden(folder):  # the archive needs neither the weights nor the dictionaries
-        run_allennlp(
+        run_allennlp_in_process(
             [
                 "evaluate",
                 str(archive),
@@ -74,7 +81,7 @@ def test_tagger_on_manylangs_elmo_trains_and_its_archive_stands_alone(
 def test_elmo_embed_of_manylangs_folder_equals_its_embedder(tmp_path, word_dim):
     folder = make_manylangs_folder(tmp_path / "manylangs", word_dim=word_dim)
     (tmp_path / "input.txt").write_text("\n".join(LINES) + "\n", encoding="utf-8")
-    run_allennlp(
+    run_allennlp_in_process(
         [
             "elmo-embed",
             str(folder),
@@ -131,7 +138,7 @@ def test_continued_pretraining_with_learning_rate_0_keeps_the_release_embeddings
         "trainer.num_epochs": 1,
         "trainer.optimizer.lr": 0.0,
     }
-    run_allennlp(
+    run_allennlp_in_process(
         [
             "train",
             str(CONFIG_DIR / "elmo_manylangs_continue.jsonnet"),
@@ -152,10 +159,10 @@ def test_continued_pretraining_with_learning_rate_0_keeps_the_release_embeddings
         "".join(json.dumps({"sentence": line}) + "\n" for line in LINES), encoding="utf-8"
     )
     with hidden(folder):  # the archive alone
-        run_allennlp(
+        run_allennlp_in_process(
             ["elmo-embed", str(archive), str(tmp_path / "input.txt"), str(tmp_path / "out.hdf5")]
         )
-        run_allennlp(
+        run_allennlp_in_process(
             [
                 "predict",
                 str(archive),

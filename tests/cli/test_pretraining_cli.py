@@ -24,12 +24,15 @@ from tests.helpers import (
     overrides,
     require_shared_file,
     run_allennlp,
+    run_allennlp_in_process,
 )
 
 
 def evaluate(archive, data_file, output_file):
     """`allennlp evaluate` -> its three perplexities, as written to --output-file."""
-    run_allennlp(["evaluate", str(archive), str(data_file), "--output-file", str(output_file)])
+    run_allennlp_in_process(
+        ["evaluate", str(archive), str(data_file), "--output-file", str(output_file)]
+    )
     metrics = json.loads(output_file.read_text())
     return {
         name: metrics[name] for name in ("forward_perplexity", "backward_perplexity", "perplexity")
@@ -57,7 +60,7 @@ def test_cpu_loop_reference_from_the_command_line_evaluates_to_the_fast_paths_pe
     fast = evaluate(tiny_bilm_archive, valid, tmp_path / "fast.json")
     reference_file = tmp_path / "reference.json"
     loop = {"model.contextualizer.cpu_loop": "reference"}
-    run_allennlp(
+    run_allennlp_in_process(
         ["evaluate", str(tiny_bilm_archive), str(valid), "--output-file", str(reference_file)]
         + ["-o", overrides(loop)]
     )
@@ -65,7 +68,7 @@ def test_cpu_loop_reference_from_the_command_line_evaluates_to_the_fast_paths_pe
     for name, value in fast.items():
         assert reference[name] == pytest.approx(value, rel=1e-4), name
     unknown = {"model.contextualizer.cpu_loop": "c++"}
-    failed = run_allennlp(
+    failed = run_allennlp_in_process(
         ["evaluate", str(tiny_bilm_archive), str(valid), "-o", overrides(unknown)], check=False
     )
     assert failed.returncode != 0
@@ -89,7 +92,7 @@ def test_wikitext_validation_perplexity_falls_epoch_over_epoch(config, sizes, tm
         validation_data_path=str(tmp_path / "valid.txt"),
         **{"trainer.num_epochs": 3, "data_loader.batch_size": 32},
     )
-    run_allennlp(
+    run_allennlp_in_process(
         ["train", str(CONFIG_DIR / config), "-s", str(tmp_path / "out"), "-o", overrides(values)]
     )
     perplexities = [
@@ -238,7 +241,7 @@ def test_original_config_shrunk_trains_with_sampled_softmax_and_validates_with_t
         "validation_data_path": str(tiny_corpus / "valid.txt"),
     }
     out = tmp_path / "out"
-    run_allennlp(
+    run_allennlp_in_process(
         [
             "train",
             str(CONFIG_DIR / "elmo_lstm_original.jsonnet"),
@@ -301,7 +304,7 @@ def test_killed_run_resumes_from_its_last_checkpoint_with_recover(tiny_corpus, t
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PYTHONPATH", str(REPO_ROOT))
         patch.setenv("CHECKPOINT_PROBE_RECORD", str(restored))
-        run_allennlp([*args[:4], "-r", *args[4:]], timeout=900)
+        run_allennlp_in_process([*args[:4], "-r", *args[4:]])
     resumed_with = torch.load(restored)
     assert checkpoint.keys() == resumed_with.keys()
     assert all(torch.equal(checkpoint[name], resumed_with[name]) for name in checkpoint)
@@ -324,7 +327,7 @@ def test_bf16_training_through_the_cli_tracks_float32_losses(tiny_corpus, tmp_pa
             validation_data_path=str(tiny_corpus / "valid.txt"),
             **{"trainer.num_epochs": 2, "model.mixed_precision": precision},
         )
-        run_allennlp(
+        run_allennlp_in_process(
             [
                 "train",
                 str(CONFIG_DIR / "elmo_lstm.jsonnet"),

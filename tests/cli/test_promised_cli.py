@@ -1,7 +1,8 @@
 """What the README and interfaces.md promise of the CLI, each checked against an independent
 reference: `elmo-embed` against allennlp's own ELMo reader (LSTM) and against the archived
 model (transformer); `elmo_embeddings` as the biLM's default predictor; `whitespace_tagger`'s
-logits and mask; the subcommands found through allennlp's global plugins file alone."""
+logits and mask (these through the CLI in this process); the subcommands found through
+allennlp's global plugins file alone (in a process of its own)."""
 
 import json
 import os
@@ -16,7 +17,7 @@ from allennlp.modules.elmo import batch_to_ids
 
 from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
 from tests.elmo_files.elmo_reference import allennlp_elmo, allennlp_layers
-from tests.helpers import ALLENNLP, REPO_ROOT, run_allennlp
+from tests.helpers import ALLENNLP, REPO_ROOT, run_allennlp_in_process
 
 SENTENCES = ["The file is open .", "Return the value of the key in the table", "a"]
 
@@ -24,7 +25,7 @@ SENTENCES = ["The file is open .", "Return the value of the key in the table", "
 def embed_all_layers(model_path, tmp_path, cwd):
     """`allennlp elmo-embed MODEL` of SENTENCES, every layer -> {line: (layers, tokens, dim)}."""
     (tmp_path / "in.txt").write_text("\n".join(SENTENCES) + "\n")
-    run_allennlp(
+    run_allennlp_in_process(
         ["elmo-embed", str(model_path), str(tmp_path / "in.txt"), str(tmp_path / "out.hdf5")],
         cwd=cwd,
     )
@@ -41,7 +42,9 @@ def test_elmo_embed_of_exported_files_equals_allennlps_elmo(
 ):
     """elmo-embed on the folder `elmo-export` wrote: every layer equals what allennlp's own
     `Elmo` reader computes from the same options.json + weights.hdf5 (boundaries removed)."""
-    run_allennlp(["elmo-export", str(tiny_bilm_archive), str(tmp_path / "files")], cwd=plugin_cwd)
+    run_allennlp_in_process(
+        ["elmo-export", str(tiny_bilm_archive), str(tmp_path / "files")], cwd=plugin_cwd
+    )
     ours = embed_all_layers(tmp_path / "files", tmp_path, plugin_cwd)
     elmo = allennlp_elmo(
         str(tmp_path / "files" / "options.json"), str(tmp_path / "files" / "weights.hdf5")
@@ -75,7 +78,7 @@ def test_elmo_embeddings_is_the_bilms_default_predictor(tiny_bilm_archive, tmp_p
     (tmp_path / "in.jsonl").write_text(
         "".join(json.dumps({"sentence": s}) + "\n" for s in SENTENCES)
     )
-    run_allennlp(
+    run_allennlp_in_process(
         [
             "predict",
             str(tiny_bilm_archive),
@@ -99,7 +102,7 @@ def test_whitespace_tagger_returns_the_models_logits_and_mask(
     tiny_elmo_tagger_archive, tmp_path, plugin_cwd
 ):
     (tmp_path / "in.jsonl").write_text(json.dumps({"sentence": SENTENCES[1]}) + "\n")
-    run_allennlp(
+    run_allennlp_in_process(
         [
             "predict",
             str(tiny_elmo_tagger_archive),

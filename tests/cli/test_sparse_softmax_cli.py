@@ -16,7 +16,13 @@ from elmo_plugin.elmo_files.pretrained import load_pretrained_files
 from elmo_plugin.elmo_files.softmax import read_softmax
 from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder
 from tests.elmo_files.elmo_reference import TOLERANCE, max_diff, with_boundaries
-from tests.helpers import CONFIG_DIR, free_port, overrides, run_allennlp
+from tests.helpers import (
+    CONFIG_DIR,
+    free_port,
+    overrides,
+    run_allennlp,
+    run_allennlp_in_process,
+)
 from tests.training.test_tensorboard_callbacks import read_scalars
 
 # elmo_lstm_original.jsonnet shrunk, on the CPU, without dropout, sequential reading.
@@ -54,14 +60,16 @@ def equal_length_corpus(tmp_path_factory):
 
 
 def train(config: str, corpus, out, **values) -> dict:
-    """`allennlp train CONFIG` at tiny sizes -> the trained model's state dict."""
+    """`allennlp train CONFIG` at tiny sizes (in this process; distributed: a process of its own)
+    -> the trained model's state dict."""
     values = dict(
         TINY_ORIGINAL,
         train_data_path=str(corpus / "train.txt"),
         validation_data_path=str(corpus / "valid.txt"),
         **values,
     )
-    run_allennlp(["train", str(CONFIG_DIR / config), "-s", str(out), "-o", overrides(values)])
+    run = run_allennlp if "distributed" in values else run_allennlp_in_process
+    run(["train", str(CONFIG_DIR / config), "-s", str(out), "-o", overrides(values)])
     return torch.load(out / "best.th")
 
 
@@ -124,7 +132,7 @@ def test_sparse_softmax_archive_evaluates_exports_imports_and_embeds(
     recorded = json.loads((one_and_two_processes[0] / "metrics.json").read_text())[
         "validation_perplexity"
     ]
-    run_allennlp(
+    run_allennlp_in_process(
         [
             "evaluate",
             str(archive),
@@ -138,7 +146,7 @@ def test_sparse_softmax_archive_evaluates_exports_imports_and_embeds(
     )
 
     files = tmp_path / "elmo"
-    run_allennlp(["elmo-export", str(archive), str(files)])
+    run_allennlp_in_process(["elmo-export", str(archive), str(files)])
     model = load_archive(str(archive)).model.eval()
     weight, bias = model.softmax_matrices()
     rows = len((files / "vocab.txt").read_text().splitlines())

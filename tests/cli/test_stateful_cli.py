@@ -18,7 +18,7 @@ from tests.helpers import (
     TINY_LSTM_OVERRIDES,
     free_port,
     overrides,
-    run_allennlp,
+    run_allennlp_in_process,
     text_tokens,
     train_with_probes,
 )
@@ -80,13 +80,13 @@ def test_stateful_training_predicts_every_token_once_per_epoch_and_evaluates_as_
         metrics = json.loads((out / "metrics.json").read_text())
         evaluated = tmp_path / "evaluated.json"
         archive, valid = str(out / "model.tar.gz"), str(tiny_corpus / "valid.txt")
-        run_allennlp(["evaluate", archive, valid, "--output-file", str(evaluated)])
+        run_allennlp_in_process(["evaluate", archive, valid, "--output-file", str(evaluated)])
         assert json.loads(evaluated.read_text())["perplexity"] == pytest.approx(
             metrics["validation_perplexity"], rel=1e-5
         )
         # The carried state is used: the same windows from zero state score otherwise.
         stateless = tmp_path / "stateless.json"
-        run_allennlp(
+        run_allennlp_in_process(
             [
                 "evaluate",
                 archive,
@@ -145,7 +145,7 @@ def test_original_stateful_config_is_bilm_tfs_regime_and_trains_when_shrunk(tiny
         "trainer.cuda_device": -1,
     }
     out = tmp_path / "out"
-    run_allennlp(["train", config, "-s", str(out), "-o", overrides(values)])
+    run_allennlp_in_process(["train", config, "-s", str(out), "-o", overrides(values)])
     metrics = json.loads((out / "metrics.json").read_text())
     vocab_size = len((out / "vocabulary" / "tokens.txt").read_text().splitlines())
     assert 1 < metrics["validation_perplexity"] < vocab_size

@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 from allennlp.common import Params
 
-from tests.helpers import CONFIG_DIR, REPO_ROOT, TINY_TRANSFORMER_OVERRIDES, overrides, run_allennlp
+from tests.helpers import (
+    CONFIG_DIR,
+    REPO_ROOT,
+    TINY_TRANSFORMER_OVERRIDES,
+    overrides,
+    run_allennlp_in_process,
+)
 
 
 def write_tiny_corpus(folder: Path, train_lines: int, valid_lines: int) -> tuple[Path, Path]:
@@ -71,7 +77,7 @@ def test_original_config_trains_through_the_cli_when_shrunk(tmp_path):
         "trainer.learning_rate_scheduler.factor": 1.0,
     }
     out = tmp_path / "model"
-    run_allennlp(
+    run_allennlp_in_process(
         [
             "train",
             str(CONFIG_DIR / "elmo_transformer_original.jsonnet"),
@@ -79,8 +85,7 @@ def test_original_config_trains_through_the_cli_when_shrunk(tmp_path):
             str(out),
             "-o",
             overrides(values),
-        ],
-        timeout=300,
+        ]
     )
     metrics = json.loads((out / "metrics.json").read_text())
     assert math.isfinite(metrics["training_loss"])
@@ -99,7 +104,7 @@ def test_demo_config_trains_and_evaluates_through_the_cli(tmp_path):
         validation_data_path=str(valid),
         **{"trainer.num_epochs": 2, "trainer.optimizer.lr": 0.003},
     )
-    run_allennlp(
+    run_allennlp_in_process(
         [
             "train",
             str(CONFIG_DIR / "elmo_transformer.jsonnet"),
@@ -107,16 +112,14 @@ def test_demo_config_trains_and_evaluates_through_the_cli(tmp_path):
             str(out),
             "-o",
             overrides(values),
-        ],
-        timeout=300,
+        ]
     )
     epochs = [json.loads((out / f"metrics_epoch_{epoch}.json").read_text()) for epoch in range(2)]
     assert epochs[1]["validation_perplexity"] < epochs[0]["validation_perplexity"]
 
     metrics_file = tmp_path / "evaluation.json"
-    result = run_allennlp(
-        ["evaluate", str(out / "model.tar.gz"), str(valid), "--output-file", str(metrics_file)],
-        timeout=300,
+    result = run_allennlp_in_process(
+        ["evaluate", str(out / "model.tar.gz"), str(valid), "--output-file", str(metrics_file)]
     )
     printed = result.stdout + result.stderr
     for name in ("forward_perplexity", "backward_perplexity", "perplexity"):

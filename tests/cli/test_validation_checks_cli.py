@@ -19,7 +19,7 @@ from tests.helpers import (
     CONFIG_DIR,
     TINY_LSTM_OVERRIDES,
     overrides,
-    run_allennlp,
+    run_allennlp_in_process,
     train_with_probes,
 )
 from tests.training.test_tensorboard_callbacks import read_scalars
@@ -105,7 +105,7 @@ def test_checks_leave_the_training_metrics_alone_and_a_schedule_past_the_epoch_w
         values = deterministic(tiny_corpus, checks)
         values["trainer.num_epochs"] = 1
         values["trainer.callbacks"] = demo_callbacks(checks)
-        result = run_allennlp(
+        result = run_allennlp_in_process(
             ["train", CONFIG, "-s", str(tmp_path / name), "-o", overrides(values)]
         )
         outputs.append(result.stdout + result.stderr)
@@ -126,7 +126,7 @@ def test_checks_leave_the_training_metrics_alone_and_a_schedule_past_the_epoch_w
 def test_a_validation_path_that_does_not_exist_fails_at_the_start_naming_it(tiny_corpus, tmp_path):
     missing = str(tmp_path / "no_such_folder" / "valid*.txt")
     values = {**deterministic(tiny_corpus, CHECKS), "validation_data_path": missing}
-    result = run_allennlp(
+    result = run_allennlp_in_process(
         ["train", CONFIG, "-s", str(tmp_path / "out"), "-o", overrides(values)], check=False
     )
     output = result.stdout + result.stderr

@@ -1,4 +1,4 @@
-"""The AllenNLP ELMo walkthrough's path, both ways, through the real `allennlp` CLI:
+"""The AllenNLP ELMo walkthrough's path, both ways, through the `allennlp` CLI (in this process):
 allennlp-models' bidirectional `language_model` archives (plain and `sharded` reader) in our
 tools, and our biLM archive in allennlp-models' `bidirectional_lm_token_embedder`."""
 
@@ -23,7 +23,7 @@ from allennlp_models.lm.modules.token_embedders.bidirectional_lm import (
 
 from elmo_plugin.archives.bilm_source import load_bilm_encoder
 from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder
-from tests.helpers import CONFIG_DIR, TINY_TAGGER_OVERRIDES, overrides, run_allennlp
+from tests.helpers import CONFIG_DIR, TINY_TAGGER_OVERRIDES, overrides, run_allennlp_in_process
 
 TOLERANCE = 1e-5
 SENTENCES = ["the cat sat on the mat .", "", "a b", "unseenword and the rest of it"]
@@ -100,7 +100,9 @@ def walkthrough_vocabulary(tiny_corpus, tmp_path_factory) -> Path:
     """The walkthrough's vocabulary folder: tokens.txt (`elmo-vocab` writes <S>, </S>,
     @@UNKNOWN@@ first) and non_padded_namespaces.txt."""
     folder = tmp_path_factory.mktemp("walkthrough_vocabulary")
-    run_allennlp(["elmo-vocab", str(tiny_corpus / "train" / "*.txt"), str(folder / "tokens.txt")])
+    run_allennlp_in_process(
+        ["elmo-vocab", str(tiny_corpus / "train" / "*.txt"), str(folder / "tokens.txt")]
+    )
     (folder / "non_padded_namespaces.txt").write_text("*labels\n*tags\n")
     return folder
 
@@ -109,7 +111,7 @@ def train_walkthrough(tiny_corpus, vocabulary, folder: Path, **kwargs) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     config = folder / "config.json"
     config.write_text(json.dumps(walkthrough_config(tiny_corpus, vocabulary, **kwargs)))
-    run_allennlp(["train", str(config), "-s", str(folder / "model")])
+    run_allennlp_in_process(["train", str(config), "-s", str(folder / "model")])
     return folder / "model" / "model.tar.gz"
 
 
@@ -152,7 +154,7 @@ def test_elmo_embed_gives_the_layers_allennlp_models_embedder_mixes(
 ):
     (tmp_path / "input.txt").write_text("\n".join(SENTENCES) + "\n")
     for layers in ("all", "average", "top"):
-        run_allennlp(
+        run_allennlp_in_process(
             [
                 "elmo-embed",
                 str(their_archive),
@@ -201,7 +203,7 @@ def test_predictors_read_their_archive(their_archive, tmp_path, plugin_cwd):
     )
     outputs = {}
     for predictor in ("elmo_embeddings", "elmo_lm_scorer"):
-        run_allennlp(
+        run_allennlp_in_process(
             [
                 "predict",
                 str(their_archive),
@@ -244,7 +246,7 @@ def test_elmo_bilm_embedder_over_their_archive_makes_a_tagger_archive_that_stand
             "data_loader.batch_sampler.batch_size": 8,
         },
     )
-    run_allennlp(
+    run_allennlp_in_process(
         [
             "train",
             str(CONFIG_DIR / "pos_tagger_elmo.jsonnet"),
@@ -257,7 +259,7 @@ def test_elmo_bilm_embedder_over_their_archive_makes_a_tagger_archive_that_stand
     )
     tagger = load_archive(str(plugin_cwd / "tagger" / "model.tar.gz")).model
     copy.unlink()  # the tagger archive rebuilds the biLM from its recorded architecture
-    run_allennlp(
+    run_allennlp_in_process(
         [
             "evaluate",
             str(plugin_cwd / "tagger" / "model.tar.gz"),
@@ -314,7 +316,7 @@ def test_tagger_trains_with_allennlp_models_embedder_over_our_archive(
             "trainer.optimizer.lr": 0.01,
         },
     )
-    run_allennlp(
+    run_allennlp_in_process(
         ["train", str(tmp_path / "tagger.json"), "-s", "tagger", "-o", overrides(values)],
         cwd=plugin_cwd,
     )

@@ -1,4 +1,5 @@
-"""`allennlp elmo-embed` through the real CLI, from a working directory outside the repo."""
+"""`allennlp elmo-embed` through the CLI (in this process; the killed run in a process of its own),
+from a working directory outside the repo."""
 
 import json
 import os
@@ -20,7 +21,7 @@ from elmo_plugin.modules.bilm_sentence_layers import sentence_layers
 from elmo_plugin.modules.elmo_char_cnn import ElmoCharCnn
 from elmo_plugin.modules.token_vector_cache import TokenVectorCache
 from tests.elmo_files.elmo_reference import random_encoder, write_pair
-from tests.helpers import ALLENNLP, REPO_ROOT, run_allennlp
+from tests.helpers import ALLENNLP, REPO_ROOT, run_allennlp_in_process
 
 LONG_TOKEN = "x" * 70  # longer than ELMo's 50 characters: truncated, not fatal
 LINES = [
@@ -44,7 +45,9 @@ TEXTS = [
 
 
 def embed(archive, input_file, output, cwd, *options):
-    run_allennlp(["elmo-embed", str(archive), str(input_file), str(output), *options], cwd=cwd)
+    run_allennlp_in_process(
+        ["elmo-embed", str(archive), str(input_file), str(output), *options], cwd=cwd
+    )
     return read_hdf5(output)
 
 
@@ -119,7 +122,7 @@ def test_equals_elmo_embeddings_predictor_and_its_scalar_mix(embedded, tiny_bilm
         encoding="utf-8",
     )
     mix = {"scalar_mix_parameters": [1.0, 2.0, -1.0], "gamma": 0.5}
-    run_allennlp(
+    run_allennlp_in_process(
         [
             "predict",
             str(tiny_bilm_archive),
@@ -217,7 +220,9 @@ def test_token_cache_is_bounded_and_equals_the_character_encoder():
 
 def test_elmo_files_folder_gives_the_archive_vectors(embedded, tiny_bilm_archive, tmp_path):
     cwd, input_file, from_archive, _ = embedded
-    run_allennlp(["elmo-export", str(tiny_bilm_archive), str(tmp_path / "elmo_files")], cwd=cwd)
+    run_allennlp_in_process(
+        ["elmo-export", str(tiny_bilm_archive), str(tmp_path / "elmo_files")], cwd=cwd
+    )
     from_files, index = embed(tmp_path / "elmo_files", input_file, tmp_path / "f.hdf5", cwd)
     assert index[TEXTS[0]] == [0, 3]
     for name, value in from_archive.items():
@@ -276,7 +281,7 @@ def test_resume_after_a_real_kill_gives_the_uninterrupted_file(tiny_bilm_archive
     input_file = many_lines(plugin_cwd, 3000)
     args = ["elmo-embed", str(tiny_bilm_archive), str(input_file)]
     small = ["--batch-size", "2", "--sort-window", "32"]
-    run_allennlp([*args, "whole.hdf5", *small], cwd=plugin_cwd)
+    run_allennlp_in_process([*args, "whole.hdf5", *small], cwd=plugin_cwd)
     command = [ALLENNLP, *args, "resumed.hdf5", *small, "--include-package", "elmo_plugin"]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     killed = subprocess.Popen(
@@ -299,7 +304,7 @@ def test_resume_after_a_real_kill_gives_the_uninterrupted_file(tiny_bilm_archive
         not (plugin_cwd / "resumed.hdf5").exists()
         and (plugin_cwd / "resumed.hdf5.partial").exists()
     )
-    resumed = run_allennlp([*args, "resumed.hdf5", *small, "--resume"], cwd=plugin_cwd)
+    resumed = run_allennlp_in_process([*args, "resumed.hdf5", *small, "--resume"], cwd=plugin_cwd)
     assert (
         lines_done_records(resumed.stderr)[0] > lines_done_records(log)[-1]
     )  # recorded lines were skipped

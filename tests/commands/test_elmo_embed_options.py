@@ -25,7 +25,7 @@ from elmo_plugin.archives.bilm_source import load_bilm_encoder
 from elmo_plugin.commands import elmo_embed
 from elmo_plugin.commands.embed_input import Shard, parse_shard
 from elmo_plugin.commands.learned_mix import read_learned_mix
-from tests.helpers import ALLENNLP, REPO_ROOT, run_allennlp
+from tests.helpers import ALLENNLP, REPO_ROOT, run_allennlp, run_allennlp_in_process
 
 # The sort window of each line of TEXT at --sort-window 2 (2 sentences, blank lines among them).
 WINDOW_OF_LINE = [0, 0, 0, 1, 1, 2, 2]
@@ -121,7 +121,7 @@ def test_pooled_vectors_equal_numpy_over_the_unpooled_rows_and_empty_lines_pool_
 def test_pooling_through_the_cli_with_every_layer(
     tiny_bilm_archive, text_file, unpooled, plugin_cwd
 ):
-    run_allennlp(
+    run_allennlp_in_process(
         ["elmo-embed", str(tiny_bilm_archive), str(text_file), "max.hdf5", "--pool", "max"],
         cwd=plugin_cwd,
     )
@@ -164,7 +164,7 @@ def tagger_scalar_mix(archive) -> ScalarMix:
 def test_learned_mix_equals_the_taggers_own_scalar_mix_on_the_unpooled_layers(
     tiny_bilm_archive, tiny_elmo_tagger_archive, text_file, unpooled, plugin_cwd
 ):
-    run_allennlp(
+    run_allennlp_in_process(
         [
             "elmo-embed",
             str(tiny_bilm_archive),
@@ -284,17 +284,10 @@ def test_a_malformed_shard_is_an_error_naming_it_and_the_form(value):
 
 
 def standard_input_run(archive, cwd, data: bytes, *options):
-    command = [
-        ALLENNLP,
-        "elmo-embed",
-        str(archive),
-        "-",
-        *options,
-        "--include-package",
-        "elmo_plugin",
-    ]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    return subprocess.run(command, cwd=cwd, env=env, input=data, capture_output=True)
+    """`allennlp elmo-embed ARCHIVE - OPTIONS` (a process of its own) with `data` on its standard
+    input."""
+    args = ["elmo-embed", str(archive), "-", *options]
+    return run_allennlp(args, cwd=cwd, check=False, stdin=data)
 
 
 def test_standard_input_and_compressed_files_equal_the_plain_file(
@@ -314,7 +307,7 @@ def test_standard_input_and_compressed_files_equal_the_plain_file(
     ):
         (plugin_cwd / f"in.txt{suffix}").write_bytes(compress(data))
         args = ["elmo-embed", str(tiny_bilm_archive), f"in.txt{suffix}", f"{suffix}.hdf5", *BATCH]
-        run_allennlp(args, cwd=plugin_cwd)
+        run_allennlp_in_process(args, cwd=plugin_cwd)
     for name in ("stdin", ".gz", ".bz2", ".xz"):
         arrays, _, index = read(plugin_cwd / f"{name}.hdf5")
         assert index == unpooled[2] and sorted(arrays) == sorted(unpooled[0])
@@ -416,7 +409,7 @@ def test_a_killed_shard_resumes_to_the_same_datasets_bit_for_bit(tiny_bilm_archi
     options = ["--shard", "1/2", "--pool", "mean", "--dtype", "float16", "--compression", "gzip"]
     options += ["--batch-size", "2", "--sort-window", "32"]
     args = ["elmo-embed", str(tiny_bilm_archive), "in.txt"]
-    run_allennlp([*args, "whole.hdf5", *options], cwd=plugin_cwd)
+    run_allennlp_in_process([*args, "whole.hdf5", *options], cwd=plugin_cwd)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     killed = subprocess.Popen(
         [ALLENNLP, *args, "resumed.hdf5", *options, "--include-package", "elmo_plugin"],
@@ -434,7 +427,7 @@ def test_a_killed_shard_resumes_to_the_same_datasets_bit_for_bit(tiny_bilm_archi
     killed.kill()
     killed.wait()
     assert killed.returncode == -signal.SIGKILL
-    resumed = run_allennlp([*args, "resumed.hdf5", *options, "--resume"], cwd=plugin_cwd)
+    resumed = run_allennlp_in_process([*args, "resumed.hdf5", *options, "--resume"], cwd=plugin_cwd)
     assert lines_done_records(resumed.stderr)[0] > lines_done_records(log)[-1]
     whole, whole_counts, whole_index = read(plugin_cwd / "whole.hdf5")
     again, again_counts, again_index = read(plugin_cwd / "resumed.hdf5")

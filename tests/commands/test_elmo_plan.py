@@ -12,7 +12,7 @@ from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.commands import elmo_plan
 from tests.cli.test_exact_resume_cli import CONFIG, shrunk_original
-from tests.helpers import overrides, run_allennlp
+from tests.helpers import overrides, run_allennlp, run_allennlp_in_process
 
 
 def test_the_plan_measures_the_configs_steps_and_its_checkpoint_size(
@@ -23,7 +23,7 @@ def test_the_plan_measures_the_configs_steps_and_its_checkpoint_size(
     values["trainer.callbacks"] = [{"type": "elmo_corpus_resume"}, checks]
     values["trainer.num_epochs"] = 1
     before = sorted(plugin_cwd.iterdir())
-    result = run_allennlp(["elmo-plan", CONFIG, "-o", overrides(values)], cwd=plugin_cwd)
+    result = run_allennlp_in_process(["elmo-plan", CONFIG, "-o", overrides(values)], cwd=plugin_cwd)
     assert sorted(plugin_cwd.iterdir()) == before  # nothing written
     plan = json.loads(result.stdout.strip().splitlines()[-1])
     assert plan["device"] == "cpu" and plan["tokens_per_second"] > 0
@@ -41,7 +41,7 @@ def test_the_plan_measures_the_configs_steps_and_its_checkpoint_size(
     assert "one epoch:" in result.stdout and "tokens/s:" in result.stdout
     assert "the first epoch: training " in result.stdout
     # one checkpoint as allennlp writes it: the model state and the training state
-    run_allennlp(["train", CONFIG, "-s", str(tmp_path / "run"), "-o", overrides(values)])
+    run_allennlp_in_process(["train", CONFIG, "-s", str(tmp_path / "run"), "-o", overrides(values)])
     written = sum(
         (tmp_path / "run" / f"{kind}_state_e1_b0.th").stat().st_size  # the epoch's end
         for kind in ("model", "training")

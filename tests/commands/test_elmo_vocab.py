@@ -1,9 +1,9 @@
-"""`allennlp elmo-vocab` through the real CLI, from a working directory outside the repo."""
+"""`allennlp elmo-vocab` through the CLI (in this process; its errors in a process of their own),
+from a working directory outside the repo."""
 
 import bz2
 import gzip
 import lzma
-import subprocess
 from collections.abc import Callable
 from typing import IO
 
@@ -13,17 +13,12 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
 
 from elmo_plugin.commands.elmo_vocab import count_tokens, vocab_tokens, write_elmo_vocab
-from tests.helpers import ALLENNLP, run_allennlp
+from tests.helpers import run_allennlp, run_allennlp_in_process
 
 
 def failing_allennlp(args, cwd) -> str:
-    """Runs the CLI expecting an error; returns its stderr."""
-    result = subprocess.run(
-        [ALLENNLP, *args, "--include-package", "elmo_plugin"],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-    )
+    """Runs the CLI (a process of its own) expecting an error; returns its stderr."""
+    result = run_allennlp(args, cwd=cwd, check=False)
     assert result.returncode != 0, result.stdout
     return result.stderr
 
@@ -67,9 +62,9 @@ def test_specials_first_then_by_count_ties_by_first_appearance(corpus):
 
 
 def test_cli_min_count_max_size_and_heading_skipping(corpus):
-    """Through `allennlp elmo-vocab` (the ordering test above runs the same function in-process)."""
+    """Through `allennlp elmo-vocab` (the ordering test above calls the same function directly)."""
     out = corpus / "tokens.txt"
-    run_allennlp(
+    run_allennlp_in_process(
         [
             "elmo-vocab",
             "first.txt",
@@ -169,7 +164,7 @@ def test_cli_workers_2_writes_the_same_bytes_as_workers_1_and_prints_tokens_per_
     write_shards_with_ties(plugin_cwd / "shards")
     printed = {}
     for workers in ("1", "2"):
-        result = run_allennlp(
+        result = run_allennlp_in_process(
             [
                 "elmo-vocab",
                 "shards/*",

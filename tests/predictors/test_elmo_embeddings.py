@@ -10,21 +10,25 @@ from allennlp.models.archival import load_archive
 from allennlp.predictors import Predictor
 
 from elmo_plugin.predictors.json_input import json_line
-from tests.helpers import run_allennlp
+from tests.helpers import run_allennlp, run_allennlp_in_process
 
 SENTENCES = [{"sentence": "The file is open ."}, {"tokens": ["a"]}, {"sentence": "  "}]
 MIX = {"scalar_mix_parameters": [1.0, 2.0, -1.0], "gamma": 0.5}
 
 
-def predict(archive, cwd, inputs, predictor="elmo_embeddings", check=True, **predictor_args):
+def predict_args(archive, cwd, inputs, predictor, predictor_args: dict) -> list[str]:
+    """`allennlp predict` arguments for `inputs` (JSON lines, written to cwd/in.jsonl)."""
     (cwd / "in.jsonl").write_text(inputs, encoding="utf-8")
     args = ["predict", str(archive), "in.jsonl", "--predictor", predictor, "--silent"]
     args += ["--output-file", "out.jsonl", "--batch-size", "2"]
     if predictor_args:
         args += ["--predictor-args", json.dumps(predictor_args)]
-    result = run_allennlp(args, cwd=cwd, check=check)
-    if not check:
-        return result
+    return args
+
+
+def predict(archive, cwd, inputs, predictor="elmo_embeddings", **predictor_args):
+    """`allennlp predict` (in this process) -> its output lines."""
+    run_allennlp_in_process(predict_args(archive, cwd, inputs, predictor, predictor_args), cwd=cwd)
     lines = (cwd / "out.jsonl").read_text(encoding="utf-8").splitlines()
     return [json.loads(line) for line in lines]
 
@@ -83,7 +87,8 @@ def test_allennlp_predict_ends_with_the_bad_line_not_a_json_traceback(
 ):
     archive = tiny_elmo_tagger_archive if predictor == "whitespace_tagger" else tiny_bilm_archive
     inputs = '{"sentence": "a b"}\n\n{"sentence": "c d"\n'
-    result = predict(archive, plugin_cwd, inputs, predictor, check=False)
+    args = predict_args(archive, plugin_cwd, inputs, predictor, {})
+    result = run_allennlp(args, cwd=plugin_cwd, check=False)  # the process's exit and stderr
     assert result.returncode == 1 and "Traceback" not in result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert last == (

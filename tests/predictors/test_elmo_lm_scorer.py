@@ -11,7 +11,7 @@ from allennlp.data.batch import Batch
 from allennlp.models.archival import load_archive
 from allennlp.predictors import Predictor
 
-from tests.helpers import run_allennlp
+from tests.helpers import run_allennlp_in_process
 
 WINDOW = 40  # elmo_lstm.jsonnet's max_sequence_length: evaluation scores longer lines in windows
 
@@ -51,7 +51,7 @@ def test_log_probs_are_the_models_own_numbers(archive, tiny_corpus, plugin_cwd, 
     (plugin_cwd / "in.jsonl").write_text(
         "".join(json.dumps(i) + "\n" for i in inputs), encoding="utf-8"
     )
-    run_allennlp(
+    run_allennlp_in_process(
         [
             "predict",
             str(tiny_bilm_archive),

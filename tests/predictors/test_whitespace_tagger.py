@@ -7,7 +7,7 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.predictors import Predictor
 from conllu import parse_incr
 
-from tests.helpers import run_allennlp
+from tests.helpers import run_allennlp_in_process
 
 
 def test_tags_whitespace_sentences_and_token_lists(
@@ -25,7 +25,7 @@ def test_tags_whitespace_sentences_and_token_lists(
     (plugin_cwd / "in.jsonl").write_text(
         "".join(json.dumps(i) + "\n" for i in inputs), encoding="utf-8"
     )
-    run_allennlp(
+    run_allennlp_in_process(
         [
             "predict",
             str(tiny_elmo_tagger_archive),

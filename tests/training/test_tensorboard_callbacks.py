@@ -17,7 +17,12 @@ from elmo_plugin.training import elmo_mix_weights, elmo_tensorboard, tokens_per_
 from elmo_plugin.training.elmo_mix_weights import ElmoMixWeightsCallback
 from elmo_plugin.training.elmo_tensorboard import ElmoTensorBoardCallback
 from elmo_plugin.training.tokens_per_second import TokensPerSecondCallback
-from tests.helpers import CONFIG_DIR, TINY_TRANSFORMER_OVERRIDES, overrides, run_allennlp
+from tests.helpers import (
+    CONFIG_DIR,
+    TINY_TRANSFORMER_OVERRIDES,
+    overrides,
+    run_allennlp_in_process,
+)
 
 
 def read_scalars(folder: Path) -> dict[str, dict[int, float]]:
@@ -80,7 +85,7 @@ def test_transformer_run_logs_batch_curves_learning_rate_and_tokens_per_second(
             "trainer.callbacks.2.summary_interval": interval,
         },
     )
-    run_allennlp(
+    run_allennlp_in_process(
         [
             "train",
             str(CONFIG_DIR / "elmo_transformer.jsonnet"),

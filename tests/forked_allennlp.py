@@ -1,0 +1,201 @@
+"""`allennlp` commands (and `python -m` modules) as forks of one warm process: each command is a
+process of its own (its own exit status, stdout and stderr, process-wide settings; it can kill
+itself), without the seconds a process spends importing torch, allennlp, allennlp-models and
+elmo_plugin.
+
+`python -m tests.forked_allennlp --serve SOCKET` imports them as the `allennlp` script does
+(its logging set-up, then the plugins), then forks per connection on SOCKET: a waiter, which
+forks the command and reports how it ended. `python tests/forked_allennlp.py TIMEOUT allennlp
+ARGS...` (what `run_allennlp` starts), or `TIMEOUT -m MODULE ARGS...` for `python -m MODULE
+ARGS...`, hands the command its arguments, working directory, environment and standard
+streams, and ends as the command ended: its exit status, or the signal that killed it. A fork
+starts from a clean copy of the server: nothing a command does reaches the next one.
+
+What a fork does not repeat of a fresh process: the imports (import-time warnings, the plugins
+found through `.allennlp_plugins` or the global plugins file); tests of those start a fresh
+interpreter. A command's own coverage data is saved as a process's is, at its exit.
+
+This module imports only the standard library at its top: the client must start fast.
+"""
+
+import atexit
+import importlib
+import json
+import os
+import signal
+import socket
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable
+
+SOCKET_ENV = "ELMO_TESTS_ALLENNLP_SOCKET"  # the server's socket, for the client
+TIMEOUT_KEY = "timeout"  # seconds; the command is then ended (SIGALRM), as a client's timeout
+
+
+def serve(path: str) -> None:
+    """Imports allennlp and the plugins, then forks a waiter per connection on `path` until the
+    process that started the server is gone."""
+    # ours first: allennlp.__main__ puts site-packages, which has a `benchmarks` package too,
+    # first on sys.path
+    importlib.import_module("benchmarks")
+    import allennlp.__main__  # noqa: F401  (the script's logging set-up)
+    import torch
+    from allennlp.common.plugins import import_plugins
+
+    import_plugins()
+    import elmo_plugin  # noqa: F401
+
+    if torch.cuda.is_initialized():  # a fork cannot use CUDA initialized before it
+        raise SystemExit("tests/forked_allennlp.py: importing allennlp initialized CUDA")
+    threads = other_threads()
+    if threads:  # a fork could inherit a lock one of them holds, and hang on it
+        raise SystemExit(f"tests/forked_allennlp.py: threads besides the main one: {threads}")
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path + ".new")
+    listener.listen(64)
+    os.rename(path + ".new", path)  # the socket appears only when it accepts
+    signal.signal(signal.SIGCHLD, reap_waiters)
+    listener.settimeout(5)
+    parent = os.getppid()
+    while os.getppid() == parent:
+        try:
+            connection, _ = listener.accept()
+        except TimeoutError:
+            continue
+        connection.settimeout(None)
+        if os.fork() == 0:
+            listener.close()
+            wait_for_command(connection)
+        connection.close()
+
+
+def other_threads() -> list[str]:
+    """The names of this process's threads besides the main one (Linux; elsewhere none known)."""
+    if not os.path.isdir("/proc/self/task"):
+        return []
+    tasks = sorted(os.listdir("/proc/self/task"), key=int)[1:]
+    names = []
+    for task in tasks:
+        with open(f"/proc/self/task/{task}/comm", encoding="utf-8") as comm:
+            names.append(comm.read().strip())
+    return names
+
+
+def reap_waiters(signum: int, frame: object) -> None:
+    """Collects the waiters that ended (their CPU time then counts as the server's children's,
+    as a process's would in its parent's)."""
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:  # none left
+        pass
+
+
+def wait_for_command(connection: socket.socket) -> None:
+    """In the waiter: forks the command, sends the client how it ended (an exit status, or minus
+    the signal that ended it, as `subprocess` reads it) and exits."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    _, streams, _, _ = socket.recv_fds(connection, 1, 3)
+    request = json.loads(connection.makefile("r", encoding="utf-8").readline())
+    command = os.fork()
+    if command == 0:
+        run_command(request, streams)
+    for stream in streams:
+        os.close(stream)
+    _, status = os.waitpid(command, 0)
+    try:
+        connection.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+    finally:
+        os._exit(0)
+
+
+def run_command(request: dict, streams: list[int]) -> None:
+    """In the command's fork: the client's streams, directory and environment, then allennlp's
+    own entry point (or the requested module as `__main__`); exits with its status, running the
+    exit handlers as a process does."""
+    for target, stream in enumerate(streams):
+        os.dup2(stream, target)
+        os.close(stream)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    tempfile.tempdir = None  # found again from the command's TMPDIR
+    signal.alarm(request[TIMEOUT_KEY])
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1))
+    if request["module"]:
+        status = exit_status_of_module(request["module"], request["argv"])
+    else:
+        status = exit_status_of_allennlp(request["argv"])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    atexit._run_exitfuncs()
+    os._exit(status)
+
+
+def exit_status_of_allennlp(argv: list[str]) -> int:
+    """Runs `allennlp ARGV` as the `allennlp` script does -> the exit status Python would give."""
+    import allennlp.commands
+    from allennlp.__main__ import run
+
+    # the server imported the plugins, as the script does first; a command's own
+    # import_plugins() would only walk every allennlp module again (1-2 s)
+    allennlp.commands.import_plugins = lambda: None
+    sys.argv = ["allennlp", *argv]
+    return exit_status(run)
+
+
+def exit_status_of_module(module: str, argv: list[str]) -> int:
+    """Runs `python -m MODULE ARGV` -> the exit status Python would give."""
+    import runpy
+
+    sys.argv = [module, *argv]  # run_module puts the module's file first, as `-m` does
+    return exit_status(lambda: runpy.run_module(module, run_name="__main__", alter_sys=True))
+
+
+def exit_status(main: Callable[[], object]) -> int:
+    """Runs `main` -> the exit status of a Python process running it: `sys.exit`'s (a message is
+    printed to stderr, status 1); 1 for an escaping exception, which `sys.excepthook` reports
+    (`allennlp train` points it at its log)."""
+    try:
+        main()
+    except SystemExit as exit:
+        if exit.code is None or isinstance(exit.code, int):
+            return exit.code or 0
+        print(exit.code, file=sys.stderr)
+        return 1
+    except Exception:
+        try:
+            sys.excepthook(*sys.exc_info())
+        except Exception:
+            traceback.print_exc()
+        return 1
+    return 0
+
+
+def client(command: list[str], timeout: int) -> None:
+    """Runs `allennlp ARGS...` or `-m MODULE ARGS...` (`command`) as a fork of the server and
+    ends as it ended."""
+    module, argv = (command[1], command[2:]) if command[0] == "-m" else (None, command[1:])
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    connection.connect(os.environ[SOCKET_ENV])
+    socket.send_fds(connection, [b"x"], [0, 1, 2])
+    request: dict[str, object] = {"module": module, "argv": argv, TIMEOUT_KEY: timeout}
+    request.update(cwd=os.getcwd(), env=dict(os.environ))
+    connection.sendall(json.dumps(request).encode() + b"\n")
+    reply = connection.makefile("r").readline()
+    status = int(reply) if reply else 1
+    if status < 0:  # killed by a signal: so is this process
+        signal.signal(-status, signal.SIG_DFL)
+        os.kill(os.getpid(), -status)
+    sys.exit(status)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--serve"]:
+        serve(sys.argv[2])
+    else:
+        client(sys.argv[2:], timeout=int(sys.argv[1]))

@@ -1,0 +1,90 @@
+"""`run_allennlp_in_process` (tests/helpers.py) runs a command as an `allennlp` process would:
+the same output files and exit status as `run_allennlp` (a process), and it leaves this process
+as it was."""
+
+import json
+import logging
+import random
+import sys
+
+import numpy
+import torch
+
+from tests.helpers import (
+    CONFIG_DIR,
+    REPO_ROOT,
+    TINY_LSTM_OVERRIDES,
+    overrides,
+    run_allennlp,
+    run_allennlp_in_process,
+)
+
+OLD_BILM_ARCHIVE = REPO_ROOT / "fixtures" / "archives_before_layering" / "bilm_lstm.tar.gz"
+
+
+def test_evaluate_in_process_writes_what_the_process_writes(tiny_corpus, tmp_path):
+    args = ["evaluate", str(OLD_BILM_ARCHIVE), str(tiny_corpus / "valid.txt"), "--output-file"]
+    in_process = run_allennlp_in_process([*args, str(tmp_path / "in_process.json")])
+    run_allennlp([*args, str(tmp_path / "process.json")])
+    metrics = [
+        json.loads((tmp_path / f"{name}.json").read_text()) for name in ("in_process", "process")
+    ]
+    assert metrics[0] == metrics[1] and "perplexity" in metrics[0]
+    assert "allennlp.commands.evaluate - Finished evaluating." in in_process.stderr
+
+
+def test_a_user_error_is_its_one_line_and_exit_status_1(tmp_path):
+    result = run_allennlp_in_process(
+        ["elmo-embed", str(OLD_BILM_ARCHIVE), "nope.txt", "out.hdf5"], cwd=tmp_path, check=False
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "allennlp elmo-embed: error: elmo-embed: input file not found: nope.txt"
+    )
+
+
+def test_an_escaping_exception_is_its_traceback_and_exit_status_1(tmp_path):
+    result = run_allennlp_in_process(
+        ["evaluate", str(tmp_path / "missing.tar.gz"), "x.txt"], check=False
+    )
+    assert result.returncode == 1 and "Traceback" in result.stderr
+
+
+def process_state() -> tuple:
+    root = logging.getLogger()
+    return (
+        list(root.handlers),
+        root.level,
+        list(sys.path),
+        sys.excepthook,
+        torch.get_num_threads(),
+        torch.get_default_dtype(),
+    )
+
+
+def test_train_leaves_logging_paths_random_states_and_torch_settings_as_they_were(
+    tiny_corpus, tmp_path
+):
+    random.seed(5)
+    numpy.random.seed(5)
+    torch.manual_seed(5)
+    before = process_state()
+    expected = (random.random(), numpy.random.rand(), torch.rand(1).item())
+    random.seed(5)
+    numpy.random.seed(5)
+    torch.manual_seed(5)
+    values = dict(
+        TINY_LSTM_OVERRIDES,
+        train_data_path=str(tiny_corpus / "valid.txt"),
+        validation_data_path=str(tiny_corpus / "valid.txt"),
+        **{"trainer.num_epochs": 1},
+    )
+    result = run_allennlp_in_process(
+        ["train", str(CONFIG_DIR / "elmo_lstm.jsonnet"), "-s", str(tmp_path / "out")]
+        + ["-o", overrides(values)],
+        cwd=tmp_path,
+    )
+    assert (tmp_path / "out" / "model.tar.gz").is_file()
+    assert "process settings: heap kept" in result.stdout + result.stderr
+    assert process_state() == before
+    assert (random.random(), numpy.random.rand(), torch.rand(1).item()) == expected
