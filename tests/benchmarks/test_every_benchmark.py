@@ -126,8 +126,12 @@ def check_exact_resume(last: dict) -> None:
 def check_plan_vs_epoch(last: dict) -> None:
     assert [case["case"] for case in last["cases"]] == ["demo", "original"]
     for case in last["cases"]:
-        ratio = case["projected_epoch_s"] / case["real_epoch_s"]
-        assert last[f"{case['case']}_projected_over_real"] == pytest.approx(ratio, abs=0.01)
+        # seconds are rounded to 0.1 and the ratio to 0.001 (tiny epochs last a few seconds)
+        ratio = last[f"{case['case']}_projected_over_real"]
+        rounding = 0.05 * (1 + ratio) + 0.0005 * case["real_epoch_s"]
+        assert ratio * case["real_epoch_s"] == pytest.approx(
+            case["projected_epoch_s"], abs=rounding + 1e-9
+        )
         assert case["projected_epoch_s"] == pytest.approx(
             sum(case["projected_parts_s"].values()), abs=0.3
         )

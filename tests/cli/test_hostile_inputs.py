@@ -147,7 +147,7 @@ def test_an_archive_that_holds_no_bilm_says_what_it_holds(root):
         ["elmo-embed", str(TAGGER), "in.txt", "out.hdf5"],
         root,
         str(TAGGER),
-        "holds a CrfTagger model",
+        "holds a 'crf_tagger' model",
     )
 
 
