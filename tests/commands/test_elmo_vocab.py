@@ -146,7 +146,7 @@ def test_workers_count_compressed_shards_with_ties_exactly_as_one_process(plugin
         ("中", 4),
     ]
     assert counted == 31
-    for workers in (2, 3, 8):
+    for workers in (2, 3):  # 3 does not divide the 7 shards: workers take several each
         assert list(
             count_tokens([pattern], skip_headings=True, workers=workers)[0].items()
         ) == list(one.items())
