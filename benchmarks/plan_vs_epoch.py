@@ -13,7 +13,8 @@ Cases:
   generated 793,471-word `tokens.txt`), one epoch of the first `--train-tokens` tokens of a
   generated 1B Word-shaped corpus (scale_rehearsal's `make_corpus`), validated on
   `--heldout-tokens` tokens, with `elmo_validation_checks` every `--check-every` batches on
-  `--check-batches` (the published configs' suggested 2000 on 100 is the same ratio, 20).
+  `--check-batches` (a check's share of an epoch this short is far above the published configs'
+  suggested 2000 on 20: it shows what a check costs, not what it costs at that interval).
 For each case: `allennlp elmo-plan CONFIG -o OVERRIDES`, then `allennlp train CONFIG -o OVERRIDES`
 (one epoch), then the same epoch without the checks. The real epoch is allennlp's "Epoch
 duration" log line: the training batches, the checks, the validation at the epoch's end and the

@@ -91,8 +91,8 @@
       { type: "elmo_peer_watchdog", timeout_seconds: 60 },
     ],
     // Validation inside the epoch (docs/pretraining.md, "Long runs"): add
-    //   { type: "elmo_validation_checks", every_num_batches: 2000, max_batches: 100 }
-    // to the callbacks.
+    //   { type: "elmo_validation_checks", every_num_batches: 2000, max_batches: 20 }
+    // to the callbacks (a validation batch over all 793k words costs about 3 training steps).
     cuda_device: 0,
     use_amp: false,
   },
