@@ -13,17 +13,26 @@ Cases:
   generated 793,471-word `tokens.txt`), one epoch of the first `--train-tokens` tokens of a
   generated 1B Word-shaped corpus (scale_rehearsal's `make_corpus`), validated on
   `--heldout-tokens` tokens, with `elmo_validation_checks` every `--check-every` batches on
-  `--check-batches` (a check's share of an epoch this short is far above the published configs'
-  suggested 2000 on 20: it shows what a check costs, not what it costs at that interval).
+  `--check-batches` (far more often than the config's suggested every 2000 on 20: an epoch of
+  2000 batches takes hours on a CPU).
 For each case: `allennlp elmo-plan CONFIG -o OVERRIDES`, then `allennlp train CONFIG -o OVERRIDES`
 (one epoch), then the same epoch without the checks. The real epoch is allennlp's "Epoch
 duration" log line: the training batches, the checks, the validation at the epoch's end and the
-epoch's checkpoint (what `elmo-plan` projects). Prints one JSON object per case, then one JSON
-line (benchmarks/common.py): per case projected and real seconds and their ratio (goal: within
-20%), and the epoch with checks over the epoch without (goal: below 1.05). Threads: the
-environment's `OMP_NUM_THREADS` (1 if unset, as scale_rehearsal). `--tiny` shrinks everything
-(the model, the corpora, the held-out text and the demo's check interval; minutes) for tests;
-`--model-overrides` shrinks the model further in both cases.
+epoch's checkpoint (what `elmo-plan` projects).
+
+The checks' cost: each check logs its wall seconds (validation, its records and the best
+weights written); their sum over the rest of the epoch is the share measured at the run's
+interval. At the interval a user runs (the demo's own; the original's suggested 2000 on 20) the
+share is `seconds per check batch x max_batches / (every_num_batches x seconds per training
+batch)`, from this run's checks and elmo-plan's timed training steps; a check's weights write is
+scaled with its batches, so this over-states it. The epoch with checks over the epoch without is
+printed as a cross-check (two separate epochs: a few percent of noise on a short one).
+
+Prints one JSON object per case, then one JSON line (benchmarks/common.py): per case projected and
+real seconds and their ratio (goal: within 20%) and the checks' share at the user's interval
+(goal: below 5%). Threads: the environment's `OMP_NUM_THREADS` (1 if unset, as scale_rehearsal).
+`--tiny` shrinks everything (the model, the corpora, the held-out text and the demo's check
+interval; minutes) for tests; `--model-overrides` shrinks the model further in both cases.
 """
 
 import argparse
@@ -40,7 +49,9 @@ from benchmarks.common import CONFIG_DIR, REPO_ROOT, run_benchmark
 NAME = "plan_vs_epoch"
 DEMO_CONFIG = CONFIG_DIR / "elmo_lstm.jsonnet"
 PLAN_GOAL = 0.2  # |projected / real - 1|
-CHECKS_GOAL = 1.05  # epoch with checks / epoch without
+CHECKS_GOAL = 0.05  # the checks' seconds / the rest of the epoch, at the user's interval
+# the interval elmo_lstm_original.jsonnet suggests (in a comment beside its callbacks)
+SUGGESTED_ORIGINAL_CHECKS = {"every_num_batches": 2000, "max_batches": 20}
 # --tiny: a model of seconds per epoch, a corpus of a few batches (the architecture kept)
 TINY_MODEL = {
     "model.text_field_embedder.token_embedders.elmo.filters": [[1, 8], [2, 8], [3, 16]],
@@ -51,6 +62,7 @@ TINY_MODEL = {
 TINY_ORIGINAL = {"model.num_samples": 64, "data_loader.batch_size": 16}
 TINY_DEMO_CHECKS = {"type": "elmo_validation_checks", "every_num_batches": 4, "max_batches": 2}
 EPOCH_DURATION = re.compile(r"Epoch duration: (\d+:\d\d:\d\d(?:\.\d+)?)")
+CHECK_SECONDS = re.compile(r"elmo_validation_checks: check at batch \d+: .* in (\d+\.\d+) s$", re.M)
 
 
 def shipped(config: Path) -> dict:
@@ -133,7 +145,7 @@ def plan(config: Path, values: dict) -> dict:
 
 def real_epoch(config: Path, run_dir: Path, values: dict) -> dict:
     """One epoch of `allennlp train`: its "Epoch duration" and allennlp's training_duration
-    (training and validation) in seconds, and the number of checks it made."""
+    (training and validation) in seconds, the number of checks it made and their seconds."""
     shutil.rmtree(run_dir, ignore_errors=True)  # a run of an earlier benchmark
     result = rehearsal.run_measured(rehearsal.train_command(run_dir, values, config), dry_run=False)
     rehearsal.check(result, f"train {run_dir.name}")
@@ -146,14 +158,31 @@ def real_epoch(config: Path, run_dir: Path, values: dict) -> dict:
         "epoch_s": round(rehearsal.duration_seconds(found[-1]), 1),
         "training_duration_s": round(rehearsal.duration_seconds(metrics["training_duration"]), 1),
         "checks": len(checks.read_text().splitlines()) if checks.exists() else 0,
+        "checks_s": round(sum(float(s) for s in CHECK_SECONDS.findall(result["output"])), 1),
     }
 
 
-def measure_case(name: str, config: Path, with_checks: dict, without: dict, work: Path) -> dict:
+def checks_settings(config: Path, values: dict) -> dict:
+    """The `elmo_validation_checks` callback of the run: the overrides' or else the config's."""
+    callbacks = values.get("trainer.callbacks") or shipped(config)["trainer"]["callbacks"]
+    return next(c for c in callbacks if c["type"] == "elmo_validation_checks")
+
+
+def measure_case(
+    name: str, config: Path, with_checks: dict, without: dict, work: Path, users: dict
+) -> dict:
+    """The projection against the real epoch, and the checks' share of the epoch: measured at
+    the run's interval and projected to the `users` settings (`every_num_batches`,
+    `max_batches`)."""
     projected = plan(config, with_checks)
     real = real_epoch(config, work / f"{name}_with_checks", with_checks)
     bare = real_epoch(config, work / f"{name}_without_checks", without)
     ratio = projected["epoch_seconds"] / real["epoch_s"]
+    run_checks = checks_settings(config, with_checks)
+    per_check_batch_s = real["checks_s"] / (real["checks"] * run_checks["max_batches"])
+    at_users = (per_check_batch_s * users["max_batches"]) / (
+        users["every_num_batches"] * projected["seconds_per_batch"]
+    )
     return {
         "case": name,
         "projected_epoch_s": round(projected["epoch_seconds"], 1),
@@ -164,6 +193,11 @@ def measure_case(name: str, config: Path, with_checks: dict, without: dict, work
         "real_training_duration_s": real["training_duration_s"],
         "projected_over_real": round(ratio, 3),
         "checks_in_epoch": real["checks"],
+        "checks_s": real["checks_s"],
+        "checks_share": round(real["checks_s"] / (real["epoch_s"] - real["checks_s"]), 4),
+        "training_batch_s": round(projected["seconds_per_batch"], 3),
+        "users_checks": users,
+        "checks_share_at_users_interval": round(at_users, 4),
         "epoch_without_checks_s": bare["epoch_s"],
         "with_over_without_checks": round(real["epoch_s"] / bare["epoch_s"], 3),
     }
@@ -197,27 +231,33 @@ def main(argv: list[str]) -> dict[str, Any]:
     for name in args.cases:
         if name == "demo":
             config, (with_checks, without) = DEMO_CONFIG, demo_overrides(work, args)
+            users = checks_settings(DEMO_CONFIG, with_checks)
         else:
             config, (with_checks, without) = rehearsal.CONFIG, original_overrides(work, args)
-        results.append(measure_case(name, config, with_checks, without, work))
+            users = SUGGESTED_ORIGINAL_CHECKS
+        results.append(measure_case(name, config, with_checks, without, work, users))
         print(json.dumps(results[-1]), flush=True)
     figures: dict[str, Any] = {
         f"{r['case']}_{key}": r[key]
         for r in results
-        for key in ("projected_over_real", "with_over_without_checks")
+        for key in (
+            "projected_over_real",
+            "checks_share_at_users_interval",
+            "with_over_without_checks",
+        )
     }
     missed = [
         key
         for key, value in figures.items()
         if (key.endswith("projected_over_real") and abs(value - 1) > PLAN_GOAL)
-        or (key.endswith("with_over_without_checks") and value >= CHECKS_GOAL)
+        or (key.endswith("checks_share_at_users_interval") and value >= CHECKS_GOAL)
     ]
     return {
         "headline": list(figures),
         **figures,
         "goals": {
             "projected_over_real": f"1 +- {PLAN_GOAL}",
-            "with_over_without": f"< {CHECKS_GOAL}",
+            "checks_share_at_users_interval": f"< {CHECKS_GOAL}",
         },
         **({"missed": ", ".join(missed)} if missed else {}),
         "cases": results,

@@ -9,6 +9,7 @@ import copy
 import json
 import logging
 import os
+import time
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
@@ -171,7 +172,9 @@ class ValidationChecksCallback(TrainerCallback):
 
     def check(self, trainer, epoch: int, batch_in_epoch: int) -> Check:
         """Validates on the sample, records the check and acts on it (the same decision in every
-        distributed process: the metrics are reduced over them)."""
+        distributed process: the metrics are reduced over them); logs one line with its result and
+        its wall seconds (validation, records and the best weights written)."""
+        start = time.perf_counter()
         batches = trainer._validation_data_loader if self._sample is None else self._sample
         metrics = validation_metrics(trainer, batches)
         if self.metric_name not in metrics:
@@ -205,6 +208,14 @@ class ValidationChecksCallback(TrainerCallback):
         self.history.append(check)
         if is_global_primary():
             self.record(check, trainer)
+        logger.info(
+            "elmo_validation_checks: check at batch %d: %s %.4g%s in %.2f s",
+            check.batch,
+            self.metric_name,
+            value,
+            " (best so far)" if best else "",
+            time.perf_counter() - start,
+        )
         return check
 
     def record(self, check: Check, trainer) -> None:

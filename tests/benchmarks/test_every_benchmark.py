@@ -135,10 +135,14 @@ def check_plan_vs_epoch(last: dict) -> None:
         assert case["projected_epoch_s"] == pytest.approx(
             sum(case["projected_parts_s"].values()), abs=0.3
         )
-        assert case["checks_in_epoch"] > 0
+        assert case["checks_in_epoch"] > 0 and 0 < case["checks_s"] < case["real_epoch_s"]
+        assert case["checks_share"] == pytest.approx(
+            case["checks_s"] / (case["real_epoch_s"] - case["checks_s"]), rel=0.1
+        )
+    assert last["cases"][1]["users_checks"] == {"every_num_batches": 2000, "max_batches": 20}
     assert ("missed" in last) == any(
         abs(last[f"{c}_projected_over_real"] - 1) > 0.2
-        or last[f"{c}_with_over_without_checks"] >= 1.05
+        or last[f"{c}_checks_share_at_users_interval"] >= 0.05
         for c in ("demo", "original")
     )
 

@@ -53,6 +53,17 @@ def test_the_learning_rate_drops_after_lr_patience_checks_without_a_new_best(tmp
     assert (tmp_path / "best_check.th").is_file()
 
 
+def test_each_check_logs_one_line_with_its_result_and_its_seconds(tmp_path, caplog, monkeypatch):
+    callback = ValidationChecksCallback(str(tmp_path), every_num_batches=5)
+    with caplog.at_level(logging.INFO):
+        run_checks(callback, fake_trainer(), [50.0, 51.0], monkeypatch)
+    lines = [r.getMessage() for r in caplog.records if "check at batch" in r.getMessage()]
+    assert len(lines) == 2
+    assert lines[0].startswith("elmo_validation_checks: check at batch 5: perplexity 50 (best")
+    assert lines[1].startswith("elmo_validation_checks: check at batch 10: perplexity 51 in ")
+    assert all(float(line.split(" in ")[-1].removesuffix(" s")) >= 0 for line in lines)
+
+
 def test_a_process_other_than_rank_0_decides_the_same_and_writes_nothing(tmp_path, monkeypatch):
     """Even another node's first process, which allennlp calls primary: written once per run."""
     monkeypatch.setattr(elmo_validation_checks, "is_global_primary", lambda: False)
