@@ -179,6 +179,12 @@ def measure_case(
     bare = real_epoch(config, work / f"{name}_without_checks", without)
     ratio = projected["epoch_seconds"] / real["epoch_s"]
     run_checks = checks_settings(config, with_checks)
+    if not real["checks"] or not run_checks.get("max_batches"):
+        sys.exit(
+            f"plan_vs_epoch: the {name} epoch made {real['checks']} validation checks with "
+            f"max_batches {run_checks.get('max_batches')}: nothing to measure (lower "
+            f"--check-every below its {projected['batches_per_epoch']} batches)"
+        )
     per_check_batch_s = real["checks_s"] / (real["checks"] * run_checks["max_batches"])
     at_users = (per_check_batch_s * users["max_batches"]) / (
         users["every_num_batches"] * projected["seconds_per_batch"]

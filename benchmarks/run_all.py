@@ -6,8 +6,8 @@ Runs each as `python -m benchmarks.NAME QUICK_OPTIONS` and reads the last line o
 the JSON line every benchmark ends with (benchmarks/common.py). Prints one line per benchmark
 as it finishes (its headline figures, or why it was skipped or failed), then a summary table,
 then its own JSON line: `name` run_all, `status` ok or failed, and `benchmarks`, each
-benchmark's status. Quick settings trade precision for time (the whole run takes at most about
-15 minutes on 2 CPU cores); docs/benchmarks.md gives each benchmark's full command.
+benchmark's status. Quick settings trade precision for time (seconds to a few minutes each on
+2 CPU cores); docs/benchmarks.md gives each benchmark's full command.
 
 A benchmark whose real data (`$ELMO_PLUGIN_DATA`, default ../shared/data) or GPU is missing is
 skipped, not failed, and so is one that measured but missed its own target at these quick
@@ -67,6 +67,8 @@ BENCHMARKS = [
         ["--vocab-size", "60000", "--reference-vocab-size", "20000", "--steps", "1"],
     ),
     Benchmark("data_pipeline", ["--tokens", "150000"]),
+    Benchmark("elmo_embed_options", ["--lines", "300", "--sort-window", "64"]),
+    Benchmark("plan_vs_epoch", ["--tiny"]),
     Benchmark("quality_table", ["--quick"]),
     Benchmark("gpu_original_elmo", ["--steps", "20", "--warmup", "5", "--precisions", "bf16"]),
 ]

@@ -8,7 +8,9 @@ The other ranks watch rank 0 through the store itself: `timeout` seconds without
 store operation while one is being tried (a connection stalled by a cut link or refused by a
 dead process) means rank 0 is lost. A lost peer makes `stop(line)` run once, with one line naming
 it; rank 0 first leaves that line in the store, where every other rank reads it and stops with
-it too. Rank 0 reads world_size - 1 counters per interval, every other rank two keys."""
+it too, and waits (at most 2 intervals) until every rank still beating has counted itself in
+`elmo_peer_watchdog/read`: its store goes when it stops. Rank 0 reads world_size - 1 counters per
+interval, every other rank two keys."""
 
 import logging
 import socket
@@ -23,6 +25,7 @@ logger = logging.getLogger(__name__)
 
 PREFIX = "elmo_peer_watchdog"
 LOST = f"{PREFIX}/lost"
+READ = f"{PREFIX}/read"  # how many ranks have read the verdict in LOST
 
 
 def key(kind: str, rank: int) -> str:
@@ -51,6 +54,7 @@ class PeerHeartbeats:
         self.timeout, self.interval = timeout, interval
         self.stop, self.describe, self.clock = stop, describe, clock
         self.verdict: Optional[str] = None
+        self._deciding = threading.Lock()
         self._decided = threading.Event()
         self._closed = threading.Event()
         self._trying_since: Optional[float] = None  # set while store operations fail or hang
@@ -71,7 +75,10 @@ class PeerHeartbeats:
     def finish(self) -> None:
         """Training ended well here: the others stop counting on this process's heartbeat."""
         self.close()
-        self.store.set(key("done", self.rank), "1")
+        try:
+            self.store.set(key("done", self.rank), "1")
+        except Exception:  # rank 0 (the store) already ended after its own training
+            logger.debug("elmo_peer_watchdog: rank %d could not mark itself done", self.rank)
 
     def close(self) -> None:
         self._closed.set()
@@ -102,6 +109,7 @@ class PeerHeartbeats:
             self._hosts[0] = self.store.get(key("host", 0)).decode()
         self._trying_since = None
         if verdict is not None:
+            self.store.add(READ, 1)
             self._lose(f"rank 0 stopped the run: {verdict}")
         self._check_counters(counters)
 
@@ -134,14 +142,25 @@ class PeerHeartbeats:
         return self.describe(rank) + (f" on host {host}" if host else "")
 
     def _lose(self, line: str) -> None:
-        if self._decided.is_set():
-            return
-        self.verdict = line
+        with self._deciding:
+            if self.verdict is not None:
+                return
+            self.verdict = line
         if self.rank == 0:
-            try:
-                self.store.set(LOST, line)
-            except Exception:
-                logger.debug("elmo_peer_watchdog: could not leave the verdict in the store")
+            self._leave_verdict(line)
         self._decided.set()
         self._closed.set()
         self.stop(line)
+
+    def _leave_verdict(self, line: str) -> None:
+        """Rank 0 leaves the line in its store and waits, at most 2 intervals, until every rank
+        still beating has read it."""
+        try:
+            self.store.set(LOST, line)
+            now = self.clock()
+            beating = sum(now - moved <= self.timeout for _, moved in self._counters.values())
+            deadline = now + 2 * self.interval
+            while self.store.add(READ, 0) < beating and self.clock() < deadline:
+                time.sleep(self.interval / 10)
+        except Exception:
+            logger.debug("elmo_peer_watchdog: could not leave the verdict in the store")

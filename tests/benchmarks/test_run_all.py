@@ -79,6 +79,8 @@ def test_run_all_keeps_its_selection_and_quick_options():
         "exact_resume",
         "sparse_softmax",
         "data_pipeline",
+        "elmo_embed_options",
+        "plan_vs_epoch",
         "quality_table",
         "gpu_original_elmo",
     ]

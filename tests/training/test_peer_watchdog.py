@@ -116,6 +116,22 @@ def test_a_rank_whose_store_stops_answering_names_rank_0_within_the_timeout(hang
     )
 
 
+def test_rank_0_stops_only_once_the_ranks_still_beating_have_read_its_verdict():
+    """Rank 0's process holds the store, which goes when it stops: a third rank must still stop
+    with rank 0's line (naming the lost rank 1), not with "lost rank 0"."""
+    store = CutOffStore(hang=False)
+    first, stopped = watchdog(store, 0, world_size=3)
+    first.stop = lambda line: (stopped.append(line), store.cut.set())  # the store goes with it
+    third, _ = watchdog(store, 2, world_size=3)
+    first.start()
+    third.start()
+    fake_peer(store.store, 1, seconds=0.5).join()
+    line = first.wait_for_verdict(TIMEOUT + 4 * INTERVAL + SLACK)
+    assert line is not None and line.startswith("lost rank 1 (node 1)")
+    assert third.wait_for_verdict(SLACK) == f"rank 0 stopped the run: {line}"
+    assert store.store.add("elmo_peer_watchdog/read", 0) == 1
+
+
 def test_the_timeout_must_exceed_the_interval():
     with pytest.raises(ConfigurationError, match="0 < interval_seconds < timeout_seconds"):
         PeerWatchdogCallback("unused", timeout_seconds=5, interval_seconds=5)
