@@ -25,7 +25,7 @@ from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.commands.cli_errors import one_line, reports_errors
 from elmo_plugin.data.corpus_data_loader import CorpusDataLoader
-from elmo_plugin.training.elmo_validation_checks import ValidationChecksCallback
+from elmo_plugin.training.elmo_validation_checks import ValidationChecksCallback, loader_length
 
 logger = logging.getLogger(__name__)
 
@@ -306,14 +306,6 @@ def timed_checkpoint(trainer) -> float:
     start = time.perf_counter()
     trainer._checkpointer.save_checkpoint(trainer)
     return time.perf_counter() - start
-
-
-def loader_length(loader) -> Optional[int]:
-    """A data loader's batches per epoch; None for one without a length."""
-    try:
-        return len(loader)
-    except TypeError:
-        return None
 
 
 def checks_of(

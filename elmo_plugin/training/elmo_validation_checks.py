@@ -117,10 +117,7 @@ class ValidationChecksCallback(TrainerCallback):
         if not self.enabled:
             logger.warning("elmo_validation_checks: no validation data: no checks in this run")
             return
-        try:
-            epoch_batches = len(trainer.data_loader)
-        except TypeError:
-            epoch_batches = None
+        epoch_batches = loader_length(trainer.data_loader)
         if epoch_batches is not None and self.every_num_batches > epoch_batches:
             logger.warning(
                 "elmo_validation_checks: every_num_batches %d is more than an epoch's %d batches: "
@@ -172,11 +169,12 @@ class ValidationChecksCallback(TrainerCallback):
 
     def check(self, trainer, epoch: int, batch_in_epoch: int) -> Check:
         """Validates on the sample, records the check and acts on it (the same decision in every
-        distributed process: the metrics are reduced over them); logs one line with its result and
-        its wall seconds (validation, records and the best weights written)."""
+        distributed process: the metrics are reduced over them); logs one line with its result, its
+        wall seconds (validation, records and the best weights written) and the validation's."""
         start = time.perf_counter()
         batches = trainer._validation_data_loader if self._sample is None else self._sample
         metrics = validation_metrics(trainer, batches)
+        validated = time.perf_counter()
         if self.metric_name not in metrics:
             raise ConfigurationError(
                 f"callback elmo_validation_checks: the model has no metric {self.metric_name!r} "
@@ -209,12 +207,13 @@ class ValidationChecksCallback(TrainerCallback):
         if is_global_primary():
             self.record(check, trainer)
         logger.info(
-            "elmo_validation_checks: check at batch %d: %s %.4g%s in %.2f s",
+            "elmo_validation_checks: check at batch %d: %s %.4g%s in %.2f s (validation %.2f s)",
             check.batch,
             self.metric_name,
             value,
             " (best so far)" if best else "",
             time.perf_counter() - start,
+            validated - start,
         )
         return check
 
@@ -233,6 +232,14 @@ class ValidationChecksCallback(TrainerCallback):
 
     def path(self, name: str) -> str:
         return os.path.join(self.serialization_dir, name)
+
+
+def loader_length(loader) -> Optional[int]:
+    """A data loader's batches per epoch; None for one without a length."""
+    try:
+        return len(loader)
+    except TypeError:
+        return None
 
 
 def first_batches(trainer, count: int) -> list:

@@ -136,6 +136,7 @@ def check_plan_vs_epoch(last: dict) -> None:
             sum(case["projected_parts_s"].values()), abs=0.3
         )
         assert case["checks_in_epoch"] > 0 and 0 < case["checks_s"] < case["real_epoch_s"]
+        assert 0 < case["checks_validation_s"] <= case["checks_s"]
         assert case["checks_share"] == pytest.approx(
             case["checks_s"] / (case["real_epoch_s"] - case["checks_s"]), rel=0.1
         )

@@ -16,14 +16,16 @@ def test_the_checks_seconds_are_read_from_each_checks_log_line():
     log = "\n".join(
         [
             "2026-11-26 16:29:01,000 - INFO - elmo_plugin.training.elmo_validation_checks - "
-            "elmo_validation_checks: check at batch 50: perplexity 560.3 (best so far) in 1.25 s",
+            "elmo_validation_checks: check at batch 50: perplexity 560.3 (best so far) in 1.25 s "
+            "(validation 0.5 s)",
             "2026-11-26 16:29:09,000 - INFO - elmo_plugin.training.elmo_validation_checks - "
-            "elmo_validation_checks: check at batch 100: perplexity 561 in 0.75 s",
+            "elmo_validation_checks: check at batch 100: perplexity 561 in 0.75 s "
+            "(validation 0.7 s)",
             "2026-11-26 16:29:17,711 - INFO - allennlp.training.gradient_descent_trainer - "
             "Epoch duration: 0:00:41.914270",
         ]
     )
-    assert [float(s) for s in plan_vs_epoch.CHECK_SECONDS.findall(log)] == [1.25, 0.75]
+    assert plan_vs_epoch.CHECK_SECONDS.findall(log) == [("1.25", "0.5"), ("0.75", "0.7")]
 
 
 def test_the_demo_run_checks_as_the_demo_config_ships():
