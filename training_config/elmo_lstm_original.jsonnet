@@ -93,7 +93,7 @@
     ],
     // Validation inside the epoch (docs/pretraining.md, "Long runs"): add
     //   { type: "elmo_validation_checks", every_num_batches: 2000, max_batches: 20 }
-    // to the callbacks (a validation batch over all 793k words costs about 3 training steps).
+    // to the callbacks (a validation batch over all 793k words costs 2-3 training steps).
     cuda_device: 0,
     use_amp: false,
   },
