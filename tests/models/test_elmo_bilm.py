@@ -60,7 +60,7 @@ def test_loss_goes_down_when_training(model_and_batches):
         loss = model(**batches[0])["loss"]
         loss.backward()
         optimizer.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
     assert losses[-1] < 0.8 * losses[0]
 
 
