@@ -32,7 +32,9 @@ tokens, validated on a held-out shard. Every node gets a serialization folder of
 
 Steps/s are measured from each process's batch times (`benchmarks/batch_record.py`), startup and
 validation excluded. Ends with one JSON line (benchmarks/common.py), the summary also in
-WORKDIR/summary.json; `--dry-run` prints the commands of stages 1-2 without running them.
+WORKDIR/summary.json; `--dry-run` prints the commands of stages 1-2 without running them. A run
+still going after `--stage-timeout` seconds is stopped with SIGABRT first: the Python stacks of
+each of its processes' threads (faulthandler) end its log, then the rehearsal fails naming it.
 """
 
 import argparse
@@ -66,6 +68,7 @@ STAGES = ("one_host", "two_hosts", "kill", "cut")
 PRIMARY_PORT = 29500  # inside node 0's namespace: nothing else listens there
 WEIGHT_TOLERANCE = 1e-6  # absolute, on every weight
 POLL_S = 0.2
+STACK_DUMP_S = 5.0  # for a hung run to write its stacks before it is killed
 WATCHDOG_LINE = re.compile(r"elmo_peer_watchdog: .*")
 RESUME_LINE = re.compile(
     r"elmo_checkpointer: resuming from the checkpoint after epoch (\d+) batch (\d+).*"
@@ -106,6 +109,16 @@ class Run:
             while self.poll() is None:
                 time.sleep(POLL_S)
 
+    def dump_stacks(self) -> None:
+        """Every process of the run writes its threads' Python stacks into the log
+        (faulthandler, on in every run, prints them on SIGABRT), then the run is killed."""
+        if self.poll() is None:
+            os.killpg(self.process.pid, signal.SIGABRT)
+            deadline = time.time() + STACK_DUMP_S
+            while self.poll() is None and time.time() < deadline:
+                time.sleep(POLL_S)
+        self.kill()
+
     def output(self) -> str:
         return self.log.read_text(errors="replace")
 
@@ -116,8 +129,9 @@ def wait_for(runs: list[Run], seconds: float) -> None:
     while any(run.poll() is None for run in runs):
         if time.time() > deadline:
             for run in runs:
-                run.kill()
-            sys.exit(f"multi_node: runs still going after {seconds:.0f} s: {runs[0].log}")
+                run.dump_stacks()
+            logs = ", ".join(str(run.log) for run in runs)
+            sys.exit(f"multi_node: runs still going after {seconds:.0f} s (stacks in {logs})")
         time.sleep(POLL_S)
 
 
@@ -189,6 +203,7 @@ class Rehearsal:
                 filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
             ),
             OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
+            PYTHONFAULTHANDLER="1",  # a hung run's stacks: Run.dump_stacks
         )
         if host is not None:
             env.update(host.environment())

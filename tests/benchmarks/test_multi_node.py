@@ -11,16 +11,27 @@ import os
 import shutil
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
-from benchmarks import network_hosts
+from benchmarks import multi_node, network_hosts
 from tests.helpers import REPO_ROOT, TINY_CHAR_CNN_OVERRIDES
 
 REASON = network_hosts.unavailable_reason()
 needs_namespaces = pytest.mark.skipif(REASON is not None, reason=f"multi-node: {REASON}")
 TIMEOUT, INTERVAL = 6.0, 1.0  # the watchdog's, small for a quick test
 SLACK = 30.0  # process exit and the parent's clean-up on a loaded machine
+STAGE_TIMEOUT = 300.0  # a run (about 40 s alone); a hung one's stacks end its log
+
+
+def run_logs(folder: Path) -> str:
+    """The end of every run's log under FOLDER (a failed or hung run's last lines, stacks)."""
+    return "".join(
+        f"\n=== {log.relative_to(folder)} ===\n{log.read_text(errors='replace')[-6000:]}"
+        for log in sorted(folder.rglob("*.log"))
+    )
 
 
 @pytest.mark.parametrize("hosts", ["namespaces", "loopback"])
@@ -43,6 +54,7 @@ def test_two_nodes_train_as_one_host_and_recover_from_a_lost_node(hosts, tmp_pat
             *("--train-tokens", "9000", "--heldout-tokens", "300", "--shards", "2"),
             *("--cell-size", "32", "--batch-size", "16"),
             *("--timeout-seconds", str(TIMEOUT), "--interval-seconds", str(INTERVAL)),
+            *("--stage-timeout", str(STAGE_TIMEOUT)),
             *("--workdir", str(tmp_path), "--model-overrides", json.dumps(tiny)),
         ],
         cwd=REPO_ROOT,
@@ -51,8 +63,8 @@ def test_two_nodes_train_as_one_host_and_recover_from_a_lost_node(hosts, tmp_pat
         text=True,
         env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore"),
     )
-    stdout, stderr = process.communicate(timeout=900)
-    assert process.returncode == 0, stdout[-3000:] + stderr[-3000:]
+    stdout, stderr = process.communicate(timeout=900 + STAGE_TIMEOUT)  # a hang: its stage ends it
+    assert process.returncode == 0, stdout[-3000:] + stderr[-3000:] + run_logs(tmp_path)
     if hosts == "namespaces":
         assert not [name for name in network_hosts.namespaces() if str(process.pid) in name]
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -88,3 +100,22 @@ def test_without_root_or_ip_the_rehearsal_says_why_it_cannot_run(monkeypatch):
     assert network_hosts.unavailable_reason() == "needs root to create network namespaces"
     monkeypatch.setattr(shutil, "which", lambda name: None)
     assert network_hosts.unavailable_reason() == "needs iproute2's ip command (network namespaces)"
+
+
+def test_a_hung_run_writes_its_stacks_into_its_log_before_it_is_killed(tmp_path):
+    script = (
+        "import time\n"
+        "def waiting_forever():\n"
+        "    print('waiting', flush=True)\n"
+        "    time.sleep(600)\n"
+        "waiting_forever()\n"
+    )
+    log = tmp_path / "hung.log"
+    env = dict(os.environ, PYTHONFAULTHANDLER="1")
+    run = multi_node.Run([sys.executable, "-c", script], env, log)
+    while "waiting" not in log.read_text() and run.poll() is None:
+        time.sleep(0.1)
+    with pytest.raises(SystemExit, match="runs still going after 0 s"):
+        multi_node.wait_for([run], 0.0)
+    assert run.poll() is not None
+    assert "most recent call first" in log.read_text() and "waiting_forever" in log.read_text()
