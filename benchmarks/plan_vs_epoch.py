@@ -150,7 +150,9 @@ def plan(config: Path, values: dict) -> dict:
 
 def real_epoch(config: Path, run_dir: Path, values: dict) -> dict:
     """One epoch of `allennlp train`: its "Epoch duration" and allennlp's training_duration
-    (training and validation) in seconds, the number of checks it made and their seconds."""
+    (training and validation) in seconds, the number of checks it made and their seconds.
+    RUN_DIR is removed once read (the original case's weights, checkpoints and archives take
+    several GB per run)."""
     shutil.rmtree(run_dir, ignore_errors=True)  # a run of an earlier benchmark
     result = rehearsal.run_measured(rehearsal.train_command(run_dir, values, config), dry_run=False)
     rehearsal.check(result, f"train {run_dir.name}")
@@ -160,13 +162,15 @@ def real_epoch(config: Path, run_dir: Path, values: dict) -> dict:
     metrics = json.loads((run_dir / "metrics.json").read_text())
     checks_seconds = CHECK_SECONDS.findall(result["output"])
     checks = run_dir / "validation_checks.jsonl"
-    return {
+    epoch = {
         "epoch_s": round(rehearsal.duration_seconds(found[-1]), 1),
         "training_duration_s": round(rehearsal.duration_seconds(metrics["training_duration"]), 1),
         "checks": len(checks.read_text().splitlines()) if checks.exists() else 0,
         "checks_s": round(sum(float(whole) for whole, _ in checks_seconds), 2),
         "checks_validation_s": round(sum(float(part) for _, part in checks_seconds), 2),
     }
+    shutil.rmtree(run_dir)
+    return epoch
 
 
 def checks_settings(config: Path, values: dict) -> dict:

@@ -102,6 +102,8 @@ def test_a_benchmark_ends_with_exactly_one_json_line_naming_it_and_its_status(na
     else:
         assert set(last["headline"]) <= set(last)
         CHECK_OK[name](last)
+    if name == "plan_vs_epoch":  # each run's folder (GBs at the original's size) removed once read
+        assert not list((tmp_path / "work").glob("*_checks"))
 
 
 def check_scale_rehearsal(last: dict) -> None:
