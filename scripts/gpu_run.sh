@@ -8,11 +8,14 @@
 #          Word-shaped text with the 793,471-word tokens.txt, then `allennlp evaluate` on a
 #          held-out shard, both on cuda:0.
 # Logs and results go to $OUT (default gpu_out/); the end of each log is printed. Scratch data and
-# the training run go to $OUT/scratch; the venv to $GPU_VENV (default .venv-gpu/).
+# the training run go to $SCRATCH (default $OUT/scratch); the venv to $GPU_VENV (default .venv-gpu/).
+# TEST_PATHS picks the tests (default the three folders above), TRAIN_TOKENS the training text's
+# size (default 380000: ~150 batches), BENCH_ARGS adds arguments to the benchmark.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu_out}
-mkdir -p "$OUT"
+SCRATCH=${SCRATCH:-$OUT/scratch}
+mkdir -p "$OUT" "$SCRATCH"
 STAGES=${*:-tests bench train}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false PYTHONWARNINGS=ignore
 status=0
@@ -30,7 +33,7 @@ stage() { [[ " $STAGES " == *" $1 "* ]]; }
 
 if stage tests; then
   echo "== tests"
-  python -m pytest tests/cuda tests/modules tests/models -q -rs -p no:cacheprovider > "$OUT/tests.log" 2>&1 || status=1
+  python -m pytest ${TEST_PATHS:-tests/cuda tests/modules tests/models} -q -rs -p no:cacheprovider > "$OUT/tests.log" 2>&1 || status=1
   tail -15 "$OUT/tests.log"
 fi
 
@@ -49,10 +52,10 @@ fi
 
 if stage train; then
   echo "== train"
-  data=$OUT/scratch/elmo_scale && rm -rf "$data" && mkdir -p "$data"
-  python scripts/make_scale_corpus.py --tokens 380000 --shards 4 --out "$data/train" --seed 1 > /dev/null
+  data=$SCRATCH/elmo_scale && rm -rf "$data" && mkdir -p "$data"
+  python scripts/make_scale_corpus.py --tokens "${TRAIN_TOKENS:-380000}" --shards 4 --out "$data/train" --seed 1 > /dev/null
   python scripts/make_scale_corpus.py --tokens 20000 --shards 1 --out "$data/heldout" --seed 2 > /dev/null
-  run=$OUT/scratch/elmo_original_run && rm -rf "$run"
+  run=$SCRATCH/elmo_original_run && rm -rf "$run"
   values=$(printf '{"train_data_path": "%s/train/*.txt", "validation_data_path": "%s/heldout/*.txt", "vocabulary": {"type": "elmo_tokens_file", "tokens_file": "%s/tokens.txt"}, "trainer.num_epochs": 1, "data_loader.num_workers": 2, %s}' \
     "$data" "$data" "$data" "${TRAIN_MODEL_ARGS:-\"trainer.callbacks.0.tf32\": true, \"evaluation.tf32\": true, \"model.mixed_precision\": \"bf16\"}")
   start=$(date +%s)
