@@ -31,6 +31,7 @@ from collections.abc import Callable
 
 SOCKET_ENV = "ELMO_TESTS_ALLENNLP_SOCKET"  # the server's socket, for the client
 TIMEOUT_KEY = "timeout"  # seconds; the command is then ended (SIGALRM), as a client's timeout
+UNSAFE_TO_FORK = 3  # the server's exit status when this process cannot fork commands safely
 
 
 def serve(path: str) -> None:
@@ -47,10 +48,11 @@ def serve(path: str) -> None:
     import elmo_plugin  # noqa: F401
 
     if torch.cuda.is_initialized():  # a fork cannot use CUDA initialized before it
-        raise SystemExit("tests/forked_allennlp.py: importing allennlp initialized CUDA")
+        refuse("importing allennlp initialized CUDA")
     threads = other_threads()
-    if threads:  # a fork could inherit a lock one of them holds, and hang on it
-        raise SystemExit(f"tests/forked_allennlp.py: threads besides the main one: {threads}")
+    if threads:  # a fork could inherit a lock one of them holds, and hang on it (on a GPU
+        # machine: the CUDA driver's own thread, which a fork cannot use CUDA after)
+        refuse(f"threads besides the main one: {threads}")
 
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path + ".new")
@@ -69,6 +71,13 @@ def serve(path: str) -> None:
             listener.close()
             wait_for_command(connection)
         connection.close()
+
+
+def refuse(reason: str) -> None:
+    """Ends the server before it listens, with UNSAFE_TO_FORK: the client side then runs each
+    command as a fresh process instead (tests/helpers.py: run_forked)."""
+    print(f"tests/forked_allennlp.py: {reason}", file=sys.stderr, flush=True)
+    raise SystemExit(UNSAFE_TO_FORK)
 
 
 def other_threads() -> list[str]:

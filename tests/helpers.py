@@ -87,9 +87,13 @@ def run_forked(
 ) -> subprocess.CompletedProcess:
     """`allennlp ARGS...` or `-m MODULE ARGS...` (`command`) as a process of its own, forked
     from this session's warm server (tests/forked_allennlp.py), in `cwd` with `env` -> its exit
-    status (minus the signal that ended it) and output, as text."""
+    status (minus the signal that ended it) and output, as text. Where the server cannot fork
+    safely (a GPU machine: the CUDA driver's thread), a fresh process (`run_fresh`)."""
+    server = allennlp_server()
+    if server is None:
+        return run_fresh(command, cwd, env, timeout, stdin)
     client = [sys.executable, "-S", str(FORKED_ALLENNLP), str(timeout), *command]
-    env = {**env, forked_allennlp.SOCKET_ENV: allennlp_server()}
+    env = {**env, forked_allennlp.SOCKET_ENV: server}
     ran = subprocess.run(
         client, cwd=cwd, env=env, input=stdin or b"", capture_output=True, timeout=timeout + 60
     )
@@ -97,16 +101,38 @@ def run_forked(
     return subprocess.CompletedProcess(command, ran.returncode, stdout, stderr)
 
 
+def run_fresh(
+    command: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    timeout: int = 600,
+    stdin: Optional[bytes] = None,
+) -> subprocess.CompletedProcess:
+    """`run_forked`'s command as a fresh process (`allennlp` is this venv's script) -> what
+    `run_forked` returns. The repository comes first on its path, as in the server."""
+    argv = [ALLENNLP, *command[1:]] if command[0] == "allennlp" else [sys.executable, *command]
+    env = {
+        **env,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")])),
+    }
+    ran = subprocess.run(
+        argv, cwd=cwd, env=env, input=stdin or b"", capture_output=True, timeout=timeout
+    )
+    stdout, stderr = (ran.stdout.decode(errors="replace"), ran.stderr.decode(errors="replace"))
+    return subprocess.CompletedProcess(command, ran.returncode, stdout, stderr)
+
+
 FORKED_ALLENNLP = REPO_ROOT / "tests" / "forked_allennlp.py"
-_server: dict[str, str] = {}  # this session's server: its socket
+_server: dict[str, Optional[str]] = {}  # this session's server: its socket (None: refused)
 
 
-def allennlp_server() -> str:
+def allennlp_server() -> Optional[str]:
     """The socket of this session's `python -m tests.forked_allennlp --serve` (started on first
     use, ended with the session). Its environment is the session's without glibc's malloc
     variables, which glibc reads once, at a process's start (a test may have set them); torch
     asks NVML, not CUDA, whether there is a GPU (CUDA initialized before a fork is unusable in
-    it); pyarrow's allocator starts no thread (the server forks with its main thread alone)."""
+    it); pyarrow's allocator starts no thread (the server forks with its main thread alone).
+    None where the server refused to start (`forked_allennlp.UNSAFE_TO_FORK`)."""
     if "socket" not in _server:
         folder = Path(tempfile.mkdtemp(prefix="allennlp_server_"))
         socket_path = folder / "server.sock"
@@ -126,6 +152,9 @@ def allennlp_server() -> str:
         atexit.register(stop_server, process, folder)
         deadline = time.monotonic() + 600
         while not socket_path.exists():
+            if process.poll() == forked_allennlp.UNSAFE_TO_FORK:
+                _server["socket"] = None  # commands run as fresh processes
+                return None
             if process.poll() is not None or time.monotonic() > deadline:
                 log_text = (folder / "server.log").read_text()
                 pytest.fail(f"tests/forked_allennlp.py --serve did not start:\n{log_text[-6000:]}")

@@ -1,9 +1,11 @@
 """`run_allennlp_in_process` (tests/helpers.py) runs a command as an `allennlp` process would:
 the same output files and exit status as `run_allennlp` (a process), and it leaves this process
-as it was."""
+as it was. `run_fresh` (where the warm server cannot fork: a GPU machine) gives what a fork
+gives."""
 
 import json
 import logging
+import os
 import random
 import sys
 
@@ -17,6 +19,8 @@ from tests.helpers import (
     overrides,
     run_allennlp,
     run_allennlp_in_process,
+    run_forked,
+    run_fresh,
 )
 
 OLD_BILM_ARCHIVE = REPO_ROOT / "fixtures" / "archives_before_layering" / "bilm_lstm.tar.gz"
@@ -48,6 +52,18 @@ def test_an_escaping_exception_is_its_traceback_and_exit_status_1(tmp_path):
         ["evaluate", str(tmp_path / "missing.tar.gz"), "x.txt"], check=False
     )
     assert result.returncode == 1 and "Traceback" in result.stderr
+
+
+def test_a_fresh_process_gives_what_a_fork_gives(tmp_path):
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    embed = ["allennlp", "elmo-embed", str(OLD_BILM_ARCHIVE), "nope.txt", "out.hdf5"]
+    module = ["-m", "benchmarks.gpu_original_elmo", "--help"]
+    for command in (embed, module):
+        fork, fresh = (run(command, tmp_path, env) for run in (run_forked, run_fresh))
+        assert (fresh.returncode, fresh.stdout) == (fork.returncode, fork.stdout)
+        assert fresh.stderr.strip().splitlines()[-1:] == fork.stderr.strip().splitlines()[-1:]
+    assert fork.returncode == 0 and "usage" in fork.stdout
+    assert fresh.args == module
 
 
 def process_state() -> tuple:
