@@ -1,10 +1,12 @@
-"""TrainerCallback `elmo_process_settings`: applies `ProcessSettings` once, when training starts."""
+"""TrainerCallback `elmo_process_settings`: applies `ProcessSettings` once, when training starts,
+and refuses a sparse softmax that this torch cannot clip."""
 
 from typing import Optional
 
 from allennlp.training.callbacks.callback import TrainerCallback
 
 from elmo_plugin.training.process_settings import ProcessSettings
+from elmo_plugin.training.sparse_gradient_sync import refuse_unclippable_sparse_gradients
 
 
 @TrainerCallback.register("elmo_process_settings")
@@ -12,7 +14,9 @@ class ElmoProcessSettingsCallback(TrainerCallback):
     """
     Sets the process-wide settings of `allennlp train` in `on_start`, before the first batch,
     in every training process (each worker of a distributed run). Our configs list it first in
-    `trainer.callbacks`, so `-o '{"trainer.callbacks.0.tf32": true}'` overrides a key.
+    `trainer.callbacks`, so `-o '{"trainer.callbacks.0.tf32": true}'` overrides a key. It also
+    stops a run whose gradient clipping (`trainer.grad_norm`) would fail inside a torch before
+    2.14 on the sparse softmax's gradients, with one line, before the first batch.
 
     # Parameters
 
@@ -30,4 +34,5 @@ class ElmoProcessSettingsCallback(TrainerCallback):
 
     def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
         super().on_start(trainer, is_primary=is_primary, **kwargs)
+        refuse_unclippable_sparse_gradients(trainer.model, trainer._grad_norm)
         self.settings.apply()

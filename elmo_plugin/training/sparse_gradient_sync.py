@@ -1,7 +1,11 @@
-"""Sparse embedding gradients averaged over DDP processes by gathering the touched rows."""
+"""Sparse embedding gradients averaged over DDP processes by gathering the touched rows, and
+refused before training where this torch cannot clip them."""
+
+from typing import Union
 
 import torch
 import torch.distributed as dist
+from allennlp.common.checks import ConfigurationError
 from torch.nn.parallel import DistributedDataParallel
 
 
@@ -13,6 +17,33 @@ def sparse_parameter_names(module: torch.nn.Module) -> list[str]:
         for name, child in module.named_modules()
         if isinstance(child, torch.nn.Embedding) and child.sparse
     ]
+
+
+def torch_norms_sparse_gradients() -> bool:
+    """Whether this torch's `clip_grad_norm_` (allennlp's `trainer.grad_norm`) takes sparse
+    gradients: torch 2.14 and later have `linalg.vector_norm` for sparse tensors; earlier ones
+    raise NotImplementedError."""
+    probe = torch.sparse_coo_tensor(torch.zeros(1, 1, dtype=torch.long), torch.ones(1), (1,))
+    try:
+        torch.linalg.vector_norm(probe)
+    except NotImplementedError:
+        return False
+    return True
+
+
+def refuse_unclippable_sparse_gradients(
+    module: torch.nn.Module, grad_norm: Union[float, bool]
+) -> None:
+    """Before the first batch: a `ConfigurationError` (one line) where allennlp's gradient
+    clipping (`trainer.grad_norm`) would fail on `module`'s sparse embeddings inside torch."""
+    clips = not isinstance(grad_norm, bool)  # allennlp: a number clips, false does nothing
+    names = sparse_parameter_names(module)
+    if clips and names and not torch_norms_sparse_gradients():
+        raise ConfigurationError(
+            f"trainer.grad_norm: torch {torch.__version__} cannot clip the sparse gradients of "
+            f"{names[0]} (model.sparse_embeddings: true); torch 2.14 or later can: install "
+            "it, or set model.sparse_embeddings or trainer.grad_norm to false"
+        )
 
 
 def is_multiprocess() -> bool:
