@@ -15,6 +15,7 @@ from allennlp.modules.sampled_softmax_loss import SampledSoftmaxLoss
 from allennlp.training.optimizers import Optimizer
 
 from elmo_plugin.models.elmo_bilm import ElmoLanguageModel
+from elmo_plugin.training.sparse_gradient_sync import torch_norms_sparse_gradients
 from tests.helpers import CONFIG_DIR
 
 # elmo_lstm_original.jsonnet shrunk, without dropout (two models must see the same forward).
@@ -87,6 +88,8 @@ def test_sparse_adagrad_training_equals_dense_and_leaves_untouched_rows_alone(vo
     """3 Adagrad steps (the original config's: lr 0.2, initial accumulator 1.0) with gradient-norm
     clipping that bites: every parameter and accumulator equal to float rounding; the gradient
     norms too; softmax rows that no step touched keep their weights and accumulators bit for bit."""
+    if not torch_norms_sparse_gradients():  # allennlp's trainer is refused there too
+        pytest.skip(f"torch {torch.__version__} cannot clip sparse gradients (2.14 can)")
     vocab, batches = vocab_and_batches
     dense = build(vocab, sparse=False)
     sparse = build(vocab, sparse=True, like=dense)
