@@ -153,7 +153,9 @@ def allennlp_server() -> Optional[str]:
         deadline = time.monotonic() + 600
         while not socket_path.exists():
             if process.poll() == forked_allennlp.UNSAFE_TO_FORK:
-                _server["socket"] = None  # commands run as fresh processes
+                reason = (folder / "server.log").read_text().strip().splitlines()[-1]
+                warnings.warn(f"{reason}: commands run as fresh processes (slower)", stacklevel=2)
+                _server["socket"] = None
                 return None
             if process.poll() is not None or time.monotonic() > deadline:
                 log_text = (folder / "server.log").read_text()
