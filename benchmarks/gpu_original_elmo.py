@@ -17,7 +17,8 @@ with TF32 for what autocast leaves in float32):
 - FLOPs per step (torch's FlopCounterMode over one forward + backward), the achieved FLOP/s and
   its fraction of this GPU's own measured matmul rate at that precision (8192^3 products);
 - a profile of a few steps: GPU kernel time vs waiting for the data loader vs the rest (launch
-  gaps, Python, host syncs).
+  gaps, Python, host syncs), with the kernels and the host's waits for the GPU counted per step
+  and the costliest kernels and host operators.
 Then embedding: our `elmo-embed` path (`embed_file`) vs allennlp's `Elmo` (batches of 32 in
 file order) on the same GPU with the same random original-size weights, tokens/s each.
 
@@ -182,8 +183,19 @@ def matmul_rate(device: torch.device, precision: str, size: int) -> float:
     return 2 * size**3 * repeats / (time.perf_counter() - start)
 
 
+# CUDA runtime calls in which the host waits for the GPU (cudaMemcpy: the synchronous copy)
+HOST_SYNCS = {
+    "cudaStreamSynchronize",
+    "cudaDeviceSynchronize",
+    "cudaEventSynchronize",
+    "cudaMemcpy",
+}
+
+
 def profile_steps(run: TrainingRun, steps: int) -> dict[str, Any]:
-    """Wall time of `steps` steps split into GPU kernel time, data loading and the rest."""
+    """Wall time of `steps` steps split into GPU kernel time, data loading and the rest, with
+    what the rest is made of: kernel launches, host waits for the GPU (HOST_SYNCS) and the
+    operators that cost the host most. Times in s per step, `top_*` in ms per step."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + (
@@ -197,25 +209,39 @@ def profile_steps(run: TrainingRun, steps: int) -> dict[str, Any]:
             run.step()
         synchronize(run.device)
     wall = time.perf_counter() - start
-    kernel_us = sum(
-        getattr(event, "self_device_time_total", 0.0)
-        for event in prof.key_averages()
-        if event.device_type.name == "CUDA"
-    )
-    top = sorted(
-        (e for e in prof.key_averages() if e.device_type.name == "CUDA"),
-        key=lambda e: -getattr(e, "self_device_time_total", 0.0),
-    )[:8]
+    events = [e for e in prof.events() if not e.is_user_annotation]
+    kernels = [e for e in events if e.device_type.name == "CUDA"]
+    host = [e for e in events if e.device_type.name == "CPU"]
+    syncs = [e for e in host if e.name in HOST_SYNCS]
+    kernel_s = sum(e.self_device_time_total for e in kernels) / 1e6
+    averages = prof.key_averages()
     return {
         "profiled_steps": steps,
         "wall_s_per_step": wall / steps,
-        "kernel_s_per_step": kernel_us / 1e6 / steps,
+        "kernel_s_per_step": kernel_s / steps,
         "data_loading_s_per_step": run.data_seconds / steps,
-        "other_s_per_step": (wall - kernel_us / 1e6 - run.data_seconds) / steps,
-        "top_kernels": [
-            (e.key[:60], round(e.self_device_time_total / 1e3 / steps, 3)) for e in top
-        ],
+        "other_s_per_step": (wall - kernel_s - run.data_seconds) / steps,
+        "kernels_per_step": len(kernels) / steps,
+        "host_syncs_per_step": len(syncs) / steps,
+        "host_sync_wait_s_per_step": sum(e.cpu_time_total for e in syncs) / 1e6 / steps,
+        "top_kernels": top_per_step(averages, "CUDA", "self_device_time_total", steps),
+        "top_host_operators": top_per_step(averages, "CPU", "self_cpu_time_total", steps),
     }
+
+
+def top_per_step(averages, device: str, time_key: str, steps: int) -> list:
+    """The 8 costliest of a profile's averaged events on `device` (CPU / CUDA), user annotations
+    left out -> [(name, ms per step, calls per step)]."""
+    chosen = [
+        e
+        for e in averages
+        if e.device_type.name == device and not getattr(e, "is_user_annotation", False)
+    ]
+    chosen.sort(key=lambda e: -getattr(e, time_key))
+    return [
+        (e.key[:60], round(getattr(e, time_key) / 1e3 / steps, 3), e.count / steps)
+        for e in chosen[:8]
+    ]
 
 
 def measure_training(

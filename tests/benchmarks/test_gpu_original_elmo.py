@@ -54,6 +54,12 @@ def test_dry_run_trains_both_configs_and_embeds_on_cpu_and_leaves_no_temporary_f
     }
     for r in training:
         assert r["tokens_per_s"] > 0 and r["flops_per_step"] > 0 and r["tokens_per_step"] > 0
-    assert all("profile" in r for r in training if r["precision"] == "bf16")
+    profiles = [r["profile"] for r in training if r["precision"] == "bf16"]
+    assert len(profiles) == 2
+    for profile in profiles:  # where a step's time goes, host operators first on a CPU
+        assert profile["top_host_operators"][0][0].startswith("aten::")
+        assert {"kernels_per_step", "host_syncs_per_step", "host_sync_wait_s_per_step"} <= set(
+            profile
+        )
     embedding = [r for r in report["results"] if "speedup" in r]
     assert len(embedding) == 1 and embedding[0]["ours_elmo_embed_tokens_per_s"] > 0
