@@ -26,6 +26,7 @@ from allennlp.common.checks import ConfigurationError
 from elmo_plugin.commands.cli_errors import one_line, reports_errors
 from elmo_plugin.data.corpus_data_loader import CorpusDataLoader
 from elmo_plugin.training.elmo_validation_checks import ValidationChecksCallback, loader_length
+from elmo_plugin.training.sparse_gradient_sync import refuse_unclippable_sparse_gradients
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +129,7 @@ def measure(params: Params, warmup_steps: int, steps: int) -> dict[str, Any]:
         trainer: Any = run.trainer  # a GradientDescentTrainer (its data loader, optimizer)
         model = trainer.model
         fits_or_raise(model, optimizer_type, device)
+        refuse_unclippable_sparse_gradients(model, trainer._grad_norm)  # as `allennlp train`
         start = time.perf_counter()
         epoch_batches = loader_length(trainer.data_loader)
         length_seconds = time.perf_counter() - start  # an estimate reads a sample of the corpus

@@ -1,5 +1,6 @@
 """`allennlp elmo-plan`: the figures of a real training step of the config, nothing written,
-one-line errors for a config that cannot be built, does not fit, or kills its steps."""
+one-line errors for a config that cannot be built, does not fit, kills its steps, or clips what
+this torch cannot."""
 
 import json
 import os
@@ -11,6 +12,7 @@ import torch
 from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.commands import elmo_plan
+from elmo_plugin.training import sparse_gradient_sync
 from tests.cli.test_exact_resume_cli import CONFIG, shrunk_original
 from tests.helpers import overrides, run_allennlp, run_allennlp_in_process
 
@@ -58,6 +60,23 @@ def test_a_config_that_cannot_be_built_is_one_line(plugin_cwd, tiny_corpus):
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("allennlp elmo-plan: error: ") and "no_such_key" in last
     assert "Traceback" not in result.stderr
+
+
+def test_a_torch_that_cannot_clip_the_sparse_softmax_is_the_trainers_one_line(
+    plugin_cwd, tiny_corpus, monkeypatch
+):
+    monkeypatch.setattr(sparse_gradient_sync, "torch_norms_sparse_gradients", lambda: False)
+    values = shrunk_original(tiny_corpus, 0, 1)
+    values["trainer.callbacks"] = [{"type": "elmo_corpus_resume"}]
+    result = run_allennlp_in_process(
+        ["elmo-plan", CONFIG, "-o", overrides(values)], cwd=plugin_cwd, check=False
+    )
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        f"allennlp elmo-plan: error: {CONFIG}: trainer.grad_norm: torch {torch.__version__} "
+        "cannot clip the sparse gradients of _softmax_loss.softmax_w.weight"
+    )
 
 
 def test_parameters_and_optimizer_state_beyond_the_free_memory_are_named(monkeypatch):
