@@ -3,12 +3,16 @@
 `clip_grad_norm_`, seen on torch 2.11), and `allennlp train` then stops before the first batch
 with one line saying what to change."""
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
 from elmo_plugin.training import sparse_gradient_sync
 from tests.helpers import (
     CONFIG_DIR,
+    REPO_ROOT,
     TINY_CHAR_CNN_OVERRIDES,
     overrides,
     run_allennlp_in_process,
@@ -35,6 +39,21 @@ def test_this_torch_clips_a_sparse_gradient_as_its_dense_equal():
     assert torch.allclose(norms[0], norms[1]) and norms[0] > 0.5
     assert torch.allclose(sparse.grad.to_dense(), dense.grad)
     assert torch.linalg.vector_norm(dense.grad) == pytest.approx(0.5, rel=1e-5)
+
+
+def test_asking_this_torch_warns_nothing():
+    """In a fresh process: torch warns once per process about a sparse tensor made without
+    saying whether to check its invariants."""
+    code = (
+        "import warnings\n"
+        "from elmo_plugin.training.sparse_gradient_sync import torch_norms_sparse_gradients\n"
+        "warnings.simplefilter('error')\n"
+        "assert torch_norms_sparse_gradients()\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
 
 
 def train(tiny_corpus, out, values: dict):
