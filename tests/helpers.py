@@ -94,11 +94,7 @@ def run_forked(
         return run_fresh(command, cwd, env, timeout, stdin)
     client = [sys.executable, "-S", str(FORKED_ALLENNLP), str(timeout), *command]
     env = {**env, forked_allennlp.SOCKET_ENV: server}
-    ran = subprocess.run(
-        client, cwd=cwd, env=env, input=stdin or b"", capture_output=True, timeout=timeout + 60
-    )
-    stdout, stderr = (ran.stdout.decode(errors="replace"), ran.stderr.decode(errors="replace"))
-    return subprocess.CompletedProcess(command, ran.returncode, stdout, stderr)
+    return completed(command, client, cwd, env, timeout + 60, stdin)
 
 
 def run_fresh(
@@ -115,6 +111,19 @@ def run_fresh(
         **env,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")])),
     }
+    return completed(command, argv, cwd, env, timeout, stdin)
+
+
+def completed(
+    command: list[str],
+    argv: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    timeout: int,
+    stdin: Optional[bytes],
+) -> subprocess.CompletedProcess:
+    """Runs `argv` (which runs `command`) with `stdin` -> `command`'s exit status and output,
+    as text."""
     ran = subprocess.run(
         argv, cwd=cwd, env=env, input=stdin or b"", capture_output=True, timeout=timeout
     )
