@@ -50,10 +50,7 @@ from allennlp.training.optimizers import Optimizer
 import elmo_plugin  # noqa: F401  (registers components)
 from benchmarks.common import CONFIG_DIR, REPO_ROOT, Skip, run_benchmark
 from elmo_plugin.training.process_settings import ProcessSettings
-from elmo_plugin.training.sparse_gradient_sync import (
-    sparse_parameter_names,
-    torch_norms_sparse_gradients,
-)
+from elmo_plugin.training.sparse_gradient_sync import unclippable_sparse_parameters
 
 NAME = "gpu_original_elmo"
 CONFIGS = {"lstm": "elmo_lstm_original.jsonnet", "transformer": "elmo_transformer_original.jsonnet"}
@@ -130,8 +127,8 @@ class TrainingRun:
         self.grad_norm = trainer.pop("grad_norm", None)
         # A torch before 2.14 cannot clip sparse gradients (allennlp's trainer fails there):
         # those steps run unclipped, and the result says so.
-        self.clips = bool(self.grad_norm) and (
-            torch_norms_sparse_gradients() or not sparse_parameter_names(self.model)
+        self.clips = bool(self.grad_norm) and not unclippable_sparse_parameters(
+            self.model, self.grad_norm
         )
         self.device = device
         self.batches = endless(self.loader)

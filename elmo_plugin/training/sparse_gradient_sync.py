@@ -33,14 +33,24 @@ def torch_norms_sparse_gradients() -> bool:
     return True
 
 
+def unclippable_sparse_parameters(
+    module: torch.nn.Module, grad_norm: Union[float, bool, None]
+) -> list[str]:
+    """The names of `module`'s sparse embeddings that clipping to `grad_norm` (allennlp's
+    `trainer.grad_norm`: a number clips, false or None does nothing) would fail on inside this
+    torch; empty where it clips them or does not clip."""
+    clips = grad_norm is not None and not isinstance(grad_norm, bool)
+    names = sparse_parameter_names(module) if clips else []
+    return names if names and not torch_norms_sparse_gradients() else []
+
+
 def refuse_unclippable_sparse_gradients(
     module: torch.nn.Module, grad_norm: Union[float, bool]
 ) -> None:
     """Before the first batch: a `ConfigurationError` (one line) where allennlp's gradient
     clipping (`trainer.grad_norm`) would fail on `module`'s sparse embeddings inside torch."""
-    clips = not isinstance(grad_norm, bool)  # allennlp: a number clips, false does nothing
-    names = sparse_parameter_names(module)
-    if clips and names and not torch_norms_sparse_gradients():
+    names = unclippable_sparse_parameters(module, grad_norm)
+    if names:
         raise ConfigurationError(
             f"trainer.grad_norm: torch {torch.__version__} cannot clip the sparse gradients of "
             f"{names[0]} (model.sparse_embeddings: true); torch 2.14 or later can: install "

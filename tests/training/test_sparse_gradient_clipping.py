@@ -33,7 +33,7 @@ def test_this_torch_clips_a_sparse_gradient_as_its_dense_equal():
     assert sparse_gradient_sync.torch_norms_sparse_gradients()
     rows, values = torch.tensor([[4, 1, 4]]), torch.randn(3, 5)
     sparse, dense = (torch.nn.Parameter(torch.randn(6, 5)) for _ in range(2))
-    sparse.grad = torch.sparse_coo_tensor(rows, values, (6, 5))
+    sparse.grad = torch.sparse_coo_tensor(rows, values, (6, 5), check_invariants=True)
     dense.grad = sparse.grad.to_dense()
     norms = [torch.nn.utils.clip_grad_norm_([p], 0.5) for p in (sparse, dense)]
     assert torch.allclose(norms[0], norms[1]) and norms[0] > 0.5
