@@ -6,7 +6,7 @@ checkpoint was, without reading what came before. Each loader says how an epoch'
 made (`epoch_batches`) and how many there are (`__len__`)."""
 
 import random
-from abc import abstractmethod
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional, Union
@@ -37,7 +37,7 @@ class LoaderPosition:
     epoch_batches: list[int] = field(default_factory=list)
 
 
-class CorpusDataLoader(DataLoader):
+class CorpusDataLoader(DataLoader, ABC):
     """
     The shared part of the corpus loaders (not registered itself): the reader and corpus chunks,
     this process's place among distributed processes, indexing, the device, and the position

@@ -13,6 +13,7 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
 
 from elmo_plugin.data.corpus_chunks import corpus_chunks
+from elmo_plugin.data.corpus_data_loader import CorpusDataLoader
 from elmo_plugin.data.elmo_corpus_loader import ElmoCorpusLoader
 from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader, byte_range_lines
 
@@ -257,3 +258,14 @@ def test_the_length_under_distributed_training_is_each_processs_share(tmp_path):
     assert lengths[0][1] == lengths[1][1]  # every process has as many batches
     for estimate, exact in lengths:
         assert abs(estimate - exact) <= 0.2 * exact
+
+
+def test_a_corpus_loader_that_does_not_say_how_it_batches_cannot_be_made(tmp_path):
+    """`epoch_batches` and `__len__` are what each corpus loader must give."""
+
+    class NoBatches(CorpusDataLoader):
+        def __len__(self) -> int:
+            return 0
+
+    with pytest.raises(TypeError, match="abstract method.*epoch_batches"):
+        NoBatches(ElmoCorpusReader(), write_corpus(tmp_path), 4, False, 300, 0, None, None)
