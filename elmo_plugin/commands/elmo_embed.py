@@ -26,7 +26,7 @@ from elmo_plugin.commands.embed_input import (
 )
 from elmo_plugin.commands.learned_mix import LearnedMix, mix_archive, read_learned_mix
 from elmo_plugin.commands.output_paths import check_output_file
-from elmo_plugin.data.elmo_corpus_reader import CorpusStats
+from elmo_plugin.data.corpus_stats import CorpusStats
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 from elmo_plugin.modules.bilm_sentence_layers import without_boundaries
 from elmo_plugin.modules.sentence_pooling import POOL_CHOICES, check_pool, pool_tokens
@@ -484,7 +484,7 @@ def embed_file(
         progress.close()
         writer.close()
     os.replace(partial, output_file)
-    logger.info("elmo-embed: %s", stats.summary(input_file))
+    stats.report(input_file, prefix="elmo-embed: ")
     if shard.parts > 1:
         logger.info(
             "elmo-embed: shard %s: the blocks of %d lines whose number modulo %d is %d",

@@ -1,7 +1,6 @@
 """Subcommand `allennlp elmo-vocab`: an ELMo `tokens.txt` from raw-text corpora."""
 
 import argparse
-import dataclasses
 import glob
 import logging
 import multiprocessing
@@ -15,7 +14,8 @@ from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.commands.cli_errors import reports_errors
 from elmo_plugin.commands.output_paths import check_output_file
-from elmo_plugin.data.elmo_corpus_reader import CorpusStats, ElmoCorpusReader, resolve_corpus_paths
+from elmo_plugin.data.corpus_stats import CorpusStats
+from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader, resolve_corpus_paths
 from elmo_plugin.data.elmo_vocab_file import SPECIALS, write_elmo_vocab_file
 
 logger = logging.getLogger(__name__)
@@ -88,11 +88,6 @@ def count_shard_in_worker(path: str, skip_headings: bool) -> tuple[Counter, Corp
     return count_shard(path, skip_headings, stats), stats
 
 
-def add_stats(total: CorpusStats, shard: CorpusStats) -> None:
-    for field in dataclasses.fields(CorpusStats):
-        setattr(total, field.name, getattr(total, field.name) + getattr(shard, field.name))
-
-
 def shard_counts(
     paths: Sequence[str], skip_headings: bool, workers: int, stats: CorpusStats
 ) -> Iterator[Counter]:
@@ -110,7 +105,7 @@ def shard_counts(
 
         def oldest() -> Counter:
             counts, shard_stats = pending.popleft().get()
-            add_stats(stats, shard_stats)
+            stats.add(shard_stats)
             return counts
 
         for path in paths:
@@ -139,7 +134,7 @@ def count_tokens(
     stats = CorpusStats()
     for shard in shard_counts(paths, skip_headings, min(workers, len(paths)), stats):
         counts.update(shard)  # new keys are appended in the shard's first-appearance order
-    logger.info(stats.summary(" ".join(patterns)))
+    stats.report(" ".join(patterns))
     counted = sum(counts.values())
     for special in SPECIALS:
         counts.pop(special, None)

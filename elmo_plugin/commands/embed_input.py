@@ -11,7 +11,8 @@ from typing import NamedTuple
 
 from allennlp.common.checks import ConfigurationError
 
-from elmo_plugin.data.elmo_corpus_reader import CorpusStats, checked_text, decode_line, shard_lines
+from elmo_plugin.data.corpus_stats import CorpusStats, decode_line
+from elmo_plugin.data.elmo_corpus_reader import checked_text, shard_lines
 
 STDIN = "-"
 STDIN_NAME = "standard input"

@@ -5,6 +5,7 @@
 checkpoint was, without reading what came before. Each loader says how an epoch's batches are
 made (`epoch_batches`) and how many there are (`__len__`)."""
 
+import logging
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -20,7 +21,10 @@ from allennlp.data.data_loaders.data_loader import DataLoader, TensorDict
 from allennlp.nn import util as nn_util
 
 from elmo_plugin.data.corpus_chunks import chunk_order, corpus_chunks
+from elmo_plugin.data.corpus_stats import MAX_UTF8_WARNINGS, CorpusStats, warn_invalid_utf8
 from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -46,7 +50,10 @@ class CorpusDataLoader(DataLoader, ABC):
     trainer skips.
 
     Subclasses give `epoch_batches(epoch, first_ordinal, skip)`, the epoch's (chunk ordinal,
-    batch) pairs from batch `skip` of chunk ordinal `first_ordinal` on, and `__len__`.
+    batch) pairs from batch `skip` of chunk ordinal `first_ordinal` on, and `__len__`; a
+    subclass that reads every chunk counts each one's `CorpusStats` in the read's total
+    (`tally`) and ends with `finish_read`: the first read of the corpus is summarized in one
+    log line, and a corpus with no text is an error.
     """
 
     name = "data_loader"  # how errors name the loader: "data_loader TYPE"
@@ -82,6 +89,8 @@ class CorpusDataLoader(DataLoader, ABC):
         self.device: Optional[torch.device] = (
             None if cuda_device is None else torch.device(cuda_device)
         )
+        self._utf8_warnings = 0  # lines with invalid UTF-8 named so far (at most MAX_...)
+        self._summarized = False  # whether a read of every chunk was summarized
 
     def check_at_least(self, **settings: tuple[int, int]) -> None:
         """A configuration error for the first `key=(value, least)` with value < least."""
@@ -128,9 +137,13 @@ class CorpusDataLoader(DataLoader, ABC):
     def iter_instances(self) -> Iterator[Instance]:
         """Every instance the reader makes of the corpus, in file order (for vocabularies),
         indexed once `index_with` was called."""
+        read = CorpusStats()
         for chunk in self.chunks:
-            for instance in self.reader.range_instances(chunk.path, chunk.start, chunk.end):
+            stats = CorpusStats()
+            for instance in self.reader.range_instances(chunk.path, chunk.start, chunk.end, stats):
                 yield self.indexed(instance)
+            self.tally(read, stats)
+        self.finish_read(read)
 
     def __iter__(self) -> Iterator[TensorDict]:
         """One epoch's batches (the next epoch on every call)."""
@@ -163,6 +176,22 @@ class CorpusDataLoader(DataLoader, ABC):
     def chunk_order(self, epoch: int) -> list[int]:
         """Indices into `self.chunks` in the order epoch `epoch` reads them."""
         return chunk_order(len(self.chunks), self.shuffle, self.position.seed, epoch)
+
+    def tally(self, read: CorpusStats, stats: CorpusStats) -> None:
+        """Adds one chunk's `stats` to the `read` of the corpus; process 0 warns of the first
+        `MAX_UTF8_WARNINGS` lines with invalid UTF-8 the loader meets."""
+        places = read.add(stats)[: MAX_UTF8_WARNINGS - self._utf8_warnings]
+        if self.rank == 0:
+            warn_invalid_utf8(places)
+        self._utf8_warnings += len(places)
+
+    def finish_read(self, read: CorpusStats) -> None:
+        """After a `read` of every chunk: an error when the corpus has no text; the summary line
+        (process 0, once: each read of the same corpus counts the same)."""
+        read.require_text(self.data_path)
+        if self.rank == 0 and not self._summarized:
+            logger.info(read.summary(self.data_path))
+        self._summarized = True
 
     def indexed(self, instance: Instance) -> Instance:
         """`instance` with the reader's token indexers, indexed once `index_with` was called."""

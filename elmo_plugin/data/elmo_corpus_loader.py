@@ -17,6 +17,7 @@ from allennlp.data.fields import TextField
 
 from elmo_plugin.data.corpus_chunks import chunk_size
 from elmo_plugin.data.corpus_data_loader import CorpusDataLoader
+from elmo_plugin.data.corpus_stats import CorpusStats
 from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
 from elmo_plugin.data.loader_workers import worker_results
 
@@ -136,26 +137,36 @@ class ElmoCorpusLoader(CorpusDataLoader):
         self, epoch: int, first_ordinal: int, skip: int
     ) -> Iterator[tuple[int, TensorDict]]:
         """(chunk ordinal, batch) for the epoch, from batch `skip` of chunk ordinal
-        `first_ordinal` on; built by `num_workers` worker processes, if any, in the same order."""
+        `first_ordinal` on; built by `num_workers` worker processes, if any, in the same order.
+        An epoch read from its start is a read of every chunk (`finish_read`)."""
         order = self.chunk_order(epoch)
 
-        def ordinal_batches(ordinal: int) -> Iterator[TensorDict]:
+        def ordinal_batches(ordinal: int) -> Iterator[Union[TensorDict, CorpusStats]]:
             return self.chunk_tensors(
                 epoch, order[ordinal], skip if ordinal == first_ordinal else 0
             )
 
         ordinals = list(range(first_ordinal, len(order)))
         if self.num_workers:
-            yield from worker_results(ordinal_batches, ordinals, self.num_workers, self.name)
-            return
-        for ordinal in ordinals:
-            for batch in ordinal_batches(ordinal):
-                yield ordinal, batch
+            items = worker_results(ordinal_batches, ordinals, self.num_workers, self.name)
+        else:
+            items = ((ordinal, item) for ordinal in ordinals for item in ordinal_batches(ordinal))
+        read = CorpusStats()
+        for ordinal, item in items:
+            if isinstance(item, CorpusStats):
+                self.tally(read, item)
+            else:
+                yield ordinal, item
+        if first_ordinal == 0 and skip == 0:
+            self.finish_read(read)
 
-    def chunk_batches(self, epoch: int, chunk_index: int) -> list[list[Instance]]:
-        """This process's batches of one chunk in epoch `epoch` (instances not yet indexed)."""
+    def chunk_batches(
+        self, epoch: int, chunk_index: int, stats: CorpusStats
+    ) -> list[list[Instance]]:
+        """This process's batches of one chunk in epoch `epoch` (instances not yet indexed);
+        what the chunk's lines were is counted in `stats`."""
         chunk = self.chunks[chunk_index]
-        instances = list(self.reader.range_instances(chunk.path, chunk.start, chunk.end))
+        instances = list(self.reader.range_instances(chunk.path, chunk.start, chunk.end, stats))
         if not instances:
             return []
         shuffled = random.Random(f"{self.position.seed}/{epoch}/{chunk_index}")
@@ -173,7 +184,12 @@ class ElmoCorpusLoader(CorpusDataLoader):
             shuffled.shuffle(batches)
         return batches[self.rank :: self.world_size]
 
-    def chunk_tensors(self, epoch: int, chunk_index: int, skip: int) -> Iterator[TensorDict]:
-        """The collated batches of one chunk from its batch `skip` on."""
-        for batch in self.chunk_batches(epoch, chunk_index)[skip:]:
+    def chunk_tensors(
+        self, epoch: int, chunk_index: int, skip: int
+    ) -> Iterator[Union[TensorDict, CorpusStats]]:
+        """The collated batches of one chunk from its batch `skip` on, then the chunk's
+        `CorpusStats`."""
+        stats = CorpusStats()
+        for batch in self.chunk_batches(epoch, chunk_index, stats)[skip:]:
             yield self.collate_fn([self.indexed(instance) for instance in batch])
+        yield stats

@@ -2,11 +2,9 @@
 
 import glob
 import itertools
-import logging
 import lzma
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Optional, TypeVar, cast
 
 from allennlp.common.checks import ConfigurationError
@@ -17,14 +15,12 @@ from allennlp.data.fields import TextField
 from allennlp.data.token_indexers import SingleIdTokenIndexer, TokenIndexer
 from allennlp.data.tokenizers import Tokenizer, WhitespaceTokenizer
 
+from elmo_plugin.data.corpus_stats import CorpusStats, decode_line
 from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
 from elmo_plugin.data.elmo_text_field import ElmoTextField
 from elmo_plugin.data.elmo_vocab_file import BOS, EOS
 
-logger = logging.getLogger(__name__)
-
 HEADING = re.compile(r"^\s*(=+)\s.*\s\1\s*$")
-MAX_UTF8_WARNINGS = 5
 COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz")  # what allennlp's open_compressed decompresses
 SNIFF_LINES = 20  # a file most of whose first lines are not text is refused before any is read
 Item = TypeVar("Item")
@@ -36,37 +32,6 @@ def resolve_corpus_paths(pattern: str) -> list[str]:
     if not paths:
         raise ConfigurationError(f"elmo_corpus: no file matches {pattern!r}")
     return paths
-
-
-@dataclass
-class CorpusStats:
-    """Counts of what the reader saw, skipped and repaired, for one summary log line."""
-
-    files: int = 0
-    lines: int = 0
-    empty_files: int = 0
-    blank_lines: int = 0
-    heading_lines: int = 0
-    invalid_utf8_lines: int = 0
-
-    def summary(self, pattern: str) -> str:
-        return (
-            f"elmo_corpus {pattern}: {self.lines} text lines from {self.files} files; skipped "
-            f"{self.empty_files} empty files, {self.blank_lines} blank lines, "
-            f"{self.heading_lines} heading lines; {self.invalid_utf8_lines} lines had invalid "
-            "UTF-8 (replaced with U+FFFD)"
-        )
-
-
-def decode_line(raw: bytes, path: str, line_number: int, stats: CorpusStats) -> str:
-    """UTF-8 text of one line; invalid bytes become U+FFFD with a warning naming file:line."""
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        stats.invalid_utf8_lines += 1
-        if stats.invalid_utf8_lines <= MAX_UTF8_WARNINGS:
-            logger.warning("elmo_corpus: invalid UTF-8 at %s:%d, replaced", path, line_number)
-        return raw.decode("utf-8", errors="replace")
 
 
 def is_binary_line(raw: bytes) -> bool:
@@ -87,8 +52,9 @@ def checked_text(path: str, lines: Iterator[bytes]) -> Iterator[bytes]:
     head = list(itertools.islice(lines, SNIFF_LINES))
     if sum(map(is_binary_line, head)) * 2 > len(head):
         raise ConfigurationError(
-            f"elmo_corpus: {path} is not text (most of its first {len(head)} lines are not UTF-8); "
-            "compressed shards must end in .gz, .bz2 or .xz"
+            f"elmo_corpus: {path} is not text (most of its first {len(head)} lines are not "
+            "UTF-8): a corpus must be UTF-8 text (re-encode it, e.g. `iconv -f latin1 -t utf-8`), "
+            "and compressed shards must end in .gz, .bz2 or .xz"
         )
     yield from head
     yield from lines
@@ -187,10 +153,11 @@ class ElmoCorpusReader(DatasetReader):
                 stats.empty_files += 1
 
     def line_text(
-        self, raw: bytes, path: str, line_number: int, stats: CorpusStats
+        self, raw: bytes, path: str, line_number: int, stats: CorpusStats, start: int = 0
     ) -> Optional[str]:
-        """The stripped text of one raw line; None for a blank line or a skipped heading."""
-        text = decode_line(raw, path, line_number, stats).strip()
+        """The stripped text of line `line_number` of the byte range of `path` from `start`;
+        None for a blank line or a skipped heading."""
+        text = decode_line(raw, path, line_number, stats, start).strip()
         if not text:
             stats.blank_lines += 1
             return None
@@ -213,19 +180,27 @@ class ElmoCorpusReader(DatasetReader):
                 yield self.text_to_instance(tokens=list(window))
 
     def range_instances(
-        self, path: str, start: int = 0, end: Optional[int] = None
+        self,
+        path: str,
+        start: int = 0,
+        end: Optional[int] = None,
+        stats: Optional[CorpusStats] = None,
     ) -> Iterator[Instance]:
         """The instances of the lines of one shard that start at a byte offset in [start, end):
         a plain file is seeked to `start`, so nothing before it is read; `end=None` reads the
         whole shard (the only way for a compressed one). Not sharded across workers: the
-        caller picks. Line numbers in warnings count from `start`."""
-        stats = CorpusStats()
-        where = path if start == 0 else f"{path} (from byte {start})"
+        caller picks. What was read, skipped and repaired is counted in `stats` (the range at
+        `start` 0 counts the file)."""
+        stats = CorpusStats() if stats is None else stats
         raw_lines = shard_lines(path) if end is None else byte_range_lines(path, start, end)
+        line_number = 0
         for line_number, raw in enumerate(raw_lines, start=1):
-            text = self.line_text(raw, where, line_number, stats)
+            text = self.line_text(raw, path, line_number, stats, start)
             if text:
                 yield from self.text_instances(text)
+        if start == 0:
+            stats.files += 1
+            stats.empty_files += line_number == 0
 
     def windows(self, tokens: Sequence[Item]) -> Iterator[Sequence[Item]]:
         """Consecutive windows of at most `max_sequence_length` tokens covering all tokens."""
@@ -238,11 +213,8 @@ class ElmoCorpusReader(DatasetReader):
         lines = self.corpus_lines(file_path, stats)
         for _, _, text in self.shard_iterable(lines):
             yield from self.text_instances(text)
-        logger.info(stats.summary(file_path))
-        if stats.lines == 0:
-            raise ConfigurationError(
-                f"elmo_corpus: no tokens at all in {file_path!r} ({stats.summary(file_path)})"
-            )
+        stats.report(file_path)
+        stats.require_text(file_path)
 
     def text_to_instance(
         self, sentence: Optional[str] = None, tokens: Optional[list[Token]] = None

@@ -18,6 +18,7 @@ from allennlp.data.fields import TensorField, TextField
 
 from elmo_plugin.data.corpus_chunks import CorpusChunk, split_chunk
 from elmo_plugin.data.corpus_data_loader import CorpusDataLoader
+from elmo_plugin.data.corpus_stats import CorpusStats
 from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
 from elmo_plugin.data.elmo_text_field import ElmoTextField
 
@@ -134,10 +135,11 @@ class ElmoStreamsLoader(CorpusDataLoader):
         of the corpus that the first epoch needs anyway)."""
         return self.process_streams(sum(map(sum, self.piece_counts())))[1]
 
-    def piece_texts(self, piece: CorpusChunk) -> list[str]:
-        """Every token's text of one piece, in order (strings: no Token objects)."""
+    def piece_texts(self, piece: CorpusChunk, stats: Optional[CorpusStats] = None) -> list[str]:
+        """Every token's text of one piece, in order (strings: no Token objects); what its lines
+        were is counted in `stats`."""
         texts: list[str] = []
-        for instance in self.reader.range_instances(piece.path, piece.start, piece.end):
+        for instance in self.reader.range_instances(piece.path, piece.start, piece.end, stats):
             field = cast(TextField, instance["source"])
             texts.extend(
                 field.texts
@@ -148,12 +150,23 @@ class ElmoStreamsLoader(CorpusDataLoader):
 
     def piece_counts(self) -> list[list[int]]:
         """Tokens per piece of each chunk (`self.pieces[c][i]` has `counts[c][i]`), counted by
-        one read of the corpus on first use; an epoch's order only permutes the chunks."""
+        one read of the corpus on first use (`finish_read`); an epoch's order only permutes the
+        chunks."""
         if self._piece_counts is None:
-            self._piece_counts = [
-                [len(self.piece_texts(piece)) for piece in pieces] for pieces in self.pieces
+            read = CorpusStats()
+            counts = [
+                [self.count_tokens(piece, read) for piece in pieces] for pieces in self.pieces
             ]
+            self.finish_read(read)
+            self._piece_counts = counts
         return self._piece_counts
+
+    def count_tokens(self, piece: CorpusChunk, read: CorpusStats) -> int:
+        """The tokens of one piece, its lines counted in the `read` of the corpus."""
+        stats = CorpusStats()
+        tokens = len(self.piece_texts(piece, stats))
+        self.tally(read, stats)
+        return tokens
 
     def epoch_pieces(self, epoch: int) -> tuple[list[CorpusChunk], list[int]]:
         """(the pieces in the order epoch `epoch` reads them, the token offset where each starts
@@ -186,7 +199,8 @@ class ElmoStreamsLoader(CorpusDataLoader):
         if total < 2 * self.batch_size * self.world_size:
             raise ConfigurationError(
                 f"data_loader elmo_streams: {self.data_path} has {total} tokens, too few for "
-                f"{self.batch_size * self.world_size} streams of at least 2: lower batch_size"
+                f"{self.batch_size * self.world_size} streams of at least 2: lower batch_size "
+                "or give more text"
             )
         bounds = stream_bounds(total, self.batch_size * self.world_size)
         longest = max(end - start for start, end in itertools.pairwise(bounds))

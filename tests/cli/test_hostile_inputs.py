@@ -21,6 +21,7 @@ from elmo_plugin.commands.elmo_export import export_archive
 from tests.helpers import (
     CONFIG_DIR,
     REPO_ROOT,
+    TINY_LSTM_OVERRIDES,
     TINY_TAGGER_OVERRIDES,
     copy_archive_with,
     overrides,
@@ -179,6 +180,26 @@ def test_corpus_that_matches_nothing_has_no_tokens_or_is_not_text_is_an_error_na
     refused(["elmo-vocab", "blank.txt", "tokens.txt"], root, "no tokens at all", "blank.txt")
     (root / "binary.txt").write_bytes(gzip.compress(os.urandom(4000)))
     refused(["elmo-vocab", "in.txt", "binary.txt", "tokens.txt"], root, "binary.txt", "is not text")
+
+
+def test_training_or_evaluating_on_a_corpus_without_text_is_an_error_naming_it(
+    root, tiny_corpus, tiny_bilm_archive
+):
+    """allennlp's own commands keep its traceback; its last line is ours, and no archive is
+    written for a run that trained on nothing."""
+    (root / "blank.txt").write_text("\n  \n= Heading =\n\n", encoding="utf-8")
+    values = dict(
+        TINY_LSTM_OVERRIDES,
+        train_data_path="blank.txt",
+        validation_data_path=str(tiny_corpus / "valid.txt"),
+    )
+    train = ["train", str(CONFIG_DIR / "elmo_lstm.jsonnet"), "-s", "run", "-o", overrides(values)]
+    for args in (train, ["evaluate", str(tiny_bilm_archive), "blank.txt"]):
+        result = run_allennlp(args, cwd=root, check=False)
+        assert result.returncode != 0
+        last = result.stderr.strip().splitlines()[-1]
+        assert "no tokens at all in 'blank.txt'" in last and "3 blank lines" in last, last
+    assert not (root / "run" / "model.tar.gz").exists()
 
 
 def test_skipped_lines_are_counted_and_compressed_shards_read(root):

@@ -156,8 +156,8 @@ def test_resume_continues_with_the_remaining_batches_reading_from_its_chunk_only
     read = multiprocessing.Value("i", 0)  # shared with the loader's forked workers
     range_instances = resumed.reader.range_instances
 
-    def counting(path, start=0, end=None):
-        for instance in range_instances(path, start, end):
+    def counting(path, start=0, end=None, stats=None):
+        for instance in range_instances(path, start, end, stats):
             with read.get_lock():
                 read.value += 1
             yield instance

@@ -109,7 +109,7 @@ def test_read_is_lazy(tmp_path):
 def test_invalid_utf8_lines_are_counted_and_the_first_few_named(tmp_path, caplog):
     """Every bad line is counted in the summary line; only the first MAX_UTF8_WARNINGS get a
     warning of their own (a corpus full of them must not flood the log)."""
-    from elmo_plugin.data.elmo_corpus_reader import MAX_UTF8_WARNINGS
+    from elmo_plugin.data.corpus_stats import MAX_UTF8_WARNINGS
 
     bad_lines = MAX_UTF8_WARNINGS + 3
     good = b"".join(

@@ -1,0 +1,108 @@
+"""What a read of a text corpus saw, skipped and repaired (`CorpusStats`), for one summary line
+and a warning for each of the first few lines with invalid UTF-8, named by file:line. A read
+may be split into byte ranges read apart (chunks, worker processes): each range counts in its
+own `CorpusStats`, the reader of the whole adds them up (`add`) and warns once for the whole."""
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
+
+from allennlp.common.checks import ConfigurationError
+
+logger = logging.getLogger(__name__)
+
+MAX_UTF8_WARNINGS = 5  # lines with invalid UTF-8 named in warnings, per read of a corpus
+COUNT_BLOCK_BYTES = 1 << 20
+
+
+def lines_before(path: str, start: int) -> int:
+    """How many lines of `path` come before the first line that starts at a byte offset >= `start`
+    (0 for `start` 0): reads the file up to `start`."""
+    if start == 0:
+        return 0
+    newlines, left = 0, start - 1
+    with open(path, "rb") as file:
+        while left > 0:
+            block = file.read(min(left, COUNT_BLOCK_BYTES))
+            if not block:
+                break
+            newlines, left = newlines + block.count(b"\n"), left - len(block)
+    return newlines + 1  # the line holding byte start - 1 ends before the first one read
+
+
+@dataclass(frozen=True)
+class LinePlace:
+    """Line `line` (1-based) of a byte range of `path` that begins at byte `start`."""
+
+    path: str
+    line: int
+    start: int = 0
+
+    def __str__(self) -> str:
+        """`FILE:LINE`, LINE counted from the start of the file (the bytes before `start` are
+        read to count them)."""
+        return f"{self.path}:{lines_before(self.path, self.start) + self.line}"
+
+
+@dataclass
+class CorpusStats:
+    """Counts of what a read saw, skipped and repaired, and where the first lines with invalid
+    UTF-8 are (at most `MAX_UTF8_WARNINGS`)."""
+
+    files: int = 0
+    lines: int = 0
+    empty_files: int = 0
+    blank_lines: int = 0
+    heading_lines: int = 0
+    invalid_utf8_lines: int = 0
+    invalid_utf8_at: list[LinePlace] = field(default_factory=list)
+
+    def count_invalid_utf8(self, place: LinePlace) -> None:
+        self.invalid_utf8_lines += 1
+        if len(self.invalid_utf8_at) < MAX_UTF8_WARNINGS:
+            self.invalid_utf8_at.append(place)
+
+    def add(self, other: "CorpusStats") -> list[LinePlace]:
+        """Adds the counts of `other` (a later part of the same read); returns the places of its
+        invalid UTF-8 that are among the first `MAX_UTF8_WARNINGS` of the sum."""
+        for count in fields(self):
+            if isinstance(getattr(self, count.name), int):
+                setattr(self, count.name, getattr(self, count.name) + getattr(other, count.name))
+        kept = other.invalid_utf8_at[: MAX_UTF8_WARNINGS - len(self.invalid_utf8_at)]
+        self.invalid_utf8_at.extend(kept)
+        return kept
+
+    def summary(self, pattern: str) -> str:
+        return (
+            f"elmo_corpus {pattern}: {self.lines} text lines from {self.files} files; skipped "
+            f"{self.empty_files} empty files, {self.blank_lines} blank lines, "
+            f"{self.heading_lines} heading lines; {self.invalid_utf8_lines} lines had invalid "
+            "UTF-8 (replaced with U+FFFD)"
+        )
+
+    def report(self, pattern: str, prefix: str = "") -> None:
+        """Logs a warning for each place of invalid UTF-8 kept, then the summary line."""
+        warn_invalid_utf8(self.invalid_utf8_at)
+        logger.info("%s%s", prefix, self.summary(pattern))
+
+    def require_text(self, pattern: str) -> None:
+        """A ConfigurationError naming `pattern` when the read found no text at all."""
+        if self.lines == 0:
+            raise ConfigurationError(
+                f"elmo_corpus: no tokens at all in {pattern!r} ({self.summary(pattern)})"
+            )
+
+
+def warn_invalid_utf8(places: Iterable[LinePlace]) -> None:
+    for place in places:
+        logger.warning("elmo_corpus: invalid UTF-8 at %s, replaced", place)
+
+
+def decode_line(raw: bytes, path: str, line_number: int, stats: CorpusStats, start: int = 0) -> str:
+    """UTF-8 text of line `line_number` of the byte range of `path` from `start`; invalid bytes
+    become U+FFFD, and the line is counted (and placed) in `stats`."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        stats.count_invalid_utf8(LinePlace(path, line_number, start))
+        return raw.decode("utf-8", errors="replace")
