@@ -43,7 +43,7 @@ def test_a_user_error_is_its_one_line_and_exit_status_1(tmp_path):
     )
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
-        "allennlp elmo-embed: error: elmo-embed: input file not found: nope.txt"
+        "allennlp elmo-embed: error: input file not found: nope.txt"
     )
 
 

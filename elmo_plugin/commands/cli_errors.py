@@ -16,8 +16,11 @@ from allennlp.common.checks import ConfigurationError
 Command = Callable[[argparse.Namespace], None]
 
 
-def one_line(error: BaseException) -> str:
-    return " ".join(str(error).split())
+def one_line(error: BaseException, name: str = "") -> str:
+    """The error's message on one line, without a leading `NAME: ` (the line names the command
+    already)."""
+    message = " ".join(str(error).split())
+    return message.removeprefix(f"{name}: ") if name else message
 
 
 def reports_errors(name: str) -> Callable[[Command], Command]:
@@ -30,7 +33,7 @@ def reports_errors(name: str) -> Callable[[Command], Command]:
             try:
                 command(args)
             except (ConfigurationError, OSError) as error:
-                sys.exit(f"allennlp {name}: error: {one_line(error)}")
+                sys.exit(f"allennlp {name}: error: {one_line(error, name)}")
 
         return run
 

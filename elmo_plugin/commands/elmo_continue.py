@@ -14,6 +14,8 @@ and the archive loads without SOURCE (allennlp drops `model.pretrained_file` whe
 """
 
 import argparse
+import difflib
+import inspect
 import json
 import logging
 import os
@@ -27,6 +29,8 @@ from allennlp.commands.subcommand import Subcommand
 from allennlp.commands.train import train_model_from_file
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.params import Params, parse_overrides
+from allennlp.training.gradient_descent_trainer import GradientDescentTrainer
+from allennlp.training.trainer import Trainer
 
 from elmo_plugin.commands.cli_errors import reports_errors
 from elmo_plugin.data.elmo_manylangs_files import is_manylangs_folder
@@ -140,7 +144,7 @@ def continue_overrides(
     files = resolve_elmo_source(source)
     architecture = architecture_from_options(read_options(files.options_file))
     user = parse_overrides(user_overrides)
-    char_cnn = char_cnn_name(config, user_overrides)
+    char_cnn = char_cnn_name(config, config_params(config, user_overrides))
     resolved: dict[str, Any] = {
         "model.pretrained_file": source if isinstance(source, str) else list(source),
         "train_data_path": train_data_path,
@@ -190,12 +194,40 @@ def resolved_vocabulary(
     return {"type": "from_instances", "min_count": {"tokens": COUNTED_MIN_COUNT}}
 
 
-def char_cnn_name(config: str, user_overrides: str) -> str:
-    """The key of the config's `elmo_char_cnn` token embedder (after the user's overrides)."""
+def trainer_keys() -> list[str]:
+    """The keys of allennlp's `gradient_descent` trainer config."""
+    names = inspect.signature(GradientDescentTrainer.from_partial_objects).parameters
+    return [name for name in names if name != "kwargs"] + ["type", "run_sanity_checks"]
+
+
+def unknown_trainer_keys(trainer: dict[str, Any]) -> list[str]:
+    """Keys of a `gradient_descent` trainer config that allennlp's trainer takes as `**kwargs`
+    and ignores (a misspelt `num_epochs`, say); none for another trainer type."""
+    if trainer.get("type", Trainer.default_implementation) != "gradient_descent":
+        return []
+    return sorted(set(trainer) - set(trainer_keys()))
+
+
+def config_params(config: str, user_overrides: str) -> dict[str, Any]:
+    """The config with the user's -o applied; an error when an -o key does not fit it, or names
+    a trainer key that allennlp's trainer would ignore."""
     try:
         params = Params.from_file(config, user_overrides).as_dict(quiet=True)
     except ValueError as error:  # allennlp's "overrides dict contains unused keys: [...]"
         raise ConfigurationError(f"elmo-continue: -o does not fit {config}: {error}") from None
+    unknown = unknown_trainer_keys(params.get("trainer", {}))
+    if unknown:
+        key = unknown[0]
+        close = difflib.get_close_matches(key, trainer_keys(), n=1)
+        raise ConfigurationError(
+            f"elmo-continue: trainer.{key} is not a key of allennlp's trainer, which would "
+            f"ignore it{f'; did you mean trainer.{close[0]}?' if close else ''}"
+        )
+    return params
+
+
+def char_cnn_name(config: str, params: dict[str, Any]) -> str:
+    """The key of the `elmo_char_cnn` token embedder of `config` (its `params`)."""
     embedders = params.get("model", {}).get("text_field_embedder", {}).get("token_embedders", {})
     names = [name for name, embedder in embedders.items() if embedder.get("type") == CHAR_CNN_TYPE]
     if len(names) != 1:

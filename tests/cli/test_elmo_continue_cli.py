@@ -87,6 +87,7 @@ def runs(tiny_bilm_archive, tiny_corpus, tmp_path_factory):
             "-o",
             json.dumps({"trainer.num_epochs": 1, "model.contextualizer.cell_size": 64}),
         ),
+        "misspelt": (published, root / "bad4", tiny_corpus, "-o", '{"trainer.num_epoch": 1}'),
     }
     pair = (  # no training: the printed command of an explicit pair
         exported / "options.json",
@@ -214,6 +215,17 @@ def test_an_architecture_key_in_o_must_equal_the_options_file(runs):
     error = result.stderr.strip().splitlines()[-1]
     assert error.startswith("allennlp elmo-continue: error: ")
     assert "lstm.dim: config 64 vs options file 32" in error
+
+
+def test_a_trainer_key_allennlp_would_ignore_is_a_one_line_error(runs):
+    result = runs["results"]["misspelt"]
+    assert result.returncode == 1
+    error = result.stderr.strip().splitlines()[-1]
+    assert error == (
+        "allennlp elmo-continue: error: trainer.num_epoch is not a key of allennlp's trainer, "
+        "which would ignore it; did you mean trainer.num_epochs?"
+    )
+    assert not (runs["root"] / "bad4").exists()
 
 
 def test_an_explicit_pair_dry_run_prints_the_allennlp_train_command(runs):

@@ -11,7 +11,7 @@ from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.commands.elmo_continue import (
     DEFAULT_CONFIG,
-    char_cnn_name,
+    config_params,
     continue_overrides,
     freeze_patterns,
     merge_overrides,
@@ -101,4 +101,17 @@ def test_every_published_size_needs_no_architecture_override(tmp_path, dim, proj
 
 def test_an_override_key_the_config_lacks_is_a_configuration_error_naming_it():
     with pytest.raises(ConfigurationError, match=r"-o does not fit .*unused keys.*batch_sampler"):
-        char_cnn_name(DEFAULT_CONFIG, json.dumps({"data_loader.batch_sampler.batch_size": 16}))
+        config_params(DEFAULT_CONFIG, json.dumps({"data_loader.batch_sampler.batch_size": 16}))
+
+
+def test_a_trainer_key_allennlp_would_ignore_is_a_configuration_error_naming_it():
+    """allennlp's trainer takes unknown keys as **kwargs: a misspelt num_epochs would train
+    the config's epochs."""
+    with pytest.raises(
+        ConfigurationError, match=r"trainer\.num_epoch is not .*trainer\.num_epochs\?"
+    ):
+        config_params(DEFAULT_CONFIG, json.dumps({"trainer.num_epoch": 1}))
+    params = config_params(
+        DEFAULT_CONFIG, json.dumps({"trainer.num_epochs": 1, "trainer.patience": 2})
+    )
+    assert params["trainer"]["num_epochs"] == 1

@@ -199,6 +199,6 @@ def test_cli_workers_below_one_is_a_one_line_error(corpus):
     assert "Traceback" not in stderr
     assert (
         stderr.strip().splitlines()[-1]
-        == "allennlp elmo-vocab: error: elmo-vocab: --workers must be at least 1, not 0"
+        == "allennlp elmo-vocab: error: --workers must be at least 1, not 0"
     )
     assert not (corpus / "out.txt").exists()
