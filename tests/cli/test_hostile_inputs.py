@@ -263,3 +263,21 @@ def test_elmo_export_writes_exactly_its_four_files(root):
         "elmo/softmax.hdf5",
     ]
     succeeded(["elmo-export", str(BILM), "elmo"], root, *written)  # no temporary file left behind
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_every_output_gets_the_mode_a_plain_open_gives_under_the_umask(root, umask):
+    previous = os.umask(umask)
+    try:
+        (root / "plain").write_text("")  # what any other program's output gets here
+        succeeded(["elmo-vocab", "in.txt", "tokens.txt"], root, "tokens.txt")
+        run_allennlp_in_process(["elmo-export", str(BILM), "elmo"], cwd=root)
+    finally:
+        os.umask(previous)
+    plain = (root / "plain").stat().st_mode
+    assert plain & 0o777 == 0o666 & ~umask
+    written = [
+        "tokens.txt",
+        *(f"elmo/{name}" for name in ("options.json", "weights.hdf5", "vocab.txt", "softmax.hdf5")),
+    ]
+    assert {name: (root / name).stat().st_mode for name in written} == dict.fromkeys(written, plain)
