@@ -281,3 +281,13 @@ def test_every_output_gets_the_mode_a_plain_open_gives_under_the_umask(root, uma
         *(f"elmo/{name}" for name in ("options.json", "weights.hdf5", "vocab.txt", "softmax.hdf5")),
     ]
     assert {name: (root / name).stat().st_mode for name in written} == dict.fromkeys(written, plain)
+
+
+def test_a_cuda_device_this_machine_lacks_is_one_line_before_the_model_loads(root):
+    output = refused(
+        ["elmo-embed", str(BILM), "in.txt", "out.hdf5", "--cuda-device", "99"],
+        root,
+        "elmo-embed: --cuda-device 99: torch sees",
+        "--cuda-device -1 runs on the CPU",
+    )
+    assert "loading archive" not in output
