@@ -291,3 +291,27 @@ def test_a_cuda_device_this_machine_lacks_is_one_line_before_the_model_loads(roo
         "--cuda-device -1 runs on the CPU",
     )
     assert "loading archive" not in output
+
+
+@pytest.mark.parametrize(
+    "already, named",
+    [
+        (["x_options.json", "x_weights.hdf5"], "x_options.json, x_weights.hdf5"),
+        (["my_vocab.txt"], "my_vocab.txt"),
+        (["config.json", "weights.th"], "config.json"),  # a model archive folder
+    ],
+)
+def test_elmo_export_refuses_a_folder_holding_another_elmo_before_writing(root, already, named):
+    (root / "elmo").mkdir()
+    for name in already:
+        (root / "elmo" / name).write_text("{}")
+    output = refused(["elmo-export", str(BILM), "elmo"], root, f"elmo already holds {named}")
+    assert "loading archive" not in output
+
+
+def test_elmo_export_over_an_earlier_export_replaces_its_four_files(root):
+    run_allennlp_in_process(["elmo-export", str(BILM), "elmo"], cwd=root)
+    first = {path.name: path.read_bytes() for path in (root / "elmo").iterdir()}
+    (root / "elmo" / "options.json").write_text("{}")  # damaged: replaced by the new export
+    succeeded(["elmo-export", str(BILM), "elmo"], root)
+    assert {path.name: path.read_bytes() for path in (root / "elmo").iterdir()} == first
