@@ -22,6 +22,7 @@ from tests.helpers import (
     CONFIG_DIR,
     REPO_ROOT,
     TINY_TAGGER_OVERRIDES,
+    conllu_head,
     copy_archive_with,
     overrides,
     run_allennlp,
@@ -315,3 +316,13 @@ def test_elmo_export_over_an_earlier_export_replaces_its_four_files(root):
     (root / "elmo" / "options.json").write_text("{}")  # damaged: replaced by the new export
     succeeded(["elmo-export", str(BILM), "elmo"], root)
     assert {path.name: path.read_bytes() for path in (root / "elmo").iterdir()} == first
+
+
+def test_invalid_utf8_in_a_conllu_file_is_replaced_and_counted_by_allennlp_evaluate(root):
+    text = conllu_head(REPO_ROOT / "fixtures" / "tagged" / "valid.conllu", 8).encode("utf-8")
+    (root / "dev.conllu").write_bytes(text.replace(b"\tmatch\t", b"\tm\xe4tch\t", 1))
+    args = ["evaluate", str(TAGGER), "dev.conllu", "--output-file", "metrics.json"]
+    log = succeeded(args, root, "metrics.json")
+    assert "invalid UTF-8 at dev.conllu:4, replaced" in log
+    assert "conllu_tagging: 1 lines of dev.conllu had invalid UTF-8 (replaced with U+FFFD)" in log
+    assert 0 < json.loads((root / "metrics.json").read_text())["accuracy"] <= 1
