@@ -25,7 +25,8 @@ local word_dim = 32;
       elmo: { type: "elmo_char_ids" },
     },
   },
-  // A label that only the evaluation data holds is scored as an error, with a counted warning.
+  // A label that only the evaluation data holds is scored as an error, with a counted warning
+  // (elmo_evaluator logs the total).
   vocabulary: { type: "unseen_labels_as_errors" },
   train_data_path: "fixtures/classification/train.jsonl",
   validation_data_path: "fixtures/classification/valid.jsonl",

@@ -8,8 +8,9 @@ local word_dim = 32;
     token_indexers: { tokens: { type: "single_id", lowercase_tokens: true } },
   },
   // A label that only the evaluation data holds is scored as an error, with a counted
-  // warning (allennlp's default vocabulary stops with a KeyError).
+  // warning (allennlp's default vocabulary stops with a KeyError); the evaluator logs the total.
   vocabulary: { type: "unseen_labels_as_errors" },
+  evaluation: { type: "elmo_evaluator" },
   train_data_path: "fixtures/tagged/train.conllu",
   validation_data_path: "fixtures/tagged/valid.conllu",
   model: {

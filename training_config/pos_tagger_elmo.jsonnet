@@ -25,7 +25,7 @@ local word_dim = 32;
     },
   },
   // A label that only the evaluation data holds is scored as an error, with a counted
-  // warning (allennlp's default vocabulary stops with a KeyError).
+  // warning (allennlp's default vocabulary stops with a KeyError); elmo_evaluator logs the total.
   vocabulary: { type: "unseen_labels_as_errors" },
   train_data_path: "fixtures/tagged/train.conllu",
   validation_data_path: "fixtures/tagged/valid.conllu",

@@ -8,7 +8,7 @@ wherever only the dict travels, e.g. inside a downstream model's archive.
 
 import os
 
-from allennlp.common.checks import ConfigurationError
+from allennlp.common.checks import ConfigurationError, check_for_gpu
 from allennlp.models.archival import CONFIG_NAME
 
 from elmo_plugin.archives.bilm_archive import read_model_archive
@@ -83,6 +83,8 @@ def load_encoder_and_architecture(path: str) -> tuple[BiLmEncoder, Architecture]
 
 
 def load_bilm_encoder(path: str, cuda_device: int = -1) -> BiLmEncoder:
-    """`load_encoder_and_architecture`'s encoder, on GPU `cuda_device` (-1: the CPU)."""
+    """`load_encoder_and_architecture`'s encoder, on GPU `cuda_device` (-1: the CPU); a
+    ConfigurationError before loading when torch sees no such GPU."""
+    check_for_gpu(cuda_device)
     encoder = load_encoder_and_architecture(path)[0]
     return encoder.to(f"cuda:{cuda_device}") if cuda_device >= 0 else encoder

@@ -82,9 +82,7 @@ class ElmoContinue(Subcommand):
             help="comma-separated parts kept fixed: char_cnn, lstm (every layer), lstm.N (layer "
             "N, 0 = bottom)",
         )
-        subparser.add_argument(
-            "--config", default=DEFAULT_CONFIG, help="training config (default: %(default)s)"
-        )
+        subparser.add_argument("--config", default=DEFAULT_CONFIG, help="training config")
         subparser.add_argument(
             "-o", "--overrides", default="", help="JSON overrides, applied after the resolved ones"
         )

@@ -12,7 +12,7 @@ import numpy
 import torch
 from allennlp.commands.subcommand import Subcommand
 from allennlp.common import Tqdm
-from allennlp.common.checks import ConfigurationError
+from allennlp.common.checks import ConfigurationError, check_for_gpu
 
 from elmo_plugin.archives.bilm_source import load_bilm_encoder
 from elmo_plugin.commands.cli_errors import reports_errors
@@ -157,6 +157,7 @@ def embed_from_args(args: argparse.Namespace) -> None:
     output = OutputFormat(args.pool, args.dtype, args.compression)
     shard = parse_shard(args.shard, args.sort_window)
     # before the model loads
+    check_cuda_device(args.cuda_device)
     check_arguments(args.input_file, args.output_file, args.layers, batching, args.resume, output)
     mix = read_learned_mix(mix_archive(args.layers)) if mix_archive(args.layers) else None
     ProcessSettings(keep_freed_heap=args.keep_freed_heap, tf32=args.tf32).apply()
@@ -230,6 +231,17 @@ def check_arguments(
         )
     check_input(input_file)
     check_output_file(output_file)
+
+
+def check_cuda_device(cuda_device: int) -> None:
+    """`--cuda-device` names a GPU that torch sees here, or is -1 (the CPU)."""
+    try:
+        check_for_gpu(cuda_device)
+    except ConfigurationError:
+        raise ConfigurationError(
+            f"elmo-embed: --cuda-device {cuda_device}: torch sees {torch.cuda.device_count()} "
+            "GPUs on this machine; --cuda-device -1 runs on the CPU"
+        ) from None
 
 
 def select_layers(

@@ -6,16 +6,27 @@ import logging
 import os
 
 from allennlp.commands.subcommand import Subcommand
+from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.archives.bilm_archive import load_bilm_model
+from elmo_plugin.archives.bilm_source import ELMO_FILES, folder_marks, shown
 from elmo_plugin.commands.cli_errors import reports_errors
 from elmo_plugin.commands.output_paths import check_output_dir
 from elmo_plugin.elmo_files.layout import OPTIONS_FILE, SOFTMAX_FILE, VOCAB_FILE, WEIGHTS_FILE
 from elmo_plugin.elmo_files.options import encoder_options
 from elmo_plugin.elmo_files.softmax import export_softmax
+from elmo_plugin.elmo_files.source import (
+    OPTIONS_SUFFIX,
+    SOFTMAX_SUFFIX,
+    VOCAB_SUFFIX,
+    WEIGHTS_SUFFIX,
+)
 from elmo_plugin.elmo_files.weights import write_bilm_encoder
 
 logger = logging.getLogger(__name__)
+
+EXPORTED_FILES = (OPTIONS_FILE, WEIGHTS_FILE, VOCAB_FILE, SOFTMAX_FILE)
+ELMO_SUFFIXES = (OPTIONS_SUFFIX, WEIGHTS_SUFFIX, VOCAB_SUFFIX, SOFTMAX_SUFFIX)
 
 
 @Subcommand.register("elmo-export")
@@ -35,7 +46,10 @@ class ElmoExport(Subcommand):
         subparser.add_argument(
             "output_dir",
             type=str,
-            help="folder to write the files to (created if missing; its parent must exist)",
+            help="folder to write the files to (created if missing; its parent must exist). An "
+            "earlier export's four files in it are replaced; a folder holding another ELMo's "
+            "files (any other *options.json, *weights.hdf5, *vocab.txt, *softmax.hdf5) or another "
+            "kind of model is refused, as it could not be read afterwards",
         )
         subparser.set_defaults(func=_export_from_args)
         return subparser
@@ -50,8 +64,10 @@ def _export_from_args(args: argparse.Namespace) -> None:
 def export_archive(archive_file: str, output_dir: str) -> dict[str, str]:
     """Writes the four files, each under a temporary name renamed when complete; returns
     {file name: path}. OUT_DIR is created if missing, its parent never; a bad output folder and a
-    transformer archive are errors raised before anything is written."""
+    transformer archive are errors raised before anything is written, and so is a folder that
+    holds another ELMo (`check_no_other_elmo`)."""
     check_output_dir(output_dir)  # before the model loads
+    check_no_other_elmo(output_dir)
     model = load_bilm_model(archive_file)
     encoder = model.bilm_encoder()
     encoder_options(encoder)  # the clear error for a transformer, before any output
@@ -73,3 +89,23 @@ def export_archive(archive_file: str, output_dir: str) -> dict[str, str]:
     )
     logger.info("exported %s to %s (%d softmax rows)", archive_file, output_dir, rows)
     return paths
+
+
+def check_no_other_elmo(output_dir: str) -> None:
+    """An error naming the files when OUT_DIR holds any that would make it unreadable as one ELMo
+    once the four files are written: another `*options.json`, `*weights.hdf5`, `*vocab.txt` or
+    `*softmax.hdf5` than the four (an earlier export's, replaced), or another kind of biLM
+    folder's files (a model archive's `config.json`, an ELMoForManyLangs model)."""
+    if not os.path.isdir(output_dir):
+        return
+    names = [name for name in os.listdir(output_dir) if not name.startswith(".")]
+    clashes = {name for name in names if name.endswith(ELMO_SUFFIXES)} - set(EXPORTED_FILES)
+    other_kinds = folder_marks(output_dir)
+    other_kinds.pop(ELMO_FILES, None)
+    clashes.update(name for found in other_kinds.values() for name in found)
+    if clashes:
+        raise ConfigurationError(
+            f"{output_dir} already holds {shown(sorted(clashes))}: with the exported "
+            f"{', '.join(EXPORTED_FILES)} beside them no reader could tell which ELMo the folder "
+            "is; export into a new or empty folder (an earlier export's four files are replaced)"
+        )

@@ -1,5 +1,7 @@
 """DatasetReader `conllu_tagging`: CoNLL-U sentences -> tokens + UPOS tags (downstream taggers)."""
 
+import io
+import itertools
 import logging
 import os
 from collections.abc import Iterable, Iterator, Sequence
@@ -11,13 +13,38 @@ from allennlp.data import Instance, Token
 from allennlp.data.dataset_readers import DatasetReader
 from allennlp.data.fields import Field, MetadataField, SequenceLabelField, TextField
 from allennlp.data.token_indexers import SingleIdTokenIndexer, TokenIndexer
-from conllu import parse_incr
+from conllu.parser import parse_conllu_plus_fields, parse_token_and_metadata
+
+from elmo_plugin.data.elmo_corpus_reader import CorpusStats, decode_line
 
 logger = logging.getLogger(__name__)
 
 
 def is_url(path: str) -> bool:
     return "://" in path
+
+
+def sentence_blocks(file_path: str) -> Iterator[str]:
+    """The file's sentences as text (the lines between blank lines). Invalid UTF-8 bytes become
+    U+FFFD, with a warning naming file:line for the first few and one counting them all."""
+    stats = CorpusStats(files=1)
+    lines: list[str] = []
+    with open(cached_path(file_path), "rb") as conllu_file:
+        for line_number, raw in enumerate(conllu_file, start=1):
+            line = decode_line(raw, file_path, line_number, stats)
+            if line.strip():
+                lines.append(line)
+            elif lines:
+                yield "".join(lines).rstrip()
+                lines = []
+    if lines:
+        yield "".join(lines).rstrip()
+    if stats.invalid_utf8_lines:
+        logger.warning(
+            "conllu_tagging: %d lines of %s had invalid UTF-8 (replaced with U+FFFD)",
+            stats.invalid_utf8_lines,
+            file_path,
+        )
 
 
 @DatasetReader.register("conllu_tagging")
@@ -49,11 +76,14 @@ class ConlluTaggingReader(DatasetReader):
         """The syntactic-word rows of each sentence (conllu `Token` dicts), in file order."""
         if not is_url(file_path) and not os.path.isfile(file_path):
             raise ConfigurationError(f"conllu_tagging: CoNLL-U file not found: {file_path}")
-        with open(cached_path(file_path), encoding="utf-8") as conllu_file:
-            for sentence in parse_incr(conllu_file):
-                words = [row for row in sentence if isinstance(row["id"], int)]
-                if words:
-                    yield words
+        blocks = sentence_blocks(file_path)
+        first = next(blocks, "")
+        fields = parse_conllu_plus_fields(io.StringIO(first))  # a CoNLL-U Plus file's columns
+        for block in itertools.chain([first] if first else [], blocks):
+            sentence = parse_token_and_metadata(block, fields=fields)
+            words = [row for row in sentence if isinstance(row["id"], int)]
+            if words:
+                yield words
 
     def _read(self, file_path: str) -> Iterable[Instance]:
         logger.info("conllu_tagging: reading %s", file_path)

@@ -4,7 +4,6 @@ softmax import and export, so a file maps to the same rows everywhere."""
 
 import logging
 import os
-import tempfile
 from collections.abc import Sequence
 
 from allennlp.common.checks import ConfigurationError
@@ -47,10 +46,9 @@ def with_specials(tokens: list[str], path: str) -> list[str]:
 
 
 def write_elmo_vocab_file(path: str, tokens: Sequence[str]) -> None:
-    """One token per line, written under a temporary name and renamed when complete."""
-    folder = os.path.dirname(os.path.abspath(path))
-    with tempfile.NamedTemporaryFile(
-        "w", encoding="utf-8", dir=folder, suffix=".partial", delete=False
-    ) as out:
+    """One token per line, written as `path.partial` and renamed when complete. A plain `open`
+    makes it, so its mode follows the umask as every other output's does."""
+    partial = path + ".partial"
+    with open(partial, "w", encoding="utf-8") as out:
         out.write("".join(token + "\n" for token in tokens))
-    os.replace(out.name, path)
+    os.replace(partial, path)

@@ -25,8 +25,9 @@ class UnseenLabelsAsErrors(Vocabulary):
     allennlp's OOV token as its last entry: a model has one label more, which no training
     example carries, so a gold label unseen in training maps there and never matches a
     prediction. Each such label is counted and logged as a warning on its 1st, 10th, 100th, ...
-    occurrence. Archives keep the extra entry in their vocabulary files, so `allennlp evaluate`
-    and `predict` behave the same.
+    occurrence; `allennlp evaluate` with the `elmo_evaluator` logs the total of each evaluation
+    file in one more warning (`take_unseen_labels_summary`). Archives keep the extra entry in
+    their vocabulary files, so `allennlp evaluate` and `predict` behave the same.
 
     # Parameters
 
@@ -87,3 +88,16 @@ class UnseenLabelsAsErrors(Vocabulary):
                 "" if count == 1 else "s",
             )
         return indices[self._oov_token]
+
+    def take_unseen_labels_summary(self) -> Optional[str]:
+        """One line with the total of gold labels unseen in training, by namespace and label,
+        counted since the last call (None if there were none); the counts start again."""
+        if not self.unseen_labels:
+            return None
+        total = sum(self.unseen_labels.values())
+        by_label = ", ".join(
+            f"{label!r} in {namespace!r} x{count}"
+            for (namespace, label), count in self.unseen_labels.most_common()
+        )
+        self.unseen_labels.clear()
+        return f"{total} gold labels not in the training vocabulary, scored as errors: {by_label}"

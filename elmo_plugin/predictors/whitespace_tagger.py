@@ -10,6 +10,8 @@ from allennlp.predictors.predictor import Predictor
 from elmo_plugin.predictors.json_input import input_tokens, predict_input_line
 from elmo_plugin.training.process_settings import ProcessSettings
 
+EMPTY_OUTPUT = ("words", "tags", "logits", "mask")  # crf_tagger's outputs, one entry per token
+
 
 @Predictor.register("whitespace_tagger")
 class WhitespaceTaggerPredictor(Predictor):
@@ -18,7 +20,9 @@ class WhitespaceTaggerPredictor(Predictor):
     like allennlp's `sentence_tagger`, without its spaCy tokenizer (whose model is not
     installed). Input: `{"sentence": "..."}` (split on whitespace) or `{"tokens": [...]}`.
     Output: the model's output for the sentence; for `crf_tagger`: `words` (the tokens),
-    `tags` (one tag per token), `logits` (tokens, num_tags) and `mask`.
+    `tags` (one tag per token), `logits` (tokens, num_tags) and `mask`. A sentence of no tokens
+    gets these four empty without running the model (a tagger's encoder cannot take it), as the
+    biLM predictors give an empty sentence empty outputs.
     The dataset reader's `text_to_instance` must take the list of Tokens first.
     Predictor arguments `keep_freed_heap` (default true) and `tf32` (default unset): the process
     settings (`ProcessSettings`), applied once when the predictor is built.
@@ -37,6 +41,18 @@ class WhitespaceTaggerPredictor(Predictor):
 
     def predict(self, sentence: str) -> JsonDict:
         return self.predict_json({"sentence": sentence})
+
+    def predict_json(self, inputs: JsonDict) -> JsonDict:
+        return self.predict_batch_json([inputs])[0]
+
+    def predict_batch_json(self, inputs: list[JsonDict]) -> list[JsonDict]:
+        """The model's output for each input; `EMPTY_OUTPUT` for one of no tokens."""
+        sentences = [json_dict for json_dict in inputs if input_tokens(json_dict)]
+        outputs = iter(super().predict_batch_json(sentences) if sentences else [])
+        return [
+            next(outputs) if input_tokens(json_dict) else {key: [] for key in EMPTY_OUTPUT}
+            for json_dict in inputs
+        ]
 
     def load_line(self, line: str) -> JsonDict:
         return predict_input_line(line)

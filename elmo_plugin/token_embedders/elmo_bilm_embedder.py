@@ -250,7 +250,7 @@ class ElmoBiLmEmbedder(TokenEmbedder):
 
     def forward(self, elmo_tokens: torch.Tensor) -> torch.Tensor:
         leading_shape = elmo_tokens.shape[:-2]
-        flat = elmo_tokens.reshape(-1, *elmo_tokens.shape[-2:])
+        flat = elmo_tokens.flatten(0, -3)  # (sentences, tokens, 50); also with 0 tokens
         if self._precomputed is not None:
             layers, mask = self.looked_up_layers(flat)
             mixed = self.scalar_mix(list(layers), mask)
@@ -262,4 +262,4 @@ class ElmoBiLmEmbedder(TokenEmbedder):
         output = self._dropout(mixed)
         if self._projection is not None:
             output = self._projection(output)
-        return output.view(*leading_shape, output.size(-2), -1)
+        return output.reshape(*leading_shape, *output.shape[-2:])

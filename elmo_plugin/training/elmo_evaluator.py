@@ -1,13 +1,20 @@
 """Evaluator `elmo_evaluator`: allennlp's `simple` evaluator that applies `ProcessSettings` once,
-when `allennlp evaluate` builds it (after loading the archive, before the first batch)."""
+when `allennlp evaluate` builds it (after loading the archive, before the first batch), and logs
+the total of labels unseen in training after each evaluation file."""
 
-from typing import Optional, Union
+import logging
+from typing import Any, Optional, Union
 
 import torch
+from allennlp.data import DataLoader
 from allennlp.evaluation.evaluator import Evaluator, SimpleEvaluator
 from allennlp.evaluation.serializers.serializers import Serializer
+from allennlp.models import Model
 
+from elmo_plugin.data.unseen_labels_vocabulary import UnseenLabelsAsErrors
 from elmo_plugin.training.process_settings import ProcessSettings
+
+logger = logging.getLogger(__name__)
 
 
 @Evaluator.register("elmo_evaluator")
@@ -16,7 +23,9 @@ class ElmoEvaluator(SimpleEvaluator):
     `allennlp evaluate` builds its evaluator from the config's top-level `evaluation` key
     (`allennlp train` ignores that key), so a config or archive with
     `evaluation: {type: "elmo_evaluator"}` sets the process settings for evaluate; an archive
-    without it gets them with `-o '{"evaluation": {"type": "elmo_evaluator"}}'`.
+    without it gets them with `-o '{"evaluation": {"type": "elmo_evaluator"}}'`. With the
+    `unseen_labels_as_errors` vocabulary, each evaluation file ends with one warning giving the
+    total of its gold labels unseen in training.
 
     # Parameters
 
@@ -39,3 +48,11 @@ class ElmoEvaluator(SimpleEvaluator):
         super().__init__(batch_serializer, cuda_device, postprocessor_fn_name)
         self.settings = ProcessSettings(keep_freed_heap=keep_freed_heap, tf32=tf32)
         self.settings.apply()
+
+    def __call__(self, model: Model, data_loader: DataLoader, *args, **kwargs) -> dict[str, Any]:
+        metrics = super().__call__(model, data_loader, *args, **kwargs)
+        if isinstance(model.vocab, UnseenLabelsAsErrors):
+            summary = model.vocab.take_unseen_labels_summary()
+            if summary:
+                logger.warning("elmo_evaluator: %s", summary)
+        return metrics

@@ -73,3 +73,8 @@ def test_rebuilt_encoder_gives_the_archived_models_layers(archive):
     with torch.no_grad():
         for got, want in zip(encoder(char_ids)[0], model.bilm_encoder()(char_ids)[0], strict=True):
             torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+
+
+def test_asking_for_a_gpu_torch_does_not_see_is_a_configuration_error_before_loading():
+    with pytest.raises(ConfigurationError, match="GPU device 99|none is available"):
+        load_bilm_encoder(str(OLD / "missing.tar.gz"), cuda_device=99)  # never opened

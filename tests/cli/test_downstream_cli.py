@@ -132,6 +132,8 @@ def test_tagger_scores_a_label_unseen_in_training_as_an_error_with_a_counted_war
     log = result.stdout + result.stderr
     assert "label 'INTJ' is not in the training vocabulary's namespace 'labels'" in log
     assert "(1 occurrence so far)" in log and "(10 occurrences so far)" in log and changed >= 10
+    summary = f"{changed} gold labels not in the training vocabulary, scored as errors: "
+    assert f"elmo_evaluator: {summary}'INTJ' in 'labels' x{changed}\n" in log  # after the file
     # each relabelled token is an error: at most `changed` fewer correct tokens than before
     assert scores["valid"] - changed / total - 1e-6 <= scores["unseen"] < scores["valid"]
     predicted = run_allennlp_in_process(

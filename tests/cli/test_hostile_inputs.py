@@ -23,6 +23,7 @@ from tests.helpers import (
     REPO_ROOT,
     TINY_LSTM_OVERRIDES,
     TINY_TAGGER_OVERRIDES,
+    conllu_head,
     copy_archive_with,
     overrides,
     run_allennlp,
@@ -284,3 +285,65 @@ def test_elmo_export_writes_exactly_its_four_files(root):
         "elmo/softmax.hdf5",
     ]
     succeeded(["elmo-export", str(BILM), "elmo"], root, *written)  # no temporary file left behind
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_every_output_gets_the_mode_a_plain_open_gives_under_the_umask(root, umask):
+    previous = os.umask(umask)
+    try:
+        (root / "plain").write_text("")  # what any other program's output gets here
+        succeeded(["elmo-vocab", "in.txt", "tokens.txt"], root, "tokens.txt")
+        run_allennlp_in_process(["elmo-export", str(BILM), "elmo"], cwd=root)
+    finally:
+        os.umask(previous)
+    plain = (root / "plain").stat().st_mode
+    assert plain & 0o777 == 0o666 & ~umask
+    written = [
+        "tokens.txt",
+        *(f"elmo/{name}" for name in ("options.json", "weights.hdf5", "vocab.txt", "softmax.hdf5")),
+    ]
+    assert {name: (root / name).stat().st_mode for name in written} == dict.fromkeys(written, plain)
+
+
+def test_a_cuda_device_this_machine_lacks_is_one_line_before_the_model_loads(root):
+    output = refused(
+        ["elmo-embed", str(BILM), "in.txt", "out.hdf5", "--cuda-device", "99"],
+        root,
+        "elmo-embed: --cuda-device 99: torch sees",
+        "--cuda-device -1 runs on the CPU",
+    )
+    assert "loading archive" not in output
+
+
+@pytest.mark.parametrize(
+    "already, named",
+    [
+        (["x_options.json", "x_weights.hdf5"], "x_options.json, x_weights.hdf5"),
+        (["my_vocab.txt"], "my_vocab.txt"),
+        (["config.json", "weights.th"], "config.json"),  # a model archive folder
+    ],
+)
+def test_elmo_export_refuses_a_folder_holding_another_elmo_before_writing(root, already, named):
+    (root / "elmo").mkdir()
+    for name in already:
+        (root / "elmo" / name).write_text("{}")
+    output = refused(["elmo-export", str(BILM), "elmo"], root, f"elmo already holds {named}")
+    assert "loading archive" not in output
+
+
+def test_elmo_export_over_an_earlier_export_replaces_its_four_files(root):
+    run_allennlp_in_process(["elmo-export", str(BILM), "elmo"], cwd=root)
+    first = {path.name: path.read_bytes() for path in (root / "elmo").iterdir()}
+    (root / "elmo" / "options.json").write_text("{}")  # damaged: replaced by the new export
+    succeeded(["elmo-export", str(BILM), "elmo"], root)
+    assert {path.name: path.read_bytes() for path in (root / "elmo").iterdir()} == first
+
+
+def test_invalid_utf8_in_a_conllu_file_is_replaced_and_counted_by_allennlp_evaluate(root):
+    text = conllu_head(REPO_ROOT / "fixtures" / "tagged" / "valid.conllu", 8).encode("utf-8")
+    (root / "dev.conllu").write_bytes(text.replace(b"\tmatch\t", b"\tm\xe4tch\t", 1))
+    args = ["evaluate", str(TAGGER), "dev.conllu", "--output-file", "metrics.json"]
+    log = succeeded(args, root, "metrics.json")
+    assert "invalid UTF-8 at dev.conllu:4, replaced" in log
+    assert "conllu_tagging: 1 lines of dev.conllu had invalid UTF-8 (replaced with U+FFFD)" in log
+    assert 0 < json.loads((root / "metrics.json").read_text())["accuracy"] <= 1

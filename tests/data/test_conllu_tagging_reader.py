@@ -1,6 +1,8 @@
 """`conllu_tagging`: syntactic words and UPOS only; multiword tokens, empty nodes, comments
 skipped."""
 
+import logging
+
 import pytest
 from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
@@ -72,7 +74,7 @@ def test_read_is_lazy(tmp_path, monkeypatch):
     reader = DatasetReader.from_params(Params({"type": "conllu_tagging"}))
     instances = iter(reader.read(str(path)))  # kept: dropping the generator closes the file
     assert next(instances)["tags"].labels == ["AUX", "PART", "VERB", "PUNCT"]
-    assert len(opened) == 1 and opened[0].buffer.tell() < path.stat().st_size / 10
+    assert len(opened) == 1 and opened[0].tell() < path.stat().st_size / 10
 
 
 def test_configured_indexers_give_word_ids_and_elmo_character_ids(conllu_file):
@@ -132,3 +134,24 @@ def test_bundled_fixture_counts():
     assert (len(train), len(valid)) == (400, 100)
     tags = {tag for instance in train for tag in instance["tags"].labels}
     assert {"DET", "NOUN", "VERB", "AUX", "ADJ", "ADP", "PRON", "PUNCT"} <= tags
+
+
+def test_invalid_utf8_is_replaced_with_warnings_naming_file_line_and_a_count(tmp_path, caplog):
+    """Seven bad lines: the first five named file:line, all seven counted; nothing else lost."""
+    sentence = (
+        "1\tcaf\xc3\tcafe\tNOUN\tNN\t_\t0\troot\t_\t_\n2\tok\tok\tADJ\tJJ\t_\t1\tamod\t_\t_\n"
+    )
+    bad = b"".join(
+        sentence.encode("utf-8").replace("\xc3".encode(), b"\xc3") + b"\n" for _ in range(7)
+    )
+    path = tmp_path / "bad.conllu"
+    path.write_bytes(CONLLU.encode("utf-8") + b"\n" + bad)
+    with caplog.at_level(logging.WARNING):
+        _, instances = read({"type": "conllu_tagging"}, path)
+    words = [[t.text for t in i["tokens"].tokens] for i in instances]
+    assert len(words) == 2 + 7 and words[2:] == [["caf\ufffd", "ok"]] * 7
+    messages = [record.getMessage() for record in caplog.records]
+    first_bad = CONLLU.count("\n") + 2  # line numbers of the bad lines: every third from here
+    named = [f"invalid UTF-8 at {path}:{first_bad + 3 * k}, replaced" for k in range(7)]
+    assert [name for name in named if any(name in m for m in messages)] == named[:5]
+    assert f"conllu_tagging: 7 lines of {path} had invalid UTF-8 (replaced with U+FFFD)" in messages

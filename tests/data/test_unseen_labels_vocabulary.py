@@ -67,3 +67,18 @@ def test_the_extra_entry_survives_the_vocabulary_files_an_archive_holds(tmp_path
 def test_allennlps_default_vocabulary_still_stops_on_an_unseen_label():
     with pytest.raises(KeyError):
         Vocabulary.from_instances(TRAIN).get_token_index("INTJ", "labels")
+
+
+def test_the_summary_gives_the_total_by_label_and_starts_the_count_again():
+    vocab = built(TRAIN)
+    assert vocab.take_unseen_labels_summary() is None
+    for label, times in (("INTJ", 3), ("csubj:pass", 12)):
+        for _ in range(times):
+            vocab.get_token_index(label, "labels")
+    assert vocab.take_unseen_labels_summary() == (
+        "15 gold labels not in the training vocabulary, scored as errors: "
+        "'csubj:pass' in 'labels' x12, 'INTJ' in 'labels' x3"
+    )
+    assert vocab.take_unseen_labels_summary() is None
+    vocab.get_token_index("INTJ", "labels")
+    assert vocab.unseen_labels == {("labels", "INTJ"): 1}

@@ -7,7 +7,7 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.predictors import Predictor
 from conllu import parse_incr
 
-from tests.helpers import run_allennlp_in_process
+from tests.helpers import REPO_ROOT, run_allennlp_in_process
 
 
 def test_tags_whitespace_sentences_and_token_lists(
@@ -60,3 +60,21 @@ def test_biLM_predictors_refuse_a_tagger_archive(tiny_elmo_tagger_archive):
             ConfigurationError, match="needs an ELMo biLM archive .* holds a CrfTagger"
         ):
             Predictor.from_path(str(tiny_elmo_tagger_archive), name)
+
+
+def test_a_sentence_of_no_tokens_gets_empty_outputs_and_the_others_their_tags(plugin_cwd):
+    """Through `allennlp predict`: an empty sentence beside a real one in a batch, and a batch of
+    empty ones only; the real sentence is tagged as the archive tagged it alone."""
+    fixtures = REPO_ROOT / "fixtures" / "archives_before_layering"
+    sentence = json.loads((fixtures / "sentences.jsonl").read_text().splitlines()[0])
+    alone = json.loads((fixtures / "tagger.predictions.jsonl").read_text().splitlines()[0])
+    inputs = [{"sentence": ""}, sentence, {"sentence": "   "}, {"tokens": []}]
+    (plugin_cwd / "in.jsonl").write_text("".join(json.dumps(i) + "\n" for i in inputs))
+    args = ["predict", str(fixtures / "tagger.tar.gz"), "in.jsonl", "--predictor"]
+    args += ["whitespace_tagger", "--output-file", "out.jsonl", "--batch-size", "2", "--silent"]
+    run_allennlp_in_process(args, cwd=plugin_cwd)
+    outputs = [json.loads(line) for line in (plugin_cwd / "out.jsonl").read_text().splitlines()]
+    empty = {"words": [], "tags": [], "logits": [], "mask": []}
+    assert outputs[0] == outputs[2] == outputs[3] == empty
+    assert outputs[1].keys() == empty.keys()
+    assert outputs[1]["tags"] == alone["tags"] and outputs[1]["words"] == alone["words"]

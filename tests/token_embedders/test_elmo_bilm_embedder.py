@@ -237,3 +237,12 @@ def test_dropout_applies_in_training_only(tmp_path):
     zeroed = (dropped == 0) & (clean != 0)
     assert 0.3 < zeroed.float().sum() / (clean != 0).float().sum() < 0.7
     torch.testing.assert_close(dropped[~zeroed & (clean != 0)], 2 * clean[~zeroed & (clean != 0)])
+
+
+@pytest.mark.parametrize("shape", [(1, 0), (3, 0), (2, 4, 0)])
+def test_sentences_of_no_tokens_embed_to_no_vectors(tmp_path, shape):
+    write_pair(random_encoder(1.0), tmp_path)
+    embedder = ElmoBiLmEmbedder(Vocabulary(), pretrained_file=str(tmp_path), dropout=0.0).eval()
+    with torch.no_grad():
+        output = embedder(torch.zeros(*shape, 50, dtype=torch.long))
+    assert output.shape == (*shape, 32)
