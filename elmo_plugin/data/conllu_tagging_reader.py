@@ -15,7 +15,7 @@ from allennlp.data.fields import Field, MetadataField, SequenceLabelField, TextF
 from allennlp.data.token_indexers import SingleIdTokenIndexer, TokenIndexer
 from conllu.parser import parse_conllu_plus_fields, parse_token_and_metadata
 
-from elmo_plugin.data.elmo_corpus_reader import CorpusStats, decode_line
+from elmo_plugin.data.corpus_stats import CorpusStats, decode_line, warn_invalid_utf8
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +40,7 @@ def sentence_blocks(file_path: str) -> Iterator[str]:
     if lines:
         yield "".join(lines).rstrip()
     if stats.invalid_utf8_lines:
+        warn_invalid_utf8(stats.invalid_utf8_at, "conllu_tagging")
         logger.warning(
             "conllu_tagging: %d lines of %s had invalid UTF-8 (replaced with U+FFFD)",
             stats.invalid_utf8_lines,

@@ -93,9 +93,10 @@ class CorpusStats:
             )
 
 
-def warn_invalid_utf8(places: Iterable[LinePlace]) -> None:
+def warn_invalid_utf8(places: Iterable[LinePlace], reader: str = "elmo_corpus") -> None:
+    """A warning naming each place (`reader`: who read the file, for the line's prefix)."""
     for place in places:
-        logger.warning("elmo_corpus: invalid UTF-8 at %s, replaced", place)
+        logger.warning("%s: invalid UTF-8 at %s, replaced", reader, place)
 
 
 def decode_line(raw: bytes, path: str, line_number: int, stats: CorpusStats, start: int = 0) -> str:

@@ -309,7 +309,7 @@ def test_a_cuda_device_this_machine_lacks_is_one_line_before_the_model_loads(roo
     output = refused(
         ["elmo-embed", str(BILM), "in.txt", "out.hdf5", "--cuda-device", "99"],
         root,
-        "elmo-embed: --cuda-device 99: torch sees",
+        "error: --cuda-device 99: torch sees",
         "--cuda-device -1 runs on the CPU",
     )
     assert "loading archive" not in output
