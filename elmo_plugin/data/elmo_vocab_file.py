@@ -45,6 +45,15 @@ def with_specials(tokens: list[str], path: str) -> list[str]:
     return tokens + missing
 
 
+def published_tokens(tokens: Sequence[str]) -> list[str]:
+    """`tokens` as published ELMo vocabularies name them, for files others read: allennlp's OOV
+    token becomes `<UNK>` (bilm-tf's training refuses a vocabulary without `<S>`, `</S>` and
+    `<UNK>`), unless `<UNK>` is a token of its own. `read_elmo_vocab_file` reads it back."""
+    if PUBLISHED_UNKNOWN in tokens:
+        return list(tokens)
+    return [PUBLISHED_UNKNOWN if token == DEFAULT_OOV_TOKEN else token for token in tokens]
+
+
 def write_elmo_vocab_file(path: str, tokens: Sequence[str]) -> None:
     """One token per line, written as `path.partial` and renamed when complete. A plain `open`
     makes it, so its mode follows the umask as every other output's does."""

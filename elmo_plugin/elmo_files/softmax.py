@@ -7,7 +7,11 @@ import logging
 import numpy
 import torch
 
-from elmo_plugin.data.elmo_vocab_file import read_elmo_vocab_file, write_elmo_vocab_file
+from elmo_plugin.data.elmo_vocab_file import (
+    published_tokens,
+    read_elmo_vocab_file,
+    write_elmo_vocab_file,
+)
 from elmo_plugin.elmo_files.layout import ElmoFilesError, Hdf5Reader, to_numpy, write_hdf5
 
 logger = logging.getLogger(__name__)
@@ -30,7 +34,7 @@ def export_softmax(
         softmax_file,
         {"weight": to_numpy(weight)[: len(tokens)], "bias": to_numpy(bias)[: len(tokens)]},
     )
-    write_elmo_vocab_file(vocab_file, tokens)
+    write_elmo_vocab_file(vocab_file, published_tokens(tokens))
 
 
 def import_softmax(

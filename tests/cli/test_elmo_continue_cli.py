@@ -12,6 +12,7 @@ import pytest
 import torch
 from allennlp.models.archival import load_archive
 
+from elmo_plugin.data.elmo_vocab_file import read_elmo_vocab_file
 from elmo_plugin.elmo_files.options import architecture_from_options
 from elmo_plugin.elmo_files.softmax import read_softmax
 from elmo_plugin.elmo_files.weights import read_bilm_encoder
@@ -184,7 +185,7 @@ def test_the_folders_vocab_txt_is_the_vocabulary_and_its_softmax_is_imported(run
     assert f"elmo-continue: vocabulary: {folder / 'vocab.txt'} (the ELMo folder's)" in log
     assert "softmax starts fresh" not in log
     model = load_archive(str(runs["root"] / "folder_vocab" / "model.tar.gz")).model
-    tokens = (folder / "vocab.txt").read_text().splitlines()
+    tokens = read_elmo_vocab_file(str(folder / "vocab.txt"))  # its <UNK> is allennlp's OOV
     assert model.softmax_tokens() == tokens
     weight, bias = read_softmax(str(folder / f"{PREFIX}softmax.hdf5"), len(tokens), 16)
     model_weight, model_bias = model.softmax_matrices()

@@ -20,6 +20,7 @@ from allennlp.modules.elmo import batch_to_ids
 from allennlp.training.util import evaluate
 
 from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
+from elmo_plugin.data.elmo_vocab_file import published_tokens
 from elmo_plugin.elmo_files.softmax import NO_TOKEN_BIAS, read_softmax
 from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder
 from tests.elmo_files.elmo_reference import (
@@ -147,9 +148,10 @@ def test_export_writes_the_four_files_and_allennlp_elmo_reproduces_the_model(run
     ]
     model = load_archive(str(runs["bilm"])).model.eval()
     vocab_lines = (files / "vocab.txt").read_text().splitlines()
-    assert vocab_lines == [
-        model.vocab.get_token_from_index(i) for i in range(1, model.vocab.get_vocab_size())
-    ]
+    assert vocab_lines == published_tokens(
+        [model.vocab.get_token_from_index(i) for i in range(1, model.vocab.get_vocab_size())]
+    )
+    assert "<UNK>" in vocab_lines  # the published name, which bilm-tf's training requires
     weight, _ = read_softmax(str(files / "softmax.hdf5"), len(vocab_lines), 16)
     model_weight, _ = model.softmax_matrices()
     assert torch.equal(torch.from_numpy(weight), model_weight[: len(vocab_lines)].detach())

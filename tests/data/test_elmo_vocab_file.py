@@ -9,7 +9,11 @@ from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
 
-from elmo_plugin.data.elmo_vocab_file import read_elmo_vocab_file, write_elmo_vocab_file
+from elmo_plugin.data.elmo_vocab_file import (
+    published_tokens,
+    read_elmo_vocab_file,
+    write_elmo_vocab_file,
+)
 from elmo_plugin.elmo_files.layout import write_hdf5
 from elmo_plugin.elmo_files.softmax import import_softmax
 
@@ -84,3 +88,11 @@ def test_the_writer_is_atomic_and_round_trips(tmp_path):
     write_elmo_vocab_file(str(path), ["<S>", "</S>", "@@UNKNOWN@@", "é"])
     assert read_elmo_vocab_file(str(path)) == ["<S>", "</S>", "@@UNKNOWN@@", "é"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tokens.txt"]  # no partial file left
+
+
+def test_files_for_others_name_the_unknown_word_as_published_vocabularies_do():
+    """bilm-tf's training (load_vocab, validate_file=True) refuses a vocabulary without `<UNK>`;
+    a corpus token `<UNK>` of its own keeps allennlp's name for the unknown word."""
+    assert published_tokens(["<S>", "</S>", "@@UNKNOWN@@", "a"]) == ["<S>", "</S>", "<UNK>", "a"]
+    both = ["@@UNKNOWN@@", "<UNK>", "a"]
+    assert published_tokens(both) == both

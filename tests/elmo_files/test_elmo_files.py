@@ -191,7 +191,7 @@ def test_softmax_export_and_import_map_rows_by_token(tmp_path, num_samples, spar
         str(tmp_path / "vocab.txt"),
     )
     lines = (tmp_path / "vocab.txt").read_text().splitlines()
-    assert lines == ["@@UNKNOWN@@", *TOKENS]  # line i = vocabulary index i + 1 = softmax row i
+    assert lines == ["<UNK>", *TOKENS]  # line i = vocabulary index i + 1 = softmax row i
     weight, bias = source.softmax_matrices()
     with h5py.File(tmp_path / "softmax.hdf5", "r") as softmax:
         assert softmax["weight"].shape == (len(lines), 16) and softmax["bias"].shape == (
