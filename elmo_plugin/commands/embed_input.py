@@ -12,7 +12,7 @@ from typing import NamedTuple
 from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.data.corpus_stats import CorpusStats, decode_line
-from elmo_plugin.data.elmo_corpus_reader import checked_text, shard_lines
+from elmo_plugin.data.elmo_corpus_reader import corpus_text, shard_lines
 
 STDIN = "-"
 STDIN_NAME = "standard input"
@@ -62,7 +62,7 @@ def raw_lines(path: str) -> Generator[bytes, None, None]:
     """The raw lines of the input; a ConfigurationError naming it when it is not text."""
     try:
         if path == STDIN:
-            yield from checked_text(STDIN_NAME, iter(sys.stdin.buffer))
+            yield from corpus_text(STDIN_NAME, iter(sys.stdin.buffer))
         else:
             yield from shard_lines(path)
     except ConfigurationError as error:

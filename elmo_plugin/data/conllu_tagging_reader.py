@@ -15,7 +15,12 @@ from allennlp.data.fields import Field, MetadataField, SequenceLabelField, TextF
 from allennlp.data.token_indexers import SingleIdTokenIndexer, TokenIndexer
 from conllu.parser import parse_conllu_plus_fields, parse_token_and_metadata
 
-from elmo_plugin.data.corpus_stats import CorpusStats, decode_line, warn_invalid_utf8
+from elmo_plugin.data.corpus_stats import (
+    CorpusStats,
+    checked_text,
+    decode_line,
+    warn_invalid_utf8,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -26,11 +31,13 @@ def is_url(path: str) -> bool:
 
 def sentence_blocks(file_path: str) -> Iterator[str]:
     """The file's sentences as text (the lines between blank lines). Invalid UTF-8 bytes become
-    U+FFFD, with a warning naming file:line for the first few and one counting them all."""
+    U+FFFD, with a warning naming file:line for the first few and one counting them all; a file
+    that is not text at all is a ConfigurationError naming it."""
     stats = CorpusStats(files=1)
     lines: list[str] = []
     with open(cached_path(file_path), "rb") as conllu_file:
-        for line_number, raw in enumerate(conllu_file, start=1):
+        lines_read = checked_text(file_path, iter(conllu_file), "conllu_tagging")
+        for line_number, raw in enumerate(lines_read, start=1):
             line = decode_line(raw, file_path, line_number, stats)
             if line.strip():
                 lines.append(line)

@@ -1,10 +1,12 @@
 """What a read of a text corpus saw, skipped and repaired (`CorpusStats`), for one summary line
 and a warning for each of the first few lines with invalid UTF-8, named by file:line. A read
 may be split into byte ranges read apart (chunks, worker processes): each range counts in its
-own `CorpusStats`, the reader of the whole adds them up (`add`) and warns once for the whole."""
+own `CorpusStats`, the reader of the whole adds them up (`add`) and warns once for the whole.
+A file most of whose first lines are not text at all is refused (`checked_text`)."""
 
+import itertools
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
 
 from allennlp.common.checks import ConfigurationError
@@ -13,6 +15,7 @@ logger = logging.getLogger(__name__)
 
 MAX_UTF8_WARNINGS = 5  # lines with invalid UTF-8 named in warnings, per read of a corpus
 COUNT_BLOCK_BYTES = 1 << 20
+SNIFF_LINES = 20  # a file most of whose first lines are not text is refused before any is read
 
 
 def lines_before(path: str, start: int) -> int:
@@ -107,3 +110,28 @@ def decode_line(raw: bytes, path: str, line_number: int, stats: CorpusStats, sta
     except UnicodeDecodeError:
         stats.count_invalid_utf8(LinePlace(path, line_number, start))
         return raw.decode("utf-8", errors="replace")
+
+
+def is_binary_line(raw: bytes) -> bool:
+    """Invalid UTF-8, or a quarter or more NUL bytes (UTF-16, tar headers); a few stray NULs or
+    bad bytes in text are repaired, not refused."""
+    if raw.count(b"\0") * 4 >= len(raw) > 0:
+        return True
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def checked_text(path: str, lines: Iterator[bytes], reader: str, hint: str = "") -> Iterator[bytes]:
+    """`lines`, after a ConfigurationError naming `reader` and the file when most of its first
+    `SNIFF_LINES` lines are not text (binary, a tar, a compressed file); `hint` ends the message."""
+    head = list(itertools.islice(lines, SNIFF_LINES))
+    if sum(map(is_binary_line, head)) * 2 > len(head):
+        raise ConfigurationError(
+            f"{reader}: {path} is not text (most of its first {len(head)} lines are not UTF-8): "
+            f"re-encode it as UTF-8, e.g. `iconv -f latin1 -t utf-8`{hint}"
+        )
+    yield from head
+    yield from lines

@@ -1,7 +1,6 @@
 """DatasetReader `elmo_corpus`: raw text, one sentence or paragraph per line (biLM pretraining)."""
 
 import glob
-import itertools
 import lzma
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -15,14 +14,13 @@ from allennlp.data.fields import TextField
 from allennlp.data.token_indexers import SingleIdTokenIndexer, TokenIndexer
 from allennlp.data.tokenizers import Tokenizer, WhitespaceTokenizer
 
-from elmo_plugin.data.corpus_stats import CorpusStats, decode_line
+from elmo_plugin.data.corpus_stats import CorpusStats, checked_text, decode_line
 from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
 from elmo_plugin.data.elmo_text_field import ElmoTextField
 from elmo_plugin.data.elmo_vocab_file import BOS, EOS
 
 HEADING = re.compile(r"^\s*(=+)\s.*\s\1\s*$")
 COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz")  # what allennlp's open_compressed decompresses
-SNIFF_LINES = 20  # a file most of whose first lines are not text is refused before any is read
 Item = TypeVar("Item")
 
 
@@ -34,30 +32,11 @@ def resolve_corpus_paths(pattern: str) -> list[str]:
     return paths
 
 
-def is_binary_line(raw: bytes) -> bool:
-    """Invalid UTF-8, or a quarter or more NUL bytes (UTF-16, tar headers); a few stray NULs or
-    bad bytes in text are repaired, not refused."""
-    if raw.count(b"\0") * 4 >= len(raw) > 0:
-        return True
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return True
-    return False
-
-
-def checked_text(path: str, lines: Iterator[bytes]) -> Iterator[bytes]:
-    """`lines`, after a ConfigurationError naming the file when most of its first lines are not
-    text (binary, a tar, an unrecognized compressed file)."""
-    head = list(itertools.islice(lines, SNIFF_LINES))
-    if sum(map(is_binary_line, head)) * 2 > len(head):
-        raise ConfigurationError(
-            f"elmo_corpus: {path} is not text (most of its first {len(head)} lines are not "
-            "UTF-8): a corpus must be UTF-8 text (re-encode it, e.g. `iconv -f latin1 -t utf-8`), "
-            "and compressed shards must end in .gz, .bz2 or .xz"
-        )
-    yield from head
-    yield from lines
+def corpus_text(path: str, lines: Iterator[bytes]) -> Iterator[bytes]:
+    """`checked_text` for a corpus shard: the error names `elmo_corpus` and the suffixes that
+    are decompressed."""
+    hint = f"; compressed shards must end in {', '.join(COMPRESSED_SUFFIXES)}"
+    return checked_text(path, lines, "elmo_corpus", hint)
 
 
 def shard_lines(path: str) -> Iterator[bytes]:
@@ -66,7 +45,7 @@ def shard_lines(path: str) -> Iterator[bytes]:
     decompressed."""
     try:
         with open_compressed(path, "rb", encoding=None) as shard:
-            yield from checked_text(path, shard)
+            yield from corpus_text(path, shard)
     except (OSError, EOFError, lzma.LZMAError) as error:
         raise ConfigurationError(f"elmo_corpus: cannot read {path}: {error}") from None
 
@@ -86,7 +65,7 @@ def byte_range_lines(path: str, start: int, end: int) -> Iterator[bytes]:
                 shard.seek(start - 1)
                 shard.readline()
             lines = iter(lambda: shard.readline() if shard.tell() < end else b"", b"")
-            yield from checked_text(path, lines) if start == 0 else lines
+            yield from (corpus_text(path, lines) if start == 0 else lines)
     except OSError as error:
         raise ConfigurationError(f"elmo_corpus: cannot read {path}: {error}") from None
 

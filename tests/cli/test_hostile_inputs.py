@@ -203,6 +203,16 @@ def test_training_or_evaluating_on_a_corpus_without_text_is_an_error_naming_it(
     assert not (root / "run" / "model.tar.gz").exists()
 
 
+def test_evaluating_on_a_conllu_file_that_is_not_text_is_an_error_naming_it(root):
+    (root / "dev.conllu").write_bytes(
+        gzip.compress((REPO_ROOT / "fixtures/tagged/valid.conllu").read_bytes())
+    )
+    result = run_allennlp(["evaluate", str(TAGGER), "dev.conllu"], cwd=root, check=False)
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert "conllu_tagging: dev.conllu is not text" in last, last
+
+
 def test_skipped_lines_are_counted_and_compressed_shards_read(root):
     shards = root / "shards"
     shards.mkdir()

@@ -1,6 +1,7 @@
 """`conllu_tagging`: syntactic words and UPOS only; multiword tokens, empty nodes, comments
 skipped."""
 
+import gzip
 import logging
 
 import pytest
@@ -125,6 +126,19 @@ def test_missing_file_error_names_it(tmp_path):
     missing = tmp_path / "nope.conllu"
     with pytest.raises(ConfigurationError, match="nope.conllu"):
         list(reader.read(str(missing)))
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [gzip.compress(CONLLU.encode("utf-8") * 20), CONLLU.encode("utf-16-le")],
+    ids=["gzip", "utf-16"],
+)
+def test_a_file_that_is_not_text_is_an_error_naming_the_reader_and_file(tmp_path, raw):
+    path = tmp_path / "train.conllu"
+    path.write_bytes(raw)
+    reader = DatasetReader.from_params(Params({"type": "conllu_tagging"}))
+    with pytest.raises(ConfigurationError, match=f"^conllu_tagging: {path} is not text .*iconv"):
+        list(reader.read(str(path)))
 
 
 def test_bundled_fixture_counts():

@@ -10,9 +10,9 @@ import pytest
 from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
 
-from elmo_plugin.data.corpus_stats import MAX_UTF8_WARNINGS, LinePlace
+from elmo_plugin.data.corpus_stats import MAX_UTF8_WARNINGS, SNIFF_LINES, LinePlace
 from elmo_plugin.data.elmo_corpus_loader import ElmoCorpusLoader
-from elmo_plugin.data.elmo_corpus_reader import SNIFF_LINES, ElmoCorpusReader
+from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
 from elmo_plugin.data.elmo_streams_loader import ElmoStreamsLoader
 
 BAD_EVERY = 7  # every 7th line after the first SNIFF_LINES has an invalid byte; every 11th is blank

@@ -7,7 +7,8 @@ import pytest
 from allennlp.common.checks import ConfigurationError
 from allennlp.data.token_indexers.elmo_indexer import ELMoCharacterMapper
 
-from elmo_plugin.data.elmo_corpus_reader import SNIFF_LINES, ElmoCorpusReader
+from elmo_plugin.data.corpus_stats import SNIFF_LINES
+from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
 from tests.helpers import first_item_before_end_of_file
 
 

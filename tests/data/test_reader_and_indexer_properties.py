@@ -10,8 +10,9 @@ from allennlp.data.token_indexers import ELMoTokenCharactersIndexer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from elmo_plugin.data.corpus_stats import checked_text
 from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
-from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader, checked_text
+from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
 from elmo_plugin.data.elmo_vocab_file import BOS, EOS
 
 # Any Unicode scalar value (no surrogates: they cannot be written as UTF-8).
@@ -26,7 +27,7 @@ def read_as_text(lines: list[list[str]]) -> bool:
     e.g. the one line "\x00"."""
     raw = [(" ".join(line) + "\n").encode("utf-8") for line in lines]
     try:
-        list(checked_text("corpus.txt", iter(raw)))
+        list(checked_text("corpus.txt", iter(raw), "elmo_corpus"))
     except ConfigurationError:
         return False
     return True
