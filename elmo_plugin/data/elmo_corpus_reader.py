@@ -3,6 +3,7 @@
 import glob
 import lzma
 import re
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Optional, TypeVar, cast
 
@@ -46,7 +47,7 @@ def shard_lines(path: str) -> Iterator[bytes]:
     try:
         with open_compressed(path, "rb", encoding=None) as shard:
             yield from corpus_text(path, shard)
-    except (OSError, EOFError, lzma.LZMAError) as error:
+    except (OSError, EOFError, lzma.LZMAError, zlib.error) as error:
         raise ConfigurationError(f"elmo_corpus: cannot read {path}: {error}") from None
 
 

@@ -2,6 +2,7 @@ import bz2
 import gzip
 import logging
 import lzma
+import random
 
 import pytest
 from allennlp.common.checks import ConfigurationError
@@ -162,6 +163,21 @@ def test_a_file_that_is_not_text_is_an_error_naming_it_before_any_line_is_read(
         ConfigurationError, match=f"{tmp_path / name}.*{message}|{message}.*{tmp_path / name}"
     ):
         next(iter(lines))
+
+
+@pytest.mark.parametrize("suffix, compress", [(".gz", gzip.compress), (".bz2", bz2.compress)])
+def test_a_shard_whose_compressed_data_is_damaged_midway_is_an_error_naming_it(
+    tmp_path, suffix, compress
+):
+    rows = random.Random(0)
+    text = "".join(f"{rows.random()} {rows.random()} {rows.random()}\n" for _ in range(3000))
+    damaged = bytearray(compress(text.encode("utf-8")))
+    middle = len(damaged) // 2
+    damaged[middle : middle + 16] = b"\xff" * 16
+    path = tmp_path / f"shard{suffix}"
+    path.write_bytes(damaged)
+    with pytest.raises(ConfigurationError, match=f"^elmo_corpus: cannot read {path}: "):
+        read_texts(ElmoCorpusReader(), path)
 
 
 def test_stray_nul_and_invalid_bytes_in_text_are_kept_not_refused(tmp_path):
