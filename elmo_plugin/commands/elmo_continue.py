@@ -32,7 +32,7 @@ from allennlp.common.params import Params, parse_overrides
 from allennlp.training.gradient_descent_trainer import GradientDescentTrainer
 from allennlp.training.trainer import Trainer
 
-from elmo_plugin.commands.cli_errors import reports_errors
+from elmo_plugin.commands.cli_errors import one_line, reports_errors
 from elmo_plugin.data.elmo_manylangs_files import is_manylangs_folder
 from elmo_plugin.elmo_files.options import architecture_from_options, read_options
 from elmo_plugin.elmo_files.source import ElmoSourceSpec, resolve_elmo_source
@@ -139,9 +139,9 @@ def continue_overrides(
         )
     if not os.path.isfile(config):
         raise ConfigurationError(f"elmo-continue: config not found: {config} (give --config)")
+    user = user_overrides_dict(user_overrides)
     files = resolve_elmo_source(source)
     architecture = architecture_from_options(read_options(files.options_file))
-    user = parse_overrides(user_overrides)
     char_cnn = char_cnn_name(config, config_params(config, user_overrides))
     resolved: dict[str, Any] = {
         "model.pretrained_file": source if isinstance(source, str) else list(source),
@@ -206,11 +206,21 @@ def unknown_trainer_keys(trainer: dict[str, Any]) -> list[str]:
     return sorted(set(trainer) - set(trainer_keys()))
 
 
+def user_overrides_dict(user_overrides: str) -> dict[str, Any]:
+    """The user's -o (JSON or jsonnet) as a dict; a ConfigurationError when it does not parse."""
+    try:
+        return parse_overrides(user_overrides)
+    except (RuntimeError, ValueError) as error:  # jsonnet's and JSON's syntax errors
+        raise ConfigurationError(f"elmo-continue: -o does not parse: {one_line(error)}") from None
+
+
 def config_params(config: str, user_overrides: str) -> dict[str, Any]:
-    """The config with the user's -o applied; an error when an -o key does not fit it, or names
-    a trainer key that allennlp's trainer would ignore."""
+    """The config with the user's -o applied; an error when the config does not parse, an -o
+    key does not fit it, or names a trainer key that allennlp's trainer would ignore."""
     try:
         params = Params.from_file(config, user_overrides).as_dict(quiet=True)
+    except RuntimeError as error:  # jsonnet's syntax and runtime errors
+        raise ConfigurationError(f"elmo-continue: {config}: {one_line(error)}") from None
     except ValueError as error:  # allennlp's "overrides dict contains unused keys: [...]"
         raise ConfigurationError(f"elmo-continue: -o does not fit {config}: {error}") from None
     unknown = unknown_trainer_keys(params.get("trainer", {}))

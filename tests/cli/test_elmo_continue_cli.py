@@ -89,6 +89,7 @@ def runs(tiny_bilm_archive, tiny_corpus, tmp_path_factory):
             json.dumps({"trainer.num_epochs": 1, "model.contextualizer.cell_size": 64}),
         ),
         "misspelt": (published, root / "bad4", tiny_corpus, "-o", '{"trainer.num_epoch": 1}'),
+        "unparsed": (published, root / "bad5", tiny_corpus, "-o", '{"trainer.num_epochs": 1'),
     }
     pair = (  # no training: the printed command of an explicit pair
         exported / "options.json",
@@ -227,6 +228,14 @@ def test_a_trainer_key_allennlp_would_ignore_is_a_one_line_error(runs):
         "which would ignore it; did you mean trainer.num_epochs?"
     )
     assert not (runs["root"] / "bad4").exists()
+
+
+def test_an_override_that_does_not_parse_is_a_one_line_error(runs):
+    result = runs["results"]["unparsed"]
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith("allennlp elmo-continue: error: -o does not parse: "), error
+    assert not (runs["root"] / "bad5").exists()
 
 
 def test_an_explicit_pair_dry_run_prints_the_allennlp_train_command(runs):
