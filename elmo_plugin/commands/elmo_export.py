@@ -65,7 +65,8 @@ def export_archive(archive_file: str, output_dir: str) -> dict[str, str]:
     """Writes the four files, each under a temporary name renamed when complete; returns
     {file name: path}. OUT_DIR is created if missing, its parent never; a bad output folder and a
     transformer archive are errors raised before anything is written, and so is a folder that
-    holds another ELMo (`check_no_other_elmo`)."""
+    holds another ELMo (`check_no_other_elmo`). An earlier export's options.json is removed first,
+    so a folder left by an export stopped midway never reads as complete."""
     check_output_dir(output_dir)  # before the model loads
     check_no_other_elmo(output_dir)
     model = load_bilm_model(archive_file)
@@ -77,6 +78,8 @@ def export_archive(archive_file: str, output_dir: str) -> dict[str, str]:
         name: os.path.join(output_dir, name)
         for name in (OPTIONS_FILE, WEIGHTS_FILE, VOCAB_FILE, SOFTMAX_FILE)
     }
+    if os.path.exists(paths[OPTIONS_FILE]):  # an earlier export's: the folder is incomplete now
+        os.remove(paths[OPTIONS_FILE])
     tokens = model.softmax_tokens()  # the row that scores no token left out
     export_softmax(*model.softmax_matrices(), tokens, paths[SOFTMAX_FILE], paths[VOCAB_FILE])
     rows = len(tokens)
