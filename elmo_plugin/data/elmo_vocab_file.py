@@ -19,12 +19,12 @@ SPECIALS = (BOS, EOS, DEFAULT_OOV_TOKEN)
 
 def read_elmo_vocab_file(path: str) -> list[str]:
     """The file's tokens, line i -> item i, `<UNK>` renamed to allennlp's OOV token. Blank lines at
-    the end are ignored; a blank or whitespace-only line before the last token is an error naming
-    file:line (no whitespace token can exist, and dropping the line would shift every later row)."""
+    the end are ignored; a blank or whitespace-only line before the last token, or a line that is
+    not UTF-8, is an error naming file:line (dropping the line would shift every later row)."""
     if not os.path.isfile(path):
         raise ConfigurationError(f"ELMo vocabulary file not found: {path}")
-    with open(path, encoding="utf-8") as lines:
-        tokens = [line.rstrip("\n") for line in lines]
+    with open(path, "rb") as lines:
+        tokens = [utf8_line(raw, path, number).rstrip("\n") for number, raw in enumerate(lines, 1)]
     while tokens and not tokens[-1].strip():
         tokens.pop()
     for number, token in enumerate(tokens, start=1):
@@ -35,6 +35,18 @@ def read_elmo_vocab_file(path: str) -> list[str]:
     if DEFAULT_OOV_TOKEN not in tokens and PUBLISHED_UNKNOWN in tokens:
         tokens[tokens.index(PUBLISHED_UNKNOWN)] = DEFAULT_OOV_TOKEN
     return tokens
+
+
+def utf8_line(raw: bytes, path: str, number: int) -> str:
+    """Line `number` of `path` as text; an error naming file:line when it is not UTF-8 (a token
+    with a replaced byte would be another token)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigurationError(
+            f"{path}:{number}: not UTF-8 ({error.reason} at byte {error.start}): an ELMo "
+            "vocabulary is UTF-8 text, one token per line"
+        ) from None
 
 
 def with_specials(tokens: list[str], path: str) -> list[str]:

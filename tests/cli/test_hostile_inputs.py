@@ -213,6 +213,23 @@ def test_evaluating_on_a_conllu_file_that_is_not_text_is_an_error_naming_it(root
     assert "conllu_tagging: dev.conllu is not text" in last, last
 
 
+def test_training_with_a_tokens_file_that_is_not_utf8_is_an_error_naming_its_line(
+    root, tiny_corpus
+):
+    (root / "tokens.txt").write_bytes("<S>\n</S>\n@@UNKNOWN@@\ncaf\u00e9\n".encode("latin-1"))
+    values = dict(
+        TINY_LSTM_OVERRIDES,
+        train_data_path=str(tiny_corpus / "train" / "*.txt"),
+        validation_data_path=str(tiny_corpus / "valid.txt"),
+        vocabulary={"type": "elmo_tokens_file", "tokens_file": "tokens.txt"},
+    )
+    train = ["train", str(CONFIG_DIR / "elmo_lstm.jsonnet"), "-s", "run", "-o", overrides(values)]
+    result = run_allennlp(train, cwd=root, check=False)
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert "tokens.txt:4: not UTF-8" in last, last
+
+
 def test_skipped_lines_are_counted_and_compressed_shards_read(root):
     shards = root / "shards"
     shards.mkdir()

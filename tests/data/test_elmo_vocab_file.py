@@ -34,6 +34,15 @@ def test_a_blank_or_whitespace_line_inside_is_an_error_naming_file_and_line(tmp_
         vocab_from(path)
 
 
+def test_a_line_that_is_not_utf8_is_an_error_naming_file_and_line(tmp_path):
+    path = tmp_path / "vocab.txt"
+    path.write_bytes("<S>\n</S>\ncaf\u00e9\n".encode("latin-1"))
+    with pytest.raises(
+        ConfigurationError, match=r"vocab.txt:3: not UTF-8 \(invalid .* at byte 3\)"
+    ):
+        read_elmo_vocab_file(str(path))
+
+
 def test_blank_lines_at_the_end_are_ignored(tmp_path):
     path = tmp_path / "vocab.txt"
     path.write_text("<S>\n</S>\n<UNK>\nthe\n\n  \n")
