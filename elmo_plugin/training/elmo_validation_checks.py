@@ -117,6 +117,7 @@ class ValidationChecksCallback(TrainerCallback):
         if not self.enabled:
             logger.warning("elmo_validation_checks: no validation data: no checks in this run")
             return
+        self.require_metric(trainer.model.get_metrics())  # at the start, not at the first check
         epoch_batches = loader_length(trainer.data_loader)
         if epoch_batches is not None and self.every_num_batches > epoch_batches:
             logger.warning(
@@ -167,6 +168,15 @@ class ValidationChecksCallback(TrainerCallback):
 
     # --- one check ---
 
+    def require_metric(self, metrics: dict[str, float]) -> None:
+        """An error naming the metric when `metrics` (a model's, not empty) lacks it; a model that
+        names no metric before its first batch is checked at the first check."""
+        if metrics and self.metric_name not in metrics:
+            raise ConfigurationError(
+                f"callback elmo_validation_checks: the model has no metric {self.metric_name!r} "
+                f"(it has {sorted(metrics)})"
+            )
+
     def check(self, trainer, epoch: int, batch_in_epoch: int) -> Check:
         """Validates on the sample, records the check and acts on it (the same decision in every
         distributed process: the metrics are reduced over them); logs one line with its result, its
@@ -175,11 +185,7 @@ class ValidationChecksCallback(TrainerCallback):
         batches = trainer._validation_data_loader if self._sample is None else self._sample
         metrics = validation_metrics(trainer, batches)
         validated = time.perf_counter()
-        if self.metric_name not in metrics:
-            raise ConfigurationError(
-                f"callback elmo_validation_checks: the model has no metric {self.metric_name!r} "
-                f"(it has {sorted(metrics)})"
-            )
+        self.require_metric(metrics)
         value = metrics[self.metric_name]
         earlier = [check.metrics[self.metric_name] for check in self.history]
         best = not earlier or (

@@ -10,8 +10,19 @@ import pytest
 import torch
 from allennlp.common.checks import ConfigurationError
 
+from elmo_plugin.archives.bilm_archive import load_bilm_model
 from elmo_plugin.training import elmo_validation_checks
 from elmo_plugin.training.elmo_validation_checks import ValidationChecksCallback
+from tests.helpers import REPO_ROOT
+
+BILM = REPO_ROOT / "fixtures" / "archives_before_layering" / "bilm_lstm.tar.gz"
+
+
+class MetricsLater(torch.nn.Linear):
+    """A model that names no metric before its first batch."""
+
+    def get_metrics(self, reset: bool = False) -> dict[str, float]:
+        return {}
 
 
 def fake_trainer(batches_per_epoch: int = 100) -> SimpleNamespace:
@@ -21,7 +32,7 @@ def fake_trainer(batches_per_epoch: int = 100) -> SimpleNamespace:
         _validation_data_loader=[{}],
         _total_batches_completed=0,
         optimizer=torch.optim.SGD([weight], lr=1.0),
-        model=torch.nn.Linear(1, 1),
+        model=MetricsLater(1, 1),
     )
 
 
@@ -110,3 +121,16 @@ def test_bad_settings_are_one_line_errors_or_a_warning(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         ValidationChecksCallback(str(tmp_path), every_num_batches=500).on_start(fake_trainer(100))
     assert "every_num_batches 500 is more than an epoch's 100 batches" in caplog.text
+
+
+def test_a_metric_the_model_lacks_is_an_error_at_the_start_naming_the_models_metrics(tmp_path):
+    """Not hours later at the first check: the biLM names its metrics before any batch."""
+    trainer = fake_trainer()
+    trainer.model = load_bilm_model(str(BILM))
+    callback = ValidationChecksCallback(
+        str(tmp_path), every_num_batches=5, validation_metric="-perplexty"
+    )
+    with pytest.raises(
+        ConfigurationError, match=r"no metric 'perplexty' \(it has \[.*'perplexity'.*\]\)"
+    ):
+        callback.on_start(trainer)
