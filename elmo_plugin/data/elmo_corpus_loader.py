@@ -48,7 +48,7 @@ class ElmoCorpusLoader(CorpusDataLoader):
     reader : `ElmoCorpusReader`
         The `elmo_corpus` dataset reader (allennlp passes the config's `dataset_reader`).
     data_path : `str`
-        The corpus: a file, folder or glob of shards (allennlp passes the config's data path).
+        The corpus: a file, a folder of shards or a glob (allennlp passes the config's data path).
     batch_size : `int`
         The most instances (sentences or windows) in a batch.
     shuffle : `bool`, optional (default = `False`)

@@ -2,6 +2,7 @@
 
 import glob
 import lzma
+import os
 import re
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
@@ -26,8 +27,14 @@ Item = TypeVar("Item")
 
 
 def resolve_corpus_paths(pattern: str) -> list[str]:
-    """A file path or a glob -> sorted matching files; an error naming the pattern if none."""
-    paths = sorted(path for path in glob.glob(pattern, recursive=True) if not path.endswith("/"))
+    """A file path, a folder (the files directly in it, not hidden ones) or a glob -> sorted
+    matching files; an error naming the pattern if none."""
+    if os.path.isdir(pattern):
+        names = (name for name in os.listdir(pattern) if not name.startswith("."))
+        paths = sorted(os.path.join(pattern, name) for name in names)
+        paths = [path for path in paths if os.path.isfile(path)]
+    else:
+        paths = sorted(p for p in glob.glob(pattern, recursive=True) if not os.path.isdir(p))
     if not paths:
         raise ConfigurationError(f"elmo_corpus: no file matches {pattern!r}")
     return paths

@@ -80,7 +80,7 @@ class ElmoStreamsLoader(CorpusDataLoader):
     reader : `ElmoCorpusReader`
         The `elmo_corpus` dataset reader (allennlp passes the config's `dataset_reader`).
     data_path : `str`
-        The corpus: a file, folder or glob of shards (allennlp passes the config's data path).
+        The corpus: a file, a folder of shards or a glob (allennlp passes the config's data path).
     batch_size : `int`
         Streams per process: the rows of a batch.
     window_size : `int`, optional (default = `20`)

@@ -109,14 +109,15 @@ def test_wikitext_validation_perplexity_falls_epoch_over_epoch(config, sizes, tm
 
 
 def test_distributed_cpu_training_over_shards(tiny_corpus, tmp_path):
-    """2 DDP workers x 2 loader workers over 3 shards: both workers train, and together they
-    train on every target of the corpus exactly once (counted by a probe callback)."""
+    """2 DDP workers x 2 loader workers over a folder of 3 shards: both workers train, and
+    together they train on every target of the corpus exactly once (counted by a probe
+    callback)."""
     callbacks = Params.from_file(str(CONFIG_DIR / "elmo_lstm.jsonnet")).as_dict()["trainer"][
         "callbacks"
     ]
     values = dict(
         TINY_LSTM_OVERRIDES,
-        train_data_path=str(tiny_corpus / "train" / "*.txt"),
+        train_data_path=str(tiny_corpus / "train"),
         validation_data_path=str(tiny_corpus / "valid.txt"),
         distributed={"cuda_devices": [-1, -1], "master_port": free_port()},
         **{

@@ -214,6 +214,19 @@ def test_compressed_shard_is_one_chunk(tmp_path):
     assert lines_of(epoch_batches(make_loader(str(tmp_path / "shard_*")))) == expected
 
 
+def test_a_folder_is_read_as_its_files_without_hidden_files_or_subfolders(tmp_path):
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    write_corpus(folder)
+    (folder / ".notes.txt").write_text("hidden never read\n")
+    (folder / "old").mkdir()
+    (folder / "old" / "shard_9.txt").write_text("in a subfolder never read\n")
+    assert lines_of(epoch_batches(make_loader(str(folder)))) == corpus_texts(folder)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigurationError, match="no file matches"):
+        make_loader(str(tmp_path / "empty"))
+
+
 def test_bad_settings_are_one_line_errors(tmp_path):
     pattern = write_corpus(tmp_path)
     with pytest.raises(ConfigurationError, match="chunk_bytes must be at least 1"):
