@@ -13,7 +13,13 @@ from allennlp.data import Instance, Token
 from allennlp.data.dataset_readers import DatasetReader
 from allennlp.data.fields import Field, MetadataField, SequenceLabelField, TextField
 from allennlp.data.token_indexers import SingleIdTokenIndexer, TokenIndexer
-from conllu.parser import parse_conllu_plus_fields, parse_token_and_metadata
+from conllu.exceptions import ParseException
+from conllu.parser import (
+    DEFAULT_FIELDS,
+    parse_conllu_plus_fields,
+    parse_line,
+    parse_token_and_metadata,
+)
 
 from elmo_plugin.data.corpus_stats import (
     CorpusStats,
@@ -29,23 +35,26 @@ def is_url(path: str) -> bool:
     return "://" in path
 
 
-def sentence_blocks(file_path: str) -> Iterator[str]:
-    """The file's sentences as text (the lines between blank lines). Invalid UTF-8 bytes become
-    U+FFFD, with a warning naming file:line for the first few and one counting them all; a file
-    that is not text at all is a ConfigurationError naming it."""
+def sentence_blocks(file_path: str) -> Iterator[tuple[int, str]]:
+    """The file's sentences as (the line number of their first line, their text: the lines
+    between blank lines). Invalid UTF-8 bytes become U+FFFD, with a warning naming file:line for
+    the first few and one counting them all; a file that is not text at all is a
+    ConfigurationError naming it."""
     stats = CorpusStats(files=1)
     lines: list[str] = []
+    first_line = 0
     with open(cached_path(file_path), "rb") as conllu_file:
         lines_read = checked_text(file_path, iter(conllu_file), "conllu_tagging")
         for line_number, raw in enumerate(lines_read, start=1):
             line = decode_line(raw, file_path, line_number, stats)
             if line.strip():
+                first_line = first_line if lines else line_number
                 lines.append(line)
             elif lines:
-                yield "".join(lines).rstrip()
+                yield first_line, "".join(lines).rstrip()
                 lines = []
     if lines:
-        yield "".join(lines).rstrip()
+        yield first_line, "".join(lines).rstrip()
     if stats.invalid_utf8_lines:
         warn_invalid_utf8(stats.invalid_utf8_at, "conllu_tagging")
         logger.warning(
@@ -53,6 +62,37 @@ def sentence_blocks(file_path: str) -> Iterator[str]:
             stats.invalid_utf8_lines,
             file_path,
         )
+
+
+def parses(line: str, fields: Sequence[str]) -> bool:
+    """Whether conllu parses this token line."""
+    try:
+        parse_line(line, fields)
+    except ParseException:
+        return False
+    return True
+
+
+def sentence_words(
+    block: str, first_line: int, fields: Sequence[str], file_path: str
+) -> list[dict]:
+    """The syntactic-word rows (conllu `Token` dicts) of one sentence that starts at line
+    `first_line`; a ConfigurationError naming file:line for a row that does not parse or has no
+    form or UPOS column."""
+    lines = [(first_line + offset, line.strip()) for offset, line in enumerate(block.split("\n"))]
+    rows = [(number, line) for number, line in lines if line and not line.startswith("#")]
+    try:
+        sentence = parse_token_and_metadata(block, fields=fields)
+    except ParseException as error:
+        line_number = next((n for n, line in rows if not parses(line, fields)), first_line)
+        raise ConfigurationError(f"conllu_tagging: {file_path}:{line_number}: {error}") from None
+    for (line_number, _), row in zip(rows, sentence, strict=True):
+        if row.get("form") is None or row.get("upos") is None:
+            raise ConfigurationError(
+                f"conllu_tagging: {file_path}:{line_number}: {len(row)} columns, a CoNLL-U "
+                f"word needs {len(fields)} (ID, FORM, LEMMA, UPOS, ...; tab-separated)"
+            )
+    return [row for row in sentence if isinstance(row["id"], int)]
 
 
 @DatasetReader.register("conllu_tagging")
@@ -85,11 +125,10 @@ class ConlluTaggingReader(DatasetReader):
         if not is_url(file_path) and not os.path.isfile(file_path):
             raise ConfigurationError(f"conllu_tagging: CoNLL-U file not found: {file_path}")
         blocks = sentence_blocks(file_path)
-        first = next(blocks, "")
-        fields = parse_conllu_plus_fields(io.StringIO(first))  # a CoNLL-U Plus file's columns
-        for block in itertools.chain([first] if first else [], blocks):
-            sentence = parse_token_and_metadata(block, fields=fields)
-            words = [row for row in sentence if isinstance(row["id"], int)]
+        first = next(blocks, None)
+        fields = parse_conllu_plus_fields(io.StringIO(first[1] if first else ""))  # CoNLL-U Plus
+        for first_line, block in itertools.chain([first] if first else [], blocks):
+            words = sentence_words(block, first_line, fields or DEFAULT_FIELDS, file_path)
             if words:
                 yield words
 

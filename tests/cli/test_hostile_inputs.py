@@ -203,14 +203,22 @@ def test_training_or_evaluating_on_a_corpus_without_text_is_an_error_naming_it(
     assert not (root / "run" / "model.tar.gz").exists()
 
 
-def test_evaluating_on_a_conllu_file_that_is_not_text_is_an_error_naming_it(root):
+@pytest.mark.parametrize(
+    "damage, named",
+    [
+        (gzip.compress, "conllu_tagging: dev.conllu is not text"),
+        (lambda text: text.replace(b"\tmatch\tmatch\t", b"\tmatch\t", 1), "dev.conllu:4: "),
+    ],
+    ids=["gzip", "missing-column"],
+)
+def test_evaluating_on_a_damaged_conllu_file_is_an_error_naming_it(root, damage, named):
     (root / "dev.conllu").write_bytes(
-        gzip.compress((REPO_ROOT / "fixtures/tagged/valid.conllu").read_bytes())
+        damage((REPO_ROOT / "fixtures/tagged/valid.conllu").read_bytes())
     )
     result = run_allennlp(["evaluate", str(TAGGER), "dev.conllu"], cwd=root, check=False)
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
-    assert "conllu_tagging: dev.conllu is not text" in last, last
+    assert named in last, last
 
 
 def test_training_with_a_tokens_file_that_is_not_utf8_is_an_error_naming_its_line(

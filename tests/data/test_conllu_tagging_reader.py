@@ -141,6 +141,25 @@ def test_a_file_that_is_not_text_is_an_error_naming_the_reader_and_file(tmp_path
         list(reader.read(str(path)))
 
 
+@pytest.mark.parametrize(
+    "bad_row, message",
+    [
+        ("x\tSue\tSue\tPROPN\tNNP\t_\t2\tnsubj\t_\t_", "Failed parsing field 'id'"),
+        ("1\tSue", "2 columns, a CoNLL-U word needs 10"),
+    ],
+    ids=["bad-id", "two-columns"],
+)
+def test_a_malformed_row_is_an_error_naming_file_and_line(tmp_path, bad_row, message):
+    lines = CONLLU.splitlines()
+    row = lines.index("1\tSue\tSue\tPROPN\tNNP\t_\t2\tnsubj\t_\t_")
+    lines[row] = bad_row
+    path = tmp_path / "bad.conllu"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    reader = DatasetReader.from_params(Params({"type": "conllu_tagging"}))
+    with pytest.raises(ConfigurationError, match=f"^conllu_tagging: {path}:{row + 1}: {message}"):
+        list(reader.read(str(path)))
+
+
 def test_bundled_fixture_counts():
     reader = DatasetReader.from_params(Params({"type": "conllu_tagging"}))
     train = list(reader.read(str(REPO_ROOT / "fixtures/tagged/train.conllu")))
