@@ -421,6 +421,30 @@ def embed_chunk(
     )
 
 
+def run_settings(
+    input_file: str,
+    layers: str,
+    mix: Optional[LearnedMix],
+    batching: Batching,
+    output_format: OutputFormat,
+    shard: Shard,
+) -> dict[str, object]:
+    """What a run writes into OUTPUT.partial's attributes, for `--resume` to compare: everything
+    that changes which vectors go where (the input by its size in bytes, -1 for standard input)."""
+    return {
+        "elmo_embed_layers": layers,
+        "elmo_embed_mix": mix.settings() if mix is not None else "",
+        "elmo_embed_pool": output_format.pool,
+        "elmo_embed_dtype": output_format.dtype,
+        "elmo_embed_compression": output_format.compression,
+        "elmo_embed_shard": str(shard),
+        "elmo_embed_batch_size": batching.batch_size,
+        "elmo_embed_batch_tokens": batching.batch_tokens,
+        "elmo_embed_sort_window": batching.sort_window,
+        "elmo_embed_input_bytes": -1 if input_file == STDIN else os.path.getsize(input_file),
+    }
+
+
 def embed_file(
     encoder: BiLmEncoder,
     input_file: str,
@@ -454,18 +478,7 @@ def embed_file(
         if layers == "all"
         else (0, encoder.get_output_dim())
     )
-    settings = {
-        "elmo_embed_layers": layers,
-        "elmo_embed_mix": mix.settings() if mix is not None else "",
-        "elmo_embed_pool": output_format.pool,
-        "elmo_embed_dtype": output_format.dtype,
-        "elmo_embed_compression": output_format.compression,
-        "elmo_embed_shard": str(shard),
-        "elmo_embed_batch_size": batching.batch_size,
-        "elmo_embed_batch_tokens": batching.batch_tokens,
-        "elmo_embed_sort_window": batching.sort_window,
-        "elmo_embed_input_bytes": -1 if input_file == STDIN else os.path.getsize(input_file),
-    }
+    settings = run_settings(input_file, layers, mix, batching, output_format, shard)
     partial = output_file + PARTIAL_SUFFIX
     stats = CorpusStats(files=1)
     lines = numbered_lines(input_file, stats, shard)  # standard input: checked to be text now
