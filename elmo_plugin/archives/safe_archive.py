@@ -19,6 +19,7 @@ import tempfile
 import zlib
 from collections.abc import Iterator
 from pathlib import PurePosixPath
+from typing import Literal
 
 from allennlp.common.checks import ConfigurationError
 from allennlp.models.archival import CONFIG_NAME
@@ -30,8 +31,6 @@ WEIGHTS_NAMES = (
 VOCABULARY_NAME = "vocabulary"  # the folder allennlp's load_archive reads the vocabulary from
 # What reading a damaged or truncated archive raises (gzip's CRC check: BadGzipFile, an OSError)
 READ_ERRORS = (tarfile.TarError, OSError, EOFError, zlib.error, lzma.LZMAError)
-# A compressed file's first bytes -> its tarfile.open mode suffix (none: an uncompressed tar)
-COMPRESSION_MAGIC = {b"\x1f\x8b": "gz", b"BZh": "bz2", b"\xfd7zXZ\x00": "xz"}
 
 
 class UnsafeArchiveError(ConfigurationError):
@@ -55,19 +54,26 @@ def member_problem(member: tarfile.TarInfo) -> str:
 
 
 def open_archive(archive_path: str) -> tarfile.TarFile:
-    """The archive, read with the compression its first bytes announce (so that an error is that
-    compression's one line: tarfile's "r:*" lists every method it tried, one a line)."""
     try:
-        with open(archive_path, "rb") as source:
-            head = source.read(6)
-        compression = next(
-            (name for magic, name in COMPRESSION_MAGIC.items() if head.startswith(magic)), ""
-        )
-        return tarfile.open(archive_path, f"r:{compression}")
+        return tarfile.open(archive_path, read_mode(archive_path))
     except READ_ERRORS as error:
         raise ConfigurationError(
             f"{archive_path}: not a readable model archive ({error})"
         ) from None
+
+
+def read_mode(archive_path: str) -> Literal["r:", "r:gz", "r:bz2", "r:xz"]:
+    """tarfile's mode for the compression the file's first bytes announce, so that an error is
+    that compression's (tarfile's "r:*" tries each, and its error lists every one, a line each)."""
+    with open(archive_path, "rb") as source:
+        head = source.read(6)
+    if head.startswith(b"\x1f\x8b"):
+        return "r:gz"
+    if head.startswith(b"BZh"):
+        return "r:bz2"
+    if head.startswith(b"\xfd7zXZ\x00"):
+        return "r:xz"
+    return "r:"
 
 
 def checked_members(archive: tarfile.TarFile, archive_path: str) -> list[tarfile.TarInfo]:
@@ -87,16 +93,19 @@ def checked_members(archive: tarfile.TarFile, archive_path: str) -> list[tarfile
 def whole_listing(archive: tarfile.TarFile, archive_path: str) -> list[tarfile.TarInfo]:
     """The archive's members, what follows them read too: only NUL blocks in a whole archive
     (tarfile stops listing, silently, at a header it cannot read), then a compressed archive's
-    checksum; an error naming the archive and the last member read otherwise."""
+    checksum; otherwise an error naming the archive and the last member listed (the damage is in
+    its data or after it, where a stream checksum tells)."""
     stream = archive.fileobj
     assert stream is not None  # an archive opened for reading
+    members: list[tarfile.TarInfo] = []
     try:
-        members = archive.getmembers()
+        for member in archive:  # one by one: those before the damage are known
+            members.append(member)
         while chunk := stream.read(1 << 20):
             if chunk.strip(b"\0"):
                 raise tarfile.ReadError("a damaged member header")
     except READ_ERRORS as error:
-        where = f"after member {archive.members[-1].name!r}" if archive.members else "at its start"
+        where = f"from member {members[-1].name!r} on" if members else "at its start"
         raise ConfigurationError(
             f"{archive_path}: damaged model archive, unreadable {where} ({error})"
         ) from None
@@ -126,8 +135,6 @@ def require_model_folder(folder: str) -> None:
         raise ConfigurationError(f"{folder}: no {CONFIG_NAME} (not a model archive folder)")
     if not any(os.path.isfile(os.path.join(folder, name)) for name in WEIGHTS_NAMES):
         raise ConfigurationError(f"{folder}: no model weights ({' or '.join(WEIGHTS_NAMES)})")
-    if not os.path.isdir(os.path.join(folder, VOCABULARY_NAME)):
-        raise ConfigurationError(f"{folder}: no {VOCABULARY_NAME}/ folder (not a model folder)")
 
 
 @contextlib.contextmanager

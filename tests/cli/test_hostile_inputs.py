@@ -147,11 +147,16 @@ def test_an_archive_without_config_or_weights_is_an_error_naming_it(root, drop, 
 
 @pytest.mark.parametrize(
     "damage, where",
-    [("bytes at 30%", "'weights.th' (CRC"), ("header of vocabulary/tokens.txt", "damaged member")],
+    [
+        ("bytes at 30%", "'weights.th' on (CRC"),
+        ("header of vocabulary/tokens.txt", "damaged member"),
+    ],
 )
 def test_a_damaged_archive_is_one_line_naming_it_and_where_it_breaks(root, damage, where):
     archive = damaged_archive(BILM, root / "damaged.tar.gz", damage)
-    refused(["elmo-export", str(archive), "elmo"], root, str(archive), "damaged model archive", where)
+    refused(
+        ["elmo-export", str(archive), "elmo"], root, str(archive), "damaged model archive", where
+    )
 
 
 def test_an_archive_that_holds_no_bilm_says_what_it_holds(root):
