@@ -4,6 +4,7 @@ config sizes."""
 
 import atexit
 import contextlib
+import gzip
 import io
 import json
 import logging
@@ -384,14 +385,37 @@ def hidden(*paths: Path) -> Iterator[None]:
 def copy_archive_with(
     source: Path, target: Path, extra: Optional[tarfile.TarInfo] = None, drop: str = ""
 ) -> Path:
-    """A copy of the tar archive `source` without the member named `drop`, plus `extra` (a
-    regular file's TarInfo gets `size` bytes of "x"); how the tests craft hostile archives."""
+    """A copy of the tar archive `source` without the member named `drop` (and what is under
+    it), plus `extra` (a regular file's TarInfo gets `size` bytes of "x"); how the tests craft
+    hostile archives."""
     with tarfile.open(source) as original, tarfile.open(target, "w:gz") as copy:
         for member in original.getmembers():
-            if member.name != drop:
+            if member.name != drop and not member.name.startswith(f"{drop}/"):
                 copy.addfile(member, original.extractfile(member) if member.isfile() else None)
         if extra is not None:
             copy.addfile(extra, io.BytesIO(b"x" * extra.size) if extra.isfile() else None)
+    return target
+
+
+def damaged_archive(source: Path, target: Path, damage: str) -> Path:
+    """A copy of the model.tar.gz `source` damaged as a disk or download damages one: `bytes at
+    30%` or `bytes at 300` (64 bytes overwritten there), `truncated` (its second half lost),
+    `header of MEMBER` (that member's header overwritten inside the tar, then compressed again:
+    tarfile stops listing there without a word)."""
+    data = bytearray(source.read_bytes())
+    if damage.startswith("bytes at "):
+        where = damage.removeprefix("bytes at ")
+        at = len(data) * int(where[:-1]) // 100 if where.endswith("%") else int(where)
+        data[at : at + 64] = b"\xa5" * 64
+    elif damage == "truncated":
+        del data[len(data) // 2 :]
+    else:
+        with tarfile.open(source) as original:
+            at = original.getmember(damage.removeprefix("header of ")).offset
+        data = bytearray(gzip.decompress(data))
+        data[at + 100 : at + 108] = b"\xa5" * 8  # its mode field: the header checksum fails
+        data = bytearray(gzip.compress(bytes(data)))
+    target.write_bytes(bytes(data))
     return target
 
 

@@ -32,14 +32,15 @@ from elmo_plugin.models.language_model_encoder import language_model_encoder
 from elmo_plugin.modules.bilm_encoder import Architecture, BiLmEncoder, current_architecture
 from elmo_plugin.modules.character_encoder import character_encoder, record_indexer_dictionaries
 
-# What allennlp's loading raises for a damaged config or weights file (torch.load's
-# weights-only refusal is an UnpicklingError).
+# What allennlp's loading raises for a damaged or missing config, weights or vocabulary file
+# (torch.load's weights-only refusal is an UnpicklingError).
 LOAD_ERRORS = (
     ConfigurationError,
     RuntimeError,
     ValueError,
     KeyError,
     EOFError,
+    OSError,
     pickle.UnpicklingError,
 )
 NOT_A_BILM = (
@@ -93,11 +94,21 @@ def load_model_archive(archive_path: str, cuda_device: int = -1) -> Model:
             require_model_folder(path)
             return load_archive(path, cuda_device=cuda_device).model
         with extracted_model_archive(path) as folder:
-            return load_archive(folder, cuda_device=cuda_device).model
+            return load_extracted_archive(folder, cuda_device)
     except LOAD_ERRORS as error:
         if isinstance(error, ConfigurationError) and archive_path in str(error):
             raise
         raise ConfigurationError(f"{archive_path}: cannot load the model: {error}") from None
+
+
+def load_extracted_archive(folder: str, cuda_device: int) -> Model:
+    """allennlp's `load_archive` of an extracted archive's temporary `folder`; its errors name
+    the files as the archive's members (`vocabulary/tokens.txt`), not as paths in `folder`."""
+    try:
+        return load_archive(folder, cuda_device=cuda_device).model
+    except LOAD_ERRORS as error:
+        message = str(error).replace(os.path.join(folder, ""), "").replace(folder, ".")
+        raise ConfigurationError(message) from None
 
 
 def load_bilm_model(archive_path: str, cuda_device: int = -1) -> ElmoLanguageModel:

@@ -25,6 +25,7 @@ from tests.helpers import (
     TINY_TAGGER_OVERRIDES,
     conllu_head,
     copy_archive_with,
+    damaged_archive,
     overrides,
     run_allennlp,
     run_allennlp_in_process,
@@ -142,6 +143,20 @@ def test_the_embedders_pretrained_file_refuses_a_hostile_archive_in_allennlp_tra
 def test_an_archive_without_config_or_weights_is_an_error_naming_it(root, drop, message):
     archive = copy_archive_with(BILM, root / "incomplete.tar.gz", drop=drop)
     refused(["elmo-export", str(archive), "elmo"], root, str(archive), message)
+
+
+@pytest.mark.parametrize(
+    "damage, where",
+    [
+        ("bytes at 30%", "'weights.th' on (CRC"),
+        ("header of vocabulary/tokens.txt", "damaged member"),
+    ],
+)
+def test_a_damaged_archive_is_one_line_naming_it_and_where_it_breaks(root, damage, where):
+    archive = damaged_archive(BILM, root / "damaged.tar.gz", damage)
+    refused(
+        ["elmo-export", str(archive), "elmo"], root, str(archive), "damaged model archive", where
+    )
 
 
 def test_an_archive_that_holds_no_bilm_says_what_it_holds(root):
