@@ -65,14 +65,23 @@ def local_archive(archive_path: str) -> str:
         ) from None
 
 
+def folder_config(folder: str, archive_path: str) -> dict[str, Any]:
+    """config.json of a serialization folder or an extracted `archive_path`; an error naming the
+    archive when it is not JSON."""
+    try:
+        with open(os.path.join(folder, CONFIG_NAME), encoding="utf-8") as source:
+            return json.load(source)
+    except (OSError, ValueError) as error:
+        raise ConfigurationError(f"{archive_path}: unreadable {CONFIG_NAME} ({error})") from None
+
+
 def archive_config(archive_path: str) -> dict[str, Any]:
     """config.json of a model.tar.gz (its members checked first, nothing extracted) or
     serialization folder, without loading the model."""
     path = local_archive(archive_path)
     if os.path.isdir(path):
         require_model_folder(path)
-        with open(os.path.join(path, CONFIG_NAME), encoding="utf-8") as source:
-            return json.load(source)
+        return folder_config(path, archive_path)
     with open_archive(path) as archive:
         members = {
             os.path.normpath(member.name): member for member in checked_members(archive, path)

@@ -10,9 +10,8 @@ from typing import Any, NamedTuple
 
 import torch
 from allennlp.common.checks import ConfigurationError
-from allennlp.models.archival import CONFIG_NAME
 
-from elmo_plugin.archives.bilm_archive import local_archive
+from elmo_plugin.archives.bilm_archive import folder_config, local_archive
 from elmo_plugin.archives.safe_archive import (
     WEIGHTS_NAMES,
     extracted_model_archive,
@@ -98,12 +97,9 @@ def _read_archive(path: str, archive: str) -> tuple[dict[str, Any], dict[str, An
     """(config.json, state dict) of a model.tar.gz (checked, extracted safely) or folder."""
     if os.path.isdir(path):
         require_model_folder(path)
-        folder_config = os.path.join(path, CONFIG_NAME)
-        with open(folder_config, encoding="utf-8") as source:
-            return json.load(source), _state_dict(path, archive)
+        return folder_config(path, archive), _state_dict(path, archive)
     with extracted_model_archive(path) as folder:
-        with open(os.path.join(folder, CONFIG_NAME), encoding="utf-8") as source:
-            return json.load(source), _state_dict(folder, archive)
+        return folder_config(folder, archive), _state_dict(folder, archive)
 
 
 def read_learned_mix(archive: str) -> LearnedMix:

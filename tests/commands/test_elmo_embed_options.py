@@ -234,6 +234,12 @@ def test_a_mix_archive_with_no_mix_several_or_another_biLM_is_a_one_line_error(
     config = {"model": {"embedder": {"type": "elmo_bilm_embedder", "do_layer_norm": True}}}
     with pytest.raises(ConfigurationError, match="uses do_layer_norm"):
         read_learned_mix(str(fake_downstream(tmp_path / "normed", normed, config)))
+    broken = fake_downstream(tmp_path / "broken", normed)
+    (broken / "config.json").write_text('{"model": ')
+    with pytest.raises(
+        ConfigurationError, match=rf"^elmo-embed: --layers mix: {broken}: unreadable config.json \("
+    ):
+        read_learned_mix(str(broken))
     mix = read_learned_mix(str(fake_downstream(tmp_path / "fine", normed)))
     assert mix.weights == pytest.approx(torch.softmax(torch.tensor([0.0, 0.1, 0.2]), 0).tolist())
 
