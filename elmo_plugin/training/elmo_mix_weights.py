@@ -2,16 +2,14 @@
 to TensorBoard."""
 
 import logging
-import os
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import torch
 from allennlp.common.util import is_global_primary
 from allennlp.modules.scalar_mix import ScalarMix
 from allennlp.training.callbacks.callback import TrainerCallback
 
-if TYPE_CHECKING:
-    from tensorboardX import SummaryWriter
+from elmo_plugin.training.scalar_events import ScalarEvents
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +49,7 @@ class ElmoMixWeightsCallback(TrainerCallback):
         self._summary_interval = summary_interval
         self._mixes: list[tuple[str, ScalarMix]] = []
         self._last_step: Optional[int] = None
-        self._writer: Optional[SummaryWriter] = None
+        self._events = ScalarEvents(serialization_dir, "train", ".elmo_mix_weights")
 
     def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
         super().on_start(trainer, is_primary=is_primary, **kwargs)
@@ -67,18 +65,11 @@ class ElmoMixWeightsCallback(TrainerCallback):
         step = trainer._total_batches_completed + 1
         if not self._mixes or step == self._last_step:
             return
-        if self._writer is None:
-            from tensorboardX import SummaryWriter
-
-            self._writer = SummaryWriter(
-                os.path.join(self.serialization_dir, "log", "train"),
-                filename_suffix=".elmo_mix_weights",
-            )
         for name, mix in self._mixes:
             weights, gamma = mix_weights(mix)
             for layer, weight in enumerate(weights):
-                self._writer.add_scalar(f"elmo_mix/{name}/weight_{layer}", weight, step)
-            self._writer.add_scalar(f"elmo_mix/{name}/gamma", gamma, step)
+                self._events.add_scalar(f"elmo_mix/{name}/weight_{layer}", weight, step)
+            self._events.add_scalar(f"elmo_mix/{name}/gamma", gamma, step)
         self._last_step = step
 
     def on_batch(
@@ -115,6 +106,4 @@ class ElmoMixWeightsCallback(TrainerCallback):
         is_primary: bool = True,
         **kwargs,
     ) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        self._events.close()

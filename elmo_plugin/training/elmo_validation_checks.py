@@ -19,7 +19,8 @@ from allennlp.common.util import is_global_primary
 from allennlp.models.archival import archive_model
 from allennlp.training.callbacks.callback import TrainerCallback
 from allennlp.training.metrics.metric import Metric
-from tensorboardX import SummaryWriter
+
+from elmo_plugin.training.scalar_events import ScalarEvents
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ class ValidationChecksCallback(TrainerCallback):
         self.keep_best = keep_best
         self.history: list[Check] = []
         self.checks_without_best = 0
-        self._writer: Optional[SummaryWriter] = None
+        self._events = ScalarEvents(serialization_dir, "checks")
         self._sample: Optional[list] = None  # the first max_batches validation batches
         self.enabled = True  # False without validation data (set in on_start)
 
@@ -158,8 +159,7 @@ class ValidationChecksCallback(TrainerCallback):
             self.check(trainer, epoch, batch_number)
 
     def on_end(self, trainer, metrics=None, epoch=None, is_primary: bool = True, **kwargs) -> None:
-        if self._writer is not None:
-            self._writer.close()
+        self._events.close()
         if is_global_primary() and self.keep_best and os.path.exists(self.path(BEST_WEIGHTS)):
             archive_model(
                 self.serialization_dir, weights=BEST_WEIGHTS, archive_path=self.path(BEST_ARCHIVE)
@@ -226,11 +226,9 @@ class ValidationChecksCallback(TrainerCallback):
     def record(self, check: Check, trainer) -> None:
         with open(self.path(CHECKS_FILE), "a", encoding="utf-8") as out:
             out.write(json.dumps(asdict(check)) + "\n")
-        if self._writer is None:  # made at the first check: no writer thread before it
-            self._writer = SummaryWriter(os.path.join(self.serialization_dir, "log", "checks"))
         for name, value in check.metrics.items():
-            self._writer.add_scalar(name, value, check.batch)
-        self._writer.add_scalar("learning_rate", check.learning_rate, check.batch)
+            self._events.add_scalar(name, value, check.batch)
+        self._events.add_scalar("learning_rate", check.learning_rate, check.batch)
         if check.best and self.keep_best:
             partial = self.path(BEST_WEIGHTS) + ".partial"  # renamed when complete
             torch.save(trainer.model.state_dict(), partial)

@@ -1,16 +1,14 @@
 """TrainerCallback `tokens_per_second`: training throughput in target tokens per second, to
 TensorBoard."""
 
-import os
 import time
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import torch
 from allennlp.common.util import is_global_primary
 from allennlp.training.callbacks.callback import TrainerCallback
 
-if TYPE_CHECKING:
-    from tensorboardX import SummaryWriter
+from elmo_plugin.training.scalar_events import ScalarEvents
 
 
 @TrainerCallback.register("tokens_per_second")
@@ -40,7 +38,7 @@ class TokensPerSecondCallback(TrainerCallback):
         self._summary_interval = summary_interval
         self._tokens: Optional[torch.Tensor] = None  # (), targets since the window started
         self._window_start: Optional[float] = None  # time.perf_counter() seconds
-        self._writer: Optional[SummaryWriter] = None
+        self._events = ScalarEvents(serialization_dir, "train", ".tokens_per_second")
 
     def on_batch(
         self,
@@ -70,14 +68,7 @@ class TokensPerSecondCallback(TrainerCallback):
             return
         tokens = self._tokens.item()  # the one host sync per point; the device is done after it
         now = time.perf_counter()
-        if self._writer is None:
-            from tensorboardX import SummaryWriter
-
-            self._writer = SummaryWriter(
-                os.path.join(self.serialization_dir, "log", "train"),
-                filename_suffix=".tokens_per_second",
-            )
-        self._writer.add_scalar(
+        self._events.add_scalar(
             "train/tokens_per_second",
             tokens / max(now - self._window_start, 1e-9),
             trainer._total_batches_completed + 1,
@@ -97,6 +88,4 @@ class TokensPerSecondCallback(TrainerCallback):
         is_primary: bool = True,
         **kwargs,
     ) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        self._events.close()
