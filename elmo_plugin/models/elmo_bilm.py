@@ -282,11 +282,11 @@ class ElmoLanguageModel(LanguageModel):
             # DDP's all-reduce, which waits for every parameter) runs as on the other processes.
             zero = 0.5 * (losses[0] + losses[1])
             return {**output, "loss": zero, "forward_loss": losses[0], "backward_loss": losses[1]}
-        average = 0.5 * (losses[0] + losses[1]) / count
-        self._perplexity(average)
+        # allennlp-models' `_perplexity` is not updated: `get_metrics` does not read it, and
+        # its all-reduces would have to run on every process, batches without targets too.
         return {
             **output,
-            "loss": average,
+            "loss": 0.5 * (losses[0] + losses[1]) / count,
             "forward_loss": losses[0] / count,
             "backward_loss": losses[1] / count,
             "batch_weight": count,
