@@ -66,7 +66,8 @@ class ElmoStreamsLoader(CorpusDataLoader):
     With `shuffle`, the chunks (of about `chunk_bytes`, as in `elmo_corpus`) are read in an
     order drawn from (seed, epoch); lines keep their order within a chunk. Under distributed
     training process p takes streams p * batch_size ... (p + 1) * batch_size - 1, and every
-    process has the same number of batches (that of the longest stream).
+    process has the same number of batches (that of the longest stream): a process whose
+    streams have all ended reads their last tokens alone, a batch with nothing to predict.
 
     Memory grows with `batch_size`, not with the corpus: every process counts the tokens of
     each piece of the corpus (about 64 KiB of a plain shard) once, on its first epoch, and

@@ -245,12 +245,19 @@ class ElmoLanguageModel(LanguageModel):
         stream_start: Optional[torch.BoolTensor],
     ) -> dict[str, torch.Tensor]:
         """Loss of `elmo_streams` windows (batch, T + 1 tokens) in each direction: positions
-        0..T-1 are read, 1..T are the targets (0: padding, none)."""
-        mask = get_text_field_mask(source)[:, :-1]
+        0..T-1 are read, 1..T are the targets (0: padding, none). A batch of windows of one
+        token (every stream ended: under distributed training a process whose streams are all
+        a token shorter gets one) reads that token and predicts nothing, as a row whose stream
+        has ended does in any batch."""
+        reads = max(source["tokens"]["tokens"].size(1) - 1, 1)
+        mask = get_text_field_mask(source)[:, :reads]
         embeddings = torch.stack(
-            [self._text_field_embedder(text)[:, :-1] for text in (source, backward_source)]
+            [self._text_field_embedder(text)[:, :reads] for text in (source, backward_source)]
         )
-        targets = [text["tokens"]["tokens"][:, 1:] for text in (source, backward_source)]
+        targets = [
+            torch.nn.functional.pad(tokens[:, 1:], (0, reads + 1 - tokens.size(1)))
+            for tokens in (text["tokens"]["tokens"] for text in (source, backward_source))
+        ]
         state = self._carried_state(stream_start, mask.size(0)) if self.stateful else None
         layers, final = self._contextualizer.stream_layers(embeddings, mask, state)
         if self.stateful:
@@ -271,13 +278,15 @@ class ElmoLanguageModel(LanguageModel):
             "mask": mask,
         }
         if count == 0:
-            zero = layers[-1].new_zeros(())
-            return {**output, "loss": zero, "forward_loss": zero, "backward_loss": zero}
-        average = 0.5 * (losses[0] + losses[1]) / count
-        self._perplexity(average)
+            # Sums over no targets: zeros that still reach every parameter, so backward (and
+            # DDP's all-reduce, which waits for every parameter) runs as on the other processes.
+            zero = 0.5 * (losses[0] + losses[1])
+            return {**output, "loss": zero, "forward_loss": losses[0], "backward_loss": losses[1]}
+        # allennlp-models' `_perplexity` is not updated: `get_metrics` does not read it, and
+        # its all-reduces would have to run on every process, batches without targets too.
         return {
             **output,
-            "loss": average,
+            "loss": 0.5 * (losses[0] + losses[1]) / count,
             "forward_loss": losses[0] / count,
             "backward_loss": losses[1] / count,
             "batch_weight": count,

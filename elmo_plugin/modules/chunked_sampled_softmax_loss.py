@@ -1,6 +1,6 @@
 """allennlp's `SampledSoftmaxLoss` whose full-softmax evaluation runs over row chunks."""
 
-from typing import cast
+from typing import Optional, cast
 
 import torch
 from allennlp.modules.sampled_softmax_loss import SampledSoftmaxLoss
@@ -12,10 +12,11 @@ MAX_EVAL_LOGITS = 2**24
 
 class ChunkedSampledSoftmaxLoss(SampledSoftmaxLoss):
     """
-    Training is allennlp's sampled softmax, unchanged. Evaluation is the same full softmax
-    (summed negative log likelihood of the targets), computed over chunks of softmax rows:
-    the log-sum-exp is accumulated chunk by chunk and the target logits are gathered, so memory
-    is bounded by `max_eval_logits` instead of targets x rows. Differentiable.
+    Training is allennlp's sampled softmax (but no targets give a zero with a graph). Evaluation
+    is the same full softmax (summed negative log likelihood of the targets), computed over
+    chunks of softmax rows: the log-sum-exp is accumulated chunk by chunk and the target logits
+    are gathered, so memory is bounded by `max_eval_logits` instead of targets x rows.
+    Differentiable.
     """
 
     max_eval_logits: int = MAX_EVAL_LOGITS
@@ -37,6 +38,20 @@ class ChunkedSampledSoftmaxLoss(SampledSoftmaxLoss):
             loss = cls(num_words, embedding_dim, num_samples, sparse=sparse)
         loss.load_state_dict(parameters, assign=True)
         return loss
+
+    def forward(
+        self,
+        embeddings: torch.Tensor,
+        targets: torch.Tensor,
+        target_token_embedding: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
+        """embeddings (n, P), targets (n,) -> summed NLL, a scalar: allennlp's, except that no
+        targets (n = 0) give a zero still connected to the softmax's parameters (allennlp's is
+        a constant), so that a process with no targets computes the same gradients, zero, as
+        its peers, for DDP's all-reduce and the sparse gradients' gathering alike."""
+        if not self.training:
+            return self._forward_eval(embeddings, targets)
+        return self._forward_train(embeddings, targets, cast(torch.Tensor, target_token_embedding))
 
     def _forward_eval(self, embeddings: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """embeddings (n, P), targets (n,) softmax rows -> summed NLL, a scalar."""

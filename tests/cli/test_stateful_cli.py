@@ -1,16 +1,20 @@
 """bilm-tf's stateful regime through the CLI: elmo_lstm_stateful.jsonnet shrunk trains (1 process
 and 2 gloo DDP processes, every token predicted once per epoch in each direction), evaluates as
-validation did (the held-out text streamed in order, state carried), and a run killed mid-epoch
-resumes with `-r` at exactly the batch after its checkpoint."""
+validation did (the held-out text streamed in order, state carried), a run killed mid-epoch
+resumes with `-r` at exactly the batch after its checkpoint, and 2 processes train to the end
+where one of them gets a last batch of lone last tokens (its streams all a token shorter)."""
 
 import functools
+import itertools
 import json
+import math
 from pathlib import Path
 
 import pytest
 from allennlp.common import Params
 from allennlp.data import DatasetReader
 
+from elmo_plugin.data.elmo_streams_loader import stream_bounds, window_count
 from tests.cli.test_exact_resume_cli import recorded
 from tests.helpers import (
     CONFIG_DIR,
@@ -149,3 +153,44 @@ def test_original_stateful_config_is_bilm_tfs_regime_and_trains_when_shrunk(tiny
     metrics = json.loads((out / "metrics.json").read_text())
     vocab_size = len((out / "vocabulary" / "tokens.txt").read_text().splitlines())
     assert 1 < metrics["validation_perplexity"] < vocab_size
+
+
+@pytest.mark.parametrize(
+    "config, extra",
+    [
+        ("elmo_lstm_stateful.jsonnet", {}),
+        (
+            "elmo_lstm_original_stateful.jsonnet",
+            {"model.num_samples": 20, "vocabulary.min_count.tokens": 1},
+        ),
+    ],
+    ids=["full-softmax", "sparse-sampled-softmax"],
+)
+def test_two_processes_train_to_the_end_when_one_gets_a_batch_of_lone_last_tokens(
+    tiny_corpus, tmp_path, config, extra
+):
+    """16 x 11 + 1 tokens in 2 x 8 streams of 10-token windows: process 0's streams have 11
+    tokens (1 window), process 1's last one 12 (2 windows), so both run 2 batches and process
+    0's second holds only lone last tokens, in training and in validation. Both epochs train
+    and validate; every token is still predicted once per epoch, the lone batch counting none."""
+    words = (tiny_corpus / "valid.txt").read_text().split()
+    lines = [" ".join(words[3 * line : 3 * line + 3]) for line in range(34)]  # 34 x 5 tokens
+    corpus = tmp_path / "corpus"
+    (corpus / "train").mkdir(parents=True)
+    for path in (corpus / "train" / "text.txt", corpus / "valid.txt"):
+        path.write_text("\n".join([*lines, " ".join(words[102:107])]) + "\n")  # + 7 tokens
+    assert corpus_tokens(corpus) == 16 * 11 + 1
+    lengths = [end - start for start, end in itertools.pairwise(stream_bounds(16 * 11 + 1, 16))]
+    assert [window_count(length, 10) for length in lengths] == [1] * 15 + [2]
+    out, record = tmp_path / "out", tmp_path / "record"
+    train_with_probes(str(CONFIG_DIR / config), shrunk(corpus, 2, **extra), out, record)
+    for epoch in (0, 1):
+        rank_0, rank_1 = (recorded(record, rank, epoch) for rank in (0, 1))
+        assert len(rank_0) == len(rank_1) == 2
+        assert [len(row) for row in rank_0[max(rank_0)]] == [1] * STREAMS
+        assert sorted(len(row) for row in rank_1[max(rank_1)]) == [1] * (STREAMS - 1) + [2]
+    counts = [json.loads((record / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    assert [count["0"] + count["1"] for count in counts] == [2 * 8 * 10, 2 * (7 * 10 + 11)]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["epoch"] == 1 and math.isfinite(metrics["training_loss"])
+    assert 1 < metrics["validation_perplexity"] < math.inf

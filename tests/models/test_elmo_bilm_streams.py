@@ -1,6 +1,7 @@
 """`elmo_bilm` on `elmo_streams` batches: the stateful model carries each row's state from one
 batch to the next (detached), resets it where a stream starts, keeps training and evaluation
-states apart, and never sees the token it predicts across a window boundary."""
+states apart, and never sees the token it predicts across a window boundary; a batch of lone
+last tokens (a process whose streams all ended) has a zero loss that reaches every parameter."""
 
 import json
 
@@ -11,7 +12,8 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.data import DatasetReader, Vocabulary
 from allennlp.models import Model
 
-from elmo_plugin.data.elmo_streams_loader import ElmoStreamsLoader
+from elmo_plugin.data.elmo_streams_loader import ElmoStreamsLoader, stream_bounds
+from elmo_plugin.training.sparse_gradient_sync import sparse_parameter_names
 from tests.helpers import CONFIG_DIR, TINY_LSTM_OVERRIDES, TINY_TRANSFORMER_OVERRIDES
 
 TINY = {k: v for k, v in TINY_LSTM_OVERRIDES.items() if not k.startswith("data_loader")}
@@ -136,3 +138,59 @@ def test_stateful_transformer_is_a_configuration_error(loader_and_vocab):
         ConfigurationError, match="stateful needs a contextualizer that carries state"
     ):
         build("elmo_transformer.jsonnet", sizes, loader_and_vocab[1], stateful=True)
+
+
+@pytest.fixture(scope="module")
+def rank_0_of_2(tmp_path_factory):
+    """(vocabulary, batches) of process 0 of 2 reading 45 tokens as 2 x 2 streams of 5-token
+    windows: its streams have 11 tokens (2 windows), process 1's last one 12 (3 windows), so
+    process 0's third and last batch holds each of its streams' last token alone."""
+    assert stream_bounds(45, 4) == [0, 11, 22, 33, 45]
+    corpus = tmp_path_factory.mktemp("lone_last_tokens") / "corpus.txt"
+    corpus.write_text("".join(f"w{i} b c\n" for i in range(9)))  # <S> w b c </S>: 9 x 5 tokens
+    reader = DatasetReader.from_params(Params({"type": "elmo_corpus"}))
+    loader = ElmoStreamsLoader(reader, str(corpus), batch_size=2, window_size=5)
+    loader.world_size, loader.rank = 2, 0  # as a distributed process sees it
+    vocab = Vocabulary.from_instances(loader.iter_instances())
+    loader.index_with(vocab)
+    return vocab, list(loader)
+
+
+@pytest.mark.parametrize(
+    "config, sizes, options",
+    [
+        ("elmo_lstm_stateful.jsonnet", TINY, {}),
+        ("elmo_lstm.jsonnet", TINY, {"num_samples": 5, "sparse_embeddings": True}),
+    ],
+    ids=["stateful-full-softmax", "sparse-sampled-softmax"],
+)
+def test_a_batch_of_lone_last_tokens_has_a_zero_loss_reaching_every_parameter_and_no_tokens(
+    rank_0_of_2, config, sizes, options
+):
+    """Its loss is 0 with a graph: backward gives every trainable parameter a zero gradient
+    (sparse ones sparse, as their peers' are), so DDP's all-reduce and the sparse gathering run
+    as on the other processes; the perplexities, training and validation, count no token."""
+    vocab, batches = rank_0_of_2
+    *before, last = batches
+    assert [batch["source"]["tokens"]["tokens"].size(1) for batch in batches] == [6, 6, 1]
+    model = build(config, sizes, vocab, **options).train()
+    for batch in before:
+        model(**batch)
+    metrics = model.get_metrics()
+    assert metrics["perplexity"] > 1
+    model.zero_grad(set_to_none=True)
+    output = model(**last)
+    assert output["loss"].item() == 0 and output["loss"].grad_fn is not None
+    assert "batch_weight" not in output and model.get_metrics() == metrics
+    output["loss"].backward()
+    sparse = set(sparse_parameter_names(model))
+    assert len(sparse) == (2 if options else 0)
+    for name, parameter in model.named_parameters():
+        if parameter.requires_grad:
+            assert parameter.grad is not None, name
+            assert parameter.grad.is_sparse == (name in sparse), name
+            assert not parameter.grad.to_dense().any(), name
+    model.eval()
+    with torch.no_grad():
+        output = model(**last)
+    assert output["loss"].item() == 0 and model.get_metrics() == metrics
