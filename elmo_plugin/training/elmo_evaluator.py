@@ -1,11 +1,13 @@
 """Evaluator `elmo_evaluator`: allennlp's `simple` evaluator that applies `ProcessSettings` once,
-when `allennlp evaluate` builds it (after loading the archive, before the first batch), and logs
-the total of labels unseen in training after each evaluation file."""
+when `allennlp evaluate` builds it (after loading the archive, before the first batch), logs the
+metrics of each evaluation file when no `--output-file` is given (allennlp's shows them only in
+its progress bar), and the total of labels unseen in training."""
 
 import logging
 from typing import Any, Optional, Union
 
 import torch
+from allennlp.common.util import dump_metrics
 from allennlp.data import DataLoader
 from allennlp.evaluation.evaluator import Evaluator, SimpleEvaluator
 from allennlp.evaluation.serializers.serializers import Serializer
@@ -25,7 +27,8 @@ class ElmoEvaluator(SimpleEvaluator):
     `evaluation: {type: "elmo_evaluator"}` sets the process settings for evaluate; an archive
     without it gets them with `-o '{"evaluation": {"type": "elmo_evaluator"}}'`. With the
     `unseen_labels_as_errors` vocabulary, each evaluation file ends with one warning giving the
-    total of its gold labels unseen in training.
+    total of its gold labels unseen in training. Without `--output-file`, the metrics of each
+    file are logged (`Metrics: {...}`), as allennlp logs them when it writes that file.
 
     # Parameters
 
@@ -51,6 +54,8 @@ class ElmoEvaluator(SimpleEvaluator):
 
     def __call__(self, model: Model, data_loader: DataLoader, *args, **kwargs) -> dict[str, Any]:
         metrics = super().__call__(model, data_loader, *args, **kwargs)
+        if kwargs.get("metrics_output_file") is None:  # with it, allennlp logs them as it writes
+            dump_metrics(None, metrics, log=True)
         if isinstance(model.vocab, UnseenLabelsAsErrors):
             summary = model.vocab.take_unseen_labels_summary()
             if summary:

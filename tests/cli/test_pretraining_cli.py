@@ -75,6 +75,20 @@ def test_cpu_loop_reference_from_the_command_line_evaluates_to_the_fast_paths_pe
     assert 'cpu_loop must be "fast" or "reference"' in failed.stdout + failed.stderr
 
 
+def test_evaluate_without_an_output_file_logs_the_metrics_it_would_write(
+    tiny_bilm_archive, tiny_corpus, tmp_path
+):
+    """allennlp's evaluate logs its metrics only when it writes them to --output-file;
+    `elmo_evaluator` (the configs' `evaluation`) logs them without it too."""
+    valid = tiny_corpus / "valid.txt"
+    written = evaluate(tiny_bilm_archive, valid, tmp_path / "metrics.json")
+    result = run_allennlp_in_process(["evaluate", str(tiny_bilm_archive), str(valid)])
+    log = result.stdout + result.stderr
+    assert log.count("Metrics: {") == 1
+    logged = json.loads(log[log.index("Metrics: {") + len("Metrics: ") :].split("\n}")[0] + "}")
+    assert {name: logged[name] for name in written} == written and "loss" in logged
+
+
 @pytest.mark.parametrize(
     "config, sizes",
     [
