@@ -118,7 +118,9 @@ class ValidationChecksCallback(TrainerCallback):
         if not self.enabled:
             logger.warning("elmo_validation_checks: no validation data: no checks in this run")
             return
-        self.require_metric(trainer.model.get_metrics())  # at the start, not at the first check
+        before_any_batch = trainer.model.get_metrics()
+        if before_any_batch:  # a model that names its metrics already: checked now, not hours on
+            self.require_metric(before_any_batch)
         epoch_batches = loader_length(trainer.data_loader)
         if epoch_batches is not None and self.every_num_batches > epoch_batches:
             logger.warning(
@@ -169,9 +171,8 @@ class ValidationChecksCallback(TrainerCallback):
     # --- one check ---
 
     def require_metric(self, metrics: dict[str, float]) -> None:
-        """An error naming the metric when `metrics` (a model's, not empty) lacks it; a model that
-        names no metric before its first batch is checked at the first check."""
-        if metrics and self.metric_name not in metrics:
+        """An error naming the metric when the model's `metrics` lack it."""
+        if self.metric_name not in metrics:
             raise ConfigurationError(
                 f"callback elmo_validation_checks: the model has no metric {self.metric_name!r} "
                 f"(it has {sorted(metrics)})"
