@@ -74,10 +74,7 @@ def export_archive(archive_file: str, output_dir: str) -> dict[str, str]:
     encoder_options(encoder)  # the clear error for a transformer, before any output
     if not os.path.isdir(output_dir):
         os.mkdir(output_dir)
-    paths = {
-        name: os.path.join(output_dir, name)
-        for name in (OPTIONS_FILE, WEIGHTS_FILE, VOCAB_FILE, SOFTMAX_FILE)
-    }
+    paths = {name: os.path.join(output_dir, name) for name in EXPORTED_FILES}
     if os.path.exists(paths[OPTIONS_FILE]):  # an earlier export's: the folder is incomplete now
         os.remove(paths[OPTIONS_FILE])
     tokens = model.softmax_tokens()  # the row that scores no token left out
