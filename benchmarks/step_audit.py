@@ -97,7 +97,7 @@ class AuditedStep:
         audit.run("optimizer", self.optimizer.step)
 
     def host_step_counters(self) -> list[torch.Tensor]:
-        """torch optimizers' step counts, kept on the CPU (not fused, not capturable) on a GPU too."""
+        """The step counts torch optimizers keep on the CPU (unless fused or capturable)."""
         return [
             state["step"]
             for group in self.optimizer.param_groups
