@@ -1,3 +1,4 @@
+from elmo_plugin.training.elmo_adagrad import ElmoAdagradOptimizer
 from elmo_plugin.training.elmo_checkpointer import ElmoCheckpointer
 from elmo_plugin.training.elmo_corpus_resume import ElmoCorpusResumeCallback
 from elmo_plugin.training.elmo_evaluator import ElmoEvaluator
@@ -11,6 +12,7 @@ from elmo_plugin.training.process_settings import ProcessSettings
 from elmo_plugin.training.tokens_per_second import TokensPerSecondCallback
 
 __all__ = [
+    "ElmoAdagradOptimizer",
     "ElmoCheckpointer",
     "ElmoCorpusResumeCallback",
     "ElmoEvaluator",
