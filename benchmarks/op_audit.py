@@ -213,3 +213,16 @@ class OpAudit:
             phase: {"ops": len(self.trace(phase)), "syncs": len(self.syncs(phase))}
             for phase in phases
         }
+
+
+def host_step_counters(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """The step counts a torch optimizer keeps on the CPU (unless fused or capturable), on a GPU
+    too: what `OpAudit.on_host` takes."""
+    return [
+        state["step"]
+        for group in optimizer.param_groups
+        if not group.get("fused") and not group.get("capturable")
+        for parameter in group["params"]
+        for state in [optimizer.state.get(parameter, {})]
+        if torch.is_tensor(state.get("step"))
+    ]

@@ -29,7 +29,7 @@ from allennlp.training.optimizers import Optimizer
 
 import elmo_plugin  # noqa: F401  (registers components)
 from benchmarks.common import CONFIG_DIR, REPO_ROOT, run_benchmark
-from benchmarks.op_audit import OpAudit
+from benchmarks.op_audit import OpAudit, host_step_counters
 
 NAME = "step_audit"
 CONFIGS = {"lstm": "elmo_lstm_original.jsonnet", "transformer": "elmo_transformer_original.jsonnet"}
@@ -93,19 +93,8 @@ class AuditedStep:
         if self.grad_norm:
             gradients = [p for p in self.model.parameters() if p.grad is not None]
             audit.run("clip", lambda: torch.nn.utils.clip_grad_norm_(gradients, self.grad_norm))
-        audit.on_host(self.host_step_counters())
+        audit.on_host(host_step_counters(self.optimizer))
         audit.run("optimizer", self.optimizer.step)
-
-    def host_step_counters(self) -> list[torch.Tensor]:
-        """The step counts torch optimizers keep on the CPU (unless fused or capturable)."""
-        return [
-            state["step"]
-            for group in self.optimizer.param_groups
-            if not group.get("fused") and not group.get("capturable")
-            for parameter in group["params"]
-            for state in [self.optimizer.state.get(parameter, {})]
-            if torch.is_tensor(state.get("step"))
-        ]
 
 
 def audit_steps(name: str, gpu_path: bool, batches: int) -> list[OpAudit]:

@@ -51,10 +51,13 @@
     dropout: 0.1,
     num_samples: 8192,
     // The sampled softmax's rows (vocabulary x 512) as sparse embeddings, as bilm-tf: a step
-    // computes, synchronizes (under DDP by gathering the touched rows) and applies gradients for
-    // the ~8k rows it touched, not all of them. Adagrad's sparse update equals its dense one
-    // (an untouched row changes neither its accumulator nor its weight).
+    // computes, synchronizes (under DDP by gathering every process's rows) and applies gradients
+    // for the ~8k rows it touched, not all of them. Adagrad's sparse update equals its dense one
+    // (an untouched row changes neither its accumulator nor its weight). row_gradients: those
+    // rows' gradient is one dense tensor of fixed shape (no sparse tensors, nothing that depends
+    // on the data: the GPU step); the optimizer (elmo_adagrad, fused_adam) applies it.
     sparse_embeddings: true,
+    row_gradients: true,
   },
   // The corpus is cut into ~1 MiB chunks (about 100 batches of 1B Word), shuffled in chunk order
   // and within each chunk by (seed, epoch): batch k of an epoch is the same in every run, so
@@ -68,7 +71,8 @@
   },
   trainer: {
     num_epochs: 10,
-    optimizer: { type: "adagrad", lr: 0.2, initial_accumulator_value: 1.0 },
+    // allennlp's adagrad, applying the softmax's row gradients too (docs/pretraining.md)
+    optimizer: { type: "elmo_adagrad", lr: 0.2, initial_accumulator_value: 1.0 },
     grad_norm: 10.0,
     validation_metric: "-perplexity",
     // TensorBoard event files in <serialization dir>/log/{train,validation}: every metric, the loss

@@ -26,6 +26,7 @@ from allennlp.common.checks import ConfigurationError
 from elmo_plugin.commands.cli_errors import one_line, reports_errors
 from elmo_plugin.data.corpus_data_loader import CorpusDataLoader
 from elmo_plugin.training.elmo_validation_checks import ValidationChecksCallback, loader_length
+from elmo_plugin.training.row_gradients import refuse_unapplied_row_gradients
 from elmo_plugin.training.sparse_gradient_sync import refuse_unclippable_sparse_gradients
 
 logger = logging.getLogger(__name__)
@@ -33,7 +34,14 @@ logger = logging.getLogger(__name__)
 GIB = 1 << 30
 # Bytes of state per parameter byte besides the parameter itself: its gradient, plus what the
 # optimizer keeps (Adam: two moments; Adagrad: one accumulator; SGD with momentum: one).
-OPTIMIZER_STATES = {"adam": 2, "adamw": 2, "fused_adam": 2, "huggingface_adamw": 2, "adagrad": 1}
+OPTIMIZER_STATES = {
+    "adam": 2,
+    "adamw": 2,
+    "fused_adam": 2,
+    "huggingface_adamw": 2,
+    "adagrad": 1,
+    "elmo_adagrad": 1,
+}
 
 
 @Subcommand.register("elmo-plan")
@@ -130,6 +138,7 @@ def measure(params: Params, warmup_steps: int, steps: int) -> dict[str, Any]:
         model = trainer.model
         fits_or_raise(model, optimizer_type, device)
         refuse_unclippable_sparse_gradients(model, trainer._grad_norm)  # as `allennlp train`
+        refuse_unapplied_row_gradients(model, trainer.optimizer)
         start = time.perf_counter()
         epoch_batches = loader_length(trainer.data_loader)
         length_seconds = time.perf_counter() - start  # an estimate reads a sample of the corpus

@@ -20,6 +20,7 @@ from elmo_plugin.models.language_model_softmax import softmax_matrices
 from elmo_plugin.modules.bilm_contextualizer import BiLmContextualizer, LayerState
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 from elmo_plugin.modules.chunked_sampled_softmax_loss import ChunkedSampledSoftmaxLoss
+from elmo_plugin.modules.weighted_softmax_loss import WeightedSoftmaxLoss
 from elmo_plugin.training.sparse_gradient_sync import synchronize_sparse_gradients
 from elmo_plugin.training.token_weighted_perplexity import TokenWeightedPerplexity
 
@@ -44,6 +45,9 @@ class ElmoLanguageModel(LanguageModel):
     reset. One softmax (full, or sampled with `num_samples` during training) serves both
     directions; evaluation always uses the full softmax, with `num_samples` computed over chunks
     of rows so that its memory stays bounded at any vocabulary size (`ChunkedSampledSoftmaxLoss`).
+    Every shape of a step is the batch's, whatever its content: the loss of each position is
+    weighted by whether it has a target, the negatives are drawn on the model's device, and the
+    metrics stay on the device until they are read.
 
     `source` must hold the character ids for the text field embedder and a `tokens` single-id
     entry (embedded by an `empty` embedder) for the targets.
@@ -98,12 +102,18 @@ class ElmoLanguageModel(LanguageModel):
         through time), and reset to zero where `stream_start` is set; training and evaluation
         carry separate states. A resumed run (`-r`) starts from zero state. Without `stateful`
         every window starts from zero.
+    row_gradients : `bool`, optional (default = `False`)
+        With `sparse_embeddings`: the softmax rows a training step reads (its targets and
+        negatives) get their gradient as one dense parameter of fixed shape per matrix
+        (`TouchedRows`) instead of sparse tensors: no coalescing, no shape that depends on the
+        data, the norm of every gradient computed on the device (the GPU step). Needs an
+        optimizer that applies it to the softmax: `elmo_adagrad` or `fused_adam`.
     **kwargs
         `LanguageModel`'s other keys (`regularizer`, ...).
     """
 
     default_predictor = "elmo_embeddings"
-    _softmax_loss: torch.nn.Module  # allennlp's SoftmaxLoss, or our ChunkedSampledSoftmaxLoss
+    _softmax_loss: torch.nn.Module  # WeightedSoftmaxLoss or ChunkedSampledSoftmaxLoss
 
     def __init__(
         self,
@@ -118,6 +128,7 @@ class ElmoLanguageModel(LanguageModel):
         mixed_precision: Optional[str] = None,
         tf32: Optional[bool] = None,
         stateful: bool = False,
+        row_gradients: bool = False,
         **kwargs,
     ) -> None:
         super().__init__(
@@ -136,13 +147,26 @@ class ElmoLanguageModel(LanguageModel):
                 "elmo_bilm: the contextualizer must be elmo_lstm or elmo_transformer, not "
                 f"{type(contextualizer).__name__}"
             )
-        if num_samples is not None:  # the same parameters and training, chunked evaluation
+        if row_gradients and not (sparse_embeddings and num_samples is not None):
+            raise ConfigurationError(
+                "elmo_bilm: row_gradients needs the sampled sparse softmax "
+                "(num_samples and sparse_embeddings: true)"
+            )
+        # The same parameters, weighted at fixed shapes (sampled: negatives drawn on the device,
+        # chunked evaluation).
+        parameters = self._softmax_loss.state_dict(keep_vars=True)
+        if num_samples is not None:
             self._softmax_loss = ChunkedSampledSoftmaxLoss.with_parameters(
-                self._softmax_loss.state_dict(keep_vars=True),
+                parameters,
                 vocab.get_vocab_size(),
                 self._forward_dim,
                 num_samples,
                 sparse_embeddings,
+                row_gradients,
+            )
+        else:
+            self._softmax_loss = WeightedSoftmaxLoss.with_parameters(
+                parameters, vocab.get_vocab_size(), self._forward_dim
             )
         if sparse_embeddings:
             synchronize_sparse_gradients(self)
@@ -188,23 +212,6 @@ class ElmoLanguageModel(LanguageModel):
             for i in range(1, self.vocab.get_vocab_size(namespace))
         ]
 
-    def _compute_loss(
-        self,
-        lm_embeddings: torch.Tensor,
-        token_embeddings: torch.Tensor,
-        forward_targets: torch.Tensor,
-        backward_targets: Optional[torch.Tensor] = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(batch, timesteps) targets, 0 = none. allennlp-models' `LanguageModel` gives the first
-        padding position of every padded sentence a backward target; drop it: a backward target
-        at t exists exactly when the forward target at t - 1 does."""
-        if backward_targets is not None:
-            backward_targets = backward_targets.clone()
-            backward_targets[:, 1:] *= forward_targets[:, :-1] > 0
-        return super()._compute_loss(
-            lm_embeddings, token_embeddings, forward_targets, backward_targets
-        )
-
     def _autocast(self) -> contextlib.AbstractContextManager:
         """bf16 autocast on the model's device when `mixed_precision` asks for it."""
         dtype = MIXED_PRECISION[self.mixed_precision]
@@ -220,23 +227,59 @@ class ElmoLanguageModel(LanguageModel):
     ) -> dict[str, torch.Tensor]:
         with self._autocast():
             if backward_source is None:
-                output = super().forward(source)
-            else:
-                output = self._stream_forward(source, backward_source, stream_start)
-        if "loss" in output:
-            # allennlp-models returns per-direction losses averaged over this batch's targets
-            # and their count as `batch_weight` (absent when a batch has none): weighting the
-            # averages by it makes the perplexities token-weighted over the whole set.
-            targets = output.get("batch_weight", torch.zeros(()))
-            self._token_weighted_perplexity(
-                output["forward_loss"].detach() * targets,
-                output["backward_loss"].detach() * targets,
-                targets,
-            )
-        return output
+                return self._sentence_forward(source)
+            return self._stream_forward(source, backward_source, stream_start)
 
     def get_metrics(self, reset: bool = False) -> dict[str, float]:
         return self._token_weighted_perplexity.get_metric(reset)
+
+    def _sentence_forward(self, source: TextFieldTensors) -> dict[str, torch.Tensor]:
+        """allennlp-models' `LanguageModel.forward` (its outputs, its loss), at the batch's
+        shapes whatever its content: each position's loss is weighted by whether it has a
+        target, where allennlp-models selects the targets (`masked_select`) and branches on
+        their number."""
+        mask = get_text_field_mask(source)
+        embeddings = self._text_field_embedder(source)
+        contextual = self._contextualizer(embeddings, mask)
+        output = {
+            "lm_embeddings": contextual,
+            "noncontextual_token_embeddings": embeddings,
+            "mask": mask,
+        }
+        token_ids = source.get("tokens", {}).get("tokens")
+        if token_ids is None:
+            return output
+        forward_targets = torch.nn.functional.pad(token_ids[:, 1:], (0, 1))
+        # backward target at t: token t - 1, where token t exists (allennlp-models also gives
+        # the first padding position of a padded sentence one)
+        backward_targets = torch.nn.functional.pad(token_ids[:, :-1], (1, 0)) * (token_ids > 0)
+        targets = torch.stack([forward_targets, backward_targets])
+        return {**output, **self._losses(self._dropout(contextual), targets)}
+
+    def _losses(
+        self, lm_embeddings: torch.Tensor, targets: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
+        """lm_embeddings (batch, timesteps, 2 * dim) [forward; backward], targets (2, batch,
+        timesteps) vocabulary ids of each direction's targets, 0: none -> allennlp-models'
+        losses (per target, averaged over the batch's targets; `loss` the mean of the two
+        directions) and `batch_weight` (the number of targets); the perplexities updated."""
+        embeddings = torch.stack(lm_embeddings.chunk(2, dim=-1)).flatten(1, 2)  # (2, B*T, dim)
+        targets = targets.flatten(1)
+        weights = (targets > 0).to(embeddings.dtype)
+        # softmax row r scores vocabulary id r + 1 (id 0 is padding)
+        negative_log_likelihoods = self._softmax_loss(
+            embeddings, (targets - 1).clamp(min=0), weights
+        )
+        count = weights[0].sum().float()
+        forward_nll, backward_nll = negative_log_likelihoods.detach().float()
+        self._token_weighted_perplexity(forward_nll, backward_nll, count)
+        per_target = negative_log_likelihoods / count.clamp(min=1.0)
+        return {
+            "loss": per_target.mean(),
+            "forward_loss": per_target[0],
+            "backward_loss": per_target[1],
+            "batch_weight": count,
+        }
 
     def _stream_forward(
         self,
@@ -262,35 +305,15 @@ class ElmoLanguageModel(LanguageModel):
         layers, final = self._contextualizer.stream_layers(embeddings, mask, state)
         if self.stateful:
             self._stream_state[self.training] = [(h.detach(), c.detach()) for h, c in final]
-        forward_embeddings, backward_embeddings = self._dropout(layers[-1]).chunk(2, -1)
-        losses = [
-            self._loss_helper(
-                direction, direction_embeddings, direction_targets, embeddings[direction]
-            )
-            for direction, (direction_embeddings, direction_targets) in enumerate(
-                zip((forward_embeddings, backward_embeddings), targets, strict=True)
-            )
-        ]
-        count = (targets[0] > 0).sum().float()
         output = {
             "lm_embeddings": layers[-1],
             "noncontextual_token_embeddings": embeddings[0],
             "mask": mask,
         }
-        if count == 0:
-            # Sums over no targets: zeros that still reach every parameter, so backward (and
-            # DDP's all-reduce, which waits for every parameter) runs as on the other processes.
-            zero = 0.5 * (losses[0] + losses[1])
-            return {**output, "loss": zero, "forward_loss": losses[0], "backward_loss": losses[1]}
-        # allennlp-models' `_perplexity` is not updated: `get_metrics` does not read it, and
-        # its all-reduces would have to run on every process, batches without targets too.
-        return {
-            **output,
-            "loss": 0.5 * (losses[0] + losses[1]) / count,
-            "forward_loss": losses[0] / count,
-            "backward_loss": losses[1] / count,
-            "batch_weight": count,
-        }
+        # Without targets (lone tokens) the losses are zeros that still reach every parameter,
+        # so backward (and DDP's all-reduce, which waits for every parameter) runs as on the
+        # other processes.
+        return {**output, **self._losses(self._dropout(layers[-1]), torch.stack(targets))}
 
     def _carried_state(
         self, stream_start: Optional[torch.BoolTensor], batch: int

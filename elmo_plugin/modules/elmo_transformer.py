@@ -53,8 +53,8 @@ def fast_dropout(inputs: torch.Tensor, p: float, training: bool) -> torch.Tensor
         return F.dropout(inputs, p, training=True)
     threshold = round(p * DROPOUT_RESOLUTION)
     keep = random_15_bit_integers(inputs.shape) >= threshold
-    scale = inputs.new_tensor(DROPOUT_RESOLUTION / (DROPOUT_RESOLUTION - threshold))
-    return inputs * torch.where(keep, scale, inputs.new_tensor(0.0))
+    scale = DROPOUT_RESOLUTION / (DROPOUT_RESOLUTION - threshold)
+    return inputs * keep.to(inputs.dtype).mul_(scale)
 
 
 def directional_linear(

@@ -8,6 +8,8 @@ import torch.distributed as dist
 from allennlp.common.checks import ConfigurationError
 from torch.nn.parallel import DistributedDataParallel
 
+from elmo_plugin.modules.touched_rows import TableRows
+
 
 def sparse_parameter_names(module: torch.nn.Module) -> list[str]:
     """Names (as `module.named_parameters()` gives them) of every `Embedding(sparse=True)`
@@ -17,6 +19,19 @@ def sparse_parameter_names(module: torch.nn.Module) -> list[str]:
         for name, child in module.named_modules()
         if isinstance(child, torch.nn.Embedding) and child.sparse
     ]
+
+
+def rows_parameter_names(module: torch.nn.Module) -> list[str]:
+    """Names of every `TableRows` parameter (the rows of a table a step read)."""
+    return [name for name, p in module.named_parameters() if isinstance(p, TableRows)]
+
+
+def sparse_gradient_names(module: torch.nn.Module) -> list[str]:
+    """The sparse embeddings whose gradients are sparse tensors: those not read through
+    `TableRows` (whose gradients are the rows')."""
+    tables = {id(p.table) for p in module.parameters() if isinstance(p, TableRows)}
+    parameters = dict(module.named_parameters())
+    return [name for name in sparse_parameter_names(module) if id(parameters[name]) not in tables]
 
 
 def torch_norms_sparse_gradients() -> bool:
@@ -40,7 +55,7 @@ def unclippable_sparse_parameters(
     `trainer.grad_norm`: a number clips, false or None does nothing) would fail on inside this
     torch; empty where it clips them or does not clip."""
     clips = grad_norm is not None and not isinstance(grad_norm, bool)
-    names = sparse_parameter_names(module) if clips else []
+    names = sparse_gradient_names(module) if clips else []
     return names if names and not torch_norms_sparse_gradients() else []
 
 
@@ -108,13 +123,16 @@ def synchronize_sparse_gradients(module: torch.nn.Module) -> None:
     """
     Makes `module`'s sparse embeddings train under allennlp's DDP on gloo and NCCL alike (NCCL
     cannot all-reduce sparse tensors, and DDP's buckets hold dense ones): DDP is told to ignore
-    them, and each backward pass replaces their gradient by the average over processes of the
-    touched rows, gathered from every process (row ids + values) before it is accumulated into
-    `.grad`. Outside torch.distributed (or with one process) nothing changes.
+    them and their `TableRows`. Each backward pass replaces a sparse gradient by the average
+    over processes of the touched rows, gathered from every process (row ids + values) before
+    it is accumulated into `.grad`; a `TableRows` gradient (the same rows on every process:
+    `TouchedRows` reads every process's ids) is averaged by `TouchedRows` itself (an
+    all-reduce at its fixed shape).
+    Outside torch.distributed (or with one process) nothing changes.
     """
-    names = sparse_parameter_names(module)
-    DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(module, names)
+    tables, rows = sparse_parameter_names(module), rows_parameter_names(module)
+    DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(module, tables + rows)
     parameters = dict(module.named_parameters())
-    for name in names:
+    for name in sparse_gradient_names(module):
         parameters[name].register_hook(average_sparse_gradient)
     module.register_forward_pre_hook(broadcast_sparse_parameters)

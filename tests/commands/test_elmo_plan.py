@@ -68,6 +68,7 @@ def test_a_torch_that_cannot_clip_the_sparse_softmax_is_the_trainers_one_line(
     monkeypatch.setattr(sparse_gradient_sync, "torch_norms_sparse_gradients", lambda: False)
     values = shrunk_original(tiny_corpus, 0, 1)
     values["trainer.callbacks"] = [{"type": "elmo_corpus_resume"}]
+    values["model.row_gradients"] = False  # sparse tensors
     result = run_allennlp_in_process(
         ["elmo-plan", CONFIG, "-o", overrides(values)], cwd=plugin_cwd, check=False
     )
@@ -76,6 +77,23 @@ def test_a_torch_that_cannot_clip_the_sparse_softmax_is_the_trainers_one_line(
     assert last.startswith(
         f"allennlp elmo-plan: error: {CONFIG}: trainer.grad_norm: torch {torch.__version__} "
         "cannot clip the sparse gradients of _softmax_loss.softmax_w.weight"
+    )
+
+
+def test_an_optimizer_that_would_not_apply_row_gradients_is_the_trainers_one_line(
+    plugin_cwd, tiny_corpus
+):
+    values = shrunk_original(tiny_corpus, 0, 1)
+    values["trainer.callbacks"] = [{"type": "elmo_corpus_resume"}]
+    values["trainer.optimizer.type"] = "adagrad"  # allennlp's: the rows would be its own
+    result = run_allennlp_in_process(
+        ["elmo-plan", CONFIG, "-o", overrides(values)], cwd=plugin_cwd, check=False
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"allennlp elmo-plan: error: {CONFIG}: trainer.optimizer: AdagradOptimizer would not "
+        "update the softmax of model.row_gradients: true (_softmax_loss.touched.rows_0); use "
+        "elmo_adagrad or fused_adam, or set model.row_gradients to false"
     )
 
 

@@ -6,6 +6,7 @@ import torch
 from allennlp.common import Params
 from allennlp.data import Batch, DatasetReader, Vocabulary
 from allennlp.models import Model
+from allennlp_models.lm.models.language_model import LanguageModel
 
 from tests.helpers import CONFIG_DIR, TINY_LSTM_OVERRIDES
 
@@ -99,6 +100,26 @@ def test_perplexities_do_not_depend_on_batching_or_padding(model_and_batches):
         one_by_one = model.get_metrics(reset=True)
     for name in batched:
         assert batched[name] == pytest.approx(one_by_one[name], rel=1e-5)
+
+
+def test_losses_equal_allennlp_models_language_model_on_sentences_without_padding(
+    model_and_batches,
+):
+    """Our fixed-shape losses (every position, weighted) == allennlp-models' `LanguageModel`
+    forward (the targets selected with `masked_select`) where it has no padding to misscore."""
+    model, batches = model_and_batches
+    model.eval()
+    tokens = batches[1]["source"]["tokens"]["tokens"]
+    with torch.no_grad():
+        for row in range(4):
+            length = int((tokens[row] > 0).sum())
+            source = {
+                key: {name: t[row : row + 1, :length] for name, t in value.items()}
+                for key, value in batches[1]["source"].items()
+            }
+            ours, theirs = model(source), LanguageModel.forward(model, source)
+            for key in ("loss", "forward_loss", "backward_loss", "batch_weight"):
+                torch.testing.assert_close(ours[key], theirs[key], rtol=1e-6, atol=1e-6)
 
 
 def test_bf16_mixed_precision_tracks_float32_losses(model_and_batches):

@@ -5,7 +5,6 @@ import json
 import math
 from typing import Optional
 
-import numpy
 import pytest
 import torch
 from allennlp.common import Params
@@ -31,7 +30,9 @@ TINY_ORIGINAL = {
 
 
 def tiny_original_params(sparse: bool) -> Params:
-    values = dict(TINY_ORIGINAL, **{"model.sparse_embeddings": sparse})
+    values = dict(
+        TINY_ORIGINAL, **{"model.sparse_embeddings": sparse, "model.row_gradients": False}
+    )
     return Params.from_file(str(CONFIG_DIR / "elmo_lstm_original.jsonnet"), json.dumps(values))
 
 
@@ -73,8 +74,8 @@ def train_step(
     model: Model, optimizer: torch.optim.Optimizer, batch, step: int, grad_norm: float
 ) -> float:
     """One allennlp-trainer-like step (zero_grad, backward, clip_grad_norm_, step); the sampled
-    negatives are drawn from numpy's generator, seeded by `step`. Returns the gradient norm."""
-    numpy.random.seed(step)
+    negatives are drawn from torch's generator, seeded by `step`. Returns the gradient norm."""
+    torch.manual_seed(step)
     optimizer.zero_grad()
     model(**batch)["loss"].backward()
     norm = torch.nn.utils.clip_grad_norm_(
@@ -160,3 +161,46 @@ def test_unchunked_reference_is_allennlps_own_full_softmax(vocab_and_batches):
     torch.testing.assert_close(
         loss(embeddings, targets), SampledSoftmaxLoss._forward_eval(loss, embeddings, targets)
     )
+
+
+ADAGRAD = {"lr": 0.2, "initial_accumulator_value": 1.0}  # the original config's
+# (row_gradients optimizer, sparse gradients optimizer)
+OPTIMIZERS = {
+    "adagrad": ({"type": "elmo_adagrad", **ADAGRAD}, {"type": "adagrad", **ADAGRAD}),
+    "fused_adam": ({"type": "fused_adam", "lr": 0.01}, {"type": "fused_adam", "lr": 0.01}),
+}
+
+
+@pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
+def test_row_gradients_train_as_sparse_gradients_with_the_same_norms(vocab_and_batches, optimizer):
+    """3 clipped steps (clipping bites) with the same negatives: `row_gradients` with
+    `elmo_adagrad` (`fused_adam`) gives the parameters, optimizer state and gradient norms that
+    sparse gradients give with allennlp's `adagrad` (`fused_adam`)."""
+    if not torch_norms_sparse_gradients():
+        pytest.skip(f"torch {torch.__version__} cannot clip sparse gradients (2.14 can)")
+    vocab, batches = vocab_and_batches
+    values = dict(TINY_ORIGINAL, **{"model.row_gradients": True})
+    params = Params.from_file(str(CONFIG_DIR / "elmo_lstm_original.jsonnet"), json.dumps(values))
+    torch.manual_seed(0)
+    rows = Model.from_params(vocab=vocab, params=params.pop("model"))
+    sparse = build(vocab, sparse=True)
+    sparse.load_state_dict(rows.state_dict())
+    models = (rows, sparse)
+    optimizers = [
+        Optimizer.from_params(
+            model_parameters=list(model.named_parameters()), params=Params(dict(settings))
+        )
+        for model, settings in zip(models, OPTIMIZERS[optimizer], strict=True)
+    ]
+    for step, batch in enumerate(batches):
+        norms = [
+            train_step(model, opt, batch, step, grad_norm=0.1)
+            for model, opt in zip(models, optimizers, strict=True)
+        ]
+        assert norms[0] == pytest.approx(norms[1], rel=1e-5) and norms[1] > 0.1
+    for name, parameter in sparse.state_dict().items():
+        torch.testing.assert_close(rows.state_dict()[name], parameter, rtol=1e-5, atol=1e-6)
+    tables = [model._softmax_loss.softmax_w.weight for model in models]
+    for key, value in optimizers[1].state[tables[1]].items():
+        mine = optimizers[0].state[tables[0]][key]
+        torch.testing.assert_close(mine.float(), value.float(), rtol=1e-5, atol=1e-6)

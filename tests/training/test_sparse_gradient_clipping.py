@@ -22,6 +22,7 @@ SPARSE_ORIGINAL = {  # elmo_lstm_original.jsonnet shrunk: sparse softmax, Adagra
     **TINY_CHAR_CNN_OVERRIDES,
     "model.contextualizer.cell_size": 32,
     "model.num_samples": 40,
+    "model.row_gradients": False,  # sparse tensors: what an older torch cannot clip
     "data_loader.batch_size": 16,
     "data_loader.num_workers": 0,
     "trainer.num_epochs": 1,
@@ -86,3 +87,19 @@ def test_a_torch_that_cannot_clip_sparse_gradients_stops_training_with_one_line(
     # what the line offers trains on the same torch
     result = train(tiny_corpus, tmp_path / "unclipped", {"trainer.grad_norm": False})
     assert result.returncode == 0 and (tmp_path / "unclipped" / "model.tar.gz").is_file()
+
+
+def test_an_optimizer_that_would_not_apply_row_gradients_stops_training_with_one_line(
+    tiny_corpus, tmp_path
+):
+    """allennlp's own `adagrad` would update the softmax's `TableRows` as a parameter of its own
+    and never the softmax: refused before the first batch (elmo_process_settings)."""
+    values = {"model.row_gradients": True, "trainer.optimizer.type": "adagrad"}
+    result = train(tiny_corpus, tmp_path / "refused", values)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "allennlp.common.checks.ConfigurationError: trainer.optimizer: AdagradOptimizer would "
+        "not update the softmax of model.row_gradients: true (_softmax_loss.touched.rows_0); "
+        "use elmo_adagrad or fused_adam, or set model.row_gradients to false"
+    )
+    assert "- Training" not in result.stderr
