@@ -21,6 +21,7 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 PADDING_CHAR_ID = ELMoCharacterMapper.padding_character + 1
 # Upper bounds of token lengths (characters up to the last non-padding one) encoded together.
 LENGTH_GROUPS = (5, 7, 9, 12, 16, 24, 50)
+CPU_PATHS = ("fast", "reference")
 
 
 def token_lengths(char_ids: torch.Tensor) -> torch.Tensor:
@@ -56,12 +57,14 @@ class ElmoCharCnn(TokenEmbedder, ElmoCharacterIds):
     `char_cnn` part of ELMo's `options.json` / `weights.hdf5`. Padding tokens (all ids 0) give
     zero vectors.
 
-    Computed exactly, with less work: each distinct token of the batch is encoded once, tokens
-    are grouped by length, and each convolution runs only over the character prefix that can
-    matter. A token of length L is followed by padding characters, so every window starting at
-    or after L sees only padding and has one value per filter, computed once per batch: the max
-    over positions is the max over the first L windows and, where the token leaves room for
-    one, that all-padding window. Gradients are those of the full computation.
+    `reference` computes it over fixed shapes (every token, every character position, all filters
+    in one matmul), with no host reads: it runs on every device but the CPU. On the CPU
+    `cpu_fast_path` gives the same numbers with less work (unless `cpu_path` is "reference"):
+    each distinct token of the batch is encoded once, tokens are grouped by length, and each
+    convolution runs only over the character prefix that can matter. A token of length L is
+    followed by padding characters, so every window starting at or after L sees only padding and
+    has one value per filter, computed once per batch: the max over positions is the max over
+    the first L windows and, where the token leaves room for one, that all-padding window.
 
     # Parameters
 
@@ -79,7 +82,13 @@ class ElmoCharCnn(TokenEmbedder, ElmoCharacterIds):
         `char_cnn.activation`).
     num_characters : `int`, optional (default = `262`)
         Rows of the character embedding: ELMo's 261 character ids + 1 (id 0 is padding).
+    cpu_path : `str`, optional (default = `"fast"`)
+        On CPU tensors: "fast", the CPU fast path, or "reference", the fixed-shape computation
+        other devices run (slower on a CPU; for checking). Not part of the weights or of
+        options.json.
     """
+
+    _widths: torch.Tensor  # buffer (total filters,): each filter's width
 
     def __init__(
         self,
@@ -89,14 +98,20 @@ class ElmoCharCnn(TokenEmbedder, ElmoCharacterIds):
         embedding_dim: int = 16,
         activation: str = "relu",
         num_characters: int = 262,
+        cpu_path: str = "fast",
     ) -> None:
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ConfigurationError(
                 f"elmo_char_cnn: activation must be one of {list(ACTIVATIONS)}"
             )
+        if cpu_path not in CPU_PATHS:
+            raise ConfigurationError(
+                f'elmo_char_cnn: cpu_path must be "fast" or "reference", got {cpu_path!r}'
+            )
         self.filters = [(int(width), int(count)) for width, count in filters]
         self.activation = activation
+        self.cpu_path = cpu_path
         self._architecture: dict[str, Any] = {
             "type": "elmo_char_cnn",
             "filters": [[width, count] for width, count in self.filters],
@@ -106,6 +121,8 @@ class ElmoCharCnn(TokenEmbedder, ElmoCharacterIds):
             "activation": activation,
             "num_characters": num_characters,
         }
+        if cpu_path != "fast":  # as `elmo_lstm`'s `cpu_loop`, recorded where configured; the
+            self._architecture["cpu_path"] = cpu_path  # default keeps older architectures equal
         self.char_embedding = torch.nn.Embedding(num_characters, embedding_dim, padding_idx=0)
         self.convolutions = torch.nn.ModuleList(
             torch.nn.Conv1d(embedding_dim, count, kernel_size=width)
@@ -116,6 +133,8 @@ class ElmoCharCnn(TokenEmbedder, ElmoCharacterIds):
         self.projection = torch.nn.Linear(num_filters, projection_dim)
         self._activation = ACTIVATIONS[activation]
         self._widest = max(width for width, _ in self.filters)
+        widths = [width for width, count in self.filters for _ in range(count)]
+        self.register_buffer("_widths", torch.tensor(widths), persistent=False)
         self._output_dim = projection_dim
         self.reset_parameters()
 
@@ -168,19 +187,10 @@ class ElmoCharCnn(TokenEmbedder, ElmoCharacterIds):
             ]
         )
 
-    def filter_widths(self, device: torch.device) -> torch.Tensor:
-        """(total filters,) each filter's width."""
-        return torch.tensor(
-            [width for width, count in self.filters for _ in range(count)], device=device
-        )
-
-    def filters_as_one_matrix(self) -> Optional[tuple[RightMatrix, torch.Tensor]]:
-        """Every filter as one (char_dim * widest, total filters) matrix, narrower filters
-        padded with zero taps, prepacked for oneDNN once for all of a batch's length groups
-        (a plain weight is reordered inside every call), and their biases (total filters,);
-        None where oneDNN is not used (gradients, other dtypes and devices)."""
-        if not uses_onednn(self.char_embedding.weight, *self.convolutions.parameters()):
-            return None
+    def stacked_filters(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every filter as a row of one (total filters, char_dim * widest) matrix, in a Conv1d
+        weight's (char_dim, width) order, narrower filters padded with zero taps; their biases
+        (total filters,)."""
         pad = torch.nn.functional.pad
         weight = torch.cat(
             [
@@ -188,9 +198,19 @@ class ElmoCharCnn(TokenEmbedder, ElmoCharacterIds):
                 for conv in self.conv_layers()
             ]
         )
-        return RightMatrix(weight.flatten(1).t()), torch.cat(
+        return weight.flatten(1), torch.cat(
             [conv.get_parameter("bias") for conv in self.conv_layers()]
         )
+
+    def filters_as_one_matrix(self) -> Optional[tuple[RightMatrix, torch.Tensor]]:
+        """`stacked_filters` as a (char_dim * widest, total filters) matrix prepacked for oneDNN
+        once for all of a batch's length groups (a plain weight is reordered inside every
+        call), and the biases; None where oneDNN is not used (gradients, other dtypes and
+        devices)."""
+        if not uses_onednn(self.char_embedding.weight, *self.convolutions.parameters()):
+            return None
+        weight, bias = self.stacked_filters()
+        return RightMatrix(weight.t()), bias
 
     def pooled_convolutions(
         self,
@@ -203,7 +223,7 @@ class ElmoCharCnn(TokenEmbedder, ElmoCharacterIds):
         `filters_as_one_matrix` -> (n, total filters): every filter's max over positions,
         activated."""
         num_chars, longest = char_ids.size(-1), int(lengths.max())
-        widths = self.filter_widths(char_ids.device)
+        widths = self._widths
         if filters is not None:
             best = self.best_windows_in_one_matmul(char_ids, longest, widths, filters)
         else:
@@ -281,8 +301,39 @@ class ElmoCharCnn(TokenEmbedder, ElmoCharacterIds):
             pooled = torch.lerp(self.highways._activation(nonlinear), pooled, gate.sigmoid_())
         return linear(pooled, self.projection.weight, self.projection.bias)
 
+    def reference(self, elmo_tokens: torch.Tensor) -> torch.Tensor:
+        """(..., chars) ids -> (..., projection_dim) over fixed shapes: every token and every
+        character position, all filters in one matmul over windows of the widest width, the
+        windows that run past the last character masked. No host reads: the same ops on the
+        same shapes for every batch of one shape."""
+        ids = elmo_tokens.reshape(-1, elmo_tokens.size(-1))  # (n, chars)
+        num_chars = ids.size(-1)
+        # (n, chars + widest - 1, char_dim): zero vectors past the end, read only by zero taps
+        # or by windows masked below
+        characters = torch.nn.functional.pad(self.char_embedding(ids), (0, 0, 0, self._widest - 1))
+        windows = characters.unfold(1, self._widest, 1).flatten(2)  # (n, chars, char_dim * widest)
+        weight, bias = self.stacked_filters()
+        # (chars, F): a filter of width w has a window at position p where p + w <= chars;
+        # its bias there, -inf where the window would run past the last character
+        positions = torch.arange(num_chars, device=ids.device).unsqueeze(1)
+        bias = torch.where(positions + self._widths <= num_chars, bias, float("-inf"))
+        products = torch.matmul(windows, weight.t()).add_(bias)  # (n, chars, F)
+        # amax splits the gradient between tied windows; the tied all-padding windows past a
+        # token's end have one input, so the split changes no parameter's gradient
+        best = products.amax(dim=1)  # (n, F)
+        vectors = self.projection(self.highways(self._activation(best)))
+        is_token = (ids > 0).any(dim=-1, keepdim=True)
+        return torch.where(is_token, vectors, 0).view(*elmo_tokens.shape[:-1], self._output_dim)
+
     def forward(self, elmo_tokens: torch.Tensor) -> torch.Tensor:
-        """(..., chars) ids -> (..., projection_dim)."""
+        """(..., chars) ids -> (..., projection_dim): `cpu_fast_path` on CPU tensors (with
+        `cpu_path: "fast"`), `reference` everywhere else."""
+        if elmo_tokens.device.type == "cpu" and self.cpu_path == "fast":
+            return self.cpu_fast_path(elmo_tokens)
+        return self.reference(elmo_tokens)
+
+    def cpu_fast_path(self, elmo_tokens: torch.Tensor) -> torch.Tensor:
+        """(..., chars) ids -> (..., projection_dim): distinct tokens, by length groups."""
         distinct, inverse = distinct_rows(elmo_tokens.reshape(-1, elmo_tokens.size(-1)))
         lengths = token_lengths(distinct)
         order = torch.argsort(lengths)  # the padding token (length 0), if any, comes first

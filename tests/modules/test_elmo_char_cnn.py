@@ -1,10 +1,20 @@
+import json
+from collections.abc import Callable
+from functools import partial
+from typing import cast
+
 import pytest
 import torch
 from allennlp.common import Params
+from allennlp.common.checks import ConfigurationError
+from allennlp.data import Batch, DatasetReader, Vocabulary
+from allennlp.models import Model
 from allennlp.modules.elmo import batch_to_ids
 from allennlp.modules.token_embedders import TokenEmbedder
 
+from benchmarks.op_audit import OpAudit
 from elmo_plugin.modules.elmo_char_cnn import ACTIVATIONS, PADDING_CHAR_ID, ElmoCharCnn
+from tests.helpers import CONFIG_DIR, TINY_LSTM_OVERRIDES
 
 
 def make_cnn(**kwargs) -> ElmoCharCnn:
@@ -150,3 +160,179 @@ def test_inference_fast_path_equals_allennlps_highway_and_the_full_computation(a
         )
     assert torch.allclose(fast, reference_cnn(cnn, ids), atol=1e-6)
     assert torch.allclose(one, reference_cnn(cnn, ids[:1, :1]), atol=1e-6)
+
+
+# The original ELMo's filter widths (options.json), at a quarter of its counts: the counts change
+# no code path, only the time a test takes.
+ORIGINAL_WIDTHS = [[1, 8], [2, 8], [3, 16], [4, 32], [5, 64], [6, 128], [7, 256]]
+
+
+def values_and_gradients(
+    cnn: ElmoCharCnn, path: Callable[[torch.Tensor], torch.Tensor], ids: torch.Tensor
+) -> list[torch.Tensor]:
+    """`path(ids)` and every parameter's gradient of a weighted sum of it (fixed weights; zero
+    where a parameter has no part in it)."""
+    vectors = path(ids)
+    weights = torch.linspace(-1, 1, vectors.numel(), dtype=vectors.dtype).view(vectors.shape)
+    loss = (vectors * weights).sum()
+    return [vectors, *torch.autograd.grad(loss, list(cnn.parameters()), materialize_grads=True)]
+
+
+@pytest.mark.parametrize("filters", [[[1, 4], [2, 6], [3, 8], [7, 5]], ORIGINAL_WIDTHS])
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+@pytest.mark.parametrize(
+    "dtype, tolerance", [(torch.float32, {"atol": 1e-5, "rtol": 1e-4}), (torch.float64, {})]
+)
+def test_reference_equals_the_cpu_fast_path_in_values_and_every_gradient(
+    filters, activation, dtype, tolerance
+):
+    """The fixed-shape reference (every token, every position, one matmul over all widths) and
+    the CPU fast path (distinct tokens, length groups, prefixes only) give the same vectors and
+    the same gradient for every parameter: padding tokens, repeated tokens, tokens of every
+    length (those of 48 bytes or more fill all 50 characters: no all-padding window), and a
+    batch of one token; without a gradient too (the fast path's oneDNN matmul).
+
+    Ties: amax splits a gradient evenly between windows of equal value. In the reference every
+    window starting at or after a token's length L holds only padding characters, so several
+    tie at that value; the fast path has one such window per filter (and, within a length group,
+    the shorter tokens' windows between L and the group's longest), and torch.maximum gives half
+    to each side of a tie. However the split falls, those windows have one and the same input,
+    so the weights, the bias and the padding character's embedding receive the whole gradient
+    times that input: the same parameter gradients."""
+    torch.manual_seed(0)
+    cnn = ElmoCharCnn(filters=filters, num_highway=2, projection_dim=5, activation=activation)
+    cnn = cnn.to(dtype)
+    ids = awkward_tokens()
+    assert (ids[..., -1] > 0).sum() - (ids[..., -1] == PADDING_CHAR_ID).sum() >= 12
+    for batch in (ids, batch_to_ids([["lobster"]])):
+        reference = values_and_gradients(cnn, cnn.reference, batch)
+        fast = values_and_gradients(cnn, cnn.cpu_fast_path, batch)
+        assert reference[0].dtype == dtype
+        for (name, _), got, want in zip(
+            [("vectors", None), *cnn.named_parameters()], reference, fast, strict=True
+        ):
+            torch.testing.assert_close(got, want, **tolerance, msg=name)
+    padding = ~(ids > 0).any(dim=-1)
+    assert padding.sum() >= 4 and torch.all(cnn.reference(ids)[padding] == 0)
+    with torch.no_grad():
+        torch.testing.assert_close(cnn.reference(ids), cnn.cpu_fast_path(ids), **tolerance)
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+def test_reference_under_bf16_autocast_is_close_to_float32(activation):
+    """Under `torch.autocast` with bfloat16 (`mixed_precision: "bf16"`) the reference's matmuls
+    run in bfloat16 (8 significant bits, ~0.4% per rounding, several roundings deep): its
+    vectors are within 3% of the largest float32 value. Its gradients (float32, as the
+    parameters) are rougher, within 35% (relative L2) of float32's, as are the CPU fast path's
+    under autocast: the loss's weights of both signs cancel, and rounding makes windows that
+    nearly tie in float32 tie exactly, so that amax splits their gradient."""
+    torch.manual_seed(0)
+    cnn = ElmoCharCnn(
+        filters=ORIGINAL_WIDTHS, num_highway=2, projection_dim=5, activation=activation
+    )
+    ids = awkward_tokens()
+    float32 = values_and_gradients(cnn, cnn.reference, ids)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        bf16 = values_and_gradients(cnn, cnn.reference, ids)
+    assert bf16[0].dtype == torch.bfloat16
+    assert (bf16[0].float() - float32[0]).abs().max() <= 0.03 * float32[0].abs().max()
+    for (name, _), got, want in zip(cnn.named_parameters(), bf16[1:], float32[1:], strict=True):
+        assert got.dtype == torch.float32
+        assert (got - want).norm() <= 0.35 * want.norm(), name
+
+
+def forward_and_backward_ops(cnn: ElmoCharCnn, batches: list[torch.Tensor]) -> OpAudit:
+    """`cnn(batch)` and every parameter's gradient of its sum, recorded as phases "forward i"
+    and "backward i" for the i-th batch."""
+
+    def gradients(vectors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return torch.autograd.grad(vectors.sum(), list(cnn.parameters()))
+
+    with OpAudit() as audit:
+        for index, batch in enumerate(batches):
+            vectors = audit.run(f"forward {index}", partial(cnn, batch))
+            audit.run(f"backward {index}", partial(gradients, vectors))
+    return audit
+
+
+def test_reference_dispatches_no_syncing_op_and_the_same_ops_for_every_batch_of_one_shape():
+    """With `cpu_path: "reference"` on CPU tensors (what every other device runs), forward and
+    backward dispatch no op that makes a GPU wait for the host (`.item()`, unique, nonzero,
+    a tensor from a Python list, ...), no convolution (no cuDNN plan per shape), and the same
+    ops on the same shapes for two different batches of one shape. The CPU fast path, audited
+    the same way, has syncs (unique, equal, int(...), tolist): the audit sees them."""
+    torch.manual_seed(0)
+    filters = [[1, 4], [2, 6], [3, 8], [7, 5]]
+    cnn = ElmoCharCnn(filters=filters, num_highway=2, projection_dim=5, cpu_path="reference")
+    ids = awkward_tokens()
+    other = torch.randint(1, 262, ids.shape, generator=torch.Generator().manual_seed(1))
+    other[0, :5] = 0  # padding tokens elsewhere
+    audit = forward_and_backward_ops(cnn, [ids, other])
+    assert audit.syncs() == []
+    assert not any("convolution" in op for op, _ in audit.trace())
+    assert audit.trace("forward 0", "backward 0") == audit.trace("forward 1", "backward 1")
+    cnn.cpu_path = "fast"
+    fast = forward_and_backward_ops(cnn, [ids])
+    assert {"_unique2", "equal", "_local_scalar_dense", "tolist"} <= {
+        op.sync for op in fast.syncs()
+    }
+
+
+def test_an_unknown_cpu_path_is_a_one_line_configuration_error():
+    params = {"type": "elmo_char_cnn", "filters": [[1, 4]], "num_highway": 1, "projection_dim": 3}
+    with pytest.raises(ConfigurationError) as error:
+        TokenEmbedder.from_params(Params({**params, "cpu_path": "gpu"}))
+    assert str(error.value) == (
+        'elmo_char_cnn: cpu_path must be "fast" or "reference", got \'gpu\''
+    )
+
+
+def test_cpu_path_is_recorded_in_the_architecture_only_where_not_the_default():
+    """As `elmo_lstm`'s `cpu_loop`: the default leaves the architecture as recorded before the
+    key existed; "reference" is recorded, and the encoder rebuilt from it runs the reference."""
+    params = {"type": "elmo_char_cnn", "filters": [[1, 4]], "num_highway": 1, "projection_dim": 3}
+    default = cast(ElmoCharCnn, TokenEmbedder.from_params(Params(dict(params))))
+    assert "cpu_path" not in default.architecture
+    reference = cast(
+        ElmoCharCnn, TokenEmbedder.from_params(Params({**params, "cpu_path": "reference"}))
+    )
+    assert reference.architecture == {**default.architecture, "cpu_path": "reference"}
+    rebuilt = cast(ElmoCharCnn, TokenEmbedder.from_params(Params(reference.architecture)))
+    assert rebuilt.cpu_path == "reference"
+    assert set(rebuilt.state_dict()) == set(default.state_dict())  # no new state
+
+
+@pytest.mark.parametrize("mixed_precision", [None, "bf16"])
+def test_a_bilm_with_the_reference_char_cnn_trains(tiny_corpus, monkeypatch, mixed_precision):
+    """An `elmo_bilm` built from params with `cpu_path: "reference"` runs the reference (never
+    the CPU fast path) and its loss goes down over a few steps on one tiny batch, in float32 and
+    under bf16 autocast."""
+
+    def no_fast_path(self, elmo_tokens):
+        raise AssertionError("the CPU fast path ran")
+
+    monkeypatch.setattr(ElmoCharCnn, "cpu_fast_path", no_fast_path)
+    overrides = {
+        **TINY_LSTM_OVERRIDES,
+        "model.text_field_embedder.token_embedders.elmo.cpu_path": "reference",
+        "model.mixed_precision": mixed_precision,
+    }
+    params = Params.from_file(str(CONFIG_DIR / "elmo_lstm.jsonnet"), json.dumps(overrides))
+    reader = DatasetReader.from_params(params.pop("dataset_reader"))
+    instances = list(reader.read(str(tiny_corpus / "valid.txt")))[:8]
+    vocab = Vocabulary.from_instances(instances)
+    torch.manual_seed(0)
+    model = Model.from_params(vocab=vocab, params=params.pop("model"))
+    batch = Batch(instances)
+    batch.index_instances(vocab)
+    tensors = batch.as_tensor_dict()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.02)
+    losses = []
+    for _ in range(10):
+        optimizer.zero_grad()
+        loss = model(**tensors)["loss"]
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert all(later < earlier for earlier, later in zip(losses, losses[1:], strict=False))
+    assert losses[-1] < 0.95 * losses[0]
