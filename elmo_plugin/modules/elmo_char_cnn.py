@@ -318,9 +318,10 @@ class ElmoCharCnn(TokenEmbedder, ElmoCharacterIds):
         positions = torch.arange(num_chars, device=ids.device).unsqueeze(1)
         bias = torch.where(positions + self._widths <= num_chars, bias, float("-inf"))
         products = torch.matmul(windows, weight.t()).add_(bias)  # (n, chars, F)
-        # amax splits the gradient between tied windows; the tied all-padding windows past a
-        # token's end have one input, so the split changes no parameter's gradient
-        best = products.amax(dim=1)  # (n, F)
+        # max, not amax: its backward keeps (n, F) indices, not an (n, chars, F) mask (a third
+        # of the memory). It gives a tie's gradient to one window; the tied all-padding windows
+        # past a token's end have one input, so no parameter's gradient changes.
+        best = products.max(dim=1).values  # (n, F)
         vectors = self.projection(self.highways(self._activation(best)))
         is_token = (ids > 0).any(dim=-1, keepdim=True)
         return torch.where(is_token, vectors, 0).view(*elmo_tokens.shape[:-1], self._output_dim)
