@@ -4,7 +4,7 @@
 (`allennlp train -r` with the `elmo_corpus_resume` callback) continues exactly where the
 checkpoint was, without reading what came before. Each loader says how an epoch's batches are
 made (`epoch_batches`) and how many there are (`__len__`); both may pad every batch to one shape
-(`fixed_shape`)."""
+(`fixed_shape`), and both copy batches to a CUDA device from pinned memory without waiting."""
 
 import logging
 import random
@@ -19,7 +19,6 @@ from allennlp.common.util import is_distributed
 from allennlp.data import Instance, Vocabulary
 from allennlp.data.data_loaders.data_collator import DataCollator, DefaultDataCollator
 from allennlp.data.data_loaders.data_loader import DataLoader, TensorDict
-from allennlp.nn import util as nn_util
 
 from elmo_plugin.data.corpus_chunks import chunk_order, corpus_chunks
 from elmo_plugin.data.corpus_stats import MAX_UTF8_WARNINGS, CorpusStats, warn_invalid_utf8
@@ -62,13 +61,30 @@ def fixed_shape_batch(batch: TensorDict, rows: int, timesteps: int) -> TensorDic
     return {name: fixed(value, (rows,)) for name, value in batch.items()}
 
 
+def to_device(batch: TensorDict, device: torch.device) -> TensorDict:
+    """`batch` on `device`. To a CUDA device each tensor is pinned (page-locked, here in the
+    main process) and copied with `non_blocking=True`, so the host does not wait for the copy;
+    elsewhere `Tensor.to` as is (a tensor already there is kept)."""
+    cuda = device.type == "cuda"
+
+    def moved(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {key: moved(item) for key, item in value.items()}
+        if isinstance(value, torch.Tensor):
+            return (value.pin_memory() if cuda else value).to(device, non_blocking=cuda)
+        return value
+
+    return moved(batch)
+
+
 class CorpusDataLoader(DataLoader, ABC):
     """
     The shared part of the corpus loaders (not registered itself): the reader and corpus chunks,
     this process's place among distributed processes, indexing, the device, and the position
     with exact resume. `resume_from` (called by the `elmo_corpus_resume` callback) starts at a
     saved position: the batches before it are yielded as empty placeholders, which allennlp's
-    trainer skips.
+    trainer skips. Batches go to the target device by `to_device` (pinned, non-blocking copies
+    to CUDA).
 
     Subclasses give `epoch_batches(epoch, first_ordinal, skip)`, the epoch's (chunk ordinal,
     batch) pairs from batch `skip` of chunk ordinal `first_ordinal` on, and `__len__`; a
@@ -191,7 +207,7 @@ class CorpusDataLoader(DataLoader, ABC):
                 position.chunk_ordinal, position.chunk_batch = ordinal, 0
             position.chunk_batch += 1
             position.batches += 1
-            yield batch if self.device is None else nn_util.move_to_device(batch, self.device)
+            yield batch if self.device is None else to_device(batch, self.device)
         self.end_epoch()
 
     # --- what the shared parts give a loader ---

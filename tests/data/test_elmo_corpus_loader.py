@@ -4,6 +4,7 @@ resume that reads only from the chunk of its position on."""
 
 import gzip
 import multiprocessing
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -360,3 +361,54 @@ def test_fixed_shape_needs_the_readers_max_sequence_length(tmp_path):
         match="elmo_corpus: fixed_shape needs the dataset reader's max_sequence_length",
     ):
         ElmoCorpusLoader(ElmoCorpusReader(), write_corpus(tmp_path), 4, fixed_shape=True)
+
+
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_batches_for_a_cuda_device_are_pinned_in_the_main_process_and_copied_without_blocking(
+    tmp_path, monkeypatch, num_workers
+):
+    """The copies' logic on the CPU (tests/cuda runs it on a GPU): each tensor of each batch is
+    pinned once, in the main process (in no worker), then copied with `non_blocking`."""
+    pattern = write_corpus(tmp_path)
+    expected = list(make_loader(pattern, fixed_shape=True))
+    loader = make_loader(pattern, num_workers=num_workers, fixed_shape=True)
+    loader.set_target_device(torch.device("cuda", 0))
+    pins = multiprocessing.Value("i", 0)  # in any process, the forked workers too
+    pinned_here: list[int] = []
+    copies: list[tuple[Any, ...]] = []
+
+    def pin_memory(tensor: torch.Tensor) -> torch.Tensor:
+        with pins.get_lock():
+            pins.value += 1
+        pinned_here.append(os.getpid())
+        return tensor
+
+    monkeypatch.setattr(torch.Tensor, "pin_memory", pin_memory)
+    monkeypatch.setattr(torch.Tensor, "to", lambda t, *args, **kw: copies.append((args, kw)) or t)
+    batches = list(loader)
+    monkeypatch.undo()
+    tensors = sum(len(tensors_of(batch)) for batch in batches)
+    assert pins.value == len(pinned_here) == tensors
+    assert set(pinned_here) == {os.getpid()}
+    assert copies == [((torch.device("cuda", 0),), {"non_blocking": True})] * tensors
+    for mine, theirs in zip(batches, expected, strict=True):
+        assert all(map(torch.equal, tensors_of(mine), tensors_of(theirs)))
+
+
+def test_batches_for_the_cpu_are_the_collated_tensors_themselves_unpinned(tmp_path, monkeypatch):
+    pattern = write_corpus(tmp_path)
+    loader = make_loader(pattern)
+    loader.set_target_device(torch.device("cpu"))
+    collated: list[dict] = []
+    collate = loader.collate
+    monkeypatch.setattr(
+        loader, "collate", lambda batch: collated.append(collate(batch)) or collated[-1]
+    )
+    pinned: list[int] = []
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t: pinned.append(1) or t)
+    batches = list(loader)
+    monkeypatch.undo()
+    assert not pinned
+    assert [id(t) for b in batches for t in tensors_of(b)] == [
+        id(t) for b in collated for t in tensors_of(b)
+    ]
