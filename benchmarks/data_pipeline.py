@@ -117,7 +117,8 @@ def tokens_per_second(
     for batch in loader:
         source: Any = batch["source"]
         ids = source["tokens"]["tokens"]
-        targets += int((ids != 0).sum()) - 2 * ids.shape[0]
+        sentences = int((ids[:, 0] != 0).sum())  # not the rows of padding (fixed_shape)
+        targets += int((ids != 0).sum()) - 2 * sentences
     return targets / (time.perf_counter() - start)
 
 

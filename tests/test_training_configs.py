@@ -21,3 +21,20 @@ def test_the_size_ladder_builds_the_published_elmo_sizes(size):
     assert encoder_options(BiLmEncoder(cnn, lstm)) == published_options(dim, projection, highway)
     # the original's training regime throughout the ladder
     assert (model["num_samples"], model["sparse_embeddings"]) == (8192, True)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        "elmo_lstm_original",
+        "elmo_lstm_small",
+        "elmo_lstm_medium",
+        "elmo_lstm_original_stateful",
+        "elmo_transformer_original",
+    ],
+)
+def test_the_original_configs_train_on_batches_of_one_shape_and_say_so(config):
+    path = CONFIG_DIR / f"{config}.jsonnet"
+    assert Params.from_file(str(path)).as_dict()["data_loader"]["fixed_shape"] is True
+    header = path.read_text().split("\nlocal ", 1)[0].split("\n{", 1)[0]
+    assert "Every training batch has one shape" in header and "fixed_shape" in header

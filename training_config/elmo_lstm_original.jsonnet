@@ -1,6 +1,7 @@
 // The published original ELMo (Peters et al., 2018) for GPU runs: 2 x 4096/512 LSTM with
 // clips 3, 2048-filter character CNN with 2 highway layers, sampled softmax with 8192
 // negatives, dropout 0.1, Adagrad 0.2, gradient norm 10, windows of 20 tokens.
+// Every training batch has one shape, 128 x 22 tokens (data_loader.fixed_shape), padded.
 // Reference figures (tokens/s, memory): not measured yet on a GPU.
 // The original used batch 128 per GPU on 3 GPUs. Your data on 3 GPUs, every override in one
 // JSON (allennlp keeps only the last -o; docs/scaling.md):
@@ -68,6 +69,7 @@
     shuffle: true,
     chunk_bytes: 1024 * 1024,
     num_workers: 1,
+    fixed_shape: true,  // padded to 128 x 22 (20 tokens + <S> </S>): no new shape on a GPU
   },
   trainer: {
     num_epochs: 10,

@@ -2,6 +2,7 @@
 // character CNN) with the original's training regime (elmo_lstm_original.jsonnet: sampled
 // softmax with 8192 negatives as sparse embeddings, Adagrad 0.2, windows of 20 tokens, mid-epoch
 // checkpoints, exact resume). For one GPU; between the CPU demo size and the original.
+// Every training batch has one shape, 128 x 22 tokens (data_loader.fixed_shape), padded.
 // Reference figures (tokens/s, memory): not measured yet on a GPU.
 // Your data, one GPU (allennlp keeps only the last -o: give every override in one JSON):
 //   allennlp train training_config/elmo_lstm_small.jsonnet -s out --include-package elmo_plugin \

@@ -3,7 +3,8 @@
 (seed, epoch), and keep their position (epoch, chunk, batch) so that a resumed run
 (`allennlp train -r` with the `elmo_corpus_resume` callback) continues exactly where the
 checkpoint was, without reading what came before. Each loader says how an epoch's batches are
-made (`epoch_batches`) and how many there are (`__len__`)."""
+made (`epoch_batches`) and how many there are (`__len__`); both may pad every batch to one shape
+(`fixed_shape`), and both copy batches to a CUDA device from pinned memory without waiting."""
 
 import logging
 import random
@@ -18,7 +19,6 @@ from allennlp.common.util import is_distributed
 from allennlp.data import Instance, Vocabulary
 from allennlp.data.data_loaders.data_collator import DataCollator, DefaultDataCollator
 from allennlp.data.data_loaders.data_loader import DataLoader, TensorDict
-from allennlp.nn import util as nn_util
 
 from elmo_plugin.data.corpus_chunks import chunk_order, corpus_chunks
 from elmo_plugin.data.corpus_stats import MAX_UTF8_WARNINGS, CorpusStats, warn_invalid_utf8
@@ -41,19 +41,57 @@ class LoaderPosition:
     epoch_batches: list[int] = field(default_factory=list)
 
 
+def padded(tensor: torch.Tensor, sizes: tuple[int, ...]) -> torch.Tensor:
+    """`tensor` in the first positions of a zero tensor whose leading dimensions have `sizes`
+    (the others are kept)."""
+    out = tensor.new_zeros((*sizes, *tensor.shape[len(sizes) :]))
+    out[tuple(slice(0, size) for size in tensor.shape[: len(sizes)])] = tensor
+    return out
+
+
+def fixed_shape_batch(batch: TensorDict, rows: int, timesteps: int) -> TensorDict:
+    """`batch` padded with zeros (no token, no target, False) to `rows` rows, and its text
+    fields' tensors (those in nested dicts: (batch, timesteps, ...)) to `timesteps` positions."""
+
+    def fixed(value: Any, sizes: tuple[int, ...]) -> Any:
+        if isinstance(value, dict):
+            return {key: fixed(item, (rows, timesteps)) for key, item in value.items()}
+        return padded(value, sizes)
+
+    return {name: fixed(value, (rows,)) for name, value in batch.items()}
+
+
+def to_device(batch: TensorDict, device: torch.device) -> TensorDict:
+    """`batch` on `device`. To a CUDA device each tensor is pinned (page-locked, here in the
+    main process) and copied with `non_blocking=True`, so the host does not wait for the copy;
+    elsewhere `Tensor.to` as is (a tensor already there is kept)."""
+    cuda = device.type == "cuda"
+
+    def moved(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {key: moved(item) for key, item in value.items()}
+        if isinstance(value, torch.Tensor):
+            return (value.pin_memory() if cuda else value).to(device, non_blocking=cuda)
+        return value
+
+    return moved(batch)
+
+
 class CorpusDataLoader(DataLoader, ABC):
     """
     The shared part of the corpus loaders (not registered itself): the reader and corpus chunks,
     this process's place among distributed processes, indexing, the device, and the position
     with exact resume. `resume_from` (called by the `elmo_corpus_resume` callback) starts at a
     saved position: the batches before it are yielded as empty placeholders, which allennlp's
-    trainer skips.
+    trainer skips. Batches go to the target device by `to_device` (pinned, non-blocking copies
+    to CUDA).
 
     Subclasses give `epoch_batches(epoch, first_ordinal, skip)`, the epoch's (chunk ordinal,
     batch) pairs from batch `skip` of chunk ordinal `first_ordinal` on, and `__len__`; a
     subclass that reads every chunk counts each one's `CorpusStats` in the read's total
     (`tally`) and ends with `finish_read`: the first read of the corpus is summarized in one
-    log line, and a corpus with no text is an error.
+    log line, and a corpus with no text is an error. A subclass that sets `fixed_timesteps`
+    gets batches of one shape from `collate`: `batch_size` rows of that many positions.
     """
 
     name = "data_loader"  # how errors name the loader: "data_loader TYPE"
@@ -89,6 +127,7 @@ class CorpusDataLoader(DataLoader, ABC):
         self.device: Optional[torch.device] = (
             None if cuda_device is None else torch.device(cuda_device)
         )
+        self.fixed_timesteps: Optional[int] = None  # positions of every batch, if fixed
         self._utf8_warnings = 0  # lines with invalid UTF-8 named so far (at most MAX_...)
         self._summarized = False  # whether a read of every chunk was summarized
 
@@ -168,7 +207,7 @@ class CorpusDataLoader(DataLoader, ABC):
                 position.chunk_ordinal, position.chunk_batch = ordinal, 0
             position.chunk_batch += 1
             position.batches += 1
-            yield batch if self.device is None else nn_util.move_to_device(batch, self.device)
+            yield batch if self.device is None else to_device(batch, self.device)
         self.end_epoch()
 
     # --- what the shared parts give a loader ---
@@ -192,6 +231,14 @@ class CorpusDataLoader(DataLoader, ABC):
         if self.rank == 0 and not self._summarized:
             logger.info(read.summary(self.data_path))
         self._summarized = True
+
+    def collate(self, instances: list[Instance]) -> TensorDict:
+        """The batch of `instances` (indexed here) by `collate_fn`; with `fixed_timesteps`,
+        padded with zeros to `batch_size` rows of that many positions (`fixed_shape_batch`)."""
+        batch = self.collate_fn([self.indexed(instance) for instance in instances])
+        if self.fixed_timesteps is None:
+            return batch
+        return fixed_shape_batch(batch, self.batch_size, self.fixed_timesteps)
 
     def indexed(self, instance: Instance) -> Instance:
         """`instance` with the reader's token indexers, indexed once `index_with` was called."""

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Optional, Union, cast
 
 import torch
+from allennlp.common.checks import ConfigurationError
 from allennlp.data import Instance
 from allennlp.data.data_loaders.data_collator import DataCollator
 from allennlp.data.data_loaders.data_loader import DataLoader, TensorDict
@@ -33,11 +34,12 @@ class ElmoCorpusLoader(CorpusDataLoader):
     of about `chunk_bytes` (byte ranges of plain shards, found by seeking; a compressed shard is
     one chunk). With `shuffle`, the chunk order is shuffled by (seed, epoch) and the instances of
     a chunk by (seed, epoch, chunk); each chunk is split into nearly equal batches of at most
-    `batch_size`. So batch k of epoch e is the same in every run, whatever `num_workers`: worker
-    w of N builds the chunks w, w + N, ... of the epoch's order and the batches are taken from
-    the workers in that order. Under distributed training every process reads every chunk and
-    takes every world_size-th of its batches, so all processes have the same number of batches
-    (a chunk with fewer instances than processes repeats some, as torch's DistributedSampler).
+    `batch_size` (with `fixed_shape`, padded to exactly `batch_size`). So batch k of epoch e is
+    the same in every run, whatever `num_workers`: worker w of N builds the chunks w, w + N, ...
+    of the epoch's order and the batches are taken from the workers in that order. Under
+    distributed training every process reads every chunk and takes every world_size-th of its
+    batches, so all processes have the same number of batches (a chunk with fewer instances
+    than processes repeats some, as torch's DistributedSampler).
 
     `resume_from` (called by the `elmo_corpus_resume` callback) starts at a saved position:
     the batches before it are yielded as empty placeholders, which allennlp's trainer skips,
@@ -58,6 +60,12 @@ class ElmoCorpusLoader(CorpusDataLoader):
         sampler): a chunk's instances are sorted by their number of tokens (after shuffling,
         so instances of one length still mix) before they are cut into batches, and with
         `shuffle` the chunk's batches are then shuffled.
+    fixed_shape : `bool`, optional (default = `False`)
+        Every batch has one shape, for GPU steps that never see a new one: `batch_size` rows
+        of the reader's longest window (`max_sequence_length` + 2 positions, for `<S>` and
+        `</S>`) in every tensor, padded with zeros (rows and positions of no token, no
+        target); the batches' content is the same as without it. Needs the reader's
+        `max_sequence_length`.
     chunk_bytes : `int`, optional (default = `1 << 20`)
         About how many bytes of a plain shard make one chunk.
     num_workers : `int`, optional (default = `0`)
@@ -80,6 +88,7 @@ class ElmoCorpusLoader(CorpusDataLoader):
         batch_size: int,
         shuffle: bool = False,
         bucket_by_length: bool = False,
+        fixed_shape: bool = False,
         chunk_bytes: int = 1 << 20,
         num_workers: int = 0,
         seed: Optional[int] = None,
@@ -92,6 +101,13 @@ class ElmoCorpusLoader(CorpusDataLoader):
         self.check_at_least(num_workers=(num_workers, 0))
         self.num_workers = num_workers
         self.bucket_by_length = bucket_by_length
+        if fixed_shape:
+            if reader.max_sequence_length is None:
+                raise ConfigurationError(
+                    f"{self.name}: fixed_shape needs the dataset reader's max_sequence_length "
+                    "(the longest window, the batches' length)"
+                )
+            self.fixed_timesteps = reader.max_sequence_length + 2  # <S> ... </S>
         self._estimated_length: Optional[int] = None  # see __len__
 
     def __len__(self) -> int:
@@ -191,5 +207,5 @@ class ElmoCorpusLoader(CorpusDataLoader):
         `CorpusStats`."""
         stats = CorpusStats()
         for batch in self.chunk_batches(epoch, chunk_index, stats)[skip:]:
-            yield self.collate_fn([self.indexed(instance) for instance in batch])
+            yield self.collate(batch)
         yield stats

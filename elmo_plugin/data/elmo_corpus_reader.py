@@ -127,6 +127,11 @@ class ElmoCorpusReader(DatasetReader):
         self._max_sequence_length = max_sequence_length
         self._skip_headings = skip_headings
 
+    @property
+    def max_sequence_length(self) -> Optional[int]:
+        """The most tokens of an instance without `<S>` and `</S>` (None: a whole line)."""
+        return self._max_sequence_length
+
     def corpus_lines(self, pattern: str, stats: CorpusStats) -> Iterator[tuple[str, int, str]]:
         """(path, 1-based line number, text) for every line worth reading, in every shard."""
         for path in resolve_corpus_paths(pattern):

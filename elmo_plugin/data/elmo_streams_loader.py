@@ -86,6 +86,10 @@ class ElmoStreamsLoader(CorpusDataLoader):
         Streams per process: the rows of a batch.
     window_size : `int`, optional (default = `20`)
         Tokens each window predicts per row (a window reads `window_size + 1` tokens at most).
+    fixed_shape : `bool`, optional (default = `False`)
+        Every batch has one shape, for GPU steps that never see a new one: `window_size + 1`
+        positions in every tensor, padded with zeros (no token, no target). Without it the
+        epoch's last batch is shorter where its streams end before a full window.
     shuffle : `bool`, optional (default = `False`)
         Read the chunks in an order drawn from (seed, epoch).
     chunk_bytes : `int`, optional (default = `1 << 20`)
@@ -109,6 +113,7 @@ class ElmoStreamsLoader(CorpusDataLoader):
         data_path: str,
         batch_size: int,
         window_size: int = 20,
+        fixed_shape: bool = False,
         shuffle: bool = False,
         chunk_bytes: int = 1 << 20,
         num_workers: int = 0,
@@ -125,6 +130,7 @@ class ElmoStreamsLoader(CorpusDataLoader):
                 f"{self.name}: num_workers must be 0 (streams are read in order)"
             )
         self.window_size = window_size
+        self.fixed_timesteps = window_size + 1 if fixed_shape else None
         self.pieces = [split_chunk(chunk, min(chunk_bytes, PIECE_BYTES)) for chunk in self.chunks]
         self._piece_counts: Optional[list[list[int]]] = None
 
@@ -234,7 +240,7 @@ class ElmoStreamsLoader(CorpusDataLoader):
                 self._window_instance(next(forward), next(backward), k)
                 for forward, backward in directions
             ]
-            yield 0, self.collate_fn([self.indexed(instance) for instance in instances])
+            yield 0, self.collate(instances)
 
     def _window_instance(self, forward: list[str], backward: list[str], k: int) -> Instance:
         """Window k of a stream, forward and backward (read from the stream's reversed text)."""

@@ -80,7 +80,8 @@ class TargetCounter(TrainerCallback):
 @TrainerCallback.register("batch_recorder")
 class BatchRecorder(TrainerCallback):
     """With $BATCH_RECORDER_DIR set, each worker appends to `rank{R}.jsonl` one line per training
-    batch: epoch, batch number in the epoch and the batch's rows of target ids (padding cut).
+    batch: epoch, batch number in the epoch, the batch's rows of target ids (padding cut, rows of
+    padding alone too) and the shape of its token ids.
     With $BATCH_RECORDER_KILL="E,B", the process kills itself (SIGKILL) at batch B of epoch E,
     before that batch's checkpoint would be saved."""
 
@@ -100,12 +101,11 @@ class BatchRecorder(TrainerCallback):
         folder = os.environ.get("BATCH_RECORDER_DIR")
         if not (folder and is_training):
             return
-        rows = [
-            [int(i) for i in row if i]
-            for batch in batch_inputs
-            for row in batch["source"]["tokens"]["tokens"].tolist()
-        ]
+        tokens = [batch["source"]["tokens"]["tokens"] for batch in batch_inputs]
+        rows = [[int(i) for i in row if i] for ids in tokens for row in ids.tolist() if any(row)]
+        shapes = [list(ids.shape) for ids in tokens]
+        line = {"epoch": epoch, "batch": batch_number, "rows": rows, "shapes": shapes}
         with open(os.path.join(folder, f"rank{trainer._rank}.jsonl"), "a") as out:
-            out.write(json.dumps({"epoch": epoch, "batch": batch_number, "rows": rows}) + "\n")
+            out.write(json.dumps(line) + "\n")
         if os.environ.get("BATCH_RECORDER_KILL") == f"{epoch},{batch_number}":
             os.kill(os.getpid(), signal.SIGKILL)

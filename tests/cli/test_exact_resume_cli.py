@@ -47,11 +47,14 @@ def shrunk_original(corpus: Path, num_workers: int, processes: int) -> dict:
     return values
 
 
-def recorded(record: Path, rank: int, epoch: int, up_to: int = 10**9) -> dict[int, list]:
-    """batch number -> rows of target ids, for one worker's batches of one epoch."""
+def recorded(
+    record: Path, rank: int, epoch: int, up_to: int = 10**9, key: str = "rows"
+) -> dict[int, list]:
+    """batch number -> rows of target ids (or with `key="shapes"` the shape of its token ids),
+    for one worker's batches of one epoch."""
     lines = [json.loads(line) for line in (record / f"rank{rank}.jsonl").read_text().splitlines()]
     return {
-        line["batch"]: line["rows"]
+        line["batch"]: line[key]
         for line in lines
         if line["epoch"] == epoch and line["batch"] <= up_to
     }
@@ -129,6 +132,48 @@ def test_a_checkpoint_cut_short_by_a_kill_mid_save_is_skipped_by_resume(tiny_cor
         tmp_path / "whole-record", 0, epoch
     )
     assert not cut_short.exists()
+
+
+def test_fixed_shape_trains_the_same_batches_to_the_same_losses_and_resumes_exactly(
+    tiny_corpus, tmp_path
+):
+    """`data_loader.fixed_shape` (with a loader worker, which pads): every training batch is
+    8 x 22 (batch_size x max_sequence_length 20 + <S> </S>) and holds the unpadded run's windows,
+    batch for batch; without dropout both runs count the same targets (what `tokens_per_second`
+    counts) and reach the same losses and perplexities; killed and resumed with -r, the run
+    trains exactly the uninterrupted run's batches."""
+    plain = shrunk_original(tiny_corpus, num_workers=1, processes=1)
+    plain["model.dropout"] = plain["model.contextualizer.dropout"] = 0.0
+    plain["trainer.callbacks"] = [*plain["trainer.callbacks"], {"type": "target_counter"}]
+    plain["data_loader.fixed_shape"] = False  # (the original config's is true)
+    fixed = {**plain, "data_loader.fixed_shape": True}
+    train(plain, tmp_path / "plain", tmp_path / "plain-record")
+    train(fixed, tmp_path / "whole", tmp_path / "whole-record")
+    for epoch in range(2):
+        shapes = recorded(tmp_path / "whole-record", 0, epoch, key="shapes").values()
+        plain_shapes = recorded(tmp_path / "plain-record", 0, epoch, key="shapes").values()
+        assert set(map(str, shapes)) == {"[[8, 22]]"} != set(map(str, plain_shapes))
+        whole = recorded(tmp_path / "whole-record", 0, epoch)
+        assert whole == recorded(tmp_path / "plain-record", 0, epoch)
+    targets = [
+        json.loads((tmp_path / run / "rank0.json").read_text())
+        for run in ("plain-record", "whole-record")
+    ]
+    assert targets[0] == targets[1]
+    metrics = [
+        json.loads((tmp_path / run / "metrics.json").read_text()) for run in ("plain", "whole")
+    ]
+    for name in ("training_loss", "training_perplexity", "validation_perplexity"):
+        assert metrics[1][name] == pytest.approx(metrics[0][name], rel=1e-5), name
+    killed = train(
+        fixed, tmp_path / "cut", tmp_path / "killed-record", kill=",".join(map(str, KILLED_AT))
+    )
+    assert killed.returncode != 0
+    train(fixed, tmp_path / "cut", tmp_path / "resumed-record", resume=True)
+    epoch = KILLED_AT[0]
+    before = recorded(tmp_path / "killed-record", 0, epoch, up_to=SAVED_AT)
+    after = recorded(tmp_path / "resumed-record", 0, epoch)
+    assert min(after) == SAVED_AT + 1 and {**before, **after} == whole
 
 
 def rows_of(batches: dict[int, list]) -> Counter:

@@ -18,6 +18,8 @@ from allennlp.models import Model
 from allennlp.models.archival import load_archive
 from allennlp.predictors import Predictor
 
+from elmo_plugin.data.elmo_corpus_loader import ElmoCorpusLoader
+from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
 from elmo_plugin.modules.elmo_lstm import ElmoLstmContextualizer
 from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder
 from tests.helpers import (
@@ -297,3 +299,54 @@ def test_allennlp_train_and_evaluate_on_gpu(config, values, tiny_corpus, tmp_pat
     assert metrics[CUDA_DEVICE]["perplexity"] < len(
         Vocabulary.from_files(str(out / "vocabulary")).get_token_to_index_vocabulary("tokens")
     )
+
+
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_loader_batches_reach_the_gpu_from_pinned_memory_without_a_host_wait(
+    num_workers, tiny_corpus, monkeypatch
+):
+    """The `elmo_corpus` loader with `fixed_shape` and the GPU as its target: every tensor of
+    every batch is copied from pinned memory with `non_blocking` (under CUDA's sync debug mode
+    "error", where a blocking copy raises), one shape throughout, equal to the CPU batches."""
+    reader = ElmoCorpusReader(max_sequence_length=20)
+    loaders = [
+        ElmoCorpusLoader(
+            reader,
+            str(tiny_corpus / "train" / "*.txt"),
+            batch_size=16,
+            shuffle=True,
+            chunk_bytes=4000,
+            num_workers=num_workers,
+            seed=1,
+            fixed_shape=True,
+        )
+        for _ in range(2)
+    ]
+    vocab = Vocabulary.from_instances(loaders[0].iter_instances())
+    for loader in loaders:
+        loader.index_with(vocab)
+    loaders[1].set_target_device(GPU)
+    expected = list(loaders[0])
+    copies: list[tuple[bool, bool]] = []
+    original_to = torch.Tensor.to
+
+    def recorded_to(tensor, *args, **kwargs):
+        copies.append((tensor.is_pinned(), kwargs.get("non_blocking", False)))
+        return original_to(tensor, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", recorded_to)
+    if GPU.type == "cuda":
+        torch.cuda.set_sync_debug_mode("error")
+    try:
+        batches = list(loaders[1])
+    finally:
+        if GPU.type == "cuda":
+            torch.cuda.set_sync_debug_mode("default")
+        monkeypatch.undo()
+    on_gpu = GPU.type == "cuda"
+    assert copies == [(on_gpu, on_gpu)] * (2 * len(expected))  # token ids, character ids
+    for batch, cpu_batch in zip(batches, expected, strict=True):
+        for name in ("tokens", "elmo"):
+            (got,), (want,) = batch["source"][name].values(), cpu_batch["source"][name].values()
+            assert got.device == GPU and got.shape[:2] == (16, 22)
+            assert torch.equal(got.cpu(), want)

@@ -4,11 +4,13 @@ resume that reads only from the chunk of its position on."""
 
 import gzip
 import multiprocessing
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
 
@@ -135,15 +137,15 @@ def test_distributed_processes_split_each_chunk_evenly(tmp_path):
     assert not set(map(tuple, per_rank[0])) & set(map(tuple, per_rank[1]))
 
 
-@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("num_workers, fixed_shape", [(0, False), (2, False), (2, True)])
 def test_resume_continues_with_the_remaining_batches_reading_from_its_chunk_only(
-    tmp_path, num_workers
+    tmp_path, num_workers, fixed_shape
 ):
     """A loader resumed from the state after batch k of epoch 1 yields the epoch-0 and first k
     batches as empty placeholders, then exactly the uninterrupted epoch's batches k+1...; the
     reader produces only the instances of the chunks from the position's chunk on."""
     pattern = write_corpus(tmp_path)
-    whole = make_loader(pattern)
+    whole = make_loader(pattern, fixed_shape=fixed_shape)
     epoch_0_count = len(epoch_batches(whole))
     iterator = iter(whole)
     head = [texts_of(whole, next(iterator)) for _ in range(17)]
@@ -151,7 +153,7 @@ def test_resume_continues_with_the_remaining_batches_reading_from_its_chunk_only
     tail = [texts_of(whole, batch) for batch in iterator]
 
     resumed = make_loader(
-        pattern, seed=None, num_workers=num_workers
+        pattern, seed=None, num_workers=num_workers, fixed_shape=fixed_shape
     )  # the seed comes from the state
     read = multiprocessing.Value("i", 0)  # shared with the loader's forked workers
     range_instances = resumed.reader.range_instances
@@ -282,3 +284,131 @@ def test_a_corpus_loader_that_does_not_say_how_it_batches_cannot_be_made(tmp_pat
 
     with pytest.raises(TypeError, match="abstract method.*epoch_batches"):
         NoBatches(ElmoCorpusReader(), write_corpus(tmp_path), 4, False, 300, 0, None, None)
+
+
+def tensors_of(batch) -> list[torch.Tensor]:
+    """Every tensor of a batch, in order (text fields' nested dicts flattened)."""
+    return [
+        tensor
+        for value in batch.values()
+        for tensor in (
+            [t for keys in value.values() for t in keys.values()]
+            if isinstance(value, dict)
+            else [value]
+        )
+    ]
+
+
+@pytest.mark.parametrize("num_workers, world_size", [(0, 1), (1, 1), (0, 2)])
+def test_fixed_shape_batches_have_batch_size_rows_of_the_longest_window_in_every_tensor(
+    tmp_path, num_workers, world_size
+):
+    """Chunks of 300 bytes (a short last chunk in each shard; batches of 3 or 4 windows of 3 to
+    7 tokens): every tensor of every batch of two epochs is 4 x 7 (5 tokens + <S> </S>), and
+    there are as many batches as without `fixed_shape`."""
+    pattern = write_corpus(tmp_path)
+    for rank in range(world_size):
+        loaders = [
+            make_loader(pattern, num_workers=num_workers, fixed_shape=fixed)
+            for fixed in (False, True)
+        ]
+        for loader in loaders:
+            loader.world_size, loader.rank = world_size, rank
+        for _ in range(2):
+            plain, fixed = (list(loader) for loader in loaders)
+            assert len(fixed) == len(plain)
+            assert {tuple(t.shape) for batch in plain for t in tensors_of(batch)} > {(4, 7)}
+            assert {tuple(t.shape) for batch in fixed for t in tensors_of(batch)} == {
+                (4, 7),
+                (4, 7, 50),
+            }
+
+
+def padding(unpadded, padded) -> tuple[int, int]:
+    """(rows, positions) that `padded` adds to `unpadded`, asserting that every tensor of
+    `padded` holds its unpadded one in its first rows and positions and zeros elsewhere."""
+    added = set()
+    for small, large in zip(tensors_of(unpadded), tensors_of(padded), strict=True):
+        corner = tuple(slice(0, size) for size in small.shape)
+        assert torch.equal(large[corner], small)
+        rest = large.clone()
+        rest[corner] = 0
+        assert not rest.any()
+        if small.dim() > 1:  # a text field's (batch, timesteps, ...)
+            added.add((large.size(0) - small.size(0), large.size(1) - small.size(1)))
+    (rows_and_positions,) = added  # the same in every text field's tensors
+    return rows_and_positions
+
+
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_a_fixed_shape_batch_holds_the_unpadded_batch_first_and_zeros_elsewhere(
+    tmp_path, num_workers
+):
+    pattern = write_corpus(tmp_path)
+    plain = list(make_loader(pattern))
+    fixed = list(make_loader(pattern, num_workers=num_workers, fixed_shape=True))
+    added = [padding(unpadded, padded) for unpadded, padded in zip(plain, fixed, strict=True)]
+    assert {rows for rows, _ in added} == {0, 1} and {positions for _, positions in added} == {
+        0,
+        1,
+        2,
+    }
+
+
+def test_fixed_shape_needs_the_readers_max_sequence_length(tmp_path):
+    with pytest.raises(
+        ConfigurationError,
+        match="elmo_corpus: fixed_shape needs the dataset reader's max_sequence_length",
+    ):
+        ElmoCorpusLoader(ElmoCorpusReader(), write_corpus(tmp_path), 4, fixed_shape=True)
+
+
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_batches_for_a_cuda_device_are_pinned_in_the_main_process_and_copied_without_blocking(
+    tmp_path, monkeypatch, num_workers
+):
+    """The copies' logic on the CPU (tests/cuda runs it on a GPU): each tensor of each batch is
+    pinned once, in the main process (in no worker), then copied with `non_blocking`."""
+    pattern = write_corpus(tmp_path)
+    expected = list(make_loader(pattern, fixed_shape=True))
+    loader = make_loader(pattern, num_workers=num_workers, fixed_shape=True)
+    loader.set_target_device(torch.device("cuda", 0))
+    pins = multiprocessing.Value("i", 0)  # in any process, the forked workers too
+    pinned_here: list[int] = []
+    copies: list[tuple[Any, ...]] = []
+
+    def pin_memory(tensor: torch.Tensor) -> torch.Tensor:
+        with pins.get_lock():
+            pins.value += 1
+        pinned_here.append(os.getpid())
+        return tensor
+
+    monkeypatch.setattr(torch.Tensor, "pin_memory", pin_memory)
+    monkeypatch.setattr(torch.Tensor, "to", lambda t, *args, **kw: copies.append((args, kw)) or t)
+    batches = list(loader)
+    monkeypatch.undo()
+    tensors = sum(len(tensors_of(batch)) for batch in batches)
+    assert pins.value == len(pinned_here) == tensors
+    assert set(pinned_here) == {os.getpid()}
+    assert copies == [((torch.device("cuda", 0),), {"non_blocking": True})] * tensors
+    for mine, theirs in zip(batches, expected, strict=True):
+        assert all(map(torch.equal, tensors_of(mine), tensors_of(theirs)))
+
+
+def test_batches_for_the_cpu_are_the_collated_tensors_themselves_unpinned(tmp_path, monkeypatch):
+    pattern = write_corpus(tmp_path)
+    loader = make_loader(pattern)
+    loader.set_target_device(torch.device("cpu"))
+    collated: list[dict] = []
+    collate = loader.collate
+    monkeypatch.setattr(
+        loader, "collate", lambda batch: collated.append(collate(batch)) or collated[-1]
+    )
+    pinned: list[int] = []
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t: pinned.append(1) or t)
+    batches = list(loader)
+    monkeypatch.undo()
+    assert not pinned
+    assert [id(t) for b in batches for t in tensors_of(b)] == [
+        id(t) for b in collated for t in tensors_of(b)
+    ]

@@ -15,7 +15,7 @@ from allennlp.data import Vocabulary
 from elmo_plugin.data import elmo_streams_loader
 from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
 from elmo_plugin.data.elmo_streams_loader import ElmoStreamsLoader, stream_bounds, window_count
-from tests.data.test_elmo_corpus_loader import write_corpus
+from tests.data.test_elmo_corpus_loader import padding, tensors_of, write_corpus
 from tests.helpers import text_tokens
 
 WINDOW = 6
@@ -286,3 +286,46 @@ def test_the_length_is_exact_before_the_first_epoch_for_every_process(pattern):
         length = len(loader)
         assert not loader.length_is_estimate
         assert length == len(list(loader)) == len(list(loader))
+
+
+def source_shapes(batches) -> list[tuple[int, ...]]:
+    return [tuple(batch["source"]["tokens"]["tokens"].shape) for batch in batches]
+
+
+@pytest.mark.parametrize("world", [(1, 0), (2, 0), (2, 1)])
+def test_without_fixed_shape_only_the_epochs_last_batch_is_shorter(pattern, world):
+    """Every batch has a row per stream and, but for the last, full windows (window_size + 1
+    tokens); the last holds each stream's remaining tokens, as long as the longest of them."""
+    loader = make_loader(pattern, world=world)
+    *before, last = source_shapes(loader)
+    remaining = max(len(window) for window in plain_windows(loader, 0)[-1][0])
+    assert set(before) == {(ROWS, WINDOW + 1)} and last == (ROWS, remaining)
+    assert remaining < WINDOW + 1
+
+
+@pytest.mark.parametrize("world", [(1, 0), (2, 0), (2, 1)])
+def test_fixed_shape_windows_are_all_window_size_plus_one_and_hold_the_unpadded_windows(
+    pattern, world
+):
+    plain = list(make_loader(pattern, world=world, shuffle=True))
+    fixed = list(make_loader(pattern, world=world, shuffle=True, fixed_shape=True))
+    assert {tuple(t.shape) for batch in fixed for t in tensors_of(batch)} == {
+        (ROWS, WINDOW + 1),
+        (ROWS, WINDOW + 1, 50),
+        (ROWS,),
+    }
+    added = [padding(unpadded, padded) for unpadded, padded in zip(plain, fixed, strict=True)]
+    assert added[:-1] == [(0, 0)] * (len(added) - 1) and added[-1][1] > 0
+
+
+def test_fixed_shape_pads_a_batch_of_lone_last_tokens_to_full_windows(tmp_path):
+    """Process 0 of 2 reading 45 tokens as 2 x 2 streams of 5-token windows: its streams have
+    11 tokens, process 1's last one 12, so its last batch holds each stream's last token alone."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"w{i} b c\n" for i in range(9)))  # <S> w b c </S>: 9 x 5 tokens
+    options: dict[str, Any] = dict(world=(2, 0), batch_size=2, window_size=5)
+    plain = list(make_loader(str(corpus), **options))
+    fixed = list(make_loader(str(corpus), fixed_shape=True, **options))
+    assert source_shapes(plain) == [(2, 6), (2, 6), (2, 1)]
+    assert source_shapes(fixed) == [(2, 6)] * 3
+    assert padding(plain[-1], fixed[-1]) == (0, 5)

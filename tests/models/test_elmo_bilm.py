@@ -8,7 +8,8 @@ from allennlp.data import Batch, DatasetReader, Vocabulary
 from allennlp.models import Model
 from allennlp_models.lm.models.language_model import LanguageModel
 
-from tests.helpers import CONFIG_DIR, TINY_LSTM_OVERRIDES
+from elmo_plugin.data.corpus_data_loader import fixed_shape_batch
+from tests.helpers import CONFIG_DIR, TINY_LSTM_OVERRIDES, TINY_TRANSFORMER_OVERRIDES
 
 
 @pytest.fixture(scope="module")
@@ -148,3 +149,57 @@ def test_unknown_mixed_precision_is_a_configuration_error():
     )
     with pytest.raises(ConfigurationError, match="mixed_precision must be one of"):
         Model.from_params(vocab=Vocabulary(), params=params.pop("model"))
+
+
+NO_DROPOUT = {"model.dropout": 0.0, "model.contextualizer.dropout": 0.0}
+
+
+@pytest.mark.parametrize(
+    "config, sizes",
+    [
+        ("elmo_lstm.jsonnet", dict(TINY_LSTM_OVERRIDES, **NO_DROPOUT)),
+        (
+            "elmo_transformer.jsonnet",
+            dict(
+                TINY_TRANSFORMER_OVERRIDES,
+                **NO_DROPOUT,
+                **{"model.contextualizer.input_dropout": 0.0},
+            ),
+        ),
+    ],
+    ids=["lstm", "transformer"],
+)
+def test_a_fixed_shape_batch_gives_the_unpadded_loss_metrics_gradients_and_target_count(
+    tiny_corpus, config, sizes
+):
+    """The loaders' `fixed_shape` padding (3 rows of nothing but padding, 5 more positions)
+    changes nothing the model computes for training: the same loss, perplexities, parameter
+    gradients and `batch_weight` (the targets `tokens_per_second` counts), nothing NaN."""
+    params = Params.from_file(str(CONFIG_DIR / config), json.dumps(sizes))
+    reader = DatasetReader.from_params(params.pop("dataset_reader"))
+    instances = list(reader.read(str(tiny_corpus / "valid.txt")))[:7]
+    vocab = Vocabulary.from_instances(instances)
+    torch.manual_seed(0)
+    model = Model.from_params(vocab=vocab, params=params.pop("model")).train()
+    batch = Batch(instances)
+    batch.index_instances(vocab)
+    unpadded = batch.as_tensor_dict()
+    rows, timesteps = unpadded["source"]["tokens"]["tokens"].shape
+    padded = fixed_shape_batch(unpadded, rows + 3, timesteps + 5)
+    results = []
+    for tensors in (unpadded, padded):
+        model.zero_grad(set_to_none=True)
+        model.get_metrics(reset=True)
+        output = model(**tensors)
+        output["loss"].backward()
+        gradients = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+        assert all(torch.isfinite(g).all() for g in gradients.values())
+        assert torch.isfinite(output["lm_embeddings"]).all()
+        results.append((output, model.get_metrics(reset=True), gradients))
+    (output, metrics, gradients), (padded_output, padded_metrics, padded_gradients) = results
+    assert padded_output["loss"].item() == pytest.approx(output["loss"].item(), rel=1e-6)
+    assert float(padded_output["batch_weight"]) == float(output["batch_weight"]) > 0
+    assert padded_metrics == pytest.approx(metrics, rel=1e-6)
+    assert padded_gradients.keys() == gradients.keys() and len(gradients) > 10
+    for name, gradient in gradients.items():
+        assert torch.allclose(padded_gradients[name], gradient, rtol=1e-5, atol=1e-7), name

@@ -194,3 +194,47 @@ def test_a_batch_of_lone_last_tokens_has_a_zero_loss_reaching_every_parameter_an
     with torch.no_grad():
         output = model(**last)
     assert output["loss"].item() == 0 and model.get_metrics() == metrics
+
+
+def test_fixed_shape_windows_give_the_stateful_lstm_the_same_losses_gradients_and_state(
+    tiny_corpus,
+):
+    """Two epochs of `elmo_streams` windows with and without `fixed_shape` (which pads each
+    epoch's last, shorter batch to full windows): the same loss and parameter gradients at every
+    batch, the same perplexities, and the same carried state after every batch but an epoch's
+    last. After that one a row whose window was the batch's longest has read its last token
+    only when padded; its stream has ended, and the next window 0 starts from zero state."""
+    reader = DatasetReader.from_params(Params({"type": "elmo_corpus", "max_sequence_length": 40}))
+    epochs, models = [], []
+    for fixed_shape in (False, True):
+        loader = ElmoStreamsLoader(
+            reader, str(tiny_corpus / "valid.txt"), 4, window_size=5, fixed_shape=fixed_shape
+        )
+        vocab = Vocabulary.from_instances(loader.iter_instances())
+        loader.index_with(vocab)
+        epochs.append(list(loader) + list(loader))
+        sizes = {**TINY, "model.contextualizer.dropout": 0.0}
+        models.append(build("elmo_lstm_stateful.jsonnet", sizes, vocab).train())
+    widths = [[batch["source"]["tokens"]["tokens"].size(1) for batch in e] for e in epochs]
+    per_epoch = len(widths[0]) // 2
+    assert widths[0][per_epoch - 1] == 2 and set(widths[1]) == {6}  # the last batch padded
+    for k, batches in enumerate(zip(*epochs, strict=True)):
+        outputs = []
+        for model, batch in zip(models, batches, strict=True):
+            model.zero_grad(set_to_none=True)
+            output = model(**batch)
+            output["loss"].backward()
+            outputs.append((output["loss"].item(), dict(model.named_parameters())))
+        (loss, parameters), (padded_loss, padded_parameters) = outputs
+        assert padded_loss == pytest.approx(loss, rel=1e-6)
+        for name, parameter in parameters.items():
+            assert torch.allclose(
+                padded_parameters[name].grad, parameter.grad, rtol=1e-5, atol=1e-7
+            ), name
+        if k % per_epoch != per_epoch - 1:
+            states = [model._stream_state[True] for model in models]
+            for (h, c), (padded_h, padded_c) in zip(*states, strict=True):
+                assert torch.allclose(padded_h, h, atol=1e-6)
+                assert torch.allclose(padded_c, c, atol=1e-6)
+    metrics = [model.get_metrics() for model in models]
+    assert metrics[1] == pytest.approx(metrics[0], rel=1e-6)
