@@ -71,6 +71,7 @@ BENCHMARKS = [
     Benchmark("plan_vs_epoch", ["--tiny"]),
     Benchmark("quality_table", ["--quick"]),
     Benchmark("gpu_original_elmo", ["--steps", "20", "--warmup", "5", "--precisions", "bf16"]),
+    Benchmark("step_audit", ["--batches", "2"]),
 ]
 
 

@@ -1,17 +1,19 @@
 """One full training step of the original configs, read op by op on the CPU: what the GPU step
 dispatches and where it would wait for the host.
 
-    python -m benchmarks.step_audit [--batches 2] [--show 12]
+    python -m benchmarks.step_audit [--batches 2] [--show 12] [--configs lstm transformer]
 
 For `elmo_lstm_original.jsonnet` and `elmo_transformer_original.jsonnet` at shrunk widths (the
 configs' structure: clips, dropout, sampled sparse softmax, Adagrad / fused Adam, gradient
 clipping), built as `allennlp train` builds them, with the settings a GPU runs (`GPU_PATH`) and
 with the CPU's defaults, it runs `--batches` steps on the bundled demo corpus under `OpAudit`
-(benchmarks/op_audit.py): the loader's batch moved to the device, forward, backward, gradient
-clipping (torch's `clip_grad_norm_`, as allennlp's trainer, without the trainer's own `.item()`)
-and the optimizer step. It prints, per config and path, the aten ops per phase, every op that
+(benchmarks/op_audit.py), after one step that makes what is made once (optimizer state): the
+loader's batch moved to the device, forward, backward, gradient clipping (torch's
+`clip_grad_norm_`, as allennlp's trainer, without the trainer's own `.item()`) and the
+optimizer step. It prints, per config and path, the aten ops per phase, every op that
 would synchronize a GPU with the host (op, file:line) and whether two batches dispatch the same
-(op, output shapes) sequence; it ends with one JSON line (benchmarks/common.py).
+(op, output shapes) sequence; it ends with one JSON line (benchmarks/common.py), with `missed`
+naming a GPU path that would synchronize or change shapes.
 """
 
 import argparse
@@ -24,12 +26,12 @@ import torch
 from allennlp.common import Params
 from allennlp.data import DataLoader, DatasetReader, Vocabulary
 from allennlp.models import Model
-from allennlp.nn import util as nn_util
 from allennlp.training.optimizers import Optimizer
 
 import elmo_plugin  # noqa: F401  (registers components)
 from benchmarks.common import CONFIG_DIR, REPO_ROOT, run_benchmark
 from benchmarks.op_audit import OpAudit, host_step_counters
+from elmo_plugin.data.corpus_data_loader import to_device
 
 NAME = "step_audit"
 CONFIGS = {"lstm": "elmo_lstm_original.jsonnet", "transformer": "elmo_transformer_original.jsonnet"}
@@ -52,15 +54,21 @@ SHRUNK_CONTEXTUALIZER = {
         "model.contextualizer.num_attention_heads": 2,
     },
 }
-# What a GPU runs, chosen on the CPU: the LSTM's reference loop (a GPU's, compiled there).
-GPU_PATH = {"lstm": {"model.contextualizer.cpu_loop": "reference"}, "transformer": {}}
+# What a GPU runs, chosen on the CPU: the character CNN's fixed-shape reference and the LSTM's
+# reference loop (a GPU's, compiled there).
+CHAR_CNN_REFERENCE = {"model.text_field_embedder.token_embedders.elmo.cpu_path": "reference"}
+GPU_PATH = {
+    "lstm": {**CHAR_CNN_REFERENCE, "model.contextualizer.cpu_loop": "reference"},
+    "transformer": CHAR_CNN_REFERENCE,
+}
 PHASES = ("batch", "forward", "backward", "clip", "optimizer")
+CPU = torch.device("cpu")
 
 
 class AuditedStep:
-    """A config's model, loader and optimizer as `allennlp train` builds them (CPU)."""
+    """A config's model, loader and optimizer as `allennlp train` builds them, on `device`."""
 
-    def __init__(self, config: str, values: dict[str, Any]) -> None:
+    def __init__(self, config: str, values: dict[str, Any], device: torch.device = CPU) -> None:
         params = Params.from_file(str(CONFIG_DIR / config), json.dumps(values))
         reader = DatasetReader.from_params(params.pop("dataset_reader"))
         self.loader = DataLoader.from_params(
@@ -73,8 +81,9 @@ class AuditedStep:
         )
         self.loader.index_with(vocab)
         torch.manual_seed(0)
-        self.model = Model.from_params(vocab=vocab, params=params.pop("model"))
+        self.model = Model.from_params(vocab=vocab, params=params.pop("model")).to(device)
         self.model.train()
+        self.device = device
         trainer = params.pop("trainer")
         named = [[name, p] for name, p in self.model.named_parameters() if p.requires_grad]
         self.optimizer = Optimizer.from_params(
@@ -87,7 +96,7 @@ class AuditedStep:
         """One step as allennlp's trainer takes it, each part recorded as its phase."""
         batch = next(self.batches)  # collated on the host (no device yet): not recorded
         self.optimizer.zero_grad(set_to_none=True)
-        batch = audit.run("batch", lambda: nn_util.move_to_device(batch, torch.device("cpu")))
+        batch = audit.run("batch", lambda: to_device(batch, self.device))  # the loader's copy
         output = audit.run("forward", lambda: self.model(**batch))
         audit.run("backward", lambda: output["loss"].backward())
         if self.grad_norm:
@@ -101,6 +110,7 @@ def audit_steps(name: str, gpu_path: bool, batches: int) -> list[OpAudit]:
     """One `OpAudit` per step of config `name` (a key of CONFIGS)."""
     values = {**SHRUNK, **SHRUNK_CONTEXTUALIZER[name], **(GPU_PATH[name] if gpu_path else {})}
     run = AuditedStep(CONFIGS[name], values)
+    run.step(OpAudit())  # first: the optimizer's state and the sampler's table, made once
     audits = []
     for _ in range(batches):
         audit = OpAudit()
@@ -126,10 +136,11 @@ def main(argv=None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batches", type=int, default=2, help="steps audited per run")
     parser.add_argument("--show", type=int, default=12, help="syncing places printed per run")
+    parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     results: dict[str, Any] = {}
-    for name in CONFIGS:
+    for name in args.configs:
         for path, gpu_path in (("gpu_path", True), ("cpu_defaults", False)):
             result = summary(audit_steps(name, gpu_path, args.batches), args.show)
             results[f"{name}_{path}"] = result
@@ -142,7 +153,13 @@ def main(argv=None) -> dict[str, Any]:
                 print(f"  {phase:9} {result['ops'][phase]:6} ops {result['syncs'][phase]:4} syncs")
             for place in result["sync_places"]:
                 print(f"    {place}")
+    missed = [
+        f"{key}: {sum(value['syncs'].values())} syncing ops, fixed shapes {value['fixed_shapes']}"
+        for key, value in results.items()
+        if key.endswith("gpu_path") and (any(value["syncs"].values()) or not value["fixed_shapes"])
+    ]
     return {
+        "missed": missed,
         **{f"{key}_ops": sum(value["ops"].values()) for key, value in results.items()},
         **{f"{key}_syncs": sum(value["syncs"].values()) for key, value in results.items()},
         "results": results,

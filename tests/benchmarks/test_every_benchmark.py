@@ -19,6 +19,7 @@ HELPERS = {
     "common",
     "lm_training_speed",
     "network_hosts",
+    "op_audit",
     "run_all",
     "stages",
     "wikitext_data",
@@ -43,6 +44,7 @@ CASES: dict[str, tuple[list[str], str, list[Path]]] = {
     "plan_vs_epoch": (["--tiny"], "ok", []),
     "lstm_training_step": (["--clock", "sundial"], "failed", []),
     "sparse_softmax": (["--steps", "three"], "failed", []),
+    "step_audit": (["--configs", "transformer", "--batches", "1"], "ok", []),
 }
 
 

@@ -9,7 +9,6 @@ import json
 import os
 
 import h5py
-import numpy
 import pytest
 import torch
 from allennlp.common import Params
@@ -21,6 +20,7 @@ from allennlp.predictors import Predictor
 from elmo_plugin.data.elmo_corpus_loader import ElmoCorpusLoader
 from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
 from elmo_plugin.modules.elmo_lstm import ElmoLstmContextualizer
+from elmo_plugin.modules.log_uniform_sampler import LogUniformSampler
 from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder
 from tests.helpers import (
     CONFIG_DIR,
@@ -51,6 +51,11 @@ SOFTMAXES = {
     "full": {},
     "sampled": {"model.num_samples": 40},
     "sampled_sparse": {"model.num_samples": 40, "model.sparse_embeddings": True},
+    "sampled_rows": {
+        "model.num_samples": 40,
+        "model.sparse_embeddings": True,
+        "model.row_gradients": True,
+    },
 }
 
 
@@ -90,10 +95,21 @@ def dense(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.to_dense() if tensor.is_sparse else tensor
 
 
+def negatives_from_the_cpu(model) -> None:
+    """A sampled softmax's negatives drawn by the CPU's generator, whatever the model's device,
+    so that the CPU and GPU models draw the same ones (each device has its own generator)."""
+    sampler = getattr(model._softmax_loss, "sampler", None)
+    if sampler is not None:
+        draw = LogUniformSampler.sample
+        sampler.sample = lambda device, sets=1: draw(sampler, torch.device("cpu"), sets).to(device)
+
+
 def losses_and_gradients(model, batch, seed: int = 0):
-    """Loss outputs and every parameter's (dense) gradient; numpy seeded for the sampler."""
+    """Loss outputs and every parameter's (dense) gradient; the sampler's negatives drawn on the
+    CPU from `seed`."""
     model.zero_grad()
-    numpy.random.seed(seed)
+    negatives_from_the_cpu(model)
+    torch.manual_seed(seed)
     output = model(**batch)
     output["loss"].backward()
     grads = {
