@@ -1,30 +1,38 @@
 """The original ELMo on one GPU: training tokens/s, memory, FLOP/s and where the time goes.
 
-    python -m benchmarks.gpu_original_elmo [--steps 200] [--out DIR]
+    python -m benchmarks.gpu_original_elmo [--steps 200] [--out DIR] [--batch-sizes 128,384]
     python -m benchmarks.gpu_original_elmo --dry-run      # shrunk sizes, any machine, CPU too
 
 For each of `elmo_lstm_original.jsonnet` (2 x 4096/512, clips 3) and
 `elmo_transformer_original.jsonnet` (6 x 512/2048) at full size (2048-filter character CNN,
-8192 sampled negatives, batch 128 x 20 tokens, the 793,471-word `tokens.txt`), and for each
-precision (fp32: TF32 off; tf32: TF32 matmuls and convolutions; bf16: `mixed_precision: bf16`
-with TF32 for what autocast leaves in float32):
+8192 sampled negatives, windows of 20 tokens, the 793,471-word `tokens.txt`), for each batch
+size and each precision (fp32: TF32 off; tf32: TF32 matmuls and convolutions; bf16:
+`mixed_precision: bf16` with TF32 for what autocast leaves in float32):
 - training tokens/s over `--steps` optimizer steps after `--warmup` untimed ones, through the
-  config's own reader, data loader, model, optimizer and gradient clipping (the steps of
-  allennlp's trainer; a torch before 2.14 cannot clip the sparse softmax's gradients: those
-  steps run unclipped, `gradient_clipping: false`); tokens = forward targets (each window's
-  words and `</S>`);
+  config's own reader, data loader (its batches copied as it copies them), model, optimizer
+  and gradient clipping (the steps of allennlp's trainer; a torch before 2.14 cannot clip
+  sparse gradients: those steps run unclipped, `gradient_clipping: false`); tokens = forward
+  targets (each window's words and `</S>`);
 - peak GPU memory;
 - FLOPs per step (torch's FlopCounterMode over one forward + backward), the achieved FLOP/s and
   its fraction of this GPU's own measured matmul rate at that precision (8192^3 products);
-- a profile of a few steps: GPU kernel time vs waiting for the data loader vs the rest (launch
-  gaps, Python, host syncs), with the kernels and the host's waits for the GPU counted per step
+- a profile of `--profile-steps` steps of every run: the share of the step the GPU is busy
+  (kernel time over wall time), GPU kernel time vs waiting for the data loader vs the rest
+  (launch gaps, Python, host syncs), the kernels and the host's waits for the GPU per step,
   and the costliest kernels and host operators.
+`--dense-softmax` adds the LSTM at the largest batch and the first precision with a dense
+softmax and dense Adagrad (`sparse_embeddings: false`): against the config's row gradients,
+the faster for one GPU.
+`--baseline FILE` (another run's results.json, e.g. of the code before a change, made in the
+same call) prints each run's tokens/s against the baseline's run of the same config,
+precision and batch size.
 Then embedding: our `elmo-embed` path (`embed_file`) vs allennlp's `Elmo` (batches of 32 in
 file order) on the same GPU with the same random original-size weights, tokens/s each.
 
 Text: `scripts/make_scale_corpus.py` (1B Word's shape) in a temporary folder. Prints one JSON
 object per measurement and a table, then ends with one JSON line (benchmarks/common.py):
-`CONFIG_PRECISION_tokens_per_s` for each run, `embed_speedup` and every measurement (`results`);
+`CONFIG_PRECISION_bBATCH_tokens_per_s` for each run, `embed_speedup` and every measurement
+(`results`);
 `--out DIR` also writes results.json there. Without a CUDA device (and without `--dry-run`) it
 is skipped.
 """
@@ -44,16 +52,22 @@ import torch
 from allennlp.common import Params
 from allennlp.data import DataLoader, DatasetReader, Vocabulary
 from allennlp.models import Model
-from allennlp.nn import util as nn_util
 from allennlp.training.optimizers import Optimizer
 
 import elmo_plugin  # noqa: F401  (registers components)
 from benchmarks.common import CONFIG_DIR, REPO_ROOT, Skip, run_benchmark
+from elmo_plugin.data.corpus_data_loader import to_device
 from elmo_plugin.training.process_settings import ProcessSettings
 from elmo_plugin.training.sparse_gradient_sync import unclippable_sparse_parameters
 
 NAME = "gpu_original_elmo"
 CONFIGS = {"lstm": "elmo_lstm_original.jsonnet", "transformer": "elmo_transformer_original.jsonnet"}
+# The softmax's gradient: the config's fixed-shape row gradients, or a dense softmax (dense
+# Adagrad over every row).
+SOFTMAXES: dict[str, dict[str, Any]] = {
+    "rows": {},
+    "dense": {"model.sparse_embeddings": False, "model.row_gradients": False},
+}
 PRECISIONS: dict[
     str, dict[str, Any]
 ] = {  # config overrides; TF32 on but for fp32 (ProcessSettings)
@@ -135,13 +149,12 @@ class TrainingRun:
         self.data_seconds = 0.0
 
     def next_batch(self) -> dict:
-        """The loader's next batch on the device; `data_seconds` counts the wait for the loader
-        only: the copy to the GPU (as allennlp's trainer makes it, from pageable memory) waits
-        for the GPU's queued work, which is not data loading."""
+        """The loader's next batch on the device, copied as the loader copies it (pinned,
+        non-blocking); `data_seconds` counts the wait for the loader only."""
         start = time.perf_counter()
         batch = next(self.batches)
         self.data_seconds += time.perf_counter() - start
-        return nn_util.move_to_device(batch, self.device)
+        return to_device(batch, self.device)
 
     def step(self) -> torch.Tensor:
         """One optimizer step as allennlp's trainer takes it; returns the number of targets."""
@@ -217,6 +230,7 @@ def profile_steps(run: TrainingRun, steps: int) -> dict[str, Any]:
     averages = prof.key_averages()
     return {
         "profiled_steps": steps,
+        "gpu_busy_share": round(kernel_s / wall, 3),
         "wall_s_per_step": wall / steps,
         "kernel_s_per_step": kernel_s / steps,
         "data_loading_s_per_step": run.data_seconds / steps,
@@ -245,12 +259,26 @@ def top_per_step(averages, device: str, time_key: str, steps: int) -> list:
 
 
 def measure_training(
-    name: str, precision: str, args, corpus: Path, vocab: Vocabulary, device, peaks
+    name: str,
+    precision: str,
+    batch_size: int,
+    softmax: str,
+    args,
+    corpus: Path,
+    vocab,
+    device,
+    peaks,
 ) -> dict:
-    values = {"data_loader.num_workers": args.num_workers, **PRECISIONS[precision]}
+    values = {
+        "data_loader.num_workers": args.num_workers,
+        "data_loader.batch_size": batch_size,
+        **PRECISIONS[precision],
+        **SOFTMAXES[softmax],
+    }
     ProcessSettings(tf32=precision != "fp32").apply()
     if args.dry_run:
         values.update(SHRUNK, **(SHRUNK_TRANSFORMER if name == "transformer" else SHRUNK_LSTM))
+        values["data_loader.batch_size"] = batch_size // 16
     run = TrainingRun(CONFIGS[name], values, corpus, vocab, device)
     run.model.train()
     flops = run.flops_per_step()
@@ -269,6 +297,8 @@ def measure_training(
     result = {
         "config": CONFIGS[name],
         "precision": precision,
+        "batch_size": batch_size,
+        "softmax": softmax,
         "steps": args.steps,
         "gradient_clipping": run.clips,
         "tokens_per_s": round(tokens / seconds, 1),
@@ -283,7 +313,7 @@ def measure_training(
         if device.type == "cuda"
         else None,
     }
-    if precision == args.profile_precision:
+    if args.profile_steps:
         result["profile"] = profile_steps(run, args.profile_steps)
     del run
     if device.type == "cuda":
@@ -376,6 +406,35 @@ def measure_embedding(args, corpus: Path, device: torch.device) -> dict:
     }
 
 
+def training_runs(args, precisions: list[str]) -> list[tuple[str, str, int, str]]:
+    """(config, precision, batch size, softmax) of every training measurement asked for."""
+    batch_sizes = [int(size) for size in args.batch_sizes.split(",") if size]
+    runs = [
+        (name, precision, batch_size, "rows")
+        for name in args.configs.split(",")
+        if name
+        for batch_size in batch_sizes
+        for precision in precisions
+    ]
+    if args.dense_softmax:
+        runs.append(("lstm", precisions[0], max(batch_sizes), "dense"))
+    return runs
+
+
+def against_baseline(result: dict[str, Any], baseline: list[dict[str, Any]]) -> str:
+    """`result`'s tokens/s over the baseline run's of the same config, precision, batch size
+    (128 where a run does not name one) and softmax ("rows": the config's own), e.g. "11.2x"."""
+    for other in baseline:
+        if (
+            other.get("config") == result["config"]
+            and other.get("precision") == result["precision"]
+            and other.get("batch_size", 128) == result["batch_size"]
+            and other.get("softmax", "rows") == result["softmax"]
+        ):
+            return f"{result['tokens_per_s'] / other['tokens_per_s']:.2f}x"
+    return "-"
+
+
 def main(argv: list[str]) -> dict[str, Any]:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -396,9 +455,17 @@ def main(argv: list[str]) -> dict[str, Any]:
         "--precisions", default="fp32,tf32,bf16", help="comma-separated: fp32, tf32, bf16"
     )
     parser.add_argument(
-        "--profile-precision", default="bf16", help="which precision's runs to profile"
+        "--batch-sizes", default="128", help="comma-separated windows per step, e.g. 128,384"
     )
-    parser.add_argument("--profile-steps", type=int, default=10)
+    parser.add_argument(
+        "--dense-softmax",
+        action="store_true",
+        help="also the LSTM at the largest batch and the first precision with a dense softmax",
+    )
+    parser.add_argument(
+        "--baseline", help="results.json of another run: print tokens/s against its runs"
+    )
+    parser.add_argument("--profile-steps", type=int, default=3, help="profiled steps per run")
     parser.add_argument("--num-workers", type=int, default=2, help="data loader worker processes")
     parser.add_argument(
         "--embed-tokens", type=int, default=100_000, help="tokens embedded by each side"
@@ -429,15 +496,15 @@ def main(argv: list[str]) -> dict[str, Any]:
         vocab = Vocabulary.from_params(
             Params({"type": "elmo_tokens_file", "tokens_file": str(tokens_file)})
         )
-        for name_ in [c for c in args.configs.split(",") if c]:
-            for precision in precisions:
-                result = measure_training(
-                    name_, precision, args, Path(folder), vocab, device, peaks
-                )
-                print(json.dumps(result), flush=True)
-                results.append(result)
-                figures[f"{name_}_{precision}_tokens_per_s"] = result["tokens_per_s"]
-                figures["headline"].append(f"{name_}_{precision}_tokens_per_s")
+        for name_, precision, batch_size, softmax in training_runs(args, precisions):
+            result = measure_training(
+                name_, precision, batch_size, softmax, args, Path(folder), vocab, device, peaks
+            )
+            print(json.dumps(result), flush=True)
+            results.append(result)
+            key = f"{name_}_{precision}_b{batch_size}{'_dense' if softmax == 'dense' else ''}"
+            figures[f"{key}_tokens_per_s"] = result["tokens_per_s"]
+            figures["headline"].append(f"{key}_tokens_per_s")
         if not args.no_embed:
             result = measure_embedding(args, Path(folder), device)
             print(json.dumps(result), flush=True)
@@ -449,16 +516,22 @@ def main(argv: list[str]) -> dict[str, Any]:
         Path(args.out, "results.json").write_text(
             json.dumps({"device": name, "results": results}, indent=2)
         )
+    baseline = json.loads(Path(args.baseline).read_text())["results"] if args.baseline else []
     print(
-        f"\n{'config':34} {'prec':5} {'tokens/s':>10} {'s/step':>7} {'TFLOP/s':>8} "
-        f"{'of matmul':>9} {'peak GiB':>8}"
+        f"\n{'config':34} {'prec':5} {'batch':>5} {'softmax':7} {'tokens/s':>10} {'s/step':>7} "
+        f"{'TFLOP/s':>8} {'of matmul':>9} {'GPU busy':>8} {'kernels':>8} {'syncs':>6} "
+        f"{'peak GiB':>8} {'vs baseline':>11}"
     )
     for r in results:
         if "config" in r:
+            profile = r.get("profile", {})
             print(
-                f"{r['config']:34} {r['precision']:5} {r['tokens_per_s']:>10} "
-                f"{r['s_per_step']:>7} {r['achieved_tflop_s']:>8} "
-                f"{r['fraction_of_matmul_rate']:>9} {str(r['peak_memory_gib']):>8}"
+                f"{r['config']:34} {r['precision']:5} {r['batch_size']:>5} {r['softmax']:7} "
+                f"{r['tokens_per_s']:>10} {r['s_per_step']:>7} {r['achieved_tflop_s']:>8} "
+                f"{r['fraction_of_matmul_rate']:>9} {profile.get('gpu_busy_share', '-'):>8} "
+                f"{profile.get('kernels_per_step', '-'):>8} "
+                f"{profile.get('host_syncs_per_step', '-'):>6} "
+                f"{str(r['peak_memory_gib']):>8} {against_baseline(r, baseline):>11}"
             )
         else:
             print(

@@ -33,12 +33,22 @@ def test_help_names_every_measurement():
 
 
 def test_dry_run_trains_both_configs_and_embeds_on_cpu_and_leaves_no_temporary_files(tmp_path):
+    """Both configs at two batch sizes, the dense softmax at the larger, every run profiled,
+    each compared with a baseline run of the same config, precision and batch size."""
     temporary = tmp_path / "tmp"
     temporary.mkdir()
+    baseline = tmp_path / "baseline.json"
+    old = {"config": "elmo_lstm_original.jsonnet", "precision": "bf16", "tokens_per_s": 1.0}
+    baseline.write_text(json.dumps({"results": [old]}))
     result = run(
         "--dry-run",
         "--precisions",
-        "fp32,bf16",
+        "bf16",
+        "--batch-sizes",
+        "128,384",
+        "--dense-softmax",
+        "--baseline",
+        str(baseline),
         "--out",
         str(tmp_path / "out"),
         TMPDIR=str(temporary),
@@ -47,15 +57,19 @@ def test_dry_run_trains_both_configs_and_embeds_on_cpu_and_leaves_no_temporary_f
     assert list(temporary.iterdir()) == []
     report = json.loads((tmp_path / "out" / "results.json").read_text())
     training = [r for r in report["results"] if "config" in r]
-    assert {(r["config"], r["precision"]) for r in training} == {
-        (config, precision)
-        for config in ("elmo_lstm_original.jsonnet", "elmo_transformer_original.jsonnet")
-        for precision in ("fp32", "bf16")
+    configs = ("elmo_lstm_original.jsonnet", "elmo_transformer_original.jsonnet")
+    assert {(r["config"], r["batch_size"], r["softmax"]) for r in training} == {
+        *((config, batch, "rows") for config in configs for batch in (128, 384)),
+        ("elmo_lstm_original.jsonnet", 384, "dense"),
     }
     for r in training:
         assert r["tokens_per_s"] > 0 and r["flops_per_step"] > 0 and r["tokens_per_step"] > 0
-    profiles = [r["profile"] for r in training if r["precision"] == "bf16"]
-    assert len(profiles) == 2
+    (line,) = [
+        line for line in result.stdout.splitlines() if " 128 rows " in line and "lstm" in line
+    ]
+    assert line.split()[-1] == f"{training[0]['tokens_per_s']:.2f}x"  # against tokens/s 1.0
+    profiles = [r["profile"] for r in training]
+    assert len(profiles) == 5 and all(0 <= p["gpu_busy_share"] <= 1 for p in profiles)
     for profile in profiles:  # where a step's time goes, host operators first on a CPU
         assert profile["top_host_operators"][0][0].startswith("aten::")
         assert {"kernels_per_step", "host_syncs_per_step", "host_sync_wait_s_per_step"} <= set(
