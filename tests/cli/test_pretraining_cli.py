@@ -205,7 +205,12 @@ def test_original_config_has_the_published_sizes():
     assert model["num_samples"] == 8192 and params["data_loader"]["batch_size"] == 128
     assert model["sparse_embeddings"] is True  # bilm-tf's sparse softmax updates
     assert params["dataset_reader"]["max_sequence_length"] == 20
-    assert trainer["optimizer"] == {"type": "adagrad", "lr": 0.2, "initial_accumulator_value": 1.0}
+    # allennlp's adagrad, applying the row gradients too
+    assert trainer["optimizer"] == {
+        "type": "elmo_adagrad",
+        "lr": 0.2,
+        "initial_accumulator_value": 1.0,
+    }
     assert trainer["grad_norm"] == 10.0 and trainer["cuda_device"] == 0
 
 
