@@ -88,14 +88,20 @@ class AveragedOverProcesses(torch.autograd.Function):
 
 
 def gathered_ids(ids: torch.Tensor) -> tuple[torch.Tensor, slice]:
-    """ids (m,) of this process -> (every process's ids (world_size * m,) in rank order, the
-    slice that is this process's), for `TableRows.read` under distributed training (every
-    process reads the same number of ids); one process: (ids, everything)."""
+    """ids (m,) of this process -> (every process's ids in rank order, the slice that is this
+    process's), for `TableRows.read` under distributed training; one process: (ids,
+    everything). Processes with fewer ids (batches of other shapes) pad theirs with id 0, a row
+    read with no gradient; the numbers of ids are gathered and read on the host for that, once
+    per read."""
     if processes() == 1:
         return ids, slice(None)
-    parts = [torch.empty_like(ids) for _ in range(dist.get_world_size())]
-    dist.all_gather(parts, ids.contiguous())
-    start = dist.get_rank() * len(ids)
+    size = torch.tensor([len(ids)], device=ids.device)
+    sizes = [torch.empty_like(size) for _ in range(dist.get_world_size())]
+    dist.all_gather(sizes, size)
+    longest = int(torch.cat(sizes).max())
+    parts = [ids.new_zeros(longest) for _ in sizes]
+    dist.all_gather(parts, torch.nn.functional.pad(ids, (0, longest - len(ids))))
+    start = dist.get_rank() * longest
     return torch.cat(parts), slice(start, start + len(ids))
 
 
