@@ -9,7 +9,7 @@ from allennlp.nn.util import tiny_value_of_dtype
 
 from elmo_plugin.modules.log_uniform_sampler import LogUniformSampler
 from elmo_plugin.modules.touched_rows import TouchedRows
-from elmo_plugin.modules.weighted_softmax_loss import rebuilt
+from elmo_plugin.modules.weighted_softmax_loss import per_group, rebuilt
 
 # Logits held at once during evaluation: 2^24 float32 = 64 MiB (the unchunked loss holds
 # targets x rows: 2560 x 793,471 = 8 GB per direction for a batch of 128 x 20 tokens).
@@ -67,15 +67,8 @@ class ChunkedSampledSoftmaxLoss(SampledSoftmaxLoss):
         targets: torch.Tensor,
         weights: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
-        groups = targets.shape[:-1]
-        embeddings = embeddings.reshape(-1, *embeddings.shape[-2:])
-        targets = targets.reshape(-1, targets.size(-1)).long()
-        weights = torch.ones_like(targets) if weights is None else weights.reshape(targets.shape)
-        if self.training:
-            losses = self._forward_train(embeddings, targets, weights)  # type: ignore[arg-type]
-        else:
-            losses = self._forward_eval(embeddings, targets, weights)  # type: ignore[arg-type]
-        return losses.reshape(groups)
+        loss = self._forward_train if self.training else self._forward_eval
+        return per_group(loss, embeddings, targets, weights)
 
     def rows(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """ids (m,) -> the softmax's weight rows (m, P) and biases (m,), differentiable."""

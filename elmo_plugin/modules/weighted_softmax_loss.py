@@ -1,5 +1,6 @@
 """allennlp's full `SoftmaxLoss` at fixed shapes: every position of a batch, weighted."""
 
+from collections.abc import Callable
 from typing import Any, Optional, TypeVar
 
 import torch
@@ -19,6 +20,22 @@ def rebuilt(
         loss = cls(*args, **kwargs)
     loss.load_state_dict(parameters, assign=True)
     return loss
+
+
+def per_group(
+    loss: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+    embeddings: torch.Tensor,
+    targets: torch.Tensor,
+    weights: Optional[torch.Tensor],
+) -> torch.Tensor:
+    """embeddings (groups..., n, P), targets (groups..., n), weights (groups..., n; None: all
+    1) -> `loss`(embeddings (G, n, P), targets (G, n) int64, weights (G, n)) (G,) as
+    (groups...)."""
+    groups = targets.shape[:-1]
+    embeddings = embeddings.reshape(-1, *embeddings.shape[-2:])
+    targets = targets.reshape(-1, targets.size(-1)).long()
+    weights = torch.ones_like(targets) if weights is None else weights.reshape(targets.shape)
+    return loss(embeddings, targets, weights).reshape(groups)
 
 
 class WeightedSoftmaxLoss(SoftmaxLoss):
@@ -43,10 +60,12 @@ class WeightedSoftmaxLoss(SoftmaxLoss):
         targets: torch.Tensor,
         weights: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
-        groups = targets.shape[:-1]
-        embeddings = embeddings.reshape(-1, *embeddings.shape[-2:])
-        targets = targets.reshape(-1, targets.size(-1)).long()
-        weights = torch.ones_like(targets) if weights is None else weights.reshape(targets.shape)
+        return per_group(self._grouped, embeddings, targets, weights)
+
+    def _grouped(
+        self, embeddings: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor
+    ) -> torch.Tensor:
+        """embeddings (G, n, P), targets, weights (G, n) -> (G,)."""
         losses = []
         for group_embeddings, group_targets, group_weights in zip(
             embeddings, targets, weights, strict=True
@@ -55,4 +74,4 @@ class WeightedSoftmaxLoss(SoftmaxLoss):
             log_probabilities = torch.nn.functional.log_softmax(logits, dim=-1)
             likelihoods = log_probabilities.gather(1, group_targets.unsqueeze(1)).squeeze(1)
             losses.append(-(likelihoods * group_weights).sum())
-        return torch.stack(losses).reshape(groups)
+        return torch.stack(losses)
