@@ -11,13 +11,13 @@ from elmo_plugin.cpu import packed_clipped_lstm as cpu_fast_path
 from elmo_plugin.cpu.lstm_tensors import Clips, LstmState, stacked_weights
 from elmo_plugin.modules.bilm_contextualizer import BiLmContextualizer, LayerState
 from elmo_plugin.modules.clipped_lstm import (
-    can_compile_step,
     clipped_lstm,
     compiled_lstm_step,
     initial_state,
     lstm_step,
 )
 from elmo_plugin.modules.directions import both_directions, join_directions, reverse_within_length
+from elmo_plugin.modules.sequence_clipped_lstm import can_compile_step
 
 CPU_LOOPS = ("fast", "reference")
 
