@@ -1,11 +1,10 @@
 """The reference clipped LSTM-with-projection: a plain PyTorch time loop, differentiated by
 autograd. It defines what every other path computes (the CPU fast path,
-`elmo_plugin.cpu.packed_clipped_lstm`, is tested against it) and runs wherever that one does
-not: on GPUs (its step compiled by torch.compile where Triton is installed), on CPUs for other
-dtypes or under autocast, where the C++ loops cannot be built, and with `cpu_loop: "reference"`."""
+`elmo_plugin.cpu.packed_clipped_lstm`, and the GPU's whole-sequence function,
+`modules/sequence_clipped_lstm.py`, are tested against it) and runs where neither does: on CPUs
+for other dtypes or under autocast, where the C++ loops cannot be built, and with `cpu_loop:
+"reference"`."""
 
-import functools
-from collections.abc import Callable
 from typing import Optional
 
 import torch
@@ -48,14 +47,13 @@ def clipped_lstm(
     lengths: torch.Tensor,
     clips: Clips,
     initial: Optional[LstmState] = None,
-    step: Callable[..., LstmState] = lstm_step,
 ) -> tuple[torch.Tensor, LstmState]:
     """Each direction's LSTM with projection, memory clipped to +-clips.cell and state to
     +-clips.proj at every step: inputs (directions, batch, timesteps, dim), rows in any order,
     lengths (batch,), `initial` to start from (None: zero) -> (outputs (directions, batch,
     timesteps, proj), zero past each length; the state at each row's last position, `initial`
     for a row of length 0). Every step runs over the whole batch: the same shapes at every step
-    and no host synchronization, so `step` may be `compiled_lstm_step`."""
+    and no host synchronization."""
     directions, batch, timesteps, _ = inputs.shape
     previous = initial if initial is not None else initial_state(inputs, weights)
     running = torch.arange(timesteps, device=lengths.device) < lengths.unsqueeze(1)
@@ -64,7 +62,7 @@ def clipped_lstm(
     for step_gates, running_now in zip(
         input_gates_by_step(inputs, weights), running_at, strict=True
     ):
-        previous = step(step_gates, previous, weights, clips, running_now)
+        previous = lstm_step(step_gates, previous, weights, clips, running_now)
         outputs.append(previous.state)
     if not outputs:
         return inputs.new_zeros(directions, batch, 0, weights.w_hr.size(1)), LstmState(*previous)
@@ -99,10 +97,3 @@ def input_gates_by_step(inputs: torch.Tensor, weights: LstmWeights) -> tuple[tor
     # One tensor per step: the backward of unbind stacks the step gradients once, where
     # indexing a step of the whole tensor would add a full-size gradient at every step.
     return input_gates(inputs, weights).unbind(dim=1)
-
-
-@functools.cache
-def compiled_lstm_step() -> Callable[..., LstmState]:
-    """`lstm_step` with its gate arithmetic fused by torch.compile (CUDA with Triton only), made
-    on first use; `dynamic=None` lets a second batch size switch it to a dynamic batch dimension."""
-    return torch.compile(lstm_step, dynamic=None)

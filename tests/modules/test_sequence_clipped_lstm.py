@@ -1,12 +1,16 @@
 """The GPU's whole-sequence clipped LSTM (`modules/sequence_clipped_lstm.py`) against the
 reference loop (`modules/clipped_lstm.py`): float64 gradcheck, float32 values, final states and
-every gradient, bf16 autocast, no host reads and fixed shapes, compiled steps."""
+every gradient, bf16 autocast, no host reads and fixed shapes, and a whole `elmo_bilm` step."""
 
+import json
 from typing import Optional
 
 import pytest
 import torch
 import torch._dynamo
+from allennlp.common import Params
+from allennlp.data import Batch, DatasetReader, Vocabulary
+from allennlp.models import Model
 from torch._dynamo.testing import CompileCounterWithBackend
 
 from benchmarks.op_audit import OpAudit
@@ -17,6 +21,7 @@ from elmo_plugin.modules.sequence_clipped_lstm import (
     PointwiseSteps,
     sequence_clipped_lstm,
 )
+from tests.helpers import CONFIG_DIR, TINY_LSTM_OVERRIDES
 
 CLIPS = {
     "unclipped": Clips(),
@@ -227,3 +232,35 @@ def test_compiled_steps_trace_whole_once_for_every_timestep_with_the_plain_steps
         torch._dynamo.reset()
     assert graphs[0] == graphs[1] == [1, 1, 1, 1]
     assert graphs[2] == graphs[3] and max(graphs[2]) <= 2
+
+
+def bilm_loss_and_gradients(cpu_loop: str, tiny_corpus) -> list[torch.Tensor]:
+    values = {
+        **TINY_LSTM_OVERRIDES,
+        "model.dropout": 0.0,
+        "model.contextualizer.dropout": 0.0,
+        "model.contextualizer.cell_clip": 0.5,
+        "model.contextualizer.proj_clip": 0.1,
+        "model.contextualizer.cpu_loop": cpu_loop,
+    }
+    params = Params.from_file(str(CONFIG_DIR / "elmo_lstm.jsonnet"), json.dumps(values))
+    reader = DatasetReader.from_params(params.pop("dataset_reader"))
+    instances = list(reader.read(str(tiny_corpus / "valid.txt")))[:12]
+    vocab = Vocabulary.from_instances(instances)
+    torch.manual_seed(0)
+    model = Model.from_params(vocab=vocab, params=params.pop("model")).train()
+    batch = Batch(instances)
+    batch.index_instances(vocab)
+    loss = model(**batch.as_tensor_dict())["loss"]
+    return [loss, *torch.autograd.grad(loss, list(model.parameters()))]
+
+
+def test_an_elmo_bilm_with_the_gpu_path_equals_the_reference_loop_in_loss_and_gradients(
+    tiny_corpus,
+):
+    """`contextualizer.cpu_loop: "gpu"` runs on the CPU what a GPU runs: a whole `elmo_bilm`
+    (character CNN, both LSTM layers with clips that bind, full softmax) on a padded batch gives
+    the reference loop's loss and every parameter's gradient."""
+    ours = bilm_loss_and_gradients("gpu", tiny_corpus)
+    reference = bilm_loss_and_gradients("reference", tiny_corpus)
+    assert_all_close(ours, reference, 1e-5)
