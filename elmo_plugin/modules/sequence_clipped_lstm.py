@@ -3,8 +3,8 @@
 computes, with the backward of cuDNN and bilm-tf: the data gradients step by step backwards,
 then one matmul per weight over all timesteps and rows. (Autograd through the reference loop
 makes a full W_hh and W_hr gradient at every step and sums them.) The step's pointwise work,
-forward and backward, is four plain functions (`PLAIN_STEPS`), each fused into one kernel by
-torch.compile on CUDA with Triton (`compiled_steps`)."""
+forward and backward, is four plain functions (`PLAIN_STEPS`), each fused by torch.compile on
+CUDA with Triton (`compiled_steps`)."""
 
 import functools
 from collections.abc import Callable
@@ -145,9 +145,10 @@ PLAIN_STEPS = PointwiseSteps(cell_forward, state_forward, state_backward, cell_b
 
 @functools.cache
 def compiled_steps() -> PointwiseSteps:
-    """`PLAIN_STEPS`, each fused into one kernel by torch.compile (CUDA with Triton only), made on
-    first use; `dynamic=None` lets a second batch size switch them to a dynamic batch dimension.
-    Every step calls them with the same shapes and strides: one compilation serves them all."""
+    """`PLAIN_STEPS`, each fused by torch.compile (CUDA with Triton only), made on first use;
+    `dynamic=None` lets a second batch size or number of timesteps switch them to dynamic sizes
+    and strides. Every step of a batch calls them with the same shapes and strides (each step's
+    saved rows are contiguous, time-major): one compilation serves them all."""
     return PointwiseSteps(*(torch.compile(step, dynamic=None) for step in PLAIN_STEPS))
 
 
