@@ -1,11 +1,10 @@
 """The reference clipped LSTM-with-projection: a plain PyTorch time loop, differentiated by
 autograd. It defines what every other path computes (the CPU fast path,
-`elmo_plugin.cpu.packed_clipped_lstm`, is tested against it) and runs wherever that one does
-not: on GPUs (its step compiled by torch.compile where Triton is installed), on CPUs for other
-dtypes or under autocast, where the C++ loops cannot be built, and with `cpu_loop: "reference"`."""
+`elmo_plugin.cpu.packed_clipped_lstm`, and the GPU's whole-sequence function,
+`modules/sequence_clipped_lstm.py`, are tested against it) and runs where neither does: on CPUs
+for other dtypes or under autocast, where the C++ loops cannot be built, and with `cpu_loop:
+"reference"`."""
 
-import functools
-from collections.abc import Callable
 from typing import Optional
 
 import torch
@@ -48,23 +47,22 @@ def clipped_lstm(
     lengths: torch.Tensor,
     clips: Clips,
     initial: Optional[LstmState] = None,
-    step: Callable[..., LstmState] = lstm_step,
 ) -> tuple[torch.Tensor, LstmState]:
     """Each direction's LSTM with projection, memory clipped to +-clips.cell and state to
     +-clips.proj at every step: inputs (directions, batch, timesteps, dim), rows in any order,
     lengths (batch,), `initial` to start from (None: zero) -> (outputs (directions, batch,
     timesteps, proj), zero past each length; the state at each row's last position, `initial`
     for a row of length 0). Every step runs over the whole batch: the same shapes at every step
-    and no host synchronization, so `step` may be `compiled_lstm_step`."""
+    and no host synchronization."""
     directions, batch, timesteps, _ = inputs.shape
     previous = initial if initial is not None else initial_state(inputs, weights)
     running = torch.arange(timesteps, device=lengths.device) < lengths.unsqueeze(1)
     running_at = running.t().reshape(timesteps, 1, batch, 1).unbind(0)  # views, no copies
     outputs = []
-    for input_gates, running_now in zip(
+    for step_gates, running_now in zip(
         input_gates_by_step(inputs, weights), running_at, strict=True
     ):
-        previous = step(input_gates, previous, weights, clips, running_now)
+        previous = lstm_step(step_gates, previous, weights, clips, running_now)
         outputs.append(previous.state)
     if not outputs:
         return inputs.new_zeros(directions, batch, 0, weights.w_hr.size(1)), LstmState(*previous)
@@ -85,34 +83,17 @@ def initial_state(inputs: torch.Tensor, weights: LstmWeights) -> LstmState:
     )
 
 
-def input_gates_by_step(inputs: torch.Tensor, weights: LstmWeights) -> tuple[torch.Tensor, ...]:
-    """(directions, batch, timesteps, dim) -> per timestep (directions, batch, 4 * cells): every
+def input_gates(inputs: torch.Tensor, weights: LstmWeights) -> torch.Tensor:
+    """(directions, batch, timesteps, dim) -> (directions, timesteps, batch, 4 * cells): every
     x W_ih + b in one batched matmul."""
     directions, batch, timesteps, dim = inputs.shape
     time_major = inputs.transpose(1, 2).reshape(directions, -1, dim)
-    input_gates = torch.baddbmm(weights.bias, time_major, weights.w_ih.transpose(1, 2))
+    gates = torch.baddbmm(weights.bias, time_major, weights.w_ih.transpose(1, 2))
+    return gates.view(directions, timesteps, batch, gates.size(-1))
+
+
+def input_gates_by_step(inputs: torch.Tensor, weights: LstmWeights) -> tuple[torch.Tensor, ...]:
+    """(directions, batch, timesteps, dim) -> per timestep (directions, batch, 4 * cells)."""
     # One tensor per step: the backward of unbind stacks the step gradients once, where
     # indexing a step of the whole tensor would add a full-size gradient at every step.
-    return input_gates.view(directions, timesteps, batch, input_gates.size(-1)).unbind(dim=1)
-
-
-@functools.cache
-def compiled_lstm_step() -> Callable[..., LstmState]:
-    """`lstm_step` with its gate arithmetic fused by torch.compile (CUDA with Triton only), made
-    on first use; `dynamic=None` lets a second batch size switch it to a dynamic batch dimension."""
-    return torch.compile(lstm_step, dynamic=None)
-
-
-@functools.cache
-def triton_available() -> bool:
-    """Whether Triton (torch.compile's GPU code generator) is importable; asked once."""
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def can_compile_step(device: torch.device) -> bool:
-    """True on CUDA when Triton is installed."""
-    return device.type == "cuda" and triton_available()
+    return input_gates(inputs, weights).unbind(dim=1)

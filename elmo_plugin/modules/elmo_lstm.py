@@ -10,16 +10,11 @@ from allennlp.modules.seq2seq_encoders import Seq2SeqEncoder
 from elmo_plugin.cpu import packed_clipped_lstm as cpu_fast_path
 from elmo_plugin.cpu.lstm_tensors import Clips, LstmState, stacked_weights
 from elmo_plugin.modules.bilm_contextualizer import BiLmContextualizer, LayerState
-from elmo_plugin.modules.clipped_lstm import (
-    can_compile_step,
-    clipped_lstm,
-    compiled_lstm_step,
-    initial_state,
-    lstm_step,
-)
+from elmo_plugin.modules.clipped_lstm import clipped_lstm, initial_state
 from elmo_plugin.modules.directions import both_directions, join_directions, reverse_within_length
+from elmo_plugin.modules.sequence_clipped_lstm import pointwise_steps, sequence_clipped_lstm
 
-CPU_LOOPS = ("fast", "reference")
+CPU_LOOPS = ("fast", "reference", "gpu")
 
 
 @Seq2SeqEncoder.register("elmo_lstm")
@@ -37,11 +32,14 @@ class ElmoLstmContextualizer(BiLmContextualizer):
 
     Without clipping each direction is torch's fused `torch.nn.LSTM`. With clipping, float32 CPU
     tensors outside autocast take the CPU fast path (`elmo_plugin.cpu.packed_clipped_lstm`: C++
-    time loops over packed sequences, oneDNN matmuls) unless `cpu_loop` is "reference" or its C++
-    loops cannot be built (one warning). Everything else runs the reference loop
-    (`modules/clipped_lstm.py`): GPUs with its step compiled into fused kernels by torch.compile
-    (`compile_on_gpu`, where Triton is installed), CPUs for other dtypes and under autocast.
-    Under bf16 autocast the memory cells stay float32.
+    time loops over packed sequences, oneDNN matmuls) unless `cpu_loop` says otherwise or its
+    C++ loops cannot be built (one warning). On CUDA a layer's directions run as one autograd
+    function over the whole sequence (`modules/sequence_clipped_lstm.py`): every step over the
+    whole batch, the data gradients step by step backwards, then each weight's gradient in one
+    matmul over all steps; its pointwise steps fused by torch.compile (`compile_on_gpu`, where
+    Triton is installed). Everything else runs the reference loop (`modules/clipped_lstm.py`):
+    CPUs for other dtypes and under autocast, other devices. All are tested equal to the
+    reference loop. Under bf16 autocast the memory cells stay float32.
 
     # Parameters
 
@@ -61,11 +59,14 @@ class ElmoLstmContextualizer(BiLmContextualizer):
     return_all_layers : `bool`, optional (default = `False`)
         Return every layer's output instead of the top one.
     compile_on_gpu : `bool`, optional (default = `True`)
-        On CUDA with Triton, compile the clipped LSTM's step with torch.compile.
+        On CUDA with Triton, fuse the clipped LSTM's pointwise step work (forward and backward)
+        with torch.compile; the first batches compile.
     cpu_loop : `str`, optional (default = `"fast"`)
-        The clipped LSTM on float32 CPU tensors: "fast", the C++ fast path (the reference loop
-        where it cannot be built), or "reference", the plain PyTorch loop that defines it (slower;
-        for checking). Other devices and dtypes always run the reference loop.
+        The clipped LSTM on CPU tensors: "fast", the C++ fast path for float32 outside autocast
+        (the reference loop for other dtypes, under autocast, or where it cannot be built);
+        "reference", the plain PyTorch loop that defines it (slower; for checking); "gpu", the
+        whole-sequence function that CUDA runs (for checking it on a CPU). CUDA always runs the
+        whole-sequence function, other devices the reference loop.
     """
 
     renamed_keys = {"hidden_dim": "cell_size"}
@@ -85,7 +86,7 @@ class ElmoLstmContextualizer(BiLmContextualizer):
         super().__init__(input_dim, num_layers, return_all_layers)
         if cpu_loop not in CPU_LOOPS:
             raise ConfigurationError(
-                f'elmo_lstm: cpu_loop must be "fast" or "reference", got {cpu_loop!r}'
+                f'elmo_lstm: cpu_loop must be "fast", "reference" or "gpu", got {cpu_loop!r}'
             )
         self.cell_size = cell_size
         self.cell_clip = cell_clip
@@ -118,10 +119,15 @@ class ElmoLstmContextualizer(BiLmContextualizer):
         lengths: torch.Tensor,
         initial: Optional[LstmState] = None,
     ) -> tuple[torch.Tensor, LstmState]:
-        """The reference loop; on a GPU (launch-bound) with its step compiled where it can be."""
-        compile_step = self.compile_on_gpu and can_compile_step(inputs.device)
-        step = compiled_lstm_step() if compile_step else lstm_step
-        return clipped_lstm(inputs, stacked_weights(lstms), lengths, self._clips(), initial, step)
+        """Where the CPU fast path does not run: on CUDA (and with `cpu_loop: "gpu"`) the
+        whole-sequence function, its pointwise steps compiled where they can be; elsewhere the
+        reference loop."""
+        weights = stacked_weights(lstms)
+        device = inputs.device.type
+        if device == "cuda" or (device == "cpu" and self.cpu_loop == "gpu"):
+            steps = pointwise_steps(inputs.device, self.compile_on_gpu)
+            return sequence_clipped_lstm(inputs, weights, lengths, self._clips(), initial, steps)
+        return clipped_lstm(inputs, weights, lengths, self._clips(), initial)
 
     def _run_layer(
         self, lstms: Sequence[torch.nn.Module], inputs: torch.Tensor, lengths: torch.Tensor

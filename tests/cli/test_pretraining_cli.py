@@ -50,29 +50,30 @@ def test_train_archive_load_evaluate_gives_identical_perplexities(
         assert value == pytest.approx(metrics[f"best_validation_{name}"], rel=1e-4)
 
 
-def test_cpu_loop_reference_from_the_command_line_evaluates_to_the_fast_paths_perplexities(
+def test_cpu_loop_reference_or_gpu_from_the_command_line_evaluates_to_the_fast_paths_perplexities(
     tiny_bilm_archive, tiny_corpus, tmp_path
 ):
     """`-o '{"model.contextualizer.cpu_loop": "reference"}'` loads the archive (trained with the
-    CPU fast path) with the reference loop: the same perplexities within float32 rounding; an
-    unknown loop is an error naming the key."""
+    CPU fast path) with the reference loop, `"gpu"` with the GPU's whole-sequence function: the
+    same perplexities within float32 rounding; an unknown loop is an error naming the key."""
     valid = tiny_corpus / "valid.txt"
     fast = evaluate(tiny_bilm_archive, valid, tmp_path / "fast.json")
-    reference_file = tmp_path / "reference.json"
-    loop = {"model.contextualizer.cpu_loop": "reference"}
-    run_allennlp_in_process(
-        ["evaluate", str(tiny_bilm_archive), str(valid), "--output-file", str(reference_file)]
-        + ["-o", overrides(loop)]
-    )
-    reference = json.loads(reference_file.read_text())
-    for name, value in fast.items():
-        assert reference[name] == pytest.approx(value, rel=1e-4), name
+    for cpu_loop in ("reference", "gpu"):
+        other_file = tmp_path / f"{cpu_loop}.json"
+        loop = {"model.contextualizer.cpu_loop": cpu_loop}
+        run_allennlp_in_process(
+            ["evaluate", str(tiny_bilm_archive), str(valid), "--output-file", str(other_file)]
+            + ["-o", overrides(loop)]
+        )
+        other = json.loads(other_file.read_text())
+        for name, value in fast.items():
+            assert other[name] == pytest.approx(value, rel=1e-4), (cpu_loop, name)
     unknown = {"model.contextualizer.cpu_loop": "c++"}
     failed = run_allennlp_in_process(
         ["evaluate", str(tiny_bilm_archive), str(valid), "-o", overrides(unknown)], check=False
     )
     assert failed.returncode != 0
-    assert 'cpu_loop must be "fast" or "reference"' in failed.stdout + failed.stderr
+    assert 'cpu_loop must be "fast", "reference" or "gpu"' in failed.stdout + failed.stderr
 
 
 def test_evaluate_without_an_output_file_logs_the_metrics_it_would_write(

@@ -159,8 +159,9 @@ def test_every_layer_on_gpu_equals_cpu_in_eval_mode(config, tiny_corpus):
 
 @pytest.mark.parametrize("compile_on_gpu", [True, False])
 def test_gpu_clipped_lstm_equals_cpu_in_values_and_gradients(compile_on_gpu):
-    """The GPU loop (fixed shapes; gate arithmetic compiled by torch.compile where Triton is
-    installed) against the CPU loop, with padding and a length-1 sentence, clips binding."""
+    """The GPU's whole-sequence function (fixed shapes; its pointwise steps compiled by
+    torch.compile where Triton is installed) against the CPU fast path, with padding and a
+    length-1 sentence, clips binding. (`cpu_loop: "gpu"` makes the CPU stand-in run it too.)"""
     torch.manual_seed(0)
     lstm = ElmoLstmContextualizer(
         8,
@@ -174,6 +175,7 @@ def test_gpu_clipped_lstm_equals_cpu_in_values_and_gradients(compile_on_gpu):
     for parameter in lstm.parameters():
         torch.nn.init.normal_(parameter, std=0.5)
     gpu_lstm = copy.deepcopy(lstm).to(GPU)
+    gpu_lstm.cpu_loop = "gpu"
     lengths = torch.tensor([6, 1, 4, 6, 3])
     mask = torch.arange(6) < lengths.unsqueeze(1)
     inputs = torch.randn(5, 6, 8)

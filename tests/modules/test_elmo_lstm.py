@@ -132,14 +132,14 @@ def reference_layers(
     return layers
 
 
-@pytest.mark.parametrize("cpu_loop", ["fast", "reference"])
+@pytest.mark.parametrize("cpu_loop", ["fast", "reference", "gpu"])
 @pytest.mark.parametrize(
     "clips", [{}, {"cell_clip": 0.5, "proj_clip": 0.3}, {"cell_clip": 0.5}, {"proj_clip": 0.3}]
 )
 def test_equals_the_straightforward_computation_in_values_and_gradients(clips, cpu_loop):
-    """Both directions in one loop, batch sorted by length, through the CPU fast path or the
-    reference loop: the same layers and gradients (inputs and every parameter) as each
-    direction's LSTM step by step, with padding and an empty row."""
+    """Both directions in one loop, batch sorted by length, through the CPU fast path, the
+    reference loop or the GPU's whole-sequence function: the same layers and gradients (inputs
+    and every parameter) as each direction's LSTM step by step, with padding and an empty row."""
     torch.manual_seed(0)
     lstm = ElmoLstmContextualizer(
         DIM, 10, 3, return_all_layers=True, cpu_loop=cpu_loop, **clips
@@ -240,9 +240,15 @@ def test_hidden_dim_is_still_accepted_as_the_old_name_of_cell_size():
 
 
 def counting_paths(monkeypatch) -> list[str]:
-    """The list that records which clipped LSTM path each layer ran: "fast" or "reference"."""
+    """The list that records which clipped LSTM path each layer ran: "fast", "reference" or
+    "gpu"."""
     ran: list[str] = []
     fast, reference = packed_module.packed_clipped_lstm, elmo_lstm_module.clipped_lstm
+    monkeypatch.setattr(
+        elmo_lstm_module,
+        "sequence_clipped_lstm",
+        recording(ran, "gpu", elmo_lstm_module.sequence_clipped_lstm),
+    )
     monkeypatch.setattr(
         packed_module,
         "packed_clipped_lstm",
@@ -284,25 +290,29 @@ def layers_and_gradients(lstm: ElmoLstmContextualizer) -> list[torch.Tensor]:
     return [*layers, *torch.autograd.grad(loss, [inputs, *lstm.parameters()])]
 
 
-def test_cpu_loop_reference_in_a_config_runs_the_reference_loop_with_the_fast_paths_numbers(
+def test_cpu_loop_in_a_config_runs_the_reference_loop_or_the_gpus_function_with_the_same_numbers(
     monkeypatch,
 ):
-    """`cpu_loop: "reference"` runs the reference loop for every layer; the default, "fast", the
-    CPU fast path; the same layers and gradients within float32 rounding."""
+    """`cpu_loop: "reference"` runs the reference loop for every layer, "gpu" the GPU's
+    whole-sequence function; the default, "fast", the CPU fast path; the same layers and
+    gradients within float32 rounding."""
     ran = counting_paths(monkeypatch)
     reference = layers_and_gradients(from_config(cpu_loop="reference"))
     assert ran == ["reference"] * 2
-    ran.clear()
-    fast = layers_and_gradients(from_config())
-    assert ran == ["fast"] * 2
-    for got, want in zip(fast, reference, strict=False):
-        assert torch.allclose(got, want, atol=1e-5, rtol=1e-4)
+    for cpu_loop in ("fast", "gpu"):
+        ran.clear()
+        other = layers_and_gradients(from_config(cpu_loop=cpu_loop))
+        assert ran == [cpu_loop] * 2
+        for got, want in zip(other, reference, strict=True):
+            assert torch.allclose(got, want, atol=1e-5, rtol=1e-4)
 
 
 def test_an_unknown_cpu_loop_is_a_configuration_error():
     from allennlp.common.checks import ConfigurationError
 
-    with pytest.raises(ConfigurationError, match='cpu_loop must be "fast" or "reference", got'):
+    with pytest.raises(
+        ConfigurationError, match='cpu_loop must be "fast", "reference" or "gpu", got'
+    ):
         from_config(cpu_loop="c++")
 
 

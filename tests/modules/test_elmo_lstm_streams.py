@@ -187,3 +187,27 @@ def test_packed_final_state_is_each_rows_state_at_its_last_position(clips):
             inputs[:, row : row + 1, 5:], torch.ones(1, 3, dtype=torch.bool), state
         )
         assert torch.allclose(whole[-1][:, length:], rest[-1], atol=1e-6)
+
+
+def test_gpu_path_stream_layers_equal_the_reference_with_a_carried_state_that_needs_a_gradient():
+    """`cpu_loop: "gpu"` (the GPU's whole-sequence function) against the reference loop, clips
+    binding: rows of lengths 5, 7, 0 and 1 from a random carried state that needs a gradient;
+    the outputs, every row's final state and the gradients w.r.t. the inputs, every parameter
+    and the carried state."""
+    results = []
+    for cpu_loop in ("gpu", "reference"):
+        lstm = make_lstm(cell_clip=0.5, proj_clip=0.3, cpu_loop=cpu_loop)
+        torch.manual_seed(2)
+        inputs = torch.randn(2, 4, 7, DIM, requires_grad=True)
+        mask = torch.arange(7) < torch.tensor([5, 7, 0, 1]).unsqueeze(1)
+        state = [
+            (torch.randn(2, 4, DIM).requires_grad_(), torch.randn(2, 4, 10).requires_grad_())
+            for _ in range(2)
+        ]
+        layers, final = lstm.stream_layers(inputs, mask, state)
+        values = [*layers, *(part for layer in final for part in layer)]
+        loss = sum((value * torch.linspace(-1, 1, value.size(-1))).sum() for value in values)
+        wrt = [inputs, *lstm.parameters(), *(part for layer in state for part in layer)]
+        results.append([*values, *torch.autograd.grad(loss, wrt)])
+    for index, (got, want) in enumerate(zip(*results, strict=True)):
+        assert torch.allclose(got, want, atol=1e-5, rtol=1e-4), index

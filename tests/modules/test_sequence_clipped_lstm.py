@@ -1,0 +1,266 @@
+"""The GPU's whole-sequence clipped LSTM (`modules/sequence_clipped_lstm.py`) against the
+reference loop (`modules/clipped_lstm.py`): float64 gradcheck, float32 values, final states and
+every gradient, bf16 autocast, no host reads and fixed shapes, and a whole `elmo_bilm` step."""
+
+import json
+from typing import Optional
+
+import pytest
+import torch
+import torch._dynamo
+from allennlp.common import Params
+from allennlp.data import Batch, DatasetReader, Vocabulary
+from allennlp.models import Model
+from torch._dynamo.testing import CompileCounterWithBackend
+
+from benchmarks.op_audit import OpAudit
+from elmo_plugin.cpu.lstm_tensors import Clips, LstmState, LstmWeights
+from elmo_plugin.modules.clipped_lstm import clipped_lstm
+from elmo_plugin.modules.sequence_clipped_lstm import (
+    PLAIN_STEPS,
+    PointwiseSteps,
+    sequence_clipped_lstm,
+)
+from tests.helpers import CONFIG_DIR, TINY_LSTM_OVERRIDES
+
+CLIPS = {
+    "unclipped": Clips(),
+    "both_clips": Clips(0.5, 0.3),
+    "cell_clip": Clips(0.5, None),
+    "proj_clip": Clips(None, 0.3),
+}
+
+
+def random_lstm(
+    sizes: tuple[int, int, int, int], seed: int = 0, dtype: torch.dtype = torch.float32
+) -> tuple[torch.Tensor, LstmWeights, LstmState]:
+    """Inputs (2, batch, timesteps, dim), weights and an initial state, all needing gradients;
+    sizes = (batch, timesteps, dim, cells), proj = dim; weights large enough that clips bind."""
+    batch, timesteps, dim, cells = sizes
+    generator = torch.Generator().manual_seed(seed)
+
+    def leaf(*shape: int, scale: float = 1.0) -> torch.Tensor:
+        values = torch.randn(*shape, generator=generator, dtype=dtype) * scale
+        return values.requires_grad_()
+
+    weights = LstmWeights(
+        leaf(2, 4 * cells, dim, scale=0.7),
+        leaf(2, 1, 4 * cells, scale=0.7),
+        leaf(2, 4 * cells, dim, scale=0.7),
+        leaf(2, dim, cells, scale=0.7),
+    )
+    initial = LstmState(leaf(2, batch, dim, scale=0.3), leaf(2, batch, cells, scale=0.3))
+    return leaf(2, batch, timesteps, dim), weights, initial
+
+
+def loss_weights(outputs, state, memory, seed: int = 3) -> list[torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(t.shape, generator=generator) for t in (outputs, state, memory)]
+
+
+def values_and_gradients(
+    function, inputs, weights, lengths, clips, initial: Optional[LstmState], bf16: bool = False
+) -> list[torch.Tensor]:
+    """(outputs, final state, final memory, then the gradients of a random linear loss of all
+    three w.r.t. the inputs, every weight and, where given, the initial state and memory); the
+    forward under CPU bf16 autocast where `bf16`."""
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        outputs, (state, memory) = function(inputs, weights, lengths, clips, initial)
+    values = (outputs, state, memory)
+    factors = loss_weights(*values)
+    loss = sum((value.float() * f).sum() for value, f in zip(values, factors, strict=True))
+    wrt = [inputs, *weights, *(initial or ())]
+    return [outputs, state, memory, *torch.autograd.grad(loss, wrt)]
+
+
+def assert_all_close(got: list[torch.Tensor], want: list[torch.Tensor], tolerance: float) -> None:
+    """Same dtypes and shapes, values within `tolerance` times each tensor's largest (at least
+    1): a gradient's small entries sum large terms."""
+    for index, (a, b) in enumerate(zip(got, want, strict=True)):
+        assert a.dtype == b.dtype and a.shape == b.shape, index
+        difference = float((a.detach().float() - b.detach().float()).abs().max())
+        assert difference <= tolerance * max(1.0, float(b.detach().abs().max())), (
+            index,
+            difference,
+        )
+
+
+@pytest.mark.parametrize("clips", [CLIPS["unclipped"], CLIPS["both_clips"]], ids=str)
+def test_float64_gradcheck_of_the_inputs_every_weight_and_the_initial_state(clips):
+    """The hand-written backward against finite differences: rows of lengths 5, 2, 0 and 4
+    (padding, a row that never runs), from a given initial state; with clips, they bind."""
+    inputs, weights, initial = random_lstm((4, 5, 3, 4), dtype=torch.float64)
+    lengths = torch.tensor([5, 2, 0, 4])
+
+    def run(inputs, w_ih, bias, w_hh, w_hr, state, memory):
+        weights = LstmWeights(w_ih, bias, w_hh, w_hr)
+        outputs, final = sequence_clipped_lstm(
+            inputs, weights, lengths, clips, LstmState(state, memory)
+        )
+        return outputs, *final
+
+    arguments = (inputs, *weights, *initial)
+    assert torch.autograd.gradcheck(run, arguments)
+    if clips.proj is not None:
+        assert run(*arguments)[0].abs().max() == clips.proj
+
+
+@pytest.mark.parametrize("given_initial", [True, False], ids=["initial_state", "zero_state"])
+@pytest.mark.parametrize("clips", CLIPS.values(), ids=CLIPS.keys())
+def test_equals_the_reference_loop_in_values_final_states_and_every_gradient(clips, given_initial):
+    """Float32, rows of lengths 9, 3, 0, 5, 1 and 9 in any order: the same outputs (zero past
+    each length), state and memory at each row's last position (the initial ones for the row of
+    length 0), and gradients w.r.t. the inputs, every weight and the initial state and memory;
+    without gradients (inference) the same values."""
+    inputs, weights, initial = random_lstm((6, 9, 16, 32))
+    lengths = torch.tensor([9, 3, 0, 5, 1, 9])
+    start = initial if given_initial else None
+    ours = values_and_gradients(sequence_clipped_lstm, inputs, weights, lengths, clips, start)
+    reference = values_and_gradients(clipped_lstm, inputs, weights, lengths, clips, start)
+    assert_all_close(ours, reference, 1e-5)
+    assert not ours[0][:, 2].any() and not ours[0][:, 4, 1:].any()
+    with torch.no_grad():
+        outputs, final = sequence_clipped_lstm(inputs, weights, lengths, clips, start)
+    assert_all_close([outputs, *final], ours[:3], 0.0)
+
+
+@pytest.mark.parametrize("clips", [CLIPS["unclipped"], CLIPS["both_clips"]], ids=str)
+def test_a_loss_on_the_final_memory_alone_gives_the_reference_gradients(clips):
+    """No gradient reaches the outputs or the final state: the backward starts from the final
+    memory's alone."""
+    inputs, weights, initial = random_lstm((3, 6, 8, 12))
+    lengths = torch.tensor([6, 2, 4])
+    wrt = [inputs, *weights, *initial]
+    grads = []
+    for function in (sequence_clipped_lstm, clipped_lstm):
+        memory = function(inputs, weights, lengths, clips, initial)[1].memory
+        grads.append(torch.autograd.grad((memory**2).sum(), wrt))
+    assert_all_close(*grads, 1e-5)
+
+
+@pytest.mark.parametrize("clips", [Clips(3.0, 3.0), Clips(0.5, 0.3)], ids=str)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_under_bf16_autocast_values_equal_the_reference_and_gradients_within_two_percent(
+    clips, seed
+):
+    """Under CPU bf16 autocast both paths run the matmuls and keep the state in bf16, the memory
+    in float32: the same values and dtypes (within one bf16 rounding). The backward rounds
+    differently by design (its pointwise derivatives in float32 from the forward's bf16 gates,
+    where autograd through the reference loop rounds each to bf16; W_hh's and W_hr's gradients
+    one bf16 matmul over every step, where the reference rounds each step's): every gradient
+    within 2% of its largest entry, with clips that never bind (3) and with clips that bind
+    (0.5 / 0.3, the masks read from the same bf16 and float32 values)."""
+    lengths = torch.tensor([9, 3, 0, 5, 1, 9])
+    inputs, weights, initial = random_lstm((6, 9, 16, 32), seed)
+    weights = LstmWeights(*(w.detach().mul(0.4).requires_grad_() for w in weights))
+    args = (inputs, weights, lengths, clips, initial)
+    ours = values_and_gradients(sequence_clipped_lstm, *args, bf16=True)
+    reference = values_and_gradients(clipped_lstm, *args, bf16=True)
+    assert [t.dtype for t in ours[:3]] == [torch.bfloat16, torch.bfloat16, torch.float32]
+    assert_all_close(ours[:3], reference[:3], 2**-8)
+    for index, (got, want) in enumerate(zip(ours[3:], reference[3:], strict=True)):
+        assert got.dtype == want.dtype == torch.float32
+        assert (got - want).abs().max() <= 0.02 * want.abs().max(), index
+    bound = float(reference[0].abs().max())
+    assert bound < 2.0 if clips.proj == 3.0 else bound == pytest.approx(0.3, abs=2e-3)
+
+
+def audited_forward_and_backward(seed: int, lengths: list[int]) -> OpAudit:
+    inputs, weights, initial = random_lstm((4, 7, 8, 12), seed)
+    args = (inputs, weights, torch.tensor(lengths), Clips(0.5, 0.3), initial)
+    with OpAudit() as audit:
+        values_and_gradients(sequence_clipped_lstm, *args)
+    return audit
+
+
+def test_dispatches_no_syncing_op_and_the_same_ops_for_two_inputs_of_one_shape():
+    """Forward and backward on CPU tensors, two inputs of one shape with other values and other
+    lengths: no op that would make a GPU wait for the host, and the same (op, output shapes)."""
+    first = audited_forward_and_backward(0, [7, 2, 0, 5])
+    second = audited_forward_and_backward(1, [3, 7, 7, 1])
+    assert first.syncs() == [], [f"{op.name} at {op.where}" for op in first.syncs()]
+    assert first.trace() == second.trace()
+
+
+def weight_sized_tensors_made(function, timesteps: int) -> int:
+    """How many tensors of W_hh's or W_hr's shape (or transposed) a forward and backward make."""
+    inputs, weights, initial = random_lstm((4, timesteps, 8, 12))
+    args = (inputs, weights, torch.tensor([timesteps] * 4), Clips(0.5, 0.3), initial)
+    shapes = {tuple(w.shape) for w in (weights.w_hh, weights.w_hr)}
+    shapes |= {(s[0], s[2], s[1]) for s in shapes}
+    with OpAudit() as audit:
+        values_and_gradients(function, *args)
+    return sum(1 for _, outputs in audit.trace() for shape in outputs if shape in shapes)
+
+
+def test_the_weight_gradients_are_one_matmul_each_however_many_timesteps():
+    """The reference's backward makes a W_hh and a W_hr gradient at every step and sums them;
+    ours makes each once over every step's rows: as many weight-sized tensors for 5 steps as
+    for 20."""
+    assert weight_sized_tensors_made(sequence_clipped_lstm, 5) == weight_sized_tensors_made(
+        sequence_clipped_lstm, 20
+    )
+    assert weight_sized_tensors_made(clipped_lstm, 20) > 4 * 20
+
+
+def test_compiled_steps_trace_whole_once_for_every_timestep_with_the_plain_steps_numbers():
+    """torch.compile of each pointwise step as the GPU compiles it, with the `aot_eager` backend
+    (what dynamo traces and guards is the same on every device): no graph break (fullgraph) and
+    one graph for all the steps of a shape, none more for another input of that shape; another
+    number of timesteps adds at most one (its strides then dynamic), a third none. The compiled
+    steps give the plain steps' values and gradients."""
+    counters = [CompileCounterWithBackend("aot_eager") for _ in PLAIN_STEPS]
+    compiled = PointwiseSteps(
+        *(
+            torch.compile(step, backend=counter, dynamic=None, fullgraph=True)
+            for step, counter in zip(PLAIN_STEPS, counters, strict=True)
+        )
+    )
+
+    def with_compiled_steps(*args):
+        return sequence_clipped_lstm(*args, steps=compiled)
+
+    graphs = []
+    try:
+        for seed, lengths in enumerate([[7, 2, 0, 5], [3, 7, 7, 1], [12, 2, 9, 0], [15] * 4]):
+            inputs, weights, initial = random_lstm((4, max(lengths), 8, 12), seed)
+            args = (inputs, weights, torch.tensor(lengths), Clips(0.5, 0.3), initial)
+            plain = values_and_gradients(sequence_clipped_lstm, *args)
+            assert_all_close(values_and_gradients(with_compiled_steps, *args), plain, 1e-6)
+            graphs.append([counter.frame_count for counter in counters])
+    finally:
+        torch._dynamo.reset()
+    assert graphs[0] == graphs[1] == [1, 1, 1, 1]
+    assert graphs[2] == graphs[3] and max(graphs[2]) <= 2
+
+
+def bilm_loss_and_gradients(cpu_loop: str, tiny_corpus) -> list[torch.Tensor]:
+    values = {
+        **TINY_LSTM_OVERRIDES,
+        "model.dropout": 0.0,
+        "model.contextualizer.dropout": 0.0,
+        "model.contextualizer.cell_clip": 0.5,
+        "model.contextualizer.proj_clip": 0.1,
+        "model.contextualizer.cpu_loop": cpu_loop,
+    }
+    params = Params.from_file(str(CONFIG_DIR / "elmo_lstm.jsonnet"), json.dumps(values))
+    reader = DatasetReader.from_params(params.pop("dataset_reader"))
+    instances = list(reader.read(str(tiny_corpus / "valid.txt")))[:12]
+    vocab = Vocabulary.from_instances(instances)
+    torch.manual_seed(0)
+    model = Model.from_params(vocab=vocab, params=params.pop("model")).train()
+    batch = Batch(instances)
+    batch.index_instances(vocab)
+    loss = model(**batch.as_tensor_dict())["loss"]
+    return [loss, *torch.autograd.grad(loss, list(model.parameters()))]
+
+
+def test_an_elmo_bilm_with_the_gpu_path_equals_the_reference_loop_in_loss_and_gradients(
+    tiny_corpus,
+):
+    """`contextualizer.cpu_loop: "gpu"` runs on the CPU what a GPU runs: a whole `elmo_bilm`
+    (character CNN, both LSTM layers with clips that bind, full softmax) on a padded batch gives
+    the reference loop's loss and every parameter's gradient."""
+    ours = bilm_loss_and_gradients("gpu", tiny_corpus)
+    reference = bilm_loss_and_gradients("reference", tiny_corpus)
+    assert_all_close(ours, reference, 1e-5)
