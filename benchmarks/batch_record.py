@@ -1,7 +1,8 @@
 """Trainer callback `batch_record`, for the rehearsals' checks (`--include-package
 benchmarks.batch_record`): every process appends one JSON line per training batch to
 FOLDER/rank{global rank}.jsonl: epoch, batch number in the epoch, wall-clock time (seconds since
-the epoch, comparable across processes) and the batch's rows of token ids (padding cut)."""
+the epoch, comparable across processes) and the batch's rows of token ids (padding cut, rows
+of padding left out)."""
 
 import json
 import os
@@ -37,6 +38,7 @@ class BatchRecord(TrainerCallback):
             [int(i) for i in row if i]
             for batch in batch_inputs
             for row in batch["source"]["tokens"]["tokens"].tolist()
+            if any(row)  # not a row of padding (`fixed_shape`)
         ]
         rank = dist.get_rank() if dist.is_initialized() else 0
         line = {"epoch": epoch, "batch": batch_number, "time": time.time(), "rows": rows}

@@ -159,7 +159,8 @@ def main(argv=None) -> dict[str, Any]:
         if key.endswith("gpu_path") and (any(value["syncs"].values()) or not value["fixed_shapes"])
     ]
     return {
-        "missed": missed,
+        "headline": [f"{name}_gpu_path_syncs" for name in args.configs],
+        **({"missed": missed} if missed else {}),
         **{f"{key}_ops": sum(value["ops"].values()) for key, value in results.items()},
         **{f"{key}_syncs": sum(value["syncs"].values()) for key, value in results.items()},
         "results": results,

@@ -158,7 +158,14 @@ def check_multi_node(last: dict) -> None:
     assert last["headline"] == []
 
 
+def check_step_audit(last: dict) -> None:
+    assert last["headline"] == ["transformer_gpu_path_syncs"]
+    assert last["transformer_gpu_path_syncs"] == 0 and "missed" not in last
+    assert last["transformer_cpu_defaults_syncs"] > 0
+
+
 CHECK_OK = {
+    "step_audit": check_step_audit,
     "multi_node": check_multi_node,
     "scale_rehearsal": check_scale_rehearsal,
     "data_pipeline": check_data_pipeline,

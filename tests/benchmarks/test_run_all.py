@@ -83,6 +83,7 @@ def test_run_all_keeps_its_selection_and_quick_options():
         "plan_vs_epoch",
         "quality_table",
         "gpu_original_elmo",
+        "step_audit",
     ]
     assert dict(run_all.BENCHMARKS)["quality_table"] == ["--quick"]
 
