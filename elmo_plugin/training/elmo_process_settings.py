@@ -1,13 +1,18 @@
 """TrainerCallback `elmo_process_settings`: applies `ProcessSettings` once, when training starts,
 and refuses a sparse softmax that this torch cannot clip or the optimizer would not update."""
 
+import logging
 from typing import Optional
 
+import torch
 from allennlp.training.callbacks.callback import TrainerCallback
 
+from elmo_plugin.data.corpus_data_loader import CorpusDataLoader
 from elmo_plugin.training.process_settings import ProcessSettings
 from elmo_plugin.training.row_gradients import refuse_unapplied_row_gradients
 from elmo_plugin.training.sparse_gradient_sync import refuse_unclippable_sparse_gradients
+
+logger = logging.getLogger(__name__)
 
 
 @TrainerCallback.register("elmo_process_settings")
@@ -18,7 +23,8 @@ class ElmoProcessSettingsCallback(TrainerCallback):
     `trainer.callbacks`, so `-o '{"trainer.callbacks.0.tf32": true}'` overrides a key. It also
     stops a run whose gradient clipping (`trainer.grad_norm`) would fail inside a torch before
     2.14 on the sparse softmax's gradients, or whose optimizer would not apply the softmax's
-    `row_gradients`, with one line, before the first batch.
+    `row_gradients`, with one line, before the first batch; and warns once where a GPU would
+    train on batches of changing shapes.
 
     # Parameters
 
@@ -38,4 +44,22 @@ class ElmoProcessSettingsCallback(TrainerCallback):
         super().on_start(trainer, is_primary=is_primary, **kwargs)
         refuse_unclippable_sparse_gradients(trainer.model, trainer._grad_norm)
         refuse_unapplied_row_gradients(trainer.model, trainer.optimizer)
+        warn_of_changing_shapes(trainer)
         self.settings.apply()
+
+
+def warn_of_changing_shapes(trainer) -> None:
+    """One warning where a GPU trains on `elmo_corpus` / `elmo_streams` batches whose shape
+    changes from batch to batch (`fixed_shape: false`): each new shape costs the step host time
+    (new kernels, compilation), where one fixed shape would cost none."""
+    loader = trainer.data_loader
+    if (
+        torch.device(trainer.cuda_device).type == "cuda"
+        and isinstance(loader, CorpusDataLoader)
+        and loader.fixed_timesteps is None
+    ):
+        logger.warning(
+            "%s: batches change shape from one to the next (fixed_shape: false), and each new "
+            "shape costs the GPU step host time: set data_loader.fixed_shape to true",
+            loader.name,
+        )

@@ -5,6 +5,7 @@ predictors, and the deprecated `model.tf32`."""
 
 import json
 import logging
+import types
 
 import pytest
 import torch
@@ -17,11 +18,16 @@ from allennlp.models.archival import load_archive
 from allennlp.training import GradientDescentTrainer
 from allennlp.training.callbacks.callback import TrainerCallback
 
+from elmo_plugin.data.elmo_corpus_loader import ElmoCorpusLoader
+from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
 from elmo_plugin.models.elmo_bilm import DEPRECATED_TF32
 from elmo_plugin.predictors.elmo_embeddings import ElmoEmbeddingsPredictor
 from elmo_plugin.training import glibc_heap
 from elmo_plugin.training.elmo_evaluator import ElmoEvaluator
-from elmo_plugin.training.elmo_process_settings import ElmoProcessSettingsCallback
+from elmo_plugin.training.elmo_process_settings import (
+    ElmoProcessSettingsCallback,
+    warn_of_changing_shapes,
+)
 from elmo_plugin.training.process_settings import ProcessSettings
 from tests.helpers import CONFIG_DIR, REPO_ROOT, TINY_LSTM_OVERRIDES
 
@@ -177,3 +183,30 @@ def test_every_shipped_elmo_config_sets_the_same_settings_for_train_and_evaluate
     expected = {"keep_freed_heap": "transformer" not in config, "tf32": None}
     assert params["trainer"]["callbacks"][0] == {"type": "elmo_process_settings", **expected}
     assert params["evaluation"] == {"type": "elmo_evaluator", **expected}
+
+
+@pytest.mark.parametrize(
+    ("device", "fixed_shape", "warned"),
+    [("cuda:0", False, True), ("cuda:0", True, False), ("cpu", False, False)],
+)
+def test_a_gpu_training_on_batches_of_changing_shapes_is_warned_once(
+    tiny_corpus, caplog, device, fixed_shape, warned
+):
+    """allennlp's trainer holds its device as `cuda_device`; the check reads only its type."""
+    reader = ElmoCorpusReader(max_sequence_length=10)
+    loader = ElmoCorpusLoader(
+        reader, str(tiny_corpus / "valid.txt"), batch_size=4, fixed_shape=fixed_shape
+    )
+    trainer = types.SimpleNamespace(cuda_device=torch.device(device), data_loader=loader)
+    with caplog.at_level(logging.WARNING):
+        warn_of_changing_shapes(trainer)
+    lines = [record.getMessage() for record in caplog.records]
+    assert lines == (
+        [
+            "data_loader elmo_corpus: batches change shape from one to the next (fixed_shape: "
+            "false), and each new shape costs the GPU step host time: set "
+            "data_loader.fixed_shape to true"
+        ]
+        if warned
+        else []
+    )
