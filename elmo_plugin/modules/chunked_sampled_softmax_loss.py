@@ -28,8 +28,8 @@ class ChunkedSampledSoftmaxLoss(SampledSoftmaxLoss):
     (allennlp draws them with numpy on the host), all groups' rows read at once. With
     `row_gradients` (sparse softmax only) those rows are `TouchedRows`: their gradient is a
     dense parameter of fixed shape, no sparse tensors. Evaluation is the full softmax over
-    chunks of rows: the log-sum-exp is accumulated chunk by chunk, so memory is bounded by
-    `max_eval_logits`, not targets x rows.
+    chunks of rows for the positions of nonzero weight: the log-sum-exp is accumulated chunk by
+    chunk, so memory is bounded by `max_eval_logits`, not targets x rows.
     """
 
     max_eval_logits: int = MAX_EVAL_LOGITS
@@ -108,19 +108,21 @@ class ChunkedSampledSoftmaxLoss(SampledSoftmaxLoss):
         self, embeddings: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor
     ) -> torch.Tensor:
         """embeddings (G, n, P), targets, weights (G, n) -> (G,): the full softmax over chunks
-        of `max_eval_logits` logits."""
+        of `max_eval_logits` logits, for the positions of nonzero weight only (padding costs no
+        logits; selecting them reads their count on the host, once a batch)."""
         if self.sparse:
             weight, bias = self.softmax_w.weight, self.softmax_b.weight.squeeze(1)
         else:  # Parameters here (allennlp's attributes are typed as its sparse Embeddings)
             weight, bias = cast(torch.Tensor, self.softmax_w), cast(torch.Tensor, self.softmax_b)
-        rows = embeddings.flatten(0, 1).float()
+        real = weights.flatten().nonzero().squeeze(1)
+        rows = embeddings.flatten(0, 1)[real].float()
         rows_per_chunk = max(1, self.max_eval_logits // max(1, rows.size(0)))
         log_normalizer = rows.new_full((rows.size(0),), float("-inf"))
         for start in range(0, weight.size(0), rows_per_chunk):
             chunk_logits = rows @ weight[start : start + rows_per_chunk].float().t()
             chunk_logits = chunk_logits + bias[start : start + rows_per_chunk].float()
             log_normalizer = torch.logaddexp(log_normalizer, chunk_logits.logsumexp(dim=1))
-        targets = targets.flatten()
+        targets = targets.flatten()[real]
         target_logits = (rows * weight[targets].float()).sum(dim=1) + bias[targets].float()
-        negative_log_likelihood = (log_normalizer - target_logits).view_as(weights)
-        return (negative_log_likelihood * weights).sum(dim=1)
+        weighted = (log_normalizer - target_logits) * weights.flatten()[real]
+        return weighted.new_zeros(weights.size(0)).index_add(0, real // weights.size(1), weighted)

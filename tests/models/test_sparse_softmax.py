@@ -163,6 +163,26 @@ def test_unchunked_reference_is_allennlps_own_full_softmax(vocab_and_batches):
     )
 
 
+def test_evaluation_computes_the_weighted_positions_only_as_allennlps_full_softmax(
+    vocab_and_batches,
+):
+    """Groups of positions, some of weight 0 (padding: any embedding, any target) -> per group
+    the weighted sum of allennlp's full-softmax losses over the other positions."""
+    vocab, _ = vocab_and_batches
+    loss = build(vocab, sparse=True)._softmax_loss.eval()
+    loss.max_eval_logits = 5
+    embeddings = torch.randn(2, 15, loss._embedding_dim)
+    targets = torch.randint(0, loss._num_words, (2, 15))
+    lengths = (9, 15)
+    weights = (torch.arange(15) < torch.tensor(lengths).unsqueeze(1)).float() * 0.5
+    embeddings[weights == 0] = 1e6
+    expected = [
+        0.5 * SampledSoftmaxLoss._forward_eval(loss, group[:length], target[:length])
+        for group, target, length in zip(embeddings, targets, lengths, strict=True)
+    ]
+    torch.testing.assert_close(loss(embeddings, targets, weights), torch.stack(expected))
+
+
 ADAGRAD = {"lr": 0.2, "initial_accumulator_value": 1.0}  # the original config's
 # (row_gradients optimizer, sparse gradients optimizer)
 OPTIMIZERS = {
