@@ -11,6 +11,10 @@ and the archive loads without SOURCE (allennlp drops `model.pretrained_file` whe
   (one log line says which);
 - softmax: the folder's `*softmax.hdf5` mapped by token, else fresh (the model warns once);
 - freezing: `--freeze char_cnn,lstm.0` -> allennlp's `trainer.no_grad` regexes.
+
+A new run (no `-r`) stopped by a user error before training wrote anything (a corpus glob that
+matches nothing, weights that do not match the options) removes what it wrote, so the corrected
+command can run in the same folder.
 """
 
 import argparse
@@ -21,6 +25,7 @@ import logging
 import os
 import re
 import shlex
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
@@ -44,6 +49,8 @@ DEFAULT_CONFIG = str(
 )
 COUNTED_MIN_COUNT = 2  # a counted vocabulary keeps the tokens seen at least this often
 CHAR_CNN_TYPE = "elmo_char_cnn"
+# what `allennlp train` writes in its folder before the trainer starts
+SETUP_FILES = {"config.json", "meta.json", "out.log", "vocabulary"}
 
 
 @Subcommand.register("elmo-continue")
@@ -113,13 +120,39 @@ def continue_from_args(args: argparse.Namespace) -> None:
     if args.dry_run:
         print(train_command(args.config, args.serialization_dir, overrides, args.recover))
         return
-    train_model_from_file(
-        args.config,
-        args.serialization_dir,
-        overrides=json.dumps(overrides),
-        recover=args.recover,
-        include_package=list(getattr(args, "include_package", None) or []),
-    )
+    folder = args.serialization_dir
+    new_folder = not os.path.exists(folder)
+    new_run = not args.recover and (new_folder or not os.listdir(folder))
+    try:
+        train_model_from_file(
+            args.config,
+            folder,
+            overrides=json.dumps(overrides),
+            recover=args.recover,
+            include_package=list(getattr(args, "include_package", None) or []),
+        )
+    except (ConfigurationError, OSError):
+        if new_run:
+            remove_setup_files(folder, new_folder)
+        raise
+
+
+def remove_setup_files(folder: str, remove_folder: bool) -> None:
+    """Removes what `allennlp train` wrote in `folder` when it holds nothing else (training wrote
+    nothing), and the folder too when `remove_folder`: a new run stopped by a user error."""
+    names = set(os.listdir(folder)) if os.path.isdir(folder) else {"?"}
+    if not names <= SETUP_FILES:
+        return
+    logger.info("elmo-continue: removing the stopped run's %s from %s", sorted(names), folder)
+    if remove_folder:
+        shutil.rmtree(folder)
+        return
+    for name in names:
+        path = os.path.join(folder, name)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
 
 
 def continue_overrides(
