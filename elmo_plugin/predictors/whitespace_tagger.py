@@ -7,7 +7,7 @@ from allennlp.data import DatasetReader, Instance, Token
 from allennlp.models import Model
 from allennlp.predictors.predictor import Predictor
 
-from elmo_plugin.predictors.json_input import input_tokens, predict_input_line
+from elmo_plugin.predictors.json_input import input_tokens, json_line
 from elmo_plugin.training.process_settings import ProcessSettings
 
 EMPTY_OUTPUT = ("words", "tags", "logits", "mask")  # crf_tagger's outputs, one entry per token
@@ -55,7 +55,7 @@ class WhitespaceTaggerPredictor(Predictor):
         ]
 
     def load_line(self, line: str) -> JsonDict:
-        return predict_input_line(line)
+        return json_line(line)
 
     def _json_to_instance(self, json_dict: JsonDict) -> Instance:
         return self._dataset_reader.text_to_instance([Token(t) for t in input_tokens(json_dict)])
