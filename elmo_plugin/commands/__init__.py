@@ -1,4 +1,5 @@
 from elmo_plugin.commands import (
+    archive_extraction,
     elmo_continue,
     elmo_embed,
     elmo_export,
@@ -8,6 +9,7 @@ from elmo_plugin.commands import (
 )
 
 __all__ = [
+    "archive_extraction",
     "elmo_continue",
     "elmo_embed",
     "elmo_export",

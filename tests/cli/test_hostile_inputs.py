@@ -77,12 +77,16 @@ def hostile_archive(root: Path, kind: str) -> Path:
     """Our biLM archive plus one member that would write (or point) outside the extraction
     folder."""
     members = {
-        "dotdot": tar_member("../" * 30 + str(root / "escaped").lstrip("/"), size=5),
-        "absolute": tar_member(str(root / "absolute"), size=5),
-        "symlink": tar_member("vocabulary/evil", tarfile.SYMTYPE, linkname=str(root)),
-        "hardlink": tar_member("evil", tarfile.LNKTYPE, linkname="/etc/passwd"),
-        "fifo": tar_member("evil", tarfile.FIFOTYPE),
-        "device": tar_member("evil", tarfile.CHRTYPE),
+        "dotdot": [tar_member("../" * 30 + str(root / "escaped").lstrip("/"), size=5)],
+        "absolute": [tar_member(str(root / "absolute"), size=5)],
+        "symlink": [tar_member("vocabulary/evil", tarfile.SYMTYPE, linkname=str(root))],
+        "symlink then file": [
+            tar_member("evil", tarfile.SYMTYPE, linkname=str(root)),
+            tar_member("evil/escaped", size=5),
+        ],
+        "hardlink": [tar_member("evil", tarfile.LNKTYPE, linkname="/etc/passwd")],
+        "fifo": [tar_member("evil", tarfile.FIFOTYPE)],
+        "device": [tar_member("evil", tarfile.CHRTYPE)],
     }
     return copy_archive_with(BILM, root / f"{kind}.tar.gz", extra=members[kind])
 
@@ -106,6 +110,31 @@ def test_an_archive_with_a_hostile_member_is_refused_before_extraction(root, com
     outputs = ["in.txt", "out.hdf5"] if command == "elmo-embed" else ["elmo"]
     line = refused([command, str(archive), *outputs], root, str(archive), repr(member))
     assert "refusing to extract member" in line
+
+
+@pytest.mark.parametrize(
+    "command, kind, refusal, member",
+    [
+        ("predict", "dotdot", "OutsideDestinationError", "/escaped'"),
+        ("evaluate", "symlink then file", "AbsoluteLinkError", "'evil'"),
+    ],
+)
+def test_allennlp_predict_and_evaluate_extract_no_hostile_member_outside_their_folder(
+    root, command, kind, refusal, member
+):
+    """allennlp's own `load_archive` extracts: Python's `data` filter, set by our plugin,
+    refuses the member (allennlp's traceback, its last line naming it) and nothing lands in
+    `root`, the folder the member points into."""
+    archive = hostile_archive(root, kind)
+    before = listing(root)
+    args = [command, str(archive), "in.txt", "--output-file", "out.json"]
+    if command == "predict":
+        args += ["--predictor", "elmo_embeddings", "--silent"]
+    result = run_allennlp(args, cwd=root, check=False)
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"tarfile.{refusal}: ") and member in last, last
+    assert listing(root) == before
 
 
 def test_the_embedders_pretrained_file_refuses_a_hostile_archive_in_allennlp_train(
