@@ -6,6 +6,7 @@ skipped. (`allennlp train` is allennlp's own command: its errors keep allennlp's
 
 import bz2
 import gzip
+import io
 import json
 import lzma
 import os
@@ -16,6 +17,7 @@ from pathlib import Path
 import h5py
 import numpy
 import pytest
+import torch
 
 from elmo_plugin.commands.elmo_export import export_archive
 from tests.helpers import (
@@ -195,6 +197,33 @@ def test_an_archive_that_holds_no_bilm_says_what_it_holds(root):
         str(TAGGER),
         "holds a 'crf_tagger' model",
     )
+
+
+class RunsCode:
+    """Pickled as a call of `print`: what a weights file that runs code holds."""
+
+    def __reduce__(self):
+        return (print, ("this ran",))
+
+
+def test_weights_that_would_run_code_are_refused_without_torchs_advice_to_load_them_anyway(root):
+    weights = io.BytesIO()
+    torch.save({"weight": RunsCode()}, weights)
+    archive = root / "runs_code.tar.gz"
+    with tarfile.open(BILM) as original, tarfile.open(archive, "w:gz") as copy:
+        for member in original.getmembers():
+            data = original.extractfile(member) if member.isfile() else None
+            if member.name == "weights.th":
+                member.size, data = len(weights.getvalue()), io.BytesIO(weights.getvalue())
+            copy.addfile(member, data)
+    output = refused(["elmo-export", str(archive), "elmo"], root, str(archive))
+    line = next(line for line in output.splitlines() if ": error: " in line)
+    assert line == (
+        f"allennlp elmo-export: error: {archive}: cannot load the model: its weights are not "
+        "plain tensors (Unsupported global: GLOBAL print was not an allowed global by default): "
+        "a pickle that could run code when loaded, refused; load only weights you trust"
+    )
+    assert "this ran" not in output
 
 
 @pytest.mark.parametrize(
