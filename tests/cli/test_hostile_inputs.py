@@ -331,6 +331,15 @@ def test_skipped_lines_are_counted_and_compressed_shards_read(root):
     ) and "Heading" not in tokens
 
 
+def test_nul_bytes_inside_tokens_are_replaced_and_counted_in_the_vocabulary(root):
+    (root / "nul.txt").write_bytes(b"alpha be\0ta\ngamma\n\0\n")
+    log = succeeded(["elmo-vocab", "nul.txt", "tokens.txt"], root, "tokens.txt")
+    assert "2 lines had NUL bytes (replaced too)" in log
+    tokens = (root / "tokens.txt").read_text(encoding="utf-8").split("\n")
+    assert {"alpha", "be\ufffdta", "gamma", "\ufffd"} <= set(tokens)
+    assert not any("\0" in token for token in tokens)
+
+
 def test_embed_input_missing_is_named_and_bad_bytes_and_long_tokens_are_repaired(root):
     refused(
         ["elmo-embed", str(BILM), "nope.txt", "out.hdf5"], root, "input file not found: nope.txt"
