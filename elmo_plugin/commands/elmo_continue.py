@@ -136,9 +136,9 @@ def continue_from_args(args: argparse.Namespace) -> None:
 def remove_setup_files(folder: str, remove_folder: bool) -> None:
     """Removes what `allennlp train` wrote in `folder` when it holds nothing else (training wrote
     nothing), and the folder too when `remove_folder`: a new run stopped by a user error."""
-    names = set(os.listdir(folder)) if os.path.isdir(folder) else {"?"}
-    if not names <= SETUP_FILES:
+    if not os.path.isdir(folder) or not set(os.listdir(folder)) <= SETUP_FILES:
         return
+    names = os.listdir(folder)
     logger.info("elmo-continue: removing the stopped run's %s from %s", sorted(names), folder)
     if remove_folder:
         shutil.rmtree(folder)
