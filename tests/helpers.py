@@ -19,7 +19,7 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Optional, cast
 
@@ -383,17 +383,17 @@ def hidden(*paths: Path) -> Iterator[None]:
 
 
 def copy_archive_with(
-    source: Path, target: Path, extra: Optional[tarfile.TarInfo] = None, drop: str = ""
+    source: Path, target: Path, extra: Sequence[tarfile.TarInfo] = (), drop: str = ""
 ) -> Path:
     """A copy of the tar archive `source` without the member named `drop` (and what is under
-    it), plus `extra` (a regular file's TarInfo gets `size` bytes of "x"); how the tests craft
-    hostile archives."""
+    it), plus the members `extra` at its end (a regular file's TarInfo gets `size` bytes of "x");
+    how the tests craft hostile archives."""
     with tarfile.open(source) as original, tarfile.open(target, "w:gz") as copy:
         for member in original.getmembers():
             if member.name != drop and not member.name.startswith(f"{drop}/"):
                 copy.addfile(member, original.extractfile(member) if member.isfile() else None)
-        if extra is not None:
-            copy.addfile(extra, io.BytesIO(b"x" * extra.size) if extra.isfile() else None)
+        for member in extra:
+            copy.addfile(member, io.BytesIO(b"x" * member.size) if member.isfile() else None)
     return target
 
 

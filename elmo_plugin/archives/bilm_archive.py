@@ -27,6 +27,7 @@ from elmo_plugin.archives.safe_archive import (
     require_model_folder,
 )
 from elmo_plugin.data.elmo_manylangs_indexer import DEFAULT_NAMESPACE
+from elmo_plugin.elmo_files.weights_only import without_unsafe_advice
 from elmo_plugin.models.elmo_bilm import ElmoLanguageModel
 from elmo_plugin.models.language_model_encoder import language_model_encoder
 from elmo_plugin.modules.bilm_encoder import Architecture, BiLmEncoder, current_architecture
@@ -107,7 +108,9 @@ def load_model_archive(archive_path: str, cuda_device: int = -1) -> Model:
     except LOAD_ERRORS as error:
         if isinstance(error, ConfigurationError) and archive_path in str(error):
             raise
-        raise ConfigurationError(f"{archive_path}: cannot load the model: {error}") from None
+        raise ConfigurationError(
+            f"{archive_path}: cannot load the model: {without_unsafe_advice(error)}"
+        ) from None
 
 
 def load_extracted_archive(folder: str, cuda_device: int) -> Model:
@@ -116,7 +119,8 @@ def load_extracted_archive(folder: str, cuda_device: int) -> Model:
     try:
         return load_archive(folder, cuda_device=cuda_device).model
     except LOAD_ERRORS as error:
-        message = str(error).replace(os.path.join(folder, ""), "").replace(folder, ".")
+        message = without_unsafe_advice(error)
+        message = message.replace(os.path.join(folder, ""), "").replace(folder, ".")
         raise ConfigurationError(message) from None
 
 

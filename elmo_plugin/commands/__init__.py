@@ -1,3 +1,19 @@
-from elmo_plugin.commands import elmo_continue, elmo_embed, elmo_export, elmo_plan, elmo_vocab
+from elmo_plugin.commands import (
+    archive_extraction,
+    elmo_continue,
+    elmo_embed,
+    elmo_export,
+    elmo_plan,
+    elmo_vocab,
+    predict_output,
+)
 
-__all__ = ["elmo_continue", "elmo_embed", "elmo_export", "elmo_plan", "elmo_vocab"]
+__all__ = [
+    "archive_extraction",
+    "elmo_continue",
+    "elmo_embed",
+    "elmo_export",
+    "elmo_plan",
+    "elmo_vocab",
+    "predict_output",
+]

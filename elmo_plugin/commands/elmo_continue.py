@@ -11,16 +11,19 @@ and the archive loads without SOURCE (allennlp drops `model.pretrained_file` whe
   (one log line says which);
 - softmax: the folder's `*softmax.hdf5` mapped by token, else fresh (the model warns once);
 - freezing: `--freeze char_cnn,lstm.0` -> allennlp's `trainer.no_grad` regexes.
+
+A new run (no `-r`) stopped by a user error before training wrote anything (a corpus glob that
+matches nothing, weights that do not match the options) removes what it wrote, so the corrected
+command can run in the same folder.
 """
 
 import argparse
-import difflib
-import inspect
 import json
 import logging
 import os
 import re
 import shlex
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Optional
@@ -28,11 +31,9 @@ from typing import Any, Optional
 from allennlp.commands.subcommand import Subcommand
 from allennlp.commands.train import train_model_from_file
 from allennlp.common.checks import ConfigurationError
-from allennlp.common.params import Params, parse_overrides
-from allennlp.training.gradient_descent_trainer import GradientDescentTrainer
-from allennlp.training.trainer import Trainer
 
-from elmo_plugin.commands.cli_errors import one_line, reports_errors
+from elmo_plugin.commands.cli_errors import reports_errors
+from elmo_plugin.commands.training_config import config_params, user_overrides_dict
 from elmo_plugin.data.elmo_manylangs_files import is_manylangs_folder
 from elmo_plugin.elmo_files.options import architecture_from_options, read_options
 from elmo_plugin.elmo_files.source import ElmoSourceSpec, resolve_elmo_source
@@ -44,6 +45,8 @@ DEFAULT_CONFIG = str(
 )
 COUNTED_MIN_COUNT = 2  # a counted vocabulary keeps the tokens seen at least this often
 CHAR_CNN_TYPE = "elmo_char_cnn"
+# what `allennlp train` writes in its folder before the trainer starts
+SETUP_FILES = {"config.json", "meta.json", "out.log", "vocabulary"}
 
 
 @Subcommand.register("elmo-continue")
@@ -113,13 +116,39 @@ def continue_from_args(args: argparse.Namespace) -> None:
     if args.dry_run:
         print(train_command(args.config, args.serialization_dir, overrides, args.recover))
         return
-    train_model_from_file(
-        args.config,
-        args.serialization_dir,
-        overrides=json.dumps(overrides),
-        recover=args.recover,
-        include_package=list(getattr(args, "include_package", None) or []),
-    )
+    folder = args.serialization_dir
+    new_folder = not os.path.exists(folder)
+    new_run = not args.recover and (new_folder or not os.listdir(folder))
+    try:
+        train_model_from_file(
+            args.config,
+            folder,
+            overrides=json.dumps(overrides),
+            recover=args.recover,
+            include_package=list(getattr(args, "include_package", None) or []),
+        )
+    except (ConfigurationError, OSError):
+        if new_run:
+            remove_setup_files(folder, new_folder)
+        raise
+
+
+def remove_setup_files(folder: str, remove_folder: bool) -> None:
+    """Removes what `allennlp train` wrote in `folder` when it holds nothing else (training wrote
+    nothing), and the folder too when `remove_folder`: a new run stopped by a user error."""
+    if not os.path.isdir(folder) or not set(os.listdir(folder)) <= SETUP_FILES:
+        return
+    names = os.listdir(folder)
+    logger.info("elmo-continue: removing the stopped run's %s from %s", sorted(names), folder)
+    if remove_folder:
+        shutil.rmtree(folder)
+        return
+    for name in names:
+        path = os.path.join(folder, name)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
 
 
 def continue_overrides(
@@ -190,48 +219,6 @@ def resolved_vocabulary(
         source_name,
     )
     return {"type": "from_instances", "min_count": {"tokens": COUNTED_MIN_COUNT}}
-
-
-def trainer_keys() -> list[str]:
-    """The keys of allennlp's `gradient_descent` trainer config."""
-    names = inspect.signature(GradientDescentTrainer.from_partial_objects).parameters
-    return [name for name in names if name != "kwargs"] + ["type", "run_sanity_checks"]
-
-
-def unknown_trainer_keys(trainer: dict[str, Any]) -> list[str]:
-    """Keys of a `gradient_descent` trainer config that allennlp's trainer takes as `**kwargs`
-    and ignores (a misspelt `num_epochs`, say); none for another trainer type."""
-    if trainer.get("type", Trainer.default_implementation) != "gradient_descent":
-        return []
-    return sorted(set(trainer) - set(trainer_keys()))
-
-
-def user_overrides_dict(user_overrides: str) -> dict[str, Any]:
-    """The user's -o (JSON or jsonnet) as a dict; a ConfigurationError when it does not parse."""
-    try:
-        return parse_overrides(user_overrides)
-    except (RuntimeError, ValueError) as error:  # jsonnet's and JSON's syntax errors
-        raise ConfigurationError(f"elmo-continue: -o does not parse: {one_line(error)}") from None
-
-
-def config_params(config: str, user_overrides: str) -> dict[str, Any]:
-    """The config with the user's -o applied; an error when the config does not parse, an -o
-    key does not fit it, or names a trainer key that allennlp's trainer would ignore."""
-    try:
-        params = Params.from_file(config, user_overrides).as_dict(quiet=True)
-    except RuntimeError as error:  # jsonnet's syntax and runtime errors
-        raise ConfigurationError(f"elmo-continue: {config}: {one_line(error)}") from None
-    except ValueError as error:  # allennlp's "overrides dict contains unused keys: [...]"
-        raise ConfigurationError(f"elmo-continue: -o does not fit {config}: {error}") from None
-    unknown = unknown_trainer_keys(params.get("trainer", {}))
-    if unknown:
-        key = unknown[0]
-        close = difflib.get_close_matches(key, trainer_keys(), n=1)
-        raise ConfigurationError(
-            f"elmo-continue: trainer.{key} is not a key of allennlp's trainer, which would "
-            f"ignore it{f'; did you mean trainer.{close[0]}?' if close else ''}"
-        )
-    return params
 
 
 def char_cnn_name(config: str, params: dict[str, Any]) -> str:

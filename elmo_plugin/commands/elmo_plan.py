@@ -24,6 +24,7 @@ from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.commands.cli_errors import one_line, reports_errors
+from elmo_plugin.commands.training_config import config_params
 from elmo_plugin.data.corpus_data_loader import CorpusDataLoader
 from elmo_plugin.training.elmo_validation_checks import ValidationChecksCallback, loader_length
 from elmo_plugin.training.row_gradients import refuse_unapplied_row_gradients
@@ -80,10 +81,7 @@ def plan_config(config_file: str, overrides: str, warmup_steps: int, steps: int)
         raise ConfigurationError(
             f"--warmup-steps must be >= 0 and --steps >= 1, got {warmup_steps}, {steps}"
         )
-    try:
-        params = Params.from_file(config_file, overrides)
-    except (RuntimeError, ValueError) as error:  # jsonnet and JSON syntax errors
-        raise ConfigurationError(f"{config_file}: {one_line(error)}") from None
+    params = Params(config_params(config_file, overrides))
     context = multiprocessing.get_context("fork")
     receive, send = context.Pipe(duplex=False)
     child = context.Process(target=_measure_in_child, args=(params, warmup_steps, steps, send))

@@ -17,6 +17,7 @@ from elmo_plugin.archives.safe_archive import (
     extracted_model_archive,
     require_model_folder,
 )
+from elmo_plugin.elmo_files.weights_only import without_unsafe_advice
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 
 logger = logging.getLogger(__name__)
@@ -81,7 +82,8 @@ def _state_dict(folder: str, archive: str) -> dict[str, Any]:
     try:
         return torch.load(os.path.join(folder, name), map_location="cpu", weights_only=True)
     except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as error:
-        raise ConfigurationError(f"elmo-embed: {archive}: unreadable {name} ({error})") from None
+        message = without_unsafe_advice(error)
+        raise ConfigurationError(f"elmo-embed: {archive}: unreadable {name} ({message})") from None
 
 
 def _layer_norm_in(config: Any) -> bool:

@@ -38,8 +38,8 @@ def is_url(path: str) -> bool:
 def sentence_blocks(file_path: str) -> Iterator[tuple[int, str]]:
     """The file's sentences as (the line number of their first line, their text: the lines
     between blank lines). Invalid UTF-8 bytes become U+FFFD, with a warning naming file:line for
-    the first few and one counting them all; a file that is not text at all is a
-    ConfigurationError naming it."""
+    the first few and one counting them all; NUL bytes too, counted in a warning; a file that is
+    not text at all is a ConfigurationError naming it."""
     stats = CorpusStats(files=1)
     lines: list[str] = []
     first_line = 0
@@ -60,6 +60,12 @@ def sentence_blocks(file_path: str) -> Iterator[tuple[int, str]]:
         logger.warning(
             "conllu_tagging: %d lines of %s had invalid UTF-8 (replaced with U+FFFD)",
             stats.invalid_utf8_lines,
+            file_path,
+        )
+    if stats.nul_lines:
+        logger.warning(
+            "conllu_tagging: %d lines of %s had NUL bytes (replaced with U+FFFD)",
+            stats.nul_lines,
             file_path,
         )
 

@@ -59,6 +59,7 @@ class CorpusStats:
     heading_lines: int = 0
     invalid_utf8_lines: int = 0
     invalid_utf8_at: list[LinePlace] = field(default_factory=list)
+    nul_lines: int = 0
 
     def count_invalid_utf8(self, place: LinePlace) -> None:
         self.invalid_utf8_lines += 1
@@ -81,6 +82,7 @@ class CorpusStats:
             f"{self.empty_files} empty files, {self.blank_lines} blank lines, "
             f"{self.heading_lines} heading lines; {self.invalid_utf8_lines} lines had invalid "
             "UTF-8 (replaced with U+FFFD)"
+            + (f"; {self.nul_lines} lines had NUL bytes (replaced too)" if self.nul_lines else "")
         )
 
     def report(self, pattern: str, prefix: str = "") -> None:
@@ -104,7 +106,11 @@ def warn_invalid_utf8(places: Iterable[LinePlace], reader: str = "elmo_corpus") 
 
 def decode_line(raw: bytes, path: str, line_number: int, stats: CorpusStats, start: int = 0) -> str:
     """UTF-8 text of line `line_number` of the byte range of `path` from `start`; invalid bytes
-    become U+FFFD, and the line is counted (and placed) in `stats`."""
+    become U+FFFD, and the line is counted (and placed) in `stats`; so do NUL bytes (counted
+    only): no token, vocabulary file or output holds one."""
+    if b"\0" in raw:
+        stats.nul_lines += 1
+        raw = raw.replace(b"\0", "\ufffd".encode())
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:

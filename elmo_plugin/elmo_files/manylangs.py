@@ -21,6 +21,7 @@ from elmo_plugin.data.elmo_manylangs_indexer import (
     record_dictionaries,
 )
 from elmo_plugin.elmo_files.layout import ElmoFilesError
+from elmo_plugin.elmo_files.weights_only import without_unsafe_advice
 from elmo_plugin.modules.bilm_encoder import Architecture, BiLmEncoder
 
 # The `elmo_lstm` arguments that an ELMoForManyLangs release fixes (dropout is ours to choose).
@@ -104,7 +105,8 @@ def load_state(path: str) -> dict[str, torch.Tensor]:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # torch raises many kinds for a damaged file
-        raise ElmoFilesError(f"{path}: unreadable torch state dict ({error})") from None
+        message = without_unsafe_advice(error)
+        raise ElmoFilesError(f"{path}: unreadable torch state dict ({message})") from None
 
 
 def read_manylangs_folder(folder: str) -> tuple[BiLmEncoder, Architecture]:

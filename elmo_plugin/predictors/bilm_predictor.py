@@ -18,7 +18,7 @@ from allennlp.predictors.predictor import Predictor
 from elmo_plugin.archives.bilm_archive import check_bidirectional_language_model
 from elmo_plugin.data.elmo_vocab_file import BOS, EOS
 from elmo_plugin.models.language_model_encoder import language_model_encoder
-from elmo_plugin.predictors.json_input import input_tokens, predict_input_line
+from elmo_plugin.predictors.json_input import input_tokens, json_line
 from elmo_plugin.training.process_settings import ProcessSettings
 
 
@@ -60,7 +60,7 @@ class BiLmPredictor(Predictor):
         ProcessSettings(keep_freed_heap=keep_freed_heap, tf32=tf32).apply()
 
     def load_line(self, line: str) -> JsonDict:
-        return predict_input_line(line)
+        return json_line(line)
 
     def _json_to_instance(self, json_dict: JsonDict) -> Instance:
         tokens = [Token(BOS), *(Token(t) for t in input_tokens(json_dict)), Token(EOS)]

@@ -28,7 +28,8 @@ def input_tokens(json_dict: JsonDict) -> list[str]:
 
 def json_line(line: str) -> JsonDict:
     """One input line (`allennlp predict`'s JSON lines) -> its JSON object, checked to hold a
-    sentence; a one-line ConfigurationError quoting the line's start and saying what is wrong."""
+    sentence; a one-line ConfigurationError quoting the line's start and saying what is wrong
+    (`allennlp predict` ends with it, naming the file and line: `commands.predict_output`)."""
     text = line.strip()
     where = f"input line {text[:LINE_START]!r}{'...' if len(text) > LINE_START else ''}"
     try:
@@ -43,13 +44,3 @@ def json_line(line: str) -> JsonDict:
     except ConfigurationError as error:
         raise ConfigurationError(f"{where}: {error}") from None
     return json_dict
-
-
-def predict_input_line(line: str) -> JsonDict:
-    """`json_line` for a predictor's `load_line`, which only `allennlp predict` calls on its input
-    lines: a bad line ends the command with `allennlp predict: error: ...` in one line and exit
-    status 1, not a traceback (allennlp's `main` catches nothing)."""
-    try:
-        return json_line(line)
-    except ConfigurationError as error:
-        raise SystemExit(f"allennlp predict: error: {error}") from None

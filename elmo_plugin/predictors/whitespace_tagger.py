@@ -2,12 +2,14 @@
 
 from typing import Optional
 
+from allennlp.common.checks import ConfigurationError
 from allennlp.common.util import JsonDict
 from allennlp.data import DatasetReader, Instance, Token
 from allennlp.models import Model
 from allennlp.predictors.predictor import Predictor
+from allennlp_models.lm.models.language_model import LanguageModel
 
-from elmo_plugin.predictors.json_input import input_tokens, predict_input_line
+from elmo_plugin.predictors.json_input import input_tokens, json_line
 from elmo_plugin.training.process_settings import ProcessSettings
 
 EMPTY_OUTPUT = ("words", "tags", "logits", "mask")  # crf_tagger's outputs, one entry per token
@@ -23,7 +25,8 @@ class WhitespaceTaggerPredictor(Predictor):
     `tags` (one tag per token), `logits` (tokens, num_tags) and `mask`. A sentence of no tokens
     gets these four empty without running the model (a tagger's encoder cannot take it), as the
     biLM predictors give an empty sentence empty outputs.
-    The dataset reader's `text_to_instance` must take the list of Tokens first.
+    The dataset reader's `text_to_instance` must take the list of Tokens first; a biLM archive
+    (whose reader takes a line of text) is refused.
     Predictor arguments `keep_freed_heap` (default true) and `tf32` (default unset): the process
     settings (`ProcessSettings`), applied once when the predictor is built.
     """
@@ -36,6 +39,12 @@ class WhitespaceTaggerPredictor(Predictor):
         keep_freed_heap: bool = True,
         tf32: Optional[bool] = None,
     ) -> None:
+        if isinstance(model, LanguageModel):
+            raise ConfigurationError(
+                f"whitespace_tagger needs a tagger archive but this archive holds a "
+                f"{type(model).__name__} model, a language model: predict with elmo_embeddings "
+                "or elmo_lm_scorer"
+            )
         super().__init__(model, dataset_reader, frozen)
         ProcessSettings(keep_freed_heap=keep_freed_heap, tf32=tf32).apply()
 
@@ -55,7 +64,7 @@ class WhitespaceTaggerPredictor(Predictor):
         ]
 
     def load_line(self, line: str) -> JsonDict:
-        return predict_input_line(line)
+        return json_line(line)
 
     def _json_to_instance(self, json_dict: JsonDict) -> Instance:
         return self._dataset_reader.text_to_instance([Token(t) for t in input_tokens(json_dict)])

@@ -39,7 +39,7 @@ def test_hostile_members_are_refused_naming_archive_and_member_and_nothing_is_wr
     tmp_path, case
 ):
     member, reason = hostile_members(tmp_path)[case]
-    archive = copy_archive_with(BILM, tmp_path / "model.tar.gz", extra=member)
+    archive = copy_archive_with(BILM, tmp_path / "model.tar.gz", extra=[member])
     for load in (load_bilm_model, load_encoder_and_architecture):
         with pytest.raises(UnsafeArchiveError) as error:
             load(str(archive))

@@ -63,6 +63,10 @@ def runs(tiny_bilm_archive, tiny_corpus, tmp_path_factory):
     shutil.copy(exported / "options.json", two_options / "options.json")
     no_options = published_folder(exported, root / "no_options", with_vocab=False)
     (no_options / f"{PREFIX}options.json").unlink()
+    wider = published_folder(exported, root / "wider", with_vocab=False)
+    wider_options = options_of(wider)
+    wider_options["lstm"]["dim"] *= 2
+    (wider / f"{PREFIX}options.json").write_text(json.dumps(wider_options))
     source_char_cnn = read_bilm_encoder(
         str(published / f"{PREFIX}options.json"), str(published / f"{PREFIX}weights.hdf5")
     ).char_cnn.state_dict()
@@ -90,6 +94,9 @@ def runs(tiny_bilm_archive, tiny_corpus, tmp_path_factory):
         ),
         "misspelt": (published, root / "bad4", tiny_corpus, "-o", '{"trainer.num_epoch": 1}'),
         "unparsed": (published, root / "bad5", tiny_corpus, "-o", '{"trainer.num_epochs": 1'),
+        # stopped inside allennlp's train, after it wrote config.json, meta.json and out.log
+        "no_corpus": (published, root / "counted", root / "no_corpus", "-o", one_epoch),
+        "wider": (wider, root / "bad6", tiny_corpus, "-o", one_epoch),
     }
     pair = (  # no training: the printed command of an explicit pair
         exported / "options.json",
@@ -101,10 +108,12 @@ def runs(tiny_bilm_archive, tiny_corpus, tmp_path_factory):
         str(exported / "vocab.txt"),
         "--dry-run",
     )
+    # the refusals first: "no_corpus" fails in the folder "counted" then trains in
+    refused = {name: elmo_continue(*job, refused=True) for name, job in refusals.items()}
     results = {
+        **refused,
         "counted": elmo_continue(*jobs["counted"], "-o", one_epoch),
         "folder_vocab": elmo_continue(*jobs["folder_vocab"]),
-        **{name: elmo_continue(*job, refused=True) for name, job in refusals.items()},
         "pair": elmo_continue(*pair),
     }
     first_metrics = json.loads((root / "counted" / "metrics.json").read_text())
@@ -217,6 +226,26 @@ def test_an_architecture_key_in_o_must_equal_the_options_file(runs):
     error = result.stderr.strip().splitlines()[-1]
     assert error.startswith("allennlp elmo-continue: error: ")
     assert "lstm.dim: config 64 vs options file 32" in error
+    assert not (runs["root"] / "bad3").exists()
+
+
+@pytest.mark.parametrize(
+    "name,folder,message",
+    [
+        ("no_corpus", "counted", "elmo_corpus: no file matches"),
+        ("wider", "bad6", "has shape (32, 128) but"),
+    ],
+)
+def test_a_run_stopped_in_training_setup_leaves_no_folder_and_the_corrected_command_trains(
+    runs, name, folder, message
+):
+    result = runs["results"][name]
+    error = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 1 and error.startswith("allennlp elmo-continue: error: ")
+    assert message in error
+    run = runs["root"] / folder
+    # "counted" is the corrected command's folder: it trained there after the refusal
+    assert not run.exists() or (run / "model.tar.gz").is_file()
 
 
 def test_a_trainer_key_allennlp_would_ignore_is_a_one_line_error(runs):

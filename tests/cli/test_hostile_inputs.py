@@ -6,6 +6,7 @@ skipped. (`allennlp train` is allennlp's own command: its errors keep allennlp's
 
 import bz2
 import gzip
+import io
 import json
 import lzma
 import os
@@ -16,6 +17,7 @@ from pathlib import Path
 import h5py
 import numpy
 import pytest
+import torch
 
 from elmo_plugin.commands.elmo_export import export_archive
 from tests.helpers import (
@@ -77,12 +79,16 @@ def hostile_archive(root: Path, kind: str) -> Path:
     """Our biLM archive plus one member that would write (or point) outside the extraction
     folder."""
     members = {
-        "dotdot": tar_member("../" * 30 + str(root / "escaped").lstrip("/"), size=5),
-        "absolute": tar_member(str(root / "absolute"), size=5),
-        "symlink": tar_member("vocabulary/evil", tarfile.SYMTYPE, linkname=str(root)),
-        "hardlink": tar_member("evil", tarfile.LNKTYPE, linkname="/etc/passwd"),
-        "fifo": tar_member("evil", tarfile.FIFOTYPE),
-        "device": tar_member("evil", tarfile.CHRTYPE),
+        "dotdot": [tar_member("../" * 30 + str(root / "escaped").lstrip("/"), size=5)],
+        "absolute": [tar_member(str(root / "absolute"), size=5)],
+        "symlink": [tar_member("vocabulary/evil", tarfile.SYMTYPE, linkname=str(root))],
+        "symlink then file": [
+            tar_member("evil", tarfile.SYMTYPE, linkname=str(root)),
+            tar_member("evil/escaped", size=5),
+        ],
+        "hardlink": [tar_member("evil", tarfile.LNKTYPE, linkname="/etc/passwd")],
+        "fifo": [tar_member("evil", tarfile.FIFOTYPE)],
+        "device": [tar_member("evil", tarfile.CHRTYPE)],
     }
     return copy_archive_with(BILM, root / f"{kind}.tar.gz", extra=members[kind])
 
@@ -106,6 +112,31 @@ def test_an_archive_with_a_hostile_member_is_refused_before_extraction(root, com
     outputs = ["in.txt", "out.hdf5"] if command == "elmo-embed" else ["elmo"]
     line = refused([command, str(archive), *outputs], root, str(archive), repr(member))
     assert "refusing to extract member" in line
+
+
+@pytest.mark.parametrize(
+    "command, kind, refusal, member",
+    [
+        ("predict", "dotdot", "OutsideDestinationError", "/escaped'"),
+        ("evaluate", "symlink then file", "AbsoluteLinkError", "'evil'"),
+    ],
+)
+def test_allennlp_predict_and_evaluate_extract_no_hostile_member_outside_their_folder(
+    root, command, kind, refusal, member
+):
+    """allennlp's own `load_archive` extracts: Python's `data` filter, set by our plugin,
+    refuses the member (allennlp's traceback, its last line naming it) and nothing lands in
+    `root`, the folder the member points into."""
+    archive = hostile_archive(root, kind)
+    before = listing(root)
+    args = [command, str(archive), "in.txt", "--output-file", "out.json"]
+    if command == "predict":
+        args += ["--predictor", "elmo_embeddings", "--silent"]
+    result = run_allennlp(args, cwd=root, check=False)
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"tarfile.{refusal}: ") and member in last, last
+    assert listing(root) == before
 
 
 def test_the_embedders_pretrained_file_refuses_a_hostile_archive_in_allennlp_train(
@@ -166,6 +197,33 @@ def test_an_archive_that_holds_no_bilm_says_what_it_holds(root):
         str(TAGGER),
         "holds a 'crf_tagger' model",
     )
+
+
+class RunsCode:
+    """Pickled as a call of `print`: what a weights file that runs code holds."""
+
+    def __reduce__(self):
+        return (print, ("this ran",))
+
+
+def test_weights_that_would_run_code_are_refused_without_torchs_advice_to_load_them_anyway(root):
+    weights = io.BytesIO()
+    torch.save({"weight": RunsCode()}, weights)
+    archive = root / "runs_code.tar.gz"
+    with tarfile.open(BILM) as original, tarfile.open(archive, "w:gz") as copy:
+        for member in original.getmembers():
+            data = original.extractfile(member) if member.isfile() else None
+            if member.name == "weights.th":
+                member.size, data = len(weights.getvalue()), io.BytesIO(weights.getvalue())
+            copy.addfile(member, data)
+    output = refused(["elmo-export", str(archive), "elmo"], root, str(archive))
+    line = next(line for line in output.splitlines() if ": error: " in line)
+    assert line == (
+        f"allennlp elmo-export: error: {archive}: cannot load the model: its weights are not "
+        "plain tensors (Unsupported global: GLOBAL print was not an allowed global by default): "
+        "a pickle that could run code when loaded, refused; load only weights you trust"
+    )
+    assert "this ran" not in output
 
 
 @pytest.mark.parametrize(
@@ -271,6 +329,15 @@ def test_skipped_lines_are_counted_and_compressed_shards_read(root):
     assert {"alpha", "\ufffd", "gz1", "gz2", "bz1", "xz1"} <= set(
         tokens
     ) and "Heading" not in tokens
+
+
+def test_nul_bytes_inside_tokens_are_replaced_and_counted_in_the_vocabulary(root):
+    (root / "nul.txt").write_bytes(b"alpha be\0ta\ngamma\n\0\n")
+    log = succeeded(["elmo-vocab", "nul.txt", "tokens.txt"], root, "tokens.txt")
+    assert "2 lines had NUL bytes (replaced too)" in log
+    tokens = (root / "tokens.txt").read_text(encoding="utf-8").split("\n")
+    assert {"alpha", "be\ufffdta", "gamma", "\ufffd"} <= set(tokens)
+    assert not any("\0" in token for token in tokens)
 
 
 def test_embed_input_missing_is_named_and_bad_bytes_and_long_tokens_are_repaired(root):

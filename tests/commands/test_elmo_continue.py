@@ -100,13 +100,13 @@ def test_every_published_size_needs_no_architecture_override(tmp_path, dim, proj
 
 
 def test_an_override_that_does_not_parse_is_a_one_line_configuration_error(tmp_path):
-    with pytest.raises(ConfigurationError, match=r"^elmo-continue: -o does not parse: .*ERROR"):
+    with pytest.raises(ConfigurationError, match=r"^-o does not parse: .*ERROR"):
         continue_overrides(
             str(tmp_path), DEFAULT_CONFIG, "train.txt", "valid.txt", user_overrides="{bad"
         )
     broken = tmp_path / "broken.jsonnet"
     broken.write_text('{"model": ')
-    with pytest.raises(ConfigurationError, match=rf"^elmo-continue: {broken}: [^\n]*ERROR[^\n]*$"):
+    with pytest.raises(ConfigurationError, match=rf"^{broken}: [^\n]*ERROR[^\n]*$"):
         config_params(str(broken), "")
 
 

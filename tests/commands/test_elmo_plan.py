@@ -62,6 +62,26 @@ def test_a_config_that_cannot_be_built_is_one_line(plugin_cwd, tiny_corpus):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize(
+    "override, error",
+    [
+        (
+            '{"trainer.num_epoch": 1}',
+            "trainer.num_epoch is not a key of allennlp's trainer, which would ignore it; did "
+            "you mean trainer.num_epochs?",
+        ),
+        ('{"trainer.num_epochs": 1', "-o does not parse: "),
+    ],
+)
+def test_a_misspelt_trainer_key_or_an_o_that_does_not_parse_is_one_line_naming_it(
+    plugin_cwd, override, error
+):
+    result = run_allennlp(["elmo-plan", CONFIG, "-o", override], cwd=plugin_cwd, check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"allennlp elmo-plan: error: {error}"), last
+
+
 def test_a_torch_that_cannot_clip_the_sparse_softmax_is_the_trainers_one_line(
     plugin_cwd, tiny_corpus, monkeypatch
 ):

@@ -180,10 +180,10 @@ def test_a_shard_whose_compressed_data_is_damaged_midway_is_an_error_naming_it(
         read_texts(ElmoCorpusReader(), path)
 
 
-def test_stray_nul_and_invalid_bytes_in_text_are_kept_not_refused(tmp_path):
+def test_stray_nul_and_invalid_bytes_in_text_are_replaced_not_refused(tmp_path):
     (tmp_path / "a.txt").write_bytes(b"a\x00b c\nd \xff e\nf g\n")
     assert read_texts(ElmoCorpusReader(), tmp_path / "a.txt") == [
-        ["<S>", "a\x00b", "c", "</S>"],
+        ["<S>", "a\ufffdb", "c", "</S>"],
         ["<S>", "d", "\ufffd", "e", "</S>"],
         ["<S>", "f", "g", "</S>"],
     ]

@@ -92,6 +92,27 @@ def test_allennlp_predict_ends_with_the_bad_line_not_a_json_traceback(
     assert result.returncode == 1 and "Traceback" not in result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert last == (
-        "allennlp predict: error: "
+        "allennlp predict: error: in.jsonl:3: "
         """input line '{"sentence": "c d"': not JSON (Expecting ',' delimiter at column 19)"""
     )
+
+
+def test_allennlp_predict_stopped_by_a_bad_line_leaves_the_output_file_as_it_was(
+    tiny_bilm_archive, plugin_cwd
+):
+    inputs = '{"sentence": "a b"}\n\n{"sentence": "c d"}\n{"words": "e"}\n'
+    args = predict_args(tiny_bilm_archive, plugin_cwd, inputs, "elmo_embeddings", {})
+    args[args.index("--batch-size") + 1] = "1"  # lines 1 and 3 predicted and written first
+    (plugin_cwd / "out.jsonl").write_text("an earlier output\n")
+    result = run_allennlp(args, cwd=plugin_cwd, check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        'allennlp predict: error: in.jsonl:4: input line \'{"words": "e"}\': '
+        """expected {"sentence": "..."} or {"tokens": [...]}, got keys ['words']"""
+    )
+    assert (plugin_cwd / "out.jsonl").read_text() == "an earlier output\n"
+    assert sorted(path.name for path in plugin_cwd.iterdir()) == [
+        ".allennlp_plugins",
+        "in.jsonl",
+        "out.jsonl",
+    ]

@@ -7,7 +7,7 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.predictors import Predictor
 from conllu import parse_incr
 
-from tests.helpers import REPO_ROOT, run_allennlp_in_process
+from tests.helpers import REPO_ROOT, run_allennlp, run_allennlp_in_process
 
 
 def test_tags_whitespace_sentences_and_token_lists(
@@ -60,6 +60,22 @@ def test_biLM_predictors_refuse_a_tagger_archive(tiny_elmo_tagger_archive):
             ConfigurationError, match="needs an ELMo biLM archive .* holds a CrfTagger"
         ):
             Predictor.from_path(str(tiny_elmo_tagger_archive), name)
+
+
+def test_whitespace_tagger_refuses_a_bilm_archive_naming_the_predictors_that_take_it(plugin_cwd):
+    archive = REPO_ROOT / "fixtures" / "archives_before_layering" / "bilm_lstm.tar.gz"
+    (plugin_cwd / "in.jsonl").write_text('{"sentence": "a b"}\n')
+    args = ["predict", str(archive), "in.jsonl", "--predictor", "whitespace_tagger"]
+    result = run_allennlp(
+        [*args, "--output-file", "out.jsonl", "--silent"], plugin_cwd, check=False
+    )
+    assert result.returncode == 1 and "AttributeError" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "allennlp.common.checks.ConfigurationError: whitespace_tagger needs a tagger archive but "
+        "this archive holds a ElmoLanguageModel model, a language model: predict with "
+        "elmo_embeddings or elmo_lm_scorer"
+    )
+    assert not (plugin_cwd / "out.jsonl").exists()
 
 
 def test_a_sentence_of_no_tokens_gets_empty_outputs_and_the_others_their_tags(plugin_cwd):
