@@ -21,6 +21,7 @@ from elmo_plugin.commands.embed_input import (
     Shard,
     check_input,
     count_tokens,
+    is_stream,
     numbered_lines,
     parse_shard,
 )
@@ -67,7 +68,7 @@ class ElmoEmbed(Subcommand):
         subparser.add_argument(
             "input_file",
             help="text, one whitespace-tokenized sentence per line (.gz, .bz2, .xz read "
-            "directly; - for standard input)",
+            "directly; - for standard input; a FIFO or <(...) is read once, as standard input)",
         )
         subparser.add_argument("output_file", help="HDF5 file to write")
         subparser.add_argument(
@@ -143,7 +144,8 @@ class ElmoEmbed(Subcommand):
             action="store_true",
             help=f"continue an interrupted run from OUTPUT{PARTIAL_SUFFIX} (same input file, "
             "--layers, --pool, --dtype, --compression, --shard, --batch-size, --batch-tokens and "
-            "--sort-window); the result equals an uninterrupted run's; not with standard input",
+            "--sort-window); the result equals an uninterrupted run's; not with standard input "
+            "or a FIFO",
         )
         subparser.set_defaults(func=embed_from_args)
         return subparser
@@ -221,12 +223,21 @@ def check_arguments(
             raise ConfigurationError(
                 f"elmo-embed: --{name} must be one of {choices}, got {value!r}"
             )
-    for name in ("batch_size", "batch_tokens", "sort_window"):
-        if getattr(batching, name) < 1:
-            raise ConfigurationError(f"elmo-embed: --{name.replace('_', '-')} must be at least 1")
-    if resume and input_file == STDIN:
+    for name, least in (
+        ("batch_size", 1),
+        ("batch_tokens", 1),
+        ("sort_window", 1),
+        ("token_cache", 0),
+    ):
+        if getattr(batching, name) < least:
+            raise ConfigurationError(
+                f"elmo-embed: --{name.replace('_', '-')} must be at least {least}, "
+                f"got {getattr(batching, name)}"
+            )
+    if resume and is_stream(input_file):
+        shown = "standard input (-)" if input_file == STDIN else f"the stream {input_file}"
         raise ConfigurationError(
-            "elmo-embed: --resume needs an input file, not standard input (-), which cannot be "
+            f"elmo-embed: --resume needs an input file, not {shown}, which cannot be "
             "read again to find where the interrupted run stopped"
         )
     check_input(input_file)
@@ -430,7 +441,7 @@ def run_settings(
     shard: Shard,
 ) -> dict[str, object]:
     """What a run writes into OUTPUT.partial's attributes, for `--resume` to compare: everything
-    that changes which vectors go where (the input by its size in bytes, -1 for standard input)."""
+    that changes which vectors go where (the input by its size in bytes, -1 for a stream)."""
     return {
         "elmo_embed_layers": layers,
         "elmo_embed_mix": mix.settings() if mix is not None else "",
@@ -441,7 +452,7 @@ def run_settings(
         "elmo_embed_batch_size": batching.batch_size,
         "elmo_embed_batch_tokens": batching.batch_tokens,
         "elmo_embed_sort_window": batching.sort_window,
-        "elmo_embed_input_bytes": -1 if input_file == STDIN else os.path.getsize(input_file),
+        "elmo_embed_input_bytes": -1 if is_stream(input_file) else os.path.getsize(input_file),
     }
 
 
@@ -465,8 +476,8 @@ def embed_file(
     from the last record (windows start at the same lines as in an uninterrupted run, so the
     batches and the vectors are the same). `output_format` pools, casts and compresses each
     line's dataset; `shard` embeds only its lines (keys stay global line numbers); `layers` =
-    `mix:ARCHIVE` applies `mix` (read from ARCHIVE when not given). INPUT `-` is standard input
-    (no progress total, no `resume`)."""
+    `mix:ARCHIVE` applies `mix` (read from ARCHIVE when not given). INPUT `-` is standard input;
+    it and other streams (`is_stream`) have no progress total and no `resume`."""
     check_arguments(input_file, output_file, layers, batching, resume, output_format)
     if mix_archive(layers) and mix is None:
         mix = read_learned_mix(mix_archive(layers))
@@ -481,8 +492,8 @@ def embed_file(
     settings = run_settings(input_file, layers, mix, batching, output_format, shard)
     partial = output_file + PARTIAL_SUFFIX
     stats = CorpusStats(files=1)
-    lines = numbered_lines(input_file, stats, shard)  # standard input: checked to be text now
-    total = None if input_file == STDIN else count_tokens(input_file, shard)
+    lines = numbered_lines(input_file, stats, shard)  # a stream: checked to be text now
+    total = None if is_stream(input_file) else count_tokens(input_file, shard)
     output, done = open_partial(partial, settings, resume)
     with output:
         writer = _Writer(output, empty_shape, output_format)
