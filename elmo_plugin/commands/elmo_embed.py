@@ -26,6 +26,7 @@ from elmo_plugin.commands.embed_input import (
     parse_shard,
 )
 from elmo_plugin.commands.learned_mix import LearnedMix, mix_archive, read_learned_mix
+from elmo_plugin.commands.output_lock import LOCK_SUFFIX, output_lock
 from elmo_plugin.commands.output_paths import check_output_file
 from elmo_plugin.data.corpus_stats import CorpusStats
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
@@ -472,11 +473,12 @@ def embed_file(
     `<S> w1 .. wn </S>` from zero state, character-encoder outputs cached by token within the
     window) and writes each line's vectors, boundaries removed, into OUTPUT.partial as dataset
     "line number", recording after each window how many lines are done; renames it to OUTPUT
-    when complete. The order of computation changes nothing in the output. `resume` continues
-    from the last record (windows start at the same lines as in an uninterrupted run, so the
-    batches and the vectors are the same). `output_format` pools, casts and compresses each
-    line's dataset; `shard` embeds only its lines (keys stay global line numbers); `layers` =
-    `mix:ARCHIVE` applies `mix` (read from ARCHIVE when not given). INPUT `-` is standard input;
+    when complete; OUTPUT.lock is held meanwhile (`output_lock`). The order of computation
+    changes nothing in the output. `resume` continues from the last record (windows start at the
+    same lines as in an uninterrupted run, so the batches and the vectors are the same).
+    `output_format` pools, casts and compresses each line's dataset; `shard` embeds only its
+    lines (keys stay global line numbers); `layers` = `mix:ARCHIVE` applies `mix` (read from
+    ARCHIVE when not given). INPUT `-` is standard input;
     it and other streams (`is_stream`) have no progress total and no `resume`."""
     check_arguments(input_file, output_file, layers, batching, resume, output_format)
     if mix_archive(layers) and mix is None:
@@ -489,37 +491,38 @@ def embed_file(
         if layers == "all"
         else (0, encoder.get_output_dim())
     )
-    settings = run_settings(input_file, layers, mix, batching, output_format, shard)
-    partial = output_file + PARTIAL_SUFFIX
-    stats = CorpusStats(files=1)
-    lines = numbered_lines(input_file, stats, shard)  # a stream: checked to be text now
-    total = None if is_stream(input_file) else count_tokens(input_file, shard)
-    output, done = open_partial(partial, settings, resume)
-    with output:
-        writer = _Writer(output, empty_shape, output_format)
-        chunk: list[tuple[int, list[str]]] = []
-        progress = Tqdm.tqdm(total=total, desc="elmo-embed", unit=" tokens", unit_scale=True)
-        for index, text in lines:
-            writer.note(index, text)
-            tokens = text.split()
-            stats.lines += bool(tokens)
-            stats.blank_lines += not tokens
-            if index < done:
-                progress.update(len(tokens))
-                continue
-            if tokens:
-                chunk.append((index, tokens))
-            else:
-                writer.write_empty(index)
-            if len(chunk) >= batching.sort_window:
+    with output_lock(output_file, output_file + LOCK_SUFFIX):
+        settings = run_settings(input_file, layers, mix, batching, output_format, shard)
+        partial = output_file + PARTIAL_SUFFIX
+        stats = CorpusStats(files=1)
+        lines = numbered_lines(input_file, stats, shard)  # a stream: checked to be text now
+        total = None if is_stream(input_file) else count_tokens(input_file, shard)
+        output, done = open_partial(partial, settings, resume)
+        with output:
+            writer = _Writer(output, empty_shape, output_format)
+            chunk: list[tuple[int, list[str]]] = []
+            progress = Tqdm.tqdm(total=total, desc="elmo-embed", unit=" tokens", unit_scale=True)
+            for index, text in lines:
+                writer.note(index, text)
+                tokens = text.split()
+                stats.lines += bool(tokens)
+                stats.blank_lines += not tokens
+                if index < done:
+                    progress.update(len(tokens))
+                    continue
+                if tokens:
+                    chunk.append((index, tokens))
+                else:
+                    writer.write_empty(index)
+                if len(chunk) >= batching.sort_window:
+                    embed_chunk(encoder, token_ids, chunk, batching, layers, writer, progress, mix)
+                    chunk = []
+                    writer.record(index + 1)
+            if chunk:
                 embed_chunk(encoder, token_ids, chunk, batching, layers, writer, progress, mix)
-                chunk = []
-                writer.record(index + 1)
-        if chunk:
-            embed_chunk(encoder, token_ids, chunk, batching, layers, writer, progress, mix)
-        progress.close()
-        writer.close()
-    os.replace(partial, output_file)
+            progress.close()
+            writer.close()
+        os.replace(partial, output_file)
     stats.report(input_file, prefix="elmo-embed: ")
     if shard.parts > 1:
         logger.info(

@@ -13,6 +13,7 @@ from allennlp.commands.subcommand import Subcommand
 from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.commands.cli_errors import reports_errors
+from elmo_plugin.commands.output_lock import LOCK_SUFFIX, output_lock
 from elmo_plugin.commands.output_paths import check_output_file
 from elmo_plugin.data.corpus_stats import CorpusStats
 from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader, resolve_corpus_paths
@@ -173,9 +174,10 @@ def write_elmo_vocab(
 ) -> tuple[list[str], int]:
     """Counts the corpora (`count_tokens`), writes `out_file` (one token per line, atomically)
     and returns its tokens and the number of tokens counted. The output path is checked before
-    the corpora are read."""
+    the corpora are read; `out_file.lock` is held meanwhile (`output_lock`)."""
     check_output_file(out_file)
-    counts, counted = count_tokens(patterns, skip_headings, workers)
-    tokens = vocab_tokens(counts, min_count, max_size)
-    write_elmo_vocab_file(out_file, tokens)
+    with output_lock(out_file, out_file + LOCK_SUFFIX):
+        counts, counted = count_tokens(patterns, skip_headings, workers)
+        tokens = vocab_tokens(counts, min_count, max_size)
+        write_elmo_vocab_file(out_file, tokens)
     return tokens, counted

@@ -1,8 +1,16 @@
-"""Nothing lost, whatever the user does, through the real `allennlp` CLI: streams read as files
-are, bad numbers refused."""
+"""Nothing lost, whatever the user does, through the real `allennlp` CLI: two runs on one output
+(the second refused, the first's file complete), streams read as files are, bad numbers refused.
 
+`python -m tests.cli.test_output_safety_cli N` races two `elmo-embed` runs on one output N times
+and prints how many races ended clean."""
+
+import concurrent.futures
+import fcntl
 import os
+import sys
+import tempfile
 import threading
+import time
 from pathlib import Path
 
 import h5py
@@ -70,3 +78,93 @@ def test_a_negative_token_cache_and_resume_of_a_fifo_are_one_line_errors(root):
     )
     assert "--resume needs an input file, not the stream in.fifo" in one_error_line(result)
     assert not (root / "o.hdf5").exists() and not (root / "o.hdf5.partial").exists()
+
+
+def embed_args(input_file: str, output: str = "out.hdf5") -> list[str]:
+    return ["elmo-embed", str(BILM), input_file, output, "--layers", "top"]
+
+
+def wait_for_lock_holder(lock: Path) -> str:
+    """The process id written into `lock`, once there."""
+    for _ in range(600):
+        if lock.exists() and lock.read_text().strip():
+            return lock.read_text().strip()
+        time.sleep(0.1)
+    raise AssertionError(f"no process ever held {lock}")
+
+
+def test_a_second_elmo_embed_on_the_same_output_is_refused_and_the_first_completes(root):
+    """The first run reads a FIFO, so it holds the output while the second starts."""
+    os.mkfifo(root / "in.fifo")
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        first = pool.submit(run_allennlp, embed_args("in.fifo"), root, 600, False)
+        holder = wait_for_lock_holder(root / "out.hdf5.lock")
+        second = run_allennlp(embed_args("in.txt"), cwd=root, check=False)
+        line = one_error_line(second)
+        assert f"out.hdf5 is being written by process {holder}" in line, line
+        assert not (root / "out.hdf5").exists()
+        feed_fifo(root / "in.fifo", TEXT).join(timeout=60)
+        assert first.result().returncode == 0, first.result().stderr[-3000:]
+    assert sorted(datasets(root / "out.hdf5")) == ["0", "1", "2", "sentence_to_index"]
+    assert sorted(os.listdir(root)) == [".allennlp_plugins", "in.fifo", "in.txt", "out.hdf5"]
+
+
+def race(root: Path, repetitions: int) -> int:
+    """Starts two `elmo-embed` runs on one output at once, `repetitions` times; each time one run
+    writes a readable file and the other is refused by the lock or runs after the first. Returns
+    how many races had a refusal (the runs overlapped)."""
+    (root / "in.txt").write_bytes(TEXT * 50)
+    overlapped = 0
+    for _ in range(repetitions):
+        (root / "out.hdf5").unlink(missing_ok=True)
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            runs = [
+                pool.submit(run_allennlp, embed_args("in.txt"), root, 600, False) for _ in range(2)
+            ]
+            results = [run.result() for run in runs]
+        refused = [result for result in results if result.returncode != 0]
+        for result in refused:
+            assert "out.hdf5 is being written by process" in one_error_line(result)
+        assert len(refused) < 2
+        overlapped += len(refused)
+        assert len(datasets(root / "out.hdf5")) == 3 * 50 + 1
+        assert sorted(os.listdir(root)) == [".allennlp_plugins", "in.txt", "out.hdf5"]
+    return overlapped
+
+
+def test_two_elmo_embed_runs_started_at_once_leave_one_readable_file(root):
+    race(root, repetitions=3)
+
+
+@pytest.mark.parametrize("command", ["elmo-export", "elmo-vocab"])
+def test_export_and_vocab_are_refused_while_another_process_writes_their_output(root, command):
+    if command == "elmo-export":
+        (root / "elmo").mkdir()
+        args, output, lock = (
+            ["elmo-export", str(BILM), "elmo"],
+            "elmo",
+            root / "elmo" / ".elmo_export.lock",
+        )
+    else:
+        args, output, lock = (
+            ["elmo-vocab", "in.txt", "tokens.txt"],
+            "tokens.txt",
+            root / "tokens.txt.lock",
+        )
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        held.write(f"{os.getpid()}\n")
+        held.flush()
+        line = one_error_line(run_allennlp(args, cwd=root, check=False))
+    assert f"{output} is being written by process {os.getpid()}" in line, line
+    assert lock.exists() and not (root / "tokens.txt").exists()
+    assert not (root / "elmo").exists() or os.listdir(root / "elmo") == [".elmo_export.lock"]
+
+
+if __name__ == "__main__":
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / ".allennlp_plugins").write_text("elmo_plugin\n")
+        count = int(sys.argv[1])
+        print(
+            f"{count} races clean, the runs overlapped (one refused) in {race(Path(folder), count)}"
+        )
