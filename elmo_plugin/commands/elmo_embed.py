@@ -27,7 +27,7 @@ from elmo_plugin.commands.embed_input import (
 )
 from elmo_plugin.commands.learned_mix import LearnedMix, mix_archive, read_learned_mix
 from elmo_plugin.commands.output_lock import LOCK_SUFFIX, output_lock
-from elmo_plugin.commands.output_paths import check_output_file
+from elmo_plugin.commands.output_paths import check_not_an_input, check_output_file
 from elmo_plugin.data.corpus_stats import CorpusStats
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 from elmo_plugin.modules.bilm_sentence_layers import without_boundaries
@@ -161,7 +161,9 @@ def embed_from_args(args: argparse.Namespace) -> None:
     shard = parse_shard(args.shard, args.sort_window)
     # before the model loads
     check_cuda_device(args.cuda_device)
-    check_arguments(args.input_file, args.output_file, args.layers, batching, args.resume, output)
+    check_arguments(
+        args.input_file, args.output_file, args.layers, batching, args.resume, output, args.model
+    )
     mix = read_learned_mix(mix_archive(args.layers)) if mix_archive(args.layers) else None
     ProcessSettings(keep_freed_heap=args.keep_freed_heap, tf32=args.tf32).apply()
     encoder = load_bilm_encoder(args.model, args.cuda_device)
@@ -210,7 +212,10 @@ def check_arguments(
     batching: Batching,
     resume: bool = False,
     output: OutputFormat = DEFAULT_FORMAT,
+    model: str = "",
 ) -> None:
+    """Before any work: the options, the input (`check_input`), the output's folder, and that the
+    output is none of the inputs (`model`, INPUT, the mix archive)."""
     if layers not in LAYER_CHOICES and not mix_archive(layers):
         raise ConfigurationError(
             f"elmo-embed: --layers must be one of {LAYER_CHOICES} or mix:ARCHIVE, got {layers!r}"
@@ -243,6 +248,10 @@ def check_arguments(
         )
     check_input(input_file)
     check_output_file(output_file)
+    inputs = {model: "model", input_file: "input file", mix_archive(layers): "mix archive"}
+    inputs.pop(STDIN, None)
+    inputs.pop("", None)
+    check_not_an_input([output_file], inputs)
 
 
 def check_cuda_device(cuda_device: int) -> None:

@@ -13,7 +13,7 @@ from elmo_plugin.archives.bilm_archive import load_bilm_model
 from elmo_plugin.archives.bilm_source import ELMO_FILES, folder_marks, shown
 from elmo_plugin.commands.cli_errors import reports_errors
 from elmo_plugin.commands.output_lock import output_lock
-from elmo_plugin.commands.output_paths import check_output_dir
+from elmo_plugin.commands.output_paths import check_not_an_input, check_output_dir
 from elmo_plugin.elmo_files.layout import OPTIONS_FILE, SOFTMAX_FILE, VOCAB_FILE, WEIGHTS_FILE
 from elmo_plugin.elmo_files.options import encoder_options
 from elmo_plugin.elmo_files.softmax import export_softmax
@@ -72,6 +72,8 @@ def export_archive(archive_file: str, output_dir: str) -> dict[str, str]:
     so a folder left by an export stopped midway never reads as complete; a second export into
     the same folder meanwhile is refused (`output_lock`)."""
     check_output_dir(output_dir)  # before the model loads
+    written = [output_dir, *(os.path.join(output_dir, name) for name in EXPORTED_FILES)]
+    check_not_an_input(written, {archive_file: "model"})
     check_no_other_elmo(output_dir)
     model = load_bilm_model(archive_file)
     encoder = model.bilm_encoder()

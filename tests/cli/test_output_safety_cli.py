@@ -7,6 +7,7 @@ and prints how many races ended clean."""
 import concurrent.futures
 import fcntl
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -159,6 +160,54 @@ def test_export_and_vocab_are_refused_while_another_process_writes_their_output(
     assert f"{output} is being written by process {os.getpid()}" in line, line
     assert lock.exists() and not (root / "tokens.txt").exists()
     assert not (root / "elmo").exists() or os.listdir(root / "elmo") == [".elmo_export.lock"]
+
+
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (
+            ["elmo-vocab", "in.txt", "in.txt"],
+            ("cannot write in.txt: it is the corpus file in.txt",),
+        ),
+        (["elmo-vocab", "*.txt", "linked.txt"], ("linked.txt: it is the corpus file",)),
+        (
+            ["elmo-embed", "model.tar.gz", "in.txt", "in.txt"],
+            ("in.txt: it is the input file in.txt",),
+        ),
+        (
+            ["elmo-embed", "model.tar.gz", "in.txt", "model.tar.gz"],
+            ("model.tar.gz: it is the model model.tar.gz",),
+        ),
+        (
+            ["elmo-embed", "elmo", "in.txt", "elmo/out.hdf5"],
+            ("elmo/out.hdf5: it is inside the model elmo",),
+        ),
+        (
+            ["elmo-embed", "model.tar.gz", "in.txt", "o.hdf5", "--layers", "mix:o.hdf5"],
+            ("o.hdf5: it is the mix archive o.hdf5",),
+        ),
+    ],
+    ids=[
+        "vocab-corpus",
+        "vocab-hard-link",
+        "embed-input",
+        "embed-model",
+        "embed-in-model-folder",
+        "embed-mix",
+    ],
+)
+def test_an_output_that_is_an_input_is_refused_naming_both_before_any_work(root, args, named):
+    shutil.copy(BILM, root / "model.tar.gz")
+    os.link(root / "in.txt", root / "linked.txt")
+    (root / "elmo").mkdir()
+    (root / "elmo" / "options.json").write_text("{}")
+    (root / "o.hdf5").write_text("not a mix archive")
+    before = {path: path.read_bytes() for path in root.rglob("*") if path.is_file()}
+    result = run_allennlp(args, cwd=root, check=False)
+    line = one_error_line(result)
+    assert all(name in line for name in named), line
+    assert "loading archive" not in result.stderr
+    assert {path: path.read_bytes() for path in root.rglob("*") if path.is_file()} == before
 
 
 if __name__ == "__main__":
