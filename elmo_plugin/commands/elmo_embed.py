@@ -1,8 +1,10 @@
 """Subcommand `allennlp elmo-embed`: ELMo vectors of every line of a text file, into HDF5."""
 
 import argparse
+import contextlib
 import json
 import logging
+import math
 import os
 from collections.abc import Callable, Iterator
 from typing import NamedTuple, Optional, cast
@@ -29,6 +31,7 @@ from elmo_plugin.commands.learned_mix import LearnedMix, mix_archive, read_learn
 from elmo_plugin.commands.output_lock import LOCK_SUFFIX, output_lock
 from elmo_plugin.commands.output_paths import check_not_an_input, check_output_file
 from elmo_plugin.data.corpus_stats import CorpusStats
+from elmo_plugin.data.full_disk import DiskFull, check_room
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 from elmo_plugin.modules.bilm_sentence_layers import without_boundaries
 from elmo_plugin.modules.sentence_pooling import POOL_CHOICES, check_pool, pool_tokens
@@ -45,6 +48,7 @@ DEFAULT_SORT_WINDOW = 8192  # sentences sorted by length together
 DEFAULT_TOKEN_CACHE = 50_000  # character-encoder outputs kept by token text within a window
 PARTIAL_SUFFIX = ".partial"  # OUTPUT is written as OUTPUT.partial and renamed when complete
 LINES_DONE = "elmo_embed_lines_done"  # attribute of the partial file: input lines 0..n-1 are in it
+DATASET_BYTES = 2048  # HDF5's records of one dataset (its header, its link), at most
 
 
 @Subcommand.register("elmo-embed")
@@ -282,12 +286,25 @@ def select_layers(
 class _Writer:
     """Writes one dataset per line into the partial file (pooled, cast and compressed as
     `form` says), records how many input lines are complete, and remembers every sentence's
-    line numbers."""
+    line numbers. Room on the disk is checked before each write (`check_room`): a DiskFull
+    naming `name` (OUTPUT) leaves the file whole."""
 
-    def __init__(self, output: h5py.File, empty_shape: tuple[int, ...], form: OutputFormat) -> None:
-        self.output, self.empty_shape, self.form = output, empty_shape, form
+    def __init__(
+        self, output: h5py.File, empty_shape: tuple[int, ...], form: OutputFormat, name: str
+    ) -> None:
+        self.output, self.empty_shape, self.form, self.name = output, empty_shape, form, name
         self.sentence_to_index: dict[str, list[int]] = {}
         self.overflows = 0  # lines with values beyond float16's range
+        # bytes of one token's (or a pooled line's) values
+        self.row_bytes = (
+            math.prod(empty_shape[:-2]) * empty_shape[-1] * numpy.dtype(form.dtype).itemsize
+        )
+
+    def check_room_for(self, chunk: list[tuple[int, list[str]]]) -> None:
+        """Room for the datasets of `chunk`'s lines (uncompressed, HDF5's records included)."""
+        rows = [1 if self.form.pool != "none" else len(tokens) for _, tokens in chunk]
+        needed = sum(rows) * self.row_bytes + DATASET_BYTES * len(chunk)
+        check_room(self.output.filename, needed, self.name)
 
     def note(self, index: int, text: str) -> None:
         self.sentence_to_index.setdefault(text, []).append(index)
@@ -305,6 +322,7 @@ class _Writer:
             dataset.attrs["num_tokens"] = vectors.size(-2)
 
     def write_empty(self, index: int) -> None:
+        check_room(self.output.filename, DATASET_BYTES, self.name)
         self.write(index, torch.zeros(self.empty_shape))
 
     def record(self, lines_done: int) -> None:
@@ -322,10 +340,12 @@ class _Writer:
                 "use --dtype float32",
                 self.overflows,
             )
+        text = json.dumps(self.sentence_to_index)
+        check_room(self.output.filename, len(text.encode()) + DATASET_BYTES, self.name)
         dataset = self.output.create_dataset(
             "sentence_to_index", (1,), dtype=h5py.special_dtype(vlen=str)
         )
-        dataset[0] = json.dumps(self.sentence_to_index)
+        dataset[0] = text
         for key in list(self.output.attrs):
             del self.output.attrs[key]
 
@@ -360,6 +380,22 @@ def open_partial(partial: str, settings: dict[str, object], resume: bool) -> tup
         if not name.isdigit() or int(name) >= done:  # written after the last record
             del output[name]
     return output, done
+
+
+@contextlib.contextmanager
+def resumable_when_full(partial: str, input_file: str) -> Iterator[None]:
+    """A DiskFull while writing `partial` (raised before HDF5 writes, so the file stays whole)
+    says how to go on: `--resume` continues from the lines recorded as done; the partial file
+    of a stream, which cannot be resumed, is removed."""
+    try:
+        yield
+    except DiskFull as error:
+        if is_stream(input_file):
+            os.remove(partial)
+            raise
+        raise DiskFull(
+            f"{error}; {partial} keeps the lines recorded as done, for --resume once there is room"
+        ) from None
 
 
 class TokenIds(NamedTuple):
@@ -507,8 +543,8 @@ def embed_file(
         lines = numbered_lines(input_file, stats, shard)  # a stream: checked to be text now
         total = None if is_stream(input_file) else count_tokens(input_file, shard)
         output, done = open_partial(partial, settings, resume)
-        with output:
-            writer = _Writer(output, empty_shape, output_format)
+        with resumable_when_full(partial, input_file), output:
+            writer = _Writer(output, empty_shape, output_format, output_file)
             chunk: list[tuple[int, list[str]]] = []
             progress = Tqdm.tqdm(total=total, desc="elmo-embed", unit=" tokens", unit_scale=True)
             for index, text in lines:
@@ -524,10 +560,12 @@ def embed_file(
                 else:
                     writer.write_empty(index)
                 if len(chunk) >= batching.sort_window:
+                    writer.check_room_for(chunk)
                     embed_chunk(encoder, token_ids, chunk, batching, layers, writer, progress, mix)
                     chunk = []
                     writer.record(index + 1)
             if chunk:
+                writer.check_room_for(chunk)
                 embed_chunk(encoder, token_ids, chunk, batching, layers, writer, progress, mix)
             progress.close()
             writer.close()

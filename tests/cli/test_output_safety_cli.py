@@ -18,7 +18,7 @@ import h5py
 import numpy
 import pytest
 
-from tests.helpers import REPO_ROOT, run_allennlp
+from tests.helpers import REPO_ROOT, run_allennlp, run_forked
 
 BILM = REPO_ROOT / "fixtures" / "archives_before_layering" / "bilm_lstm.tar.gz"
 TEXT = b"the file is open .\n\nreturn the value .\n"
@@ -208,6 +208,48 @@ def test_an_output_that_is_an_input_is_refused_naming_both_before_any_work(root,
     assert all(name in line for name in named), line
     assert "loading archive" not in result.stderr
     assert {path: path.read_bytes() for path in root.rglob("*") if path.is_file()} == before
+
+
+def limited(args: list[str], root: Path, limit: int):
+    """`allennlp ARGS` in a process whose files may not grow past `limit` bytes."""
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    return run_forked(["-m", "tests.cli.file_size_limit", str(limit), *args], root, env)
+
+
+@pytest.mark.parametrize(
+    "args, limit, named",
+    [
+        (["elmo-vocab", "in.txt", "tokens.txt"], 40, "cannot write tokens.txt: the disk is full"),
+        (["elmo-export", str(BILM), "elmo"], 500_000, "cannot write elmo/softmax.hdf5: the disk"),
+    ],
+    ids=["vocab", "export"],
+)
+def test_a_full_disk_is_one_line_naming_the_file_and_leaves_no_partial_file(
+    root, args, limit, named
+):
+    line = one_error_line(limited(args, root, limit))
+    assert named in line, line
+    left = {str(path.relative_to(root)) for path in root.rglob("*")}
+    assert left <= {".allennlp_plugins", "in.txt", "elmo"}, left
+
+
+def test_a_full_disk_stops_elmo_embed_with_a_whole_partial_file_that_resume_completes(root):
+    """The room for each window is checked before HDF5 writes it: the first window is written,
+    the second refused; `--resume` with room gives the uninterrupted run's file."""
+    (root / "in.txt").write_bytes(TEXT * 50)
+    args = ["elmo-embed", str(BILM), "in.txt", "out.hdf5", "--sort-window", "50"]
+    line = one_error_line(limited(args, root, 1_300_000))
+    assert "cannot write out.hdf5: the disk is full (out.hdf5.partial needs about" in line, line
+    assert "out.hdf5.partial keeps the lines recorded as done, for --resume" in line, line
+    assert sorted(os.listdir(root)) == [".allennlp_plugins", "in.txt", "out.hdf5.partial"]
+    with h5py.File(root / "out.hdf5.partial", "r") as partial:
+        assert partial.attrs["elmo_embed_lines_done"] > 0
+    run_allennlp([*args, "--resume"], cwd=root)
+    run_allennlp([*args[:3], "whole.hdf5", *args[4:]], cwd=root)
+    resumed, whole = datasets(root / "out.hdf5"), datasets(root / "whole.hdf5")
+    assert sorted(resumed) == sorted(whole)
+    for name, value in whole.items():
+        numpy.testing.assert_array_equal(resumed[name], value)
 
 
 if __name__ == "__main__":
