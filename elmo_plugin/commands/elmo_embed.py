@@ -2,6 +2,7 @@
 
 import argparse
 import contextlib
+import hashlib
 import json
 import logging
 import math
@@ -48,6 +49,14 @@ DEFAULT_SORT_WINDOW = 8192  # sentences sorted by length together
 DEFAULT_TOKEN_CACHE = 50_000  # character-encoder outputs kept by token text within a window
 PARTIAL_SUFFIX = ".partial"  # OUTPUT is written as OUTPUT.partial and renamed when complete
 LINES_DONE = "elmo_embed_lines_done"  # attribute of the partial file: input lines 0..n-1 are in it
+LINES_SHA256 = "elmo_embed_lines_sha256"  # attribute of the partial file: the text of those lines
+# the names `--resume`'s refusal gives the recorded settings that are not options
+SETTING_NAMES = {
+    "elmo_embed_model_sha256": "the model (SHA-256 of its weights)",
+    "elmo_embed_mix": "the learned mix of --layers mix:ARCHIVE",
+    "elmo_embed_input_bytes": "an input of another size (bytes)",
+    "elmo_embed_input_mtime_ns": "an input modified at another time (ns)",
+}
 DATASET_BYTES = 2048  # HDF5's records of one dataset (its header, its link), at most
 
 
@@ -147,10 +156,11 @@ class ElmoEmbed(Subcommand):
         subparser.add_argument(
             "--resume",
             action="store_true",
-            help=f"continue an interrupted run from OUTPUT{PARTIAL_SUFFIX} (same input file, "
-            "--layers, --pool, --dtype, --compression, --shard, --batch-size, --batch-tokens and "
-            "--sort-window); the result equals an uninterrupted run's; not with standard input "
-            "or a FIFO",
+            help=f"continue an interrupted run from OUTPUT{PARTIAL_SUFFIX} (same model weights, "
+            "the same input file, unchanged, and the same --layers, --pool, --dtype, "
+            "--compression, --shard, --batch-size, --batch-tokens and --sort-window, or refused "
+            "naming what differs); the result equals an uninterrupted run's; not with standard "
+            "input or a FIFO",
         )
         subparser.set_defaults(func=embed_from_args)
         return subparser
@@ -294,6 +304,8 @@ class _Writer:
     ) -> None:
         self.output, self.empty_shape, self.form, self.name = output, empty_shape, form, name
         self.sentence_to_index: dict[str, list[int]] = {}
+        self.lines_sha256 = hashlib.sha256()  # of the lines noted so far, recorded with them
+        self.expected: Optional[ResumePoint] = None  # with --resume: to compare, once read again
         self.overflows = 0  # lines with values beyond float16's range
         # bytes of one token's (or a pooled line's) values
         self.row_bytes = (
@@ -307,7 +319,21 @@ class _Writer:
         check_room(self.output.filename, needed, self.name)
 
     def note(self, index: int, text: str) -> None:
+        if self.expected is not None and index >= self.expected.lines_done:
+            self.check_resumed_lines()
+        self.lines_sha256.update(text.encode() + b"\n")
         self.sentence_to_index.setdefault(text, []).append(index)
+
+    def check_resumed_lines(self) -> None:
+        """With --resume, once the lines recorded as done have been read again (before anything
+        is written): they are the lines the interrupted run embedded."""
+        if self.expected is not None and self.lines_sha256.hexdigest() != self.expected.sha256:
+            raise ConfigurationError(
+                f"elmo-embed --resume: the first {self.expected.lines_done} lines of "
+                f"{self.expected.input_file} are not those {self.output.filename} holds (the input "
+                "changed since); rerun without --resume to start over"
+            )
+        self.expected = None
 
     def write(self, index: int, vectors: torch.Tensor) -> None:
         """vectors (..., tokens, dim) of one line's real tokens, layers selected."""
@@ -328,12 +354,14 @@ class _Writer:
     def record(self, lines_done: int) -> None:
         """Lines 0..lines_done-1 are written: flushed to disk first, then recorded as done."""
         self.output.flush()
+        self.output.attrs[LINES_SHA256] = self.lines_sha256.hexdigest()
         self.output.attrs[LINES_DONE] = lines_done
         self.output.flush()
         logger.info("elmo-embed: %d lines done (in %s)", lines_done, self.output.filename)
 
     def close(self) -> None:
         """sentence_to_index, and the file no longer says how to resume it."""
+        self.check_resumed_lines()
         if self.overflows:
             logger.warning(
                 "elmo-embed: %d lines have values beyond float16's range (stored as inf); "
@@ -350,10 +378,22 @@ class _Writer:
             del self.output.attrs[key]
 
 
-def open_partial(partial: str, settings: dict[str, object], resume: bool) -> tuple[h5py.File, int]:
-    """The partial output and how many input lines it already holds: with `resume`, the file an
-    interrupted run left (made with the same `settings`), without what it wrote after its last
-    record; otherwise a new file."""
+class ResumePoint(NamedTuple):
+    """Where an interrupted run stopped: input lines 0..lines_done-1 are in the partial file;
+    `sha256` is the digest of their text, which the resumed run compares once it has read them
+    again from `input_file`."""
+
+    lines_done: int
+    sha256: str
+    input_file: str
+
+
+def open_partial(
+    partial: str, settings: dict[str, object], resume: bool, input_file: str = ""
+) -> tuple[h5py.File, Optional[ResumePoint]]:
+    """The partial output and where it stopped: with `resume`, the file an interrupted run left
+    (made with the same `settings`, else an error naming the first that differs), without what
+    it wrote after its last record; otherwise a new file (and None)."""
     if not resume or not os.path.isfile(partial):
         if resume:
             logger.warning(
@@ -361,25 +401,29 @@ def open_partial(partial: str, settings: dict[str, object], resume: bool) -> tup
             )
         output = h5py.File(partial, "w")
         output.attrs.update({**settings, LINES_DONE: 0})
-        return output, 0
+        return output, None
     try:
         output = h5py.File(partial, "a")
     except OSError as error:
         raise ConfigurationError(
             f"elmo-embed --resume: cannot reopen {partial} ({error}); delete it to start over"
         ) from None
-    recorded = {key: output.attrs.get(key) for key in settings}
-    if recorded != settings or LINES_DONE not in output.attrs:
+    differing = [key for key, value in settings.items() if output.attrs.get(key) != value]
+    if differing or LINES_DONE not in output.attrs:
+        key = differing[0] if differing else LINES_DONE
+        recorded, value = output.attrs.get(key, "nothing"), settings.get(key, "a record")
+        recorded = recorded.item() if isinstance(recorded, numpy.generic) else recorded
         output.close()
+        name = SETTING_NAMES.get(key, "--" + key.removeprefix("elmo_embed_").replace("_", "-"))
         raise ConfigurationError(
-            f"elmo-embed --resume: {partial} was written with {recorded}, not {settings}; "
-            "rerun with those options, or without --resume to start over"
+            f"elmo-embed --resume: {partial} was written with {name} {recorded!r}, this run has "
+            f"{value!r}; rerun with the interrupted run's, or without --resume to start over"
         )
     done = int(output.attrs[LINES_DONE])
     for name in list(output):
         if not name.isdigit() or int(name) >= done:  # written after the last record
             del output[name]
-    return output, done
+    return output, ResumePoint(done, str(output.attrs.get(LINES_SHA256, "")), input_file)
 
 
 @contextlib.contextmanager
@@ -485,10 +529,15 @@ def run_settings(
     batching: Batching,
     output_format: OutputFormat,
     shard: Shard,
+    encoder: Optional[BiLmEncoder] = None,
 ) -> dict[str, object]:
     """What a run writes into OUTPUT.partial's attributes, for `--resume` to compare: everything
-    that changes which vectors go where (the input by its size in bytes, -1 for a stream)."""
+    that changes which vectors go where: the model by its weights (`model_sha256`), the options,
+    the input by its size in bytes and modification time (-1 for a stream; the text of the lines
+    done is recorded and compared too, `_Writer.check_resumed_lines`)."""
+    stream = is_stream(input_file)
     return {
+        "elmo_embed_model_sha256": model_sha256(encoder) if encoder is not None else "",
         "elmo_embed_layers": layers,
         "elmo_embed_mix": mix.settings() if mix is not None else "",
         "elmo_embed_pool": output_format.pool,
@@ -498,8 +547,19 @@ def run_settings(
         "elmo_embed_batch_size": batching.batch_size,
         "elmo_embed_batch_tokens": batching.batch_tokens,
         "elmo_embed_sort_window": batching.sort_window,
-        "elmo_embed_input_bytes": -1 if is_stream(input_file) else os.path.getsize(input_file),
+        "elmo_embed_input_bytes": -1 if stream else os.path.getsize(input_file),
+        "elmo_embed_input_mtime_ns": -1 if stream else os.stat(input_file).st_mtime_ns,
     }
+
+
+def model_sha256(encoder: BiLmEncoder) -> str:
+    """SHA-256 of the encoder's weights (each tensor of its state_dict: name, type, shape and
+    bytes): the vectors depend on nothing else of the model."""
+    digest = hashlib.sha256()
+    for name, tensor in encoder.state_dict().items():
+        digest.update(f"{name} {tensor.dtype} {tuple(tensor.shape)}".encode())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+    return digest.hexdigest()
 
 
 def embed_file(
@@ -537,14 +597,16 @@ def embed_file(
         else (0, encoder.get_output_dim())
     )
     with output_lock(output_file, output_file + LOCK_SUFFIX):
-        settings = run_settings(input_file, layers, mix, batching, output_format, shard)
+        settings = run_settings(input_file, layers, mix, batching, output_format, shard, encoder)
         partial = output_file + PARTIAL_SUFFIX
         stats = CorpusStats(files=1)
         lines = numbered_lines(input_file, stats, shard)  # a stream: checked to be text now
         total = None if is_stream(input_file) else count_tokens(input_file, shard)
-        output, done = open_partial(partial, settings, resume)
+        output, resumed = open_partial(partial, settings, resume, input_file)
+        done = resumed.lines_done if resumed is not None else 0
         with resumable_when_full(partial, input_file), output:
             writer = _Writer(output, empty_shape, output_format, output_file)
+            writer.expected = resumed
             chunk: list[tuple[int, list[str]]] = []
             progress = Tqdm.tqdm(total=total, desc="elmo-embed", unit=" tokens", unit_scale=True)
             for index, text in lines:

@@ -18,6 +18,7 @@ import h5py
 import numpy
 import pytest
 
+from elmo_plugin.commands.elmo_export import export_archive
 from tests.helpers import REPO_ROOT, run_allennlp, run_forked
 
 BILM = REPO_ROOT / "fixtures" / "archives_before_layering" / "bilm_lstm.tar.gz"
@@ -250,6 +251,62 @@ def test_a_full_disk_stops_elmo_embed_with_a_whole_partial_file_that_resume_comp
     assert sorted(resumed) == sorted(whole)
     for name, value in whole.items():
         numpy.testing.assert_array_equal(resumed[name], value)
+
+
+@pytest.fixture
+def interrupted(root) -> Path:
+    """`elmo-embed elmo in.txt out.hdf5` (an ELMo folder of the tiny biLM) stopped by a full disk
+    after its first window: out.hdf5.partial holds 75 lines (50 sentences), recorded as done."""
+    export_archive(str(BILM), str(root / "elmo"))
+    (root / "in.txt").write_bytes(TEXT * 50)
+    line = one_error_line(limited(["elmo-embed", *RESUMED], root, 1_300_000))
+    assert "out.hdf5.partial keeps the lines recorded as done" in line, line
+    return root
+
+
+RESUMED = ["elmo", "in.txt", "out.hdf5", "--sort-window", "50"]
+
+
+def other_weights(root: Path) -> str:
+    shutil.copytree(root / "elmo", root / "other")
+    with h5py.File(root / "other" / "weights.hdf5", "a") as weights:
+        weights["CNN_proj/b_proj"][0] += 1.0  # same shapes, another model
+    return "other"
+
+
+def same_size_edit(root: Path, keep_time: bool) -> None:
+    stat = (root / "in.txt").stat()
+    (root / "in.txt").write_bytes(TEXT.replace(b"open", b"shut", 1) + TEXT * 49)
+    if keep_time:
+        os.utime(root / "in.txt", ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        ("model", "written with the model (SHA-256 of its weights) '"),
+        ("input-time", "written with an input modified at another time (ns) 1"),
+        ("input-lines", "the first 75 lines of in.txt are not those out.hdf5.partial holds"),
+        ("layers", "written with --layers 'all', this run has 'top'"),
+    ],
+    ids=["model", "input-time", "input-lines", "layers"],
+)
+def test_resume_refuses_another_model_input_or_option_naming_what_differs(
+    interrupted, change, named
+):
+    args = [*RESUMED, "--resume"]
+    if change == "model":
+        args[0] = other_weights(interrupted)
+    elif change == "layers":
+        args += ["--layers", "top"]
+    else:
+        same_size_edit(interrupted, keep_time=change == "input-lines")
+    partial = (interrupted / "out.hdf5.partial").read_bytes()
+    line = one_error_line(run_allennlp(["elmo-embed", *args], cwd=interrupted, check=False))
+    assert named in line and "without --resume to start over" in line, line
+    assert not (interrupted / "out.hdf5").exists()
+    if change != "input-lines":  # refused before the partial file is opened for writing
+        assert (interrupted / "out.hdf5.partial").read_bytes() == partial
 
 
 if __name__ == "__main__":
