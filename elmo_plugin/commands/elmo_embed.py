@@ -389,7 +389,7 @@ class ResumePoint(NamedTuple):
 
 
 def open_partial(
-    partial: str, settings: dict[str, object], resume: bool, input_file: str = ""
+    partial: str, settings: dict[str, object], resume: bool, input_file: str
 ) -> tuple[h5py.File, Optional[ResumePoint]]:
     """The partial output and where it stopped: with `resume`, the file an interrupted run left
     (made with the same `settings`, else an error naming the first that differs), without what
@@ -529,7 +529,7 @@ def run_settings(
     batching: Batching,
     output_format: OutputFormat,
     shard: Shard,
-    encoder: Optional[BiLmEncoder] = None,
+    encoder: BiLmEncoder,
 ) -> dict[str, object]:
     """What a run writes into OUTPUT.partial's attributes, for `--resume` to compare: everything
     that changes which vectors go where: the model by its weights (`model_sha256`), the options,
@@ -537,7 +537,7 @@ def run_settings(
     done is recorded and compared too, `_Writer.check_resumed_lines`)."""
     stream = is_stream(input_file)
     return {
-        "elmo_embed_model_sha256": model_sha256(encoder) if encoder is not None else "",
+        "elmo_embed_model_sha256": model_sha256(encoder),
         "elmo_embed_layers": layers,
         "elmo_embed_mix": mix.settings() if mix is not None else "",
         "elmo_embed_pool": output_format.pool,
@@ -583,8 +583,8 @@ def embed_file(
     same lines as in an uninterrupted run, so the batches and the vectors are the same).
     `output_format` pools, casts and compresses each line's dataset; `shard` embeds only its
     lines (keys stay global line numbers); `layers` = `mix:ARCHIVE` applies `mix` (read from
-    ARCHIVE when not given). INPUT `-` is standard input;
-    it and other streams (`is_stream`) have no progress total and no `resume`."""
+    ARCHIVE when not given). INPUT `-` is standard input; it and other streams (`is_stream`)
+    have no progress total and no `resume`."""
     check_arguments(input_file, output_file, layers, batching, resume, output_format)
     if mix_archive(layers) and mix is None:
         mix = read_learned_mix(mix_archive(layers))

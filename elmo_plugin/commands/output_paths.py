@@ -7,6 +7,8 @@ from collections.abc import Iterable
 
 from allennlp.common.checks import ConfigurationError
 
+from elmo_plugin.commands.output_lock import LOCK_SUFFIX
+
 
 def _require_writable_folder(folder: str, output: str) -> None:
     if not os.path.isdir(folder):
@@ -39,9 +41,9 @@ def check_output_dir(path: str) -> None:
 
 
 def check_not_an_input(outputs: Iterable[str], inputs: dict[str, str]) -> None:
-    """Before any work: an error naming both when an output path (or its `.partial`) is one of
-    the `inputs` ({path: what it is, e.g. "input file"}) - the same file by device and inode, so
-    through a link too - or lies inside an input folder (a model folder)."""
+    """Before any work: an error naming both when an output path (or its `.partial`, `.lock`)
+    is one of the `inputs` ({path: what it is, e.g. "input file"}) - the same file by device and
+    inode, so through a link too - or lies inside an input folder (a model folder)."""
     for source, role in inputs.items():
         if not os.path.exists(source):
             continue
@@ -56,7 +58,7 @@ def check_not_an_input(outputs: Iterable[str], inputs: dict[str, str]) -> None:
                     )
             elif any(
                 os.path.exists(path) and os.path.samefile(path, source)
-                for path in (output, output + ".partial")
+                for path in (output, output + ".partial", output + LOCK_SUFFIX)
             ):
                 raise ConfigurationError(
                     f"cannot write {output}: it is the {role} {source}, which writing it would "
