@@ -1,5 +1,8 @@
 """Nothing lost, whatever the user does, through the real `allennlp` CLI: two runs on one output
-(the second refused, the first's file complete), streams read as files are, bad numbers refused.
+(the second refused, the first's file complete), an output that is an input (refused, naming
+both), a full disk (one line; `elmo-embed`'s partial file whole, for `--resume`), `--resume` with
+another model, input or option (refused, naming it); streams read as files are, bad numbers
+refused. A full disk is a file-size limit (`tests/cli/file_size_limit.py`).
 
 `python -m tests.cli.test_output_safety_cli N` races two `elmo-embed` runs on one output N times
 and prints how many races ended clean."""
