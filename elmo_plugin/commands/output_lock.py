@@ -24,7 +24,10 @@ def output_lock(output: str, lock_file: str) -> Iterator[None]:
         os.write(descriptor, f"{os.getpid()}\n".encode())
         yield
     finally:
-        os.remove(lock_file)  # before the lock goes: a process that opened it sees it removed
+        # removed before the lock goes: a process that locks it afterwards finds it removed
+        # and locks a new file
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(lock_file)
         os.close(descriptor)
 
 
