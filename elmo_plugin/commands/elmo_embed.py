@@ -1,8 +1,11 @@
 """Subcommand `allennlp elmo-embed`: ELMo vectors of every line of a text file, into HDF5."""
 
 import argparse
+import contextlib
+import hashlib
 import json
 import logging
+import math
 import os
 from collections.abc import Callable, Iterator
 from typing import NamedTuple, Optional, cast
@@ -21,12 +24,15 @@ from elmo_plugin.commands.embed_input import (
     Shard,
     check_input,
     count_tokens,
+    is_stream,
     numbered_lines,
     parse_shard,
 )
 from elmo_plugin.commands.learned_mix import LearnedMix, mix_archive, read_learned_mix
-from elmo_plugin.commands.output_paths import check_output_file
+from elmo_plugin.commands.output_lock import LOCK_SUFFIX, output_lock
+from elmo_plugin.commands.output_paths import check_not_an_input, check_output_file
 from elmo_plugin.data.corpus_stats import CorpusStats
+from elmo_plugin.data.full_disk import DiskFull, check_room
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 from elmo_plugin.modules.bilm_sentence_layers import without_boundaries
 from elmo_plugin.modules.sentence_pooling import POOL_CHOICES, check_pool, pool_tokens
@@ -43,6 +49,15 @@ DEFAULT_SORT_WINDOW = 8192  # sentences sorted by length together
 DEFAULT_TOKEN_CACHE = 50_000  # character-encoder outputs kept by token text within a window
 PARTIAL_SUFFIX = ".partial"  # OUTPUT is written as OUTPUT.partial and renamed when complete
 LINES_DONE = "elmo_embed_lines_done"  # attribute of the partial file: input lines 0..n-1 are in it
+LINES_SHA256 = "elmo_embed_lines_sha256"  # attribute of the partial file: the text of those lines
+# the names `--resume`'s refusal gives the recorded settings that are not options
+SETTING_NAMES = {
+    "elmo_embed_model_sha256": "the model (SHA-256 of its weights)",
+    "elmo_embed_mix": "the learned mix of --layers mix:ARCHIVE",
+    "elmo_embed_input_bytes": "an input of another size (bytes)",
+    "elmo_embed_input_mtime_ns": "an input modified at another time (ns)",
+}
+DATASET_BYTES = 2048  # HDF5's records of one dataset (its header, its link), at most
 
 
 @Subcommand.register("elmo-embed")
@@ -67,7 +82,7 @@ class ElmoEmbed(Subcommand):
         subparser.add_argument(
             "input_file",
             help="text, one whitespace-tokenized sentence per line (.gz, .bz2, .xz read "
-            "directly; - for standard input)",
+            "directly; - for standard input; a FIFO or <(...) is read once, as standard input)",
         )
         subparser.add_argument("output_file", help="HDF5 file to write")
         subparser.add_argument(
@@ -141,9 +156,11 @@ class ElmoEmbed(Subcommand):
         subparser.add_argument(
             "--resume",
             action="store_true",
-            help=f"continue an interrupted run from OUTPUT{PARTIAL_SUFFIX} (same input file, "
-            "--layers, --pool, --dtype, --compression, --shard, --batch-size, --batch-tokens and "
-            "--sort-window); the result equals an uninterrupted run's; not with standard input",
+            help=f"continue an interrupted run from OUTPUT{PARTIAL_SUFFIX} (same model weights, "
+            "the same input file, unchanged, and the same --layers, --pool, --dtype, "
+            "--compression, --shard, --batch-size, --batch-tokens and --sort-window, or refused "
+            "naming what differs); the result equals an uninterrupted run's; not with standard "
+            "input or a FIFO",
         )
         subparser.set_defaults(func=embed_from_args)
         return subparser
@@ -158,7 +175,9 @@ def embed_from_args(args: argparse.Namespace) -> None:
     shard = parse_shard(args.shard, args.sort_window)
     # before the model loads
     check_cuda_device(args.cuda_device)
-    check_arguments(args.input_file, args.output_file, args.layers, batching, args.resume, output)
+    check_arguments(
+        args.input_file, args.output_file, args.layers, batching, args.resume, output, args.model
+    )
     mix = read_learned_mix(mix_archive(args.layers)) if mix_archive(args.layers) else None
     ProcessSettings(keep_freed_heap=args.keep_freed_heap, tf32=args.tf32).apply()
     encoder = load_bilm_encoder(args.model, args.cuda_device)
@@ -207,7 +226,10 @@ def check_arguments(
     batching: Batching,
     resume: bool = False,
     output: OutputFormat = DEFAULT_FORMAT,
+    model: str = "",
 ) -> None:
+    """Before any work: the options, the input (`check_input`), the output's folder, and that the
+    output is none of the inputs (`model`, INPUT, the mix archive)."""
     if layers not in LAYER_CHOICES and not mix_archive(layers):
         raise ConfigurationError(
             f"elmo-embed: --layers must be one of {LAYER_CHOICES} or mix:ARCHIVE, got {layers!r}"
@@ -221,16 +243,29 @@ def check_arguments(
             raise ConfigurationError(
                 f"elmo-embed: --{name} must be one of {choices}, got {value!r}"
             )
-    for name in ("batch_size", "batch_tokens", "sort_window"):
-        if getattr(batching, name) < 1:
-            raise ConfigurationError(f"elmo-embed: --{name.replace('_', '-')} must be at least 1")
-    if resume and input_file == STDIN:
+    for name, least in (
+        ("batch_size", 1),
+        ("batch_tokens", 1),
+        ("sort_window", 1),
+        ("token_cache", 0),
+    ):
+        if getattr(batching, name) < least:
+            raise ConfigurationError(
+                f"elmo-embed: --{name.replace('_', '-')} must be at least {least}, "
+                f"got {getattr(batching, name)}"
+            )
+    if resume and is_stream(input_file):
+        shown = "standard input (-)" if input_file == STDIN else f"the stream {input_file}"
         raise ConfigurationError(
-            "elmo-embed: --resume needs an input file, not standard input (-), which cannot be "
+            f"elmo-embed: --resume needs an input file, not {shown}, which cannot be "
             "read again to find where the interrupted run stopped"
         )
     check_input(input_file)
     check_output_file(output_file)
+    inputs = {model: "model", input_file: "input file", mix_archive(layers): "mix archive"}
+    inputs.pop(STDIN, None)
+    inputs.pop("", None)
+    check_not_an_input([output_file], inputs)
 
 
 def check_cuda_device(cuda_device: int) -> None:
@@ -261,15 +296,44 @@ def select_layers(
 class _Writer:
     """Writes one dataset per line into the partial file (pooled, cast and compressed as
     `form` says), records how many input lines are complete, and remembers every sentence's
-    line numbers."""
+    line numbers. Room on the disk is checked before each write (`check_room`): a DiskFull
+    naming `name` (OUTPUT) leaves the file whole."""
 
-    def __init__(self, output: h5py.File, empty_shape: tuple[int, ...], form: OutputFormat) -> None:
-        self.output, self.empty_shape, self.form = output, empty_shape, form
+    def __init__(
+        self, output: h5py.File, empty_shape: tuple[int, ...], form: OutputFormat, name: str
+    ) -> None:
+        self.output, self.empty_shape, self.form, self.name = output, empty_shape, form, name
         self.sentence_to_index: dict[str, list[int]] = {}
+        self.lines_sha256 = hashlib.sha256()  # of the lines noted so far, recorded with them
+        self.expected: Optional[ResumePoint] = None  # with --resume: to compare, once read again
         self.overflows = 0  # lines with values beyond float16's range
+        # bytes of one token's (or a pooled line's) values
+        self.row_bytes = (
+            math.prod(empty_shape[:-2]) * empty_shape[-1] * numpy.dtype(form.dtype).itemsize
+        )
+
+    def check_room_for(self, chunk: list[tuple[int, list[str]]]) -> None:
+        """Room for the datasets of `chunk`'s lines (uncompressed, HDF5's records included)."""
+        rows = [1 if self.form.pool != "none" else len(tokens) for _, tokens in chunk]
+        needed = sum(rows) * self.row_bytes + DATASET_BYTES * len(chunk)
+        check_room(self.output.filename, needed, self.name)
 
     def note(self, index: int, text: str) -> None:
+        if self.expected is not None and index >= self.expected.lines_done:
+            self.check_resumed_lines()
+        self.lines_sha256.update(text.encode() + b"\n")
         self.sentence_to_index.setdefault(text, []).append(index)
+
+    def check_resumed_lines(self) -> None:
+        """With --resume, once the lines recorded as done have been read again (before anything
+        is written): they are the lines the interrupted run embedded."""
+        if self.expected is not None and self.lines_sha256.hexdigest() != self.expected.sha256:
+            raise ConfigurationError(
+                f"elmo-embed --resume: the first {self.expected.lines_done} lines of "
+                f"{self.expected.input_file} are not those {self.output.filename} holds (the input "
+                "changed since); rerun without --resume to start over"
+            )
+        self.expected = None
 
     def write(self, index: int, vectors: torch.Tensor) -> None:
         """vectors (..., tokens, dim) of one line's real tokens, layers selected."""
@@ -284,35 +348,52 @@ class _Writer:
             dataset.attrs["num_tokens"] = vectors.size(-2)
 
     def write_empty(self, index: int) -> None:
+        check_room(self.output.filename, DATASET_BYTES, self.name)
         self.write(index, torch.zeros(self.empty_shape))
 
     def record(self, lines_done: int) -> None:
         """Lines 0..lines_done-1 are written: flushed to disk first, then recorded as done."""
         self.output.flush()
+        self.output.attrs[LINES_SHA256] = self.lines_sha256.hexdigest()
         self.output.attrs[LINES_DONE] = lines_done
         self.output.flush()
         logger.info("elmo-embed: %d lines done (in %s)", lines_done, self.output.filename)
 
     def close(self) -> None:
         """sentence_to_index, and the file no longer says how to resume it."""
+        self.check_resumed_lines()
         if self.overflows:
             logger.warning(
                 "elmo-embed: %d lines have values beyond float16's range (stored as inf); "
                 "use --dtype float32",
                 self.overflows,
             )
+        text = json.dumps(self.sentence_to_index)
+        check_room(self.output.filename, len(text.encode()) + DATASET_BYTES, self.name)
         dataset = self.output.create_dataset(
             "sentence_to_index", (1,), dtype=h5py.special_dtype(vlen=str)
         )
-        dataset[0] = json.dumps(self.sentence_to_index)
+        dataset[0] = text
         for key in list(self.output.attrs):
             del self.output.attrs[key]
 
 
-def open_partial(partial: str, settings: dict[str, object], resume: bool) -> tuple[h5py.File, int]:
-    """The partial output and how many input lines it already holds: with `resume`, the file an
-    interrupted run left (made with the same `settings`), without what it wrote after its last
-    record; otherwise a new file."""
+class ResumePoint(NamedTuple):
+    """Where an interrupted run stopped: input lines 0..lines_done-1 are in the partial file;
+    `sha256` is the digest of their text, which the resumed run compares once it has read them
+    again from `input_file`."""
+
+    lines_done: int
+    sha256: str
+    input_file: str
+
+
+def open_partial(
+    partial: str, settings: dict[str, object], resume: bool, input_file: str
+) -> tuple[h5py.File, Optional[ResumePoint]]:
+    """The partial output and where it stopped: with `resume`, the file an interrupted run left
+    (made with the same `settings`, else an error naming the first that differs), without what
+    it wrote after its last record; otherwise a new file (and None)."""
     if not resume or not os.path.isfile(partial):
         if resume:
             logger.warning(
@@ -320,25 +401,45 @@ def open_partial(partial: str, settings: dict[str, object], resume: bool) -> tup
             )
         output = h5py.File(partial, "w")
         output.attrs.update({**settings, LINES_DONE: 0})
-        return output, 0
+        return output, None
     try:
         output = h5py.File(partial, "a")
     except OSError as error:
         raise ConfigurationError(
             f"elmo-embed --resume: cannot reopen {partial} ({error}); delete it to start over"
         ) from None
-    recorded = {key: output.attrs.get(key) for key in settings}
-    if recorded != settings or LINES_DONE not in output.attrs:
+    differing = [key for key, value in settings.items() if output.attrs.get(key) != value]
+    if differing or LINES_DONE not in output.attrs:
+        key = differing[0] if differing else LINES_DONE
+        recorded, value = output.attrs.get(key, "nothing"), settings.get(key, "a record")
+        recorded = recorded.item() if isinstance(recorded, numpy.generic) else recorded
         output.close()
+        name = SETTING_NAMES.get(key, "--" + key.removeprefix("elmo_embed_").replace("_", "-"))
         raise ConfigurationError(
-            f"elmo-embed --resume: {partial} was written with {recorded}, not {settings}; "
-            "rerun with those options, or without --resume to start over"
+            f"elmo-embed --resume: {partial} was written with {name} {recorded!r}, this run has "
+            f"{value!r}; rerun with the interrupted run's, or without --resume to start over"
         )
     done = int(output.attrs[LINES_DONE])
     for name in list(output):
         if not name.isdigit() or int(name) >= done:  # written after the last record
             del output[name]
-    return output, done
+    return output, ResumePoint(done, str(output.attrs.get(LINES_SHA256, "")), input_file)
+
+
+@contextlib.contextmanager
+def resumable_when_full(partial: str, input_file: str) -> Iterator[None]:
+    """A DiskFull while writing `partial` (raised before HDF5 writes, so the file stays whole)
+    says how to go on: `--resume` continues from the lines recorded as done; the partial file
+    of a stream, which cannot be resumed, is removed."""
+    try:
+        yield
+    except DiskFull as error:
+        if is_stream(input_file):
+            os.remove(partial)
+            raise
+        raise DiskFull(
+            f"{error}; {partial} keeps the lines recorded as done, for --resume once there is room"
+        ) from None
 
 
 class TokenIds(NamedTuple):
@@ -428,10 +529,15 @@ def run_settings(
     batching: Batching,
     output_format: OutputFormat,
     shard: Shard,
+    encoder: BiLmEncoder,
 ) -> dict[str, object]:
     """What a run writes into OUTPUT.partial's attributes, for `--resume` to compare: everything
-    that changes which vectors go where (the input by its size in bytes, -1 for standard input)."""
+    that changes which vectors go where: the model by its weights (`model_sha256`), the options,
+    the input by its size in bytes and modification time (-1 for a stream; the text of the lines
+    done is recorded and compared too, `_Writer.check_resumed_lines`)."""
+    stream = is_stream(input_file)
     return {
+        "elmo_embed_model_sha256": model_sha256(encoder),
         "elmo_embed_layers": layers,
         "elmo_embed_mix": mix.settings() if mix is not None else "",
         "elmo_embed_pool": output_format.pool,
@@ -441,8 +547,19 @@ def run_settings(
         "elmo_embed_batch_size": batching.batch_size,
         "elmo_embed_batch_tokens": batching.batch_tokens,
         "elmo_embed_sort_window": batching.sort_window,
-        "elmo_embed_input_bytes": -1 if input_file == STDIN else os.path.getsize(input_file),
+        "elmo_embed_input_bytes": -1 if stream else os.path.getsize(input_file),
+        "elmo_embed_input_mtime_ns": -1 if stream else os.stat(input_file).st_mtime_ns,
     }
+
+
+def model_sha256(encoder: BiLmEncoder) -> str:
+    """SHA-256 of the encoder's weights (each tensor of its state_dict: name, type, shape and
+    bytes): the vectors depend on nothing else of the model."""
+    digest = hashlib.sha256()
+    for name, tensor in encoder.state_dict().items():
+        digest.update(f"{name} {tensor.dtype} {tuple(tensor.shape)}".encode())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
+    return digest.hexdigest()
 
 
 def embed_file(
@@ -461,12 +578,13 @@ def embed_file(
     `<S> w1 .. wn </S>` from zero state, character-encoder outputs cached by token within the
     window) and writes each line's vectors, boundaries removed, into OUTPUT.partial as dataset
     "line number", recording after each window how many lines are done; renames it to OUTPUT
-    when complete. The order of computation changes nothing in the output. `resume` continues
-    from the last record (windows start at the same lines as in an uninterrupted run, so the
-    batches and the vectors are the same). `output_format` pools, casts and compresses each
-    line's dataset; `shard` embeds only its lines (keys stay global line numbers); `layers` =
-    `mix:ARCHIVE` applies `mix` (read from ARCHIVE when not given). INPUT `-` is standard input
-    (no progress total, no `resume`)."""
+    when complete; OUTPUT.lock is held meanwhile (`output_lock`). The order of computation
+    changes nothing in the output. `resume` continues from the last record (windows start at the
+    same lines as in an uninterrupted run, so the batches and the vectors are the same).
+    `output_format` pools, casts and compresses each line's dataset; `shard` embeds only its
+    lines (keys stay global line numbers); `layers` = `mix:ARCHIVE` applies `mix` (read from
+    ARCHIVE when not given). INPUT `-` is standard input; it and other streams (`is_stream`)
+    have no progress total and no `resume`."""
     check_arguments(input_file, output_file, layers, batching, resume, output_format)
     if mix_archive(layers) and mix is None:
         mix = read_learned_mix(mix_archive(layers))
@@ -478,37 +596,42 @@ def embed_file(
         if layers == "all"
         else (0, encoder.get_output_dim())
     )
-    settings = run_settings(input_file, layers, mix, batching, output_format, shard)
-    partial = output_file + PARTIAL_SUFFIX
-    stats = CorpusStats(files=1)
-    lines = numbered_lines(input_file, stats, shard)  # standard input: checked to be text now
-    total = None if input_file == STDIN else count_tokens(input_file, shard)
-    output, done = open_partial(partial, settings, resume)
-    with output:
-        writer = _Writer(output, empty_shape, output_format)
-        chunk: list[tuple[int, list[str]]] = []
-        progress = Tqdm.tqdm(total=total, desc="elmo-embed", unit=" tokens", unit_scale=True)
-        for index, text in lines:
-            writer.note(index, text)
-            tokens = text.split()
-            stats.lines += bool(tokens)
-            stats.blank_lines += not tokens
-            if index < done:
-                progress.update(len(tokens))
-                continue
-            if tokens:
-                chunk.append((index, tokens))
-            else:
-                writer.write_empty(index)
-            if len(chunk) >= batching.sort_window:
+    with output_lock(output_file, output_file + LOCK_SUFFIX):
+        settings = run_settings(input_file, layers, mix, batching, output_format, shard, encoder)
+        partial = output_file + PARTIAL_SUFFIX
+        stats = CorpusStats(files=1)
+        lines = numbered_lines(input_file, stats, shard)  # a stream: checked to be text now
+        total = None if is_stream(input_file) else count_tokens(input_file, shard)
+        output, resumed = open_partial(partial, settings, resume, input_file)
+        done = resumed.lines_done if resumed is not None else 0
+        with resumable_when_full(partial, input_file), output:
+            writer = _Writer(output, empty_shape, output_format, output_file)
+            writer.expected = resumed
+            chunk: list[tuple[int, list[str]]] = []
+            progress = Tqdm.tqdm(total=total, desc="elmo-embed", unit=" tokens", unit_scale=True)
+            for index, text in lines:
+                writer.note(index, text)
+                tokens = text.split()
+                stats.lines += bool(tokens)
+                stats.blank_lines += not tokens
+                if index < done:
+                    progress.update(len(tokens))
+                    continue
+                if tokens:
+                    chunk.append((index, tokens))
+                else:
+                    writer.write_empty(index)
+                if len(chunk) >= batching.sort_window:
+                    writer.check_room_for(chunk)
+                    embed_chunk(encoder, token_ids, chunk, batching, layers, writer, progress, mix)
+                    chunk = []
+                    writer.record(index + 1)
+            if chunk:
+                writer.check_room_for(chunk)
                 embed_chunk(encoder, token_ids, chunk, batching, layers, writer, progress, mix)
-                chunk = []
-                writer.record(index + 1)
-        if chunk:
-            embed_chunk(encoder, token_ids, chunk, batching, layers, writer, progress, mix)
-        progress.close()
-        writer.close()
-    os.replace(partial, output_file)
+            progress.close()
+            writer.close()
+        os.replace(partial, output_file)
     stats.report(input_file, prefix="elmo-embed: ")
     if shard.parts > 1:
         logger.info(

@@ -1,6 +1,7 @@
 """Subcommand `allennlp elmo-export ARCHIVE OUT_DIR`: our LSTM biLM -> the standard ELMo files."""
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -11,7 +12,8 @@ from allennlp.common.checks import ConfigurationError
 from elmo_plugin.archives.bilm_archive import load_bilm_model
 from elmo_plugin.archives.bilm_source import ELMO_FILES, folder_marks, shown
 from elmo_plugin.commands.cli_errors import reports_errors
-from elmo_plugin.commands.output_paths import check_output_dir
+from elmo_plugin.commands.output_lock import output_lock
+from elmo_plugin.commands.output_paths import check_not_an_input, check_output_dir
 from elmo_plugin.elmo_files.layout import OPTIONS_FILE, SOFTMAX_FILE, VOCAB_FILE, WEIGHTS_FILE
 from elmo_plugin.elmo_files.options import encoder_options
 from elmo_plugin.elmo_files.softmax import export_softmax
@@ -27,6 +29,7 @@ logger = logging.getLogger(__name__)
 
 EXPORTED_FILES = (OPTIONS_FILE, WEIGHTS_FILE, VOCAB_FILE, SOFTMAX_FILE)
 ELMO_SUFFIXES = (OPTIONS_SUFFIX, WEIGHTS_SUFFIX, VOCAB_SUFFIX, SOFTMAX_SUFFIX)
+LOCK_FILE = ".elmo_export.lock"  # held in OUT_DIR while an export writes it (`output_lock`)
 
 
 @Subcommand.register("elmo-export")
@@ -66,27 +69,31 @@ def export_archive(archive_file: str, output_dir: str) -> dict[str, str]:
     {file name: path}. OUT_DIR is created if missing, its parent never; a bad output folder and a
     transformer archive are errors raised before anything is written, and so is a folder that
     holds another ELMo (`check_no_other_elmo`). An earlier export's options.json is removed first,
-    so a folder left by an export stopped midway never reads as complete."""
+    so a folder left by an export stopped midway never reads as complete; a second export into
+    the same folder meanwhile is refused (`output_lock`)."""
     check_output_dir(output_dir)  # before the model loads
+    written = [output_dir, *(os.path.join(output_dir, name) for name in EXPORTED_FILES)]
+    check_not_an_input(written, {archive_file: "model"})
     check_no_other_elmo(output_dir)
     model = load_bilm_model(archive_file)
     encoder = model.bilm_encoder()
     encoder_options(encoder)  # the clear error for a transformer, before any output
-    if not os.path.isdir(output_dir):
+    with contextlib.suppress(FileExistsError):  # another export may have made it meanwhile
         os.mkdir(output_dir)
     paths = {name: os.path.join(output_dir, name) for name in EXPORTED_FILES}
-    if os.path.exists(paths[OPTIONS_FILE]):  # an earlier export's: the folder is incomplete now
-        os.remove(paths[OPTIONS_FILE])
-    tokens = model.softmax_tokens()  # the row that scores no token left out
-    export_softmax(*model.softmax_matrices(), tokens, paths[SOFTMAX_FILE], paths[VOCAB_FILE])
-    rows = len(tokens)
-    # options.json last: a folder with it is complete (the others are written atomically first)
-    write_bilm_encoder(
-        encoder,
-        paths[OPTIONS_FILE],
-        paths[WEIGHTS_FILE],
-        extra_options={"bidirectional": True, "n_tokens_vocab": rows},
-    )
+    with output_lock(output_dir, os.path.join(output_dir, LOCK_FILE)):
+        if os.path.exists(paths[OPTIONS_FILE]):  # an earlier export's: incomplete from now on
+            os.remove(paths[OPTIONS_FILE])
+        tokens = model.softmax_tokens()  # the row that scores no token left out
+        export_softmax(*model.softmax_matrices(), tokens, paths[SOFTMAX_FILE], paths[VOCAB_FILE])
+        rows = len(tokens)
+        # options.json last: a folder with it is complete (the others are written atomically)
+        write_bilm_encoder(
+            encoder,
+            paths[OPTIONS_FILE],
+            paths[WEIGHTS_FILE],
+            extra_options={"bidirectional": True, "n_tokens_vocab": rows},
+        )
     logger.info("exported %s to %s (%d softmax rows)", archive_file, output_dir, rows)
     return paths
 

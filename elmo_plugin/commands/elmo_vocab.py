@@ -13,7 +13,8 @@ from allennlp.commands.subcommand import Subcommand
 from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.commands.cli_errors import reports_errors
-from elmo_plugin.commands.output_paths import check_output_file
+from elmo_plugin.commands.output_lock import LOCK_SUFFIX, output_lock
+from elmo_plugin.commands.output_paths import check_not_an_input, check_output_file
 from elmo_plugin.data.corpus_stats import CorpusStats
 from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader, resolve_corpus_paths
 from elmo_plugin.data.elmo_vocab_file import SPECIALS, write_elmo_vocab_file
@@ -173,9 +174,13 @@ def write_elmo_vocab(
 ) -> tuple[list[str], int]:
     """Counts the corpora (`count_tokens`), writes `out_file` (one token per line, atomically)
     and returns its tokens and the number of tokens counted. The output path is checked before
-    the corpora are read."""
+    the corpora are read (and refused when it is one of them); `out_file.lock` is held
+    meanwhile (`output_lock`)."""
     check_output_file(out_file)
-    counts, counted = count_tokens(patterns, skip_headings, workers)
-    tokens = vocab_tokens(counts, min_count, max_size)
-    write_elmo_vocab_file(out_file, tokens)
+    corpus = {path: "corpus file" for pattern in patterns for path in resolve_corpus_paths(pattern)}
+    check_not_an_input([out_file], corpus)
+    with output_lock(out_file, out_file + LOCK_SUFFIX):
+        counts, counted = count_tokens(patterns, skip_headings, workers)
+        tokens = vocab_tokens(counts, min_count, max_size)
+        write_elmo_vocab_file(out_file, tokens)
     return tokens, counted

@@ -1,6 +1,6 @@
-"""What `allennlp elmo-embed` reads: a text file (plain, `.gz`, `.bz2` or `.xz`) or standard input
-(`-`), refused when it is not text (as the `elmo_corpus` reader refuses a shard), and the lines
-of one `--shard I/N`."""
+"""What `allennlp elmo-embed` reads: a text file (plain, `.gz`, `.bz2` or `.xz`), standard input
+(`-`) or another stream (a FIFO, `<(...)`), refused when it is not text (as the `elmo_corpus`
+reader refuses a shard), and the lines of one `--shard I/N`."""
 
 import itertools
 import os
@@ -69,13 +69,23 @@ def raw_lines(path: str) -> Generator[bytes, None, None]:
         raise _refused(error) from None
 
 
+def is_stream(path: str) -> bool:
+    """Standard input, a FIFO or a process substitution (`<(...)`): read once, so not checked
+    ahead, counted for progress or resumed."""
+    return path == STDIN or (os.path.exists(path) and not os.path.isfile(path))
+
+
 def check_input(path: str) -> None:
-    """Before any work: a file that exists and whose first lines are text (standard input is
-    checked when it is read, before anything is written)."""
+    """Before any work: a file that exists and whose first lines are text (a stream is checked
+    when it is read, before anything is written)."""
     if path == STDIN:
         return
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise ConfigurationError(f"elmo-embed: input file not found: {path}")
+    if os.path.isdir(path):
+        raise ConfigurationError(f"elmo-embed: input {path} is a folder, not a text file")
+    if is_stream(path):
+        return
     lines = raw_lines(path)
     next(lines, None)  # reads and checks the first lines
     lines.close()

@@ -1,10 +1,13 @@
-"""Output paths checked before any work: a missing or unwritable folder is an error naming the
-path. Commands create no folder the user did not name."""
+"""Output paths checked before any work: a missing or unwritable folder, or an output that is an
+input, is an error naming the path. Commands create no folder the user did not name."""
 
 import os
 import tempfile
+from collections.abc import Iterable
 
 from allennlp.common.checks import ConfigurationError
+
+from elmo_plugin.commands.output_lock import LOCK_SUFFIX
 
 
 def _require_writable_folder(folder: str, output: str) -> None:
@@ -35,3 +38,29 @@ def check_output_dir(path: str) -> None:
         _require_writable_folder(path, path)
     else:
         _require_writable_folder(os.path.dirname(os.path.abspath(path)), path)
+
+
+def check_not_an_input(outputs: Iterable[str], inputs: dict[str, str]) -> None:
+    """Before any work: an error naming both when an output path (or its `.partial`, `.lock`)
+    is one of the `inputs` ({path: what it is, e.g. "input file"}) - the same file by device and
+    inode, so through a link too - or lies inside an input folder (a model folder)."""
+    for source, role in inputs.items():
+        if not os.path.exists(source):
+            continue
+        for output in outputs:
+            if os.path.isdir(source):
+                folder = os.path.realpath(source)
+                inside = os.path.realpath(output) + os.sep
+                if inside.startswith(folder + os.sep):
+                    raise ConfigurationError(
+                        f"cannot write {output}: it is inside the {role} {source}, which it could "
+                        "destroy; write it elsewhere"
+                    )
+            elif any(
+                os.path.exists(path) and os.path.samefile(path, source)
+                for path in (output, output + ".partial", output + LOCK_SUFFIX)
+            ):
+                raise ConfigurationError(
+                    f"cannot write {output}: it is the {role} {source}, which writing it would "
+                    "destroy; choose another output path"
+                )

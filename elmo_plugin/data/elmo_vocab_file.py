@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from allennlp.common.checks import ConfigurationError
 from allennlp.data.vocabulary import DEFAULT_OOV_TOKEN
 
+from elmo_plugin.data.full_disk import removed_when_full
+
 logger = logging.getLogger(__name__)
 
 BOS, EOS = "<S>", "</S>"
@@ -68,8 +70,9 @@ def published_tokens(tokens: Sequence[str]) -> list[str]:
 
 def write_elmo_vocab_file(path: str, tokens: Sequence[str]) -> None:
     """One token per line, written as `path.partial` and renamed when complete. A plain `open`
-    makes it, so its mode follows the umask as every other output's does."""
+    makes it, so its mode follows the umask as every other output's does. A full disk is a
+    DiskFull naming `path` (`removed_when_full`)."""
     partial = path + ".partial"
-    with open(partial, "w", encoding="utf-8") as out:
+    with removed_when_full(partial, path), open(partial, "w", encoding="utf-8") as out:
         out.write("".join(token + "\n" for token in tokens))
     os.replace(partial, path)

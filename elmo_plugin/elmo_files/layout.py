@@ -13,6 +13,8 @@ import numpy
 import torch
 from allennlp.common.checks import ConfigurationError
 
+from elmo_plugin.data.full_disk import check_room, removed_when_full
+
 OPTIONS_FILE, WEIGHTS_FILE = "options.json", "weights.hdf5"
 SOFTMAX_FILE, VOCAB_FILE = "softmax.hdf5", "vocab.txt"
 
@@ -92,9 +94,12 @@ def copy_into(parameter: torch.Tensor, value: numpy.ndarray) -> None:
 
 
 def write_hdf5(path: str, arrays: dict[str, numpy.ndarray]) -> None:
+    """The arrays (checked finite) as datasets of `path`, written as `path.partial` and renamed
+    when complete; a DiskFull naming `path`, before HDF5 writes, when the disk has no room."""
     checked = {name: finite(name, array, path) for name, array in arrays.items()}
     partial = path + ".partial"  # renamed when complete: a killed export leaves no weights.hdf5
-    with h5py.File(partial, "w") as out:
+    check_room(partial, sum(array.nbytes for array in checked.values()), path)
+    with removed_when_full(partial, path), h5py.File(partial, "w") as out:
         for name, array in checked.items():
             out.create_dataset(name, data=array)
     os.replace(partial, path)

@@ -20,6 +20,7 @@ from typing import Any, Optional, cast
 import numpy
 import torch
 
+from elmo_plugin.data.full_disk import removed_when_full
 from elmo_plugin.elmo_files.layout import (
     ElmoFilesError,
     Hdf5Reader,
@@ -190,7 +191,7 @@ def write_bilm_encoder(
     options.update(extra_options or {})
     write_hdf5(weights_file, weight_arrays(encoder))
     partial = options_file + ".partial"
-    with open(partial, "w", encoding="utf-8") as out:
+    with removed_when_full(partial, options_file), open(partial, "w", encoding="utf-8") as out:
         json.dump(options, out, indent=2)
         out.write("\n")
     os.replace(partial, options_file)

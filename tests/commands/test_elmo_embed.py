@@ -339,7 +339,8 @@ def test_a_failed_run_leaves_only_the_partial_file_and_resume_refuses_other_opti
         elmo_embed.embed_file(encoder, str(input_file), str(output), "all", batching)
     assert not output.exists() and (tmp_path / "out.hdf5.partial").exists()
     with pytest.raises(
-        ConfigurationError, match="out.hdf5.partial was written with .*'elmo_embed_layers': 'all'"
+        ConfigurationError,
+        match="out.hdf5.partial was written with --layers 'all', this run has 'top'; rerun with",
     ):
         elmo_embed.embed_file(encoder, str(input_file), str(output), "top", batching, resume=True)
     monkeypatch.setattr(elmo_embed, "embed_chunk", embed_chunk)

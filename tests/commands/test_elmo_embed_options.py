@@ -392,7 +392,7 @@ def test_resume_refuses_a_partial_file_made_with_other_options(
         elmo_embed.embed_file(encoder, str(text_file), output, "all", batching)
     assert os.path.isfile(output + elmo_embed.PARTIAL_SUFFIX)
     options = {"layers": "all", **change}
-    with pytest.raises(ConfigurationError, match=f"was written with .*'elmo_embed_{setting}'"):
+    with pytest.raises(ConfigurationError, match=f"was written with --{setting} '"):
         elmo_embed.embed_file(
             encoder, str(text_file), output, batching=batching, resume=True, **options
         )

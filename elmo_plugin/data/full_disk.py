@@ -1,0 +1,66 @@
+"""A full disk while a command writes: one error naming the output (and the room needed where it
+is known), its partial file removed; never a traceback or a crash. A write that fails inside
+HDF5 cannot be recovered from (closing the file then crashes the process), so HDF5 writers
+check for room before they write (`check_room`); plain writers catch the failed write
+(`removed_when_full`)."""
+
+import contextlib
+import errno
+import os
+import resource
+from collections.abc import Iterator
+
+from allennlp.common.checks import ConfigurationError
+
+# ENOSPC: no space left; EDQUOT: over quota; EFBIG: past the process's file-size limit
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+HEADROOM = 1 << 20  # bytes kept for HDF5's own records, which it may write at any time
+
+
+class DiskFull(ConfigurationError):
+    """No room left for an output."""
+
+
+def room(path: str) -> int:
+    """Bytes that can still be written to the file `path` (existing or not): the free space of its
+    disk (as an unprivileged user sees it), at most the process's file-size limit less its size."""
+    disk = os.statvfs(os.path.dirname(os.path.abspath(path)))
+    free = disk.f_bavail * disk.f_frsize
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit == resource.RLIM_INFINITY:
+        return free
+    return min(free, limit - (os.path.getsize(path) if os.path.exists(path) else 0))
+
+
+def check_room(path: str, needed: int, output: str) -> None:
+    """Before writing about `needed` more bytes into `path`: a DiskFull naming `output` when there
+    is less room than that (and `HEADROOM`)."""
+    left = room(path)
+    if needed + HEADROOM > left:
+        raise DiskFull(
+            f"cannot write {output}: the disk is full ({path} needs about "
+            f"{(needed + HEADROOM) / 1e6:.1f} MB more, {max(left, 0) / 1e6:.1f} MB left); "
+            "free some space or write elsewhere"
+        )
+
+
+@contextlib.contextmanager
+def removed_when_full(partial: str, output: str) -> Iterator[None]:
+    """Runs a block that writes `partial` (later renamed to `output`): when the disk is full
+    (a DiskFull, or an OSError with a `FULL_DISK` errno) `partial` is removed and a DiskFull names
+    `output`."""
+    try:
+        yield
+    except OSError as error:
+        if error.errno not in FULL_DISK:
+            raise
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(partial)
+        raise DiskFull(
+            f"cannot write {output}: the disk is full ({error.strerror}); free some space or "
+            "write elsewhere"
+        ) from None
+    except DiskFull:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(partial)
+        raise
