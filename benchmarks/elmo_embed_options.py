@@ -30,9 +30,9 @@ import numpy
 import torch
 
 import elmo_plugin  # noqa: F401  (registers components)
-from benchmarks.common import REPO_ROOT, require_data, run_benchmark
 from benchmarks.embedder_vs_allennlp_elmo import PUBLISHED_SMALL
-from benchmarks.wikitext_data import wikitext_file
+from benchmarks.support.common import REPO_ROOT, Declaration, require_data, run_benchmark
+from benchmarks.support.wikitext_data import WIKITEXT, wikitext_file
 from elmo_plugin.commands.elmo_embed import OutputFormat, embed_file
 from elmo_plugin.elmo_files.options import architecture_from_options
 from elmo_plugin.elmo_files.weights import read_bilm_encoder, write_bilm_encoder
@@ -88,6 +88,14 @@ def wall_seconds(processes: list[subprocess.Popen], start: float) -> float:
         if process.wait() != 0:
             raise SystemExit(f"{NAME}: an elmo-embed process exited {process.returncode}")
     return time.perf_counter() - start
+
+
+DECLARATION = Declaration(
+    quick=["--lines", "300", "--sort-window", "64"],
+    cheapest=[],
+    cheapest_status="skipped",
+    data=(WIKITEXT,),
+)
 
 
 def main(argv: list[str]) -> dict[str, Any]:

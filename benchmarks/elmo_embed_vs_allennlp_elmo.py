@@ -11,7 +11,7 @@ size, random (as embedder_vs_allennlp_elmo). Ours: `embed_file` with its default
 the whole file in and out (HDF5 written). allennlp: `Elmo` on the first --allennlp-sentences
 sentences in batches of 32, outputs computed and dropped (its side is slow: capping it keeps the
 run short; tokens/s is what is compared). Times are this process's CPU time (`--clock cpu`, the
-default on a shared machine) or wall time. Ends with one JSON line (benchmarks/common.py):
+default on a shared machine) or wall time. Ends with one JSON line (benchmarks/support/common.py):
 tokens/s of both, their ratio (`end_to_end_speedup`), the peak resident memory after our run
 and after a run on a quarter of the file (flat memory: about equal), and the max abs difference
 of our vectors from allennlp's on the sentences both embedded.
@@ -30,12 +30,13 @@ import torch
 from allennlp.modules.elmo import Elmo, batch_to_ids
 
 import elmo_plugin  # noqa: F401  (registers components)
-from benchmarks.common import CLOCKS, run_benchmark
 from benchmarks.embedder_vs_allennlp_elmo import (
     PUBLISHED_SMALL,
     reset_allennlp_states,
     wikitext_sentences,
 )
+from benchmarks.support.common import CLOCKS, Declaration, run_benchmark
+from benchmarks.support.wikitext_data import WIKITEXT
 from elmo_plugin.commands.elmo_embed import embed_file
 from elmo_plugin.elmo_files.options import architecture_from_options
 from elmo_plugin.elmo_files.weights import read_bilm_encoder, write_bilm_encoder
@@ -57,6 +58,14 @@ def write_input(path: str, sentences: list[list[str]], count: int) -> int:
             text.write(" ".join(sentence) + "\n")
             tokens += len(sentence)
     return tokens
+
+
+DECLARATION = Declaration(
+    quick=["--sentences", "1000", "--allennlp-sentences", "100"],
+    cheapest=[],
+    cheapest_status="skipped",
+    data=(WIKITEXT,),
+)
 
 
 def main(argv: list[str]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ other processes hits both alike. allennlp's Elmo carries LSTM state from batch t
 state is reset before each batch (not timed) so both compute the same function, and the max
 absolute difference of the outputs is reported. Times are this process's CPU time
 (`--clock cpu`, the default: other processes on a shared machine do not count) or wall time.
-Ends with one JSON line (benchmarks/common.py): tokens/s of both, the ratio (`speedup`) and
+Ends with one JSON line (benchmarks/support/common.py): tokens/s of both, the ratio (`speedup`) and
 `max_abs_diff`. The top-level keys are the published small size; `original_*` keys the same
 comparison at the published original size (2 x 4096/512, 2 highway) on the first
 --original-tokens tokens (0 skips it: allennlp's side is slow there). A `missed` key and exit
@@ -32,14 +32,15 @@ from allennlp.data import Vocabulary
 from allennlp.modules.elmo import Elmo, batch_to_ids
 
 import elmo_plugin  # noqa: F401  (registers components)
-from benchmarks.common import (
+from benchmarks.support.common import (
     CLOCKS,
+    Declaration,
     add_keep_freed_heap_argument,
     apply_process_settings,
     require_data,
     run_benchmark,
 )
-from benchmarks.wikitext_data import wikitext_file
+from benchmarks.support.wikitext_data import WIKITEXT, wikitext_file
 from elmo_plugin.cpu.compiled_lstm_steps import compiled_steps
 from elmo_plugin.elmo_files.options import architecture_from_options
 from elmo_plugin.elmo_files.weights import write_bilm_encoder
@@ -142,6 +143,14 @@ def compare(
         "speedup": round(seconds["allennlp"] / seconds["ours"], 2),
         "max_abs_diff": max_abs_diff,
     }
+
+
+DECLARATION = Declaration(
+    quick=["--max-tokens", "2000", "--original-tokens", "200"],
+    cheapest=[],
+    cheapest_status="skipped",
+    data=(WIKITEXT,),
+)
 
 
 def main(argv: list[str]) -> dict[str, Any]:

@@ -5,12 +5,12 @@ without it), one run, on a generated 1B Word-shaped corpus. Usage:
 
     python -m benchmarks.exact_resume [--tokens 1_000_000] [--shards 4]
 
-Both loaders: the original config's batch 128 of 20-token windows, shuffled, 0 workers
-(allennlp's with `max_instances_in_memory` 12800 as the original config had); vocabulary the
-generated tokens.txt (793,471 words). The positions are batch 5 and 90% of the epoch; a
-position's loader state is taken from a first pass (not timed). Ends with one JSON line
-(benchmarks/common.py): seconds to the first batch after each position (ours: the median of 5,
-early and late alternating, after one warm-up; the replay: once) and the late / early ratios.
+Both loaders: the original config's batch 128 of 20-token windows, shuffled, 0 workers (allennlp's
+with `max_instances_in_memory` 12800 as the original config had); vocabulary the generated
+tokens.txt (793,471 words). The positions are batch 5 and 90% of the epoch; a position's loader
+state is taken from a first pass (not timed). Ends with one JSON line
+(benchmarks/support/common.py): seconds to the first batch after each position (ours: the median of
+5, early and late alternating, after one warm-up; the replay: once) and the late / early ratios.
 """
 
 import argparse
@@ -26,7 +26,7 @@ from typing import Any
 from allennlp.data.data_loaders import MultiProcessDataLoader
 
 import elmo_plugin  # noqa: F401  (registers components)
-from benchmarks.common import REPO_ROOT, run_benchmark
+from benchmarks.support.common import REPO_ROOT, Declaration, run_benchmark
 from elmo_plugin.data.elmo_corpus_loader import ElmoCorpusLoader
 from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
 from elmo_plugin.data.elmo_tokens_vocabulary import ElmoTokensVocabulary
@@ -77,6 +77,13 @@ def states_after_each_batch(pattern: str, vocab) -> list:
     )
     loader.index_with(vocab)
     return [loader.state_dict() for _ in loader]
+
+
+DECLARATION = Declaration(
+    quick=["--tokens", "300_000"],
+    cheapest=["--tokens", "20000", "--shards", "1"],
+    cheapest_status="ok",
+)
 
 
 def main(argv: list[str]) -> dict[str, Any]:

@@ -30,7 +30,7 @@ Then embedding: our `elmo-embed` path (`embed_file`) vs allennlp's `Elmo` (batch
 file order) on the same GPU with the same random original-size weights, tokens/s each.
 
 Text: `scripts/make_scale_corpus.py` (1B Word's shape) in a temporary folder. Prints one JSON
-object per measurement and a table, then ends with one JSON line (benchmarks/common.py):
+object per measurement and a table, then ends with one JSON line (benchmarks/support/common.py):
 `CONFIG_PRECISION_bBATCH_tokens_per_s` for each run, `embed_speedup` and every measurement
 (`results`);
 `--out DIR` also writes results.json there. Without a CUDA device (and without `--dry-run`) it
@@ -55,7 +55,7 @@ from allennlp.models import Model
 from allennlp.training.optimizers import Optimizer
 
 import elmo_plugin  # noqa: F401  (registers components)
-from benchmarks.common import CONFIG_DIR, REPO_ROOT, Skip, run_benchmark
+from benchmarks.support.common import CONFIG_DIR, REPO_ROOT, Declaration, Skip, run_benchmark
 from elmo_plugin.data.corpus_data_loader import to_device
 from elmo_plugin.training.process_settings import ProcessSettings
 from elmo_plugin.training.sparse_gradient_sync import unclippable_sparse_parameters
@@ -433,6 +433,13 @@ def against_baseline(result: dict[str, Any], baseline: list[dict[str, Any]]) -> 
         ):
             return f"{result['tokens_per_s'] / other['tokens_per_s']:.2f}x"
     return "-"
+
+
+DECLARATION = Declaration(
+    quick=["--steps", "20", "--warmup", "5", "--precisions", "bf16"],
+    cheapest=[],
+    cheapest_status="skipped",
+)
 
 
 def main(argv: list[str]) -> dict[str, Any]:

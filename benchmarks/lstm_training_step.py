@@ -21,9 +21,9 @@ x W_ih (2 * in * 4 cells), h W_hh (2 * proj * 4 cells) and the projection (2 * c
 the backward pass twice that (input and weight gradients), so a step is 3 x forward. Elementwise
 work is not counted. Times are this process's CPU time (`--clock cpu`, the default: other
 processes on a shared machine do not count) or wall time. Ends with one JSON line
-(benchmarks/common.py): each rate in GFLOP/s and as a fraction of the machine's matmul rate; a
-`missed` key and exit status 1 if ours_clipped is under 60% of the matmul rate or slower than
-ours_unclipped.
+(benchmarks/support/common.py): each rate in GFLOP/s and as a fraction of the machine's matmul
+rate; a `missed` key and exit status 1 if ours_clipped is under 60% of the matmul rate or slower
+than ours_unclipped.
 """
 
 import argparse
@@ -34,8 +34,9 @@ from typing import Any, Optional, cast
 import torch
 from allennlp.modules.elmo_lstm import ElmoLstm
 
-from benchmarks.common import (
+from benchmarks.support.common import (
     CLOCKS,
+    Declaration,
     add_keep_freed_heap_argument,
     apply_process_settings,
     run_benchmark,
@@ -104,6 +105,13 @@ def matmul(onednn: bool) -> Callable[[], object]:
     if onednn:
         return lambda: linear(left, right.t())
     return lambda: torch.mm(left, right)
+
+
+DECLARATION = Declaration(
+    quick=["--rounds", "3", "--steps", "1"],
+    cheapest=["--clock", "sundial"],
+    cheapest_status="failed",
+)
 
 
 def main(argv: list[str]) -> dict[str, Any]:

@@ -5,21 +5,22 @@ on the same WikiText batches, in one run. Usage:
     python -m benchmarks.lstm_vs_allennlp_models_transformer [--steps 60] [--batch-size 32]
         [--train-lines 1200]
 
-Ends with one JSON line (benchmarks/common.py): each side's training tokens/s and validation
+Ends with one JSON line (benchmarks/support/common.py): each side's training tokens/s and validation
 perplexity, and the ratios ours / theirs.
 """
 
 import argparse
 from typing import Any
 
-from benchmarks.common import run_benchmark
-from benchmarks.lm_training_speed import (
+from benchmarks.support.common import Declaration, run_benchmark
+from benchmarks.support.lm_training_speed import (
     build_model,
     make_batches,
     model_config,
     train_and_measure,
     wikitext_split,
 )
+from benchmarks.support.wikitext_data import WIKITEXT
 
 NAME = "lstm_vs_allennlp_models_transformer"
 # Ours: the demo-size config as it is (char CNN 512 filters -> 128; LSTM 2 x 512 cells / 128,
@@ -43,6 +44,14 @@ def their_model_config() -> dict:
 
 def contextualizer_parameters(model) -> int:
     return sum(p.numel() for p in model._contextualizer.parameters())
+
+
+DECLARATION = Declaration(
+    quick=["--steps", "8", "--train-lines", "160"],
+    cheapest=[],
+    cheapest_status="skipped",
+    data=(WIKITEXT,),
+)
 
 
 def main(argv: list[str]) -> dict[str, Any]:

@@ -30,11 +30,12 @@ tokens, validated on a held-out shard. Every node gets a serialization folder of
    partition, no socket closed): the seconds until node 0 (and node 1) stop; link up, `-r` on
    both nodes resumes from the newest checkpoint and trains the reference's remaining batches.
 
-Steps/s are measured from each process's batch times (`benchmarks/batch_record.py`), startup and
-validation excluded. Ends with one JSON line (benchmarks/common.py), the summary also in
-WORKDIR/summary.json; `--dry-run` prints the commands of stages 1-2 without running them. A run
-still going after `--stage-timeout` seconds is stopped with SIGABRT first: the Python stacks of
-each of its processes' threads (faulthandler) end its log, then the rehearsal fails naming it.
+Steps/s are measured from each process's batch times (`benchmarks/support/batch_record.py`),
+startup and validation excluded. Ends with one JSON line (benchmarks/support/common.py), the
+summary also in WORKDIR/summary.json; `--dry-run` prints the commands of stages 1-2 without running
+them. A run still going after `--stage-timeout` seconds is stopped with SIGABRT first: the Python
+stacks of each of its processes' threads (faulthandler) end its log, then the rehearsal fails
+naming it.
 """
 
 import argparse
@@ -51,9 +52,6 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Optional, cast
 
-from benchmarks import network_hosts
-from benchmarks.common import REPO_ROOT, Skip, run_benchmark
-from benchmarks.network_hosts import Host
 from benchmarks.scale_rehearsal import (
     ALLENNLP,
     CONFIG,
@@ -62,6 +60,9 @@ from benchmarks.scale_rehearsal import (
     make_corpus,
     small_tokens_file,
 )
+from benchmarks.support import network_hosts
+from benchmarks.support.common import REPO_ROOT, Declaration, Skip, run_benchmark
+from benchmarks.support.network_hosts import Host
 
 NAME = "multi_node"
 STAGES = ("one_host", "two_hosts", "kill", "cut")
@@ -190,7 +191,7 @@ class Rehearsal:
             "--include-package",
             "elmo_plugin",
             "--include-package",
-            "benchmarks.batch_record",
+            "benchmarks.support.batch_record",
         ]
         if node_rank is not None:
             command += ["--node-rank", str(node_rank)]
@@ -552,6 +553,9 @@ def evaluate_and_export(work: Path, node0: Path) -> dict:
         "heldout_perplexity": json.loads(metrics.read_text())["perplexity"],
         "exported": sorted(path.name for path in exported.iterdir()),
     }
+
+
+DECLARATION = Declaration(quick=None, cheapest=["--dry-run"], cheapest_status="ok")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -28,11 +28,12 @@ seconds) / (every_num_batches x seconds per training batch)`, from this run's ch
 elmo-plan's timed training steps. The epoch with checks over the epoch without is printed as a
 cross-check (two separate epochs: a few percent of noise on a short one).
 
-Prints one JSON object per case, then one JSON line (benchmarks/common.py): per case projected and
-real seconds and their ratio (goal: within 20%) and the checks' share at the user's interval
-(goal: below 5%). Threads: the environment's `OMP_NUM_THREADS` (1 if unset, as scale_rehearsal).
-`--tiny` shrinks everything (the model, the corpora, the held-out text and the demo's check
-interval; minutes) for tests; `--model-overrides` shrinks the model further in both cases.
+Prints one JSON object per case, then one JSON line (benchmarks/support/common.py): per case
+projected and real seconds and their ratio (goal: within 20%) and the checks' share at the user's
+interval (goal: below 5%). Threads: the environment's `OMP_NUM_THREADS` (1 if unset, as
+scale_rehearsal). `--tiny` shrinks everything (the model, the corpora, the held-out text and the
+demo's check interval; minutes) for tests; `--model-overrides` shrinks the model further in both
+cases.
 """
 
 import argparse
@@ -44,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import scale_rehearsal as rehearsal
-from benchmarks.common import CONFIG_DIR, REPO_ROOT, run_benchmark
+from benchmarks.support.common import CONFIG_DIR, REPO_ROOT, Declaration, run_benchmark
 
 NAME = "plan_vs_epoch"
 DEMO_CONFIG = CONFIG_DIR / "elmo_lstm.jsonnet"
@@ -222,6 +223,9 @@ def measure_case(
         "epoch_without_checks_s": bare["epoch_s"],
         "with_over_without_checks": round(real["epoch_s"] / bare["epoch_s"], 3),
     }
+
+
+DECLARATION = Declaration(quick=["--tiny"], cheapest=["--tiny"], cheapest_status="ok")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -8,7 +8,7 @@
    (same epochs, no early stopping: no validation set), the remaining sentences are the test set.
 3. Print both test accuracies (and on test tokens unseen in the tagger's training data), and
    the ELMo tagger's learned layer mix: softmax(s) and gamma; end with them as one JSON line
-   (benchmarks/common.py). A `missed` key and exit status 1 if ELMo is not better.
+   (benchmarks/support/common.py). A `missed` key and exit status 1 if ELMo is not better.
 
 Usage (from the repo root):
     python -m benchmarks.pos_tagger_elmo_vs_baseline [--out DIR] [--bilm ARCHIVE]
@@ -27,8 +27,15 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import CONFIG_DIR, REPO_ROOT, require_data, run_benchmark, shared_data_dir
-from benchmarks.wikitext_data import wikitext_file, write_train_valid
+from benchmarks.support.common import (
+    CONFIG_DIR,
+    REPO_ROOT,
+    Declaration,
+    require_data,
+    run_benchmark,
+    shared_data_dir,
+)
+from benchmarks.support.wikitext_data import EWT, WIKITEXT, wikitext_file, write_train_valid
 
 NAME = "pos_tagger_elmo_vs_baseline"
 ALLENNLP = str(Path(sys.executable).parent / "allennlp")
@@ -147,6 +154,16 @@ def tagger_input_size(bilm: Path) -> int:
     return 2 * configured_architecture(str(bilm))["contextualizer"]["input_dim"] + word_dim
 
 
+# a tiny biLM archive for run_all: the tagger comparison in minutes, its figures meaningless
+TINY_BILM = REPO_ROOT / "fixtures" / "archives_before_layering" / "bilm_lstm.tar.gz"
+DECLARATION = Declaration(
+    quick=["--bilm", str(TINY_BILM), "--tagger-epochs", "1"],
+    cheapest=[],
+    cheapest_status="skipped",
+    data=(WIKITEXT, EWT),
+)
+
+
 def main(argv: list[str]) -> dict[str, Any]:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -158,7 +175,7 @@ def main(argv: list[str]) -> dict[str, Any]:
     parser.add_argument("--tagger-epochs", type=int, default=10)
     args = parser.parse_args(argv)
 
-    wikitext, ewt = wikitext_file(), shared_data_dir() / "ud-english-ewt" / "en_ewt-ud-dev.conllu"
+    wikitext, ewt = wikitext_file(), shared_data_dir() / EWT
     require_data(wikitext, ewt)
     figures: dict[str, Any] = {
         "headline": ["elmo_minus_baseline_points", "error_rate_ratio"],

@@ -34,7 +34,7 @@ sentences are computed once per biLM (`allennlp elmo-embed`) and read through
 Budget: `--workers` stages side by side, each on one thread; finished stages are kept in
 `--out` (a rerun continues). `--quick`: a small run for checking the pipeline (minutes; rough
 numbers). Prints a line per finished stage, the table, the curve (PNG in --out), and ends with
-one JSON line (benchmarks/common.py).
+one JSON line (benchmarks/support/common.py).
 
 Usage (from the repo root):
     python -m benchmarks.quality_table --out DIR [--quick] [--seeds 3] [--workers 2]
@@ -54,11 +54,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from benchmarks.common import CONFIG_DIR, require_data, run_benchmark, shared_data_dir
 from benchmarks.lstm_vs_allennlp_models_transformer import THEIR_CONTEXTUALIZER
 from benchmarks.pos_tagger_elmo_vs_baseline import ALLENNLP, words_and_tags
-from benchmarks.stages import Result, Stage, run_command, run_stages
-from benchmarks.wikitext_data import wikitext_file
+from benchmarks.support.common import (
+    CONFIG_DIR,
+    Declaration,
+    require_data,
+    run_benchmark,
+    shared_data_dir,
+)
+from benchmarks.support.stages import Result, Stage, run_command, run_stages
+from benchmarks.support.wikitext_data import EWT, WIKITEXT, wikitext_file
 
 NAME = "quality_table"
 BILM_CONFIGS = {
@@ -730,6 +736,14 @@ def keep_settings(out: Path, settings: dict[str, Any]) -> None:
     path.write_text(json.dumps(settings))
 
 
+DECLARATION = Declaration(
+    quick=["--quick"],
+    cheapest=["--quick"],
+    cheapest_status="skipped",
+    data=(WIKITEXT, EWT),
+)
+
+
 def main(argv: list[str]) -> dict[str, Any]:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -764,7 +778,7 @@ def main(argv: list[str]) -> dict[str, Any]:
         parser.error("--seeds and --workers must be at least 1")
     budget = budget_from(args)
 
-    wikitext, ewt = wikitext_file(), shared_data_dir() / "ud-english-ewt" / "en_ewt-ud-dev.conllu"
+    wikitext, ewt = wikitext_file(), shared_data_dir() / EWT
     require_data(wikitext, ewt)
     out = Path(args.out or tempfile.mkdtemp(prefix="quality_table_")).resolve()
     out.mkdir(parents=True, exist_ok=True)

@@ -2,23 +2,22 @@
 
     python -m benchmarks.run_all [--timeout 300]
 
-Runs each as `python -m benchmarks.NAME QUICK_OPTIONS` and reads the last line of its output,
-the JSON line every benchmark ends with (benchmarks/common.py). Prints one line per benchmark
-as it finishes (its headline figures, or why it was skipped or failed), then a summary table,
-then its own JSON line: `name` run_all, `status` ok or failed, and `benchmarks`, each
-benchmark's status. Quick settings trade precision for time (seconds to a few minutes each on
-2 CPU cores); docs/benchmarks.md gives each benchmark's full command.
+Runs each as `python -m benchmarks.NAME QUICK_OPTIONS` and reads the last line of its output, the
+JSON line every benchmark ends with (benchmarks/support/common.py). Prints one line per benchmark
+as it finishes (its headline figures, or why it was skipped or failed), then a summary table, then
+its own JSON line: `name` run_all, `status` ok or failed, and `benchmarks`, each benchmark's
+status. Quick settings trade precision for time (seconds to a few minutes each on 2 CPU cores);
+docs/benchmarks.md gives each benchmark's full command.
 
 A benchmark whose real data (`$ELMO_PLUGIN_DATA`, default ../shared/data) or GPU is missing is
 skipped, not failed, and so is one that measured but missed its own target at these quick
 settings ("missed"). A failed benchmark, a timeout or a last line that is not a benchmark's
 JSON line makes this script exit 1.
 
-Not run here: `scale_rehearsal` (the 1B Word-shaped job end to end: hours at its defaults;
-tests/benchmarks runs it at tiny sizes) and `multi_node` (two network namespaces as root, up to
-an hour; tests/benchmarks runs it at tiny sizes). `gpu_original_elmo` runs and skips itself
-where there is no CUDA device. `batch_record`, `common`, `lm_training_speed`,
-`network_hosts` and `wikitext_data` are helpers, not benchmarks.
+Runs every benchmark with quick options in its `DECLARATION` (benchmarks/support/common.py);
+`scale_rehearsal` (the 1B Word-shaped job end to end: hours) and `multi_node` (two network
+namespaces as root, up to an hour) declare none (tests/benchmarks runs both at tiny sizes).
+`gpu_original_elmo` runs and skips itself where there is no CUDA device.
 """
 
 import argparse
@@ -29,10 +28,9 @@ import sys
 import time
 from typing import Any, NamedTuple
 
-from benchmarks.common import REPO_ROOT, STATUSES, finish
+from benchmarks.support.common import REPO_ROOT, STATUSES, benchmark_names, declaration, finish
 
 NAME = "run_all"
-OLD_BILM = REPO_ROOT / "fixtures" / "archives_before_layering" / "bilm_lstm.tar.gz"  # tiny biLM
 
 
 class Benchmark(NamedTuple):
@@ -40,39 +38,10 @@ class Benchmark(NamedTuple):
     quick_args: list[str]
 
 
-BENCHMARKS = [
-    Benchmark("embedder_vs_allennlp_elmo", ["--max-tokens", "2000", "--original-tokens", "200"]),
-    Benchmark(
-        "elmo_embed_vs_allennlp_elmo", ["--sentences", "1000", "--allennlp-sentences", "100"]
-    ),
-    Benchmark("lstm_training_step", ["--rounds", "3", "--steps", "1"]),
-    Benchmark("lstm_vs_allennlp_models_transformer", ["--steps", "8", "--train-lines", "160"]),
-    Benchmark(
-        "transformer_vs_allennlp_models",
-        [
-            "--speed-steps",
-            "2",
-            "--speed-rounds",
-            "1",
-            "--quality-steps",
-            "8",
-            "--quality-seeds",
-            "1",
-        ],
-    ),
-    Benchmark("pos_tagger_elmo_vs_baseline", ["--bilm", str(OLD_BILM), "--tagger-epochs", "1"]),
-    Benchmark("exact_resume", ["--tokens", "300_000"]),
-    Benchmark(
-        "sparse_softmax",
-        ["--vocab-size", "60000", "--reference-vocab-size", "20000", "--steps", "1"],
-    ),
-    Benchmark("data_pipeline", ["--tokens", "150000"]),
-    Benchmark("elmo_embed_options", ["--lines", "300", "--sort-window", "64"]),
-    Benchmark("plan_vs_epoch", ["--tiny"]),
-    Benchmark("quality_table", ["--quick"]),
-    Benchmark("gpu_original_elmo", ["--steps", "20", "--warmup", "5", "--precisions", "bf16"]),
-    Benchmark("step_audit", ["--batches", "2"]),
-]
+def quick_benchmarks() -> list[Benchmark]:
+    """Every benchmark that declares quick options, with them (`Declaration.quick`), by name."""
+    declared = ((name, declaration(name).quick) for name in benchmark_names())
+    return [Benchmark(name, quick) for name, quick in declared if quick is not None]
 
 
 class Outcome(NamedTuple):
@@ -145,7 +114,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--timeout", type=int, default=300, help="seconds per benchmark")
     args = parser.parse_args(argv)
     outcomes = []
-    for benchmark in BENCHMARKS:
+    for benchmark in quick_benchmarks():
         outcome = run(benchmark, args.timeout)
         outcomes.append(outcome)
         print(

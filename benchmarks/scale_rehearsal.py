@@ -21,7 +21,7 @@
 Peak RSS is the largest process's the script waited for (the main process; DDP workers report
 theirs as metrics.json's `peak_worker_N_memory_MB`, in `metrics`).
 Prints one JSON object per stage, then ends with the summary as one JSON line
-(benchmarks/common.py; the summary also in WORKDIR/summary.json).
+(benchmarks/support/common.py; the summary also in WORKDIR/summary.json).
 `--model-overrides` (JSON) shrinks the model further (tests use it); `--dry-run` prints the
 commands without running them.
 """
@@ -39,7 +39,7 @@ import zipfile
 from pathlib import Path
 from typing import Any, Optional
 
-from benchmarks.common import REPO_ROOT, run_benchmark
+from benchmarks.support.common import REPO_ROOT, Declaration, run_benchmark
 
 NAME = "scale_rehearsal"
 ALLENNLP = str(Path(sys.executable).parent / "allennlp")
@@ -331,6 +331,9 @@ def duration_seconds(duration: str) -> float:
     """'H:MM:SS.ffffff' (allennlp's metrics.json) -> seconds."""
     hours, minutes, seconds = duration.split(":")
     return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+
+
+DECLARATION = Declaration(quick=None, cheapest=["--dry-run", "--processes"], cheapest_status="ok")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

@@ -7,13 +7,13 @@ For `elmo_lstm_original.jsonnet` and `elmo_transformer_original.jsonnet` at shru
 configs' structure: clips, dropout, sampled sparse softmax, Adagrad / fused Adam, gradient
 clipping), built as `allennlp train` builds them, with the settings a GPU runs (`GPU_PATH`) and
 with the CPU's defaults, it runs `--batches` steps on the bundled demo corpus under `OpAudit`
-(benchmarks/op_audit.py), after one step that makes what is made once (optimizer state): the
-loader's batch moved to the device, forward, backward, gradient clipping (torch's
-`clip_grad_norm_`, as allennlp's trainer, without the trainer's own `.item()`) and the
-optimizer step. It prints, per config and path, the aten ops per phase, every op that
-would synchronize a GPU with the host (op, file:line) and whether two batches dispatch the same
-(op, output shapes) sequence; it ends with one JSON line (benchmarks/common.py), with `missed`
-naming a GPU path that would synchronize or change shapes.
+(benchmarks/support/op_audit.py), after one step that makes what is made once (optimizer state):
+the loader's batch moved to the device, forward, backward, gradient clipping (torch's
+`clip_grad_norm_`, as allennlp's trainer, without the trainer's own `.item()`) and the optimizer
+step. It prints, per config and path, the aten ops per phase, every op that would synchronize a GPU
+with the host (op, file:line) and whether two batches dispatch the same (op, output shapes)
+sequence; it ends with one JSON line (benchmarks/support/common.py), with `missed` naming a GPU
+path that would synchronize or change shapes.
 """
 
 import argparse
@@ -29,8 +29,8 @@ from allennlp.models import Model
 from allennlp.training.optimizers import Optimizer
 
 import elmo_plugin  # noqa: F401  (registers components)
-from benchmarks.common import CONFIG_DIR, REPO_ROOT, run_benchmark
-from benchmarks.op_audit import OpAudit, host_step_counters
+from benchmarks.support.common import CONFIG_DIR, REPO_ROOT, Declaration, run_benchmark
+from benchmarks.support.op_audit import OpAudit, host_step_counters
 from elmo_plugin.data.corpus_data_loader import to_device
 
 NAME = "step_audit"
@@ -130,6 +130,13 @@ def summary(audits: list[OpAudit], show: int) -> dict[str, Any]:
         "fixed_shapes": all(audit.trace() == first.trace() for audit in audits[1:]),
         "sync_places": [f"{count} x {place}" for place, count in places.most_common(show)],
     }
+
+
+DECLARATION = Declaration(
+    quick=["--batches", "2"],
+    cheapest=["--configs", "transformer", "--batches", "1"],
+    cheapest_status="ok",
+)
 
 
 def main(argv=None) -> dict[str, Any]:

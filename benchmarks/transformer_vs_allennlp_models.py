@@ -26,7 +26,7 @@ last 10% validation. Skipped with a message if missing. Usage (from the repo roo
         [--quality-steps 120] [--quality-seeds 3] [--threads 1] [--cuda-device -1]
         [--skip-speed] [--skip-quality]
 About 25 minutes on one CPU core with the defaults. Ends with one JSON line
-(benchmarks/common.py): `speed_ratio_ours_theirs` (training tokens/s, target >= 1.5) and
+(benchmarks/support/common.py): `speed_ratio_ours_theirs` (training tokens/s, target >= 1.5) and
 `quality_ratio_ours_theirs` (validation perplexity, geometric mean over seeds, target <= 1.05).
 """
 
@@ -45,23 +45,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-warnings.filterwarnings(
-    "ignore", category=FutureWarning
-)  # deprecation notices on importing allennlp
+import torch
+from allennlp.commands.train import TrainModel
+from allennlp.common import Params
+from allennlp.common.util import prepare_environment
+from allennlp.data import DatasetReader, Vocabulary
+from allennlp.data.data_loaders import MultiProcessDataLoader
+from allennlp.models import Model
+from allennlp.nn import util as nn_util
+from allennlp.training.callbacks import TrainerCallback
 
-import torch  # noqa: E402
-from allennlp.commands.train import TrainModel  # noqa: E402
-from allennlp.common import Params  # noqa: E402
-from allennlp.common.util import prepare_environment  # noqa: E402
-from allennlp.data import DatasetReader, Vocabulary  # noqa: E402
-from allennlp.data.data_loaders import MultiProcessDataLoader  # noqa: E402
-from allennlp.models import Model  # noqa: E402
-from allennlp.nn import util as nn_util  # noqa: E402
-from allennlp.training.callbacks import TrainerCallback  # noqa: E402
-
-import elmo_plugin  # noqa: E402,F401  (registers our components)
-from benchmarks.common import CONFIG_DIR, require_data, run_benchmark  # noqa: E402
-from benchmarks.wikitext_data import wikitext_file, write_train_valid  # noqa: E402
+import elmo_plugin  # noqa: F401  (registers our components)
+from benchmarks.support.common import CONFIG_DIR, Declaration, require_data, run_benchmark
+from benchmarks.support.wikitext_data import WIKITEXT, wikitext_file, write_train_valid
 
 NAME = "transformer_vs_allennlp_models"
 SIDES = ("ours", "theirs", "theirs_our_cnn")
@@ -479,6 +475,23 @@ def quality_part(args, train: Path, valid: Path, out: Path) -> dict[str, float]:
         "quality_theirs_perplexity": round(means["theirs"]["joint"], 2),
         "quality_ratio_ours_theirs": round(ratio["joint"], 3),
     }
+
+
+DECLARATION = Declaration(
+    quick=[
+        "--speed-steps",
+        "2",
+        "--speed-rounds",
+        "1",
+        "--quality-steps",
+        "8",
+        "--quality-seeds",
+        "1",
+    ],
+    cheapest=[],
+    cheapest_status="skipped",
+    data=(WIKITEXT,),
+)
 
 
 def main(argv: list[str]) -> dict[str, Any]:

@@ -95,7 +95,7 @@ def with_tiny_sizes(argv: list[str]) -> list[str]:
 def serve(path: str) -> None:
     """Imports allennlp and the plugins, then forks one child per connection on `path`."""
     # first: allennlp.__main__ puts site-packages first on sys.path, whose `benchmarks` package
-    # would then hide ours (tests.helpers imports benchmarks.common)
+    # would then hide ours (tests.helpers imports benchmarks.support.common)
     importlib.import_module("tests.helpers")
     import allennlp.__main__  # noqa: F401  (the script's logging set-up)
     from allennlp.common.plugins import import_plugins

@@ -32,7 +32,7 @@ from allennlp.common import tqdm as allennlp_tqdm
 from allennlp.data import Instance, Token
 from allennlp.data.fields import TextField
 
-from benchmarks.common import shared_data_dir  # the one definition, shared with benchmarks/
+from benchmarks.support.common import shared_data_dir  # the one definition, shared with benchmarks/
 from elmo_plugin.training import glibc_heap
 from tests import forked_allennlp
 

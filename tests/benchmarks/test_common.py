@@ -1,4 +1,4 @@
-"""benchmarks/common.py: the one final JSON line and exit status of every benchmark."""
+"""benchmarks/support/common.py: the one final JSON line and exit status of every benchmark."""
 
 import json
 import os
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from benchmarks import common
+from benchmarks.support import common
 from tests.helpers import REPO_ROOT, shared_data_dir
 
 

@@ -1,56 +1,28 @@
 """Every benchmark runs as `python -m benchmarks.NAME` (a process forked from the tests' warm
-server: `run_forked`) and ends with exactly one JSON line (benchmarks/common.py), checked on a
-cheap path of each: real data missing (ELMO_PLUGIN_DATA an
-empty folder), no CUDA device, a dry run, its smallest sizes, or a bad option (where even the
+server: `run_forked`) and ends with exactly one JSON line (benchmarks/support/common.py), checked
+on a cheap path of each: real data missing (ELMO_PLUGIN_DATA an empty folder), no CUDA device, a
+dry run, its smallest sizes, or a bad option (where even the
 smallest run takes minutes on a loaded machine)."""
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from benchmarks.support.common import benchmark_names, declaration
 from tests.helpers import REPO_ROOT, run_forked
 
-HELPERS = {
-    "__init__",
-    "batch_record",
-    "common",
-    "lm_training_speed",
-    "network_hosts",
-    "op_audit",
-    "run_all",
-    "stages",
-    "wikitext_data",
-}
-WIKITEXT = Path("wikitext-2") / "valid.txt"
-EWT = Path("ud-english-ewt") / "en_ewt-ud-dev.conllu"
-
-# name -> (options, expected status, the data files it reports missing, if skipped for data)
-CASES: dict[str, tuple[list[str], str, list[Path]]] = {
-    "embedder_vs_allennlp_elmo": ([], "skipped", [WIKITEXT]),
-    "elmo_embed_vs_allennlp_elmo": ([], "skipped", [WIKITEXT]),
-    "elmo_embed_options": ([], "skipped", [WIKITEXT]),
-    "lstm_vs_allennlp_models_transformer": ([], "skipped", [WIKITEXT]),
-    "transformer_vs_allennlp_models": ([], "skipped", [WIKITEXT]),
-    "pos_tagger_elmo_vs_baseline": ([], "skipped", [WIKITEXT, EWT]),
-    "quality_table": (["--quick"], "skipped", [WIKITEXT, EWT]),
-    "gpu_original_elmo": ([], "skipped", []),  # CUDA_VISIBLE_DEVICES empty: no CUDA device
-    "scale_rehearsal": (["--dry-run", "--processes"], "ok", []),
-    "multi_node": (["--dry-run"], "ok", []),  # the real run: tests/benchmarks/test_multi_node.py
-    "data_pipeline": (["--tokens", "3000", "--workers", "0"], "ok", []),
-    "exact_resume": (["--tokens", "20000", "--shards", "1"], "ok", []),
-    "plan_vs_epoch": (["--tiny"], "ok", []),
-    "lstm_training_step": (["--clock", "sundial"], "failed", []),
-    "sparse_softmax": (["--steps", "three"], "failed", []),
-    "step_audit": (["--configs", "transformer", "--batches", "1"], "ok", []),
-}
+BENCHMARKS = benchmark_names()
+COMMAND = re.compile(r"-m benchmarks\.(\w+)")
 
 
-def test_every_benchmark_module_has_a_case_here():
-    modules = {path.stem for path in (REPO_ROOT / "benchmarks").glob("*.py")}
-    assert modules - HELPERS == set(CASES)
+def test_the_docs_list_every_benchmark_once():
+    text = (REPO_ROOT / "docs" / "benchmarks.md").read_text()
+    listed = COMMAND.findall(text.split("```bash\n", 1)[1].split("```", 1)[0])
+    assert sorted(listed) == BENCHMARKS
 
 
 def run_module(name: str, options: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
@@ -78,9 +50,9 @@ def json_objects(stdout: str) -> list[dict]:
     return objects
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", BENCHMARKS)
 def test_a_benchmark_ends_with_exactly_one_json_line_naming_it_and_its_status(name, tmp_path):
-    options, status, missing = CASES[name]
+    options, status, missing = declaration(name)[1:]
     (tmp_path / "data").mkdir()
     result = run_module(name, options, tmp_path)
     lines = result.stdout.strip().splitlines()

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import multi_node, network_hosts
+from benchmarks import multi_node
+from benchmarks.support import network_hosts
 from tests.helpers import REPO_ROOT, TINY_CHAR_CNN_OVERRIDES
 
 REASON = network_hosts.unavailable_reason()

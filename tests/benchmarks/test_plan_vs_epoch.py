@@ -3,7 +3,7 @@
 import json
 
 from benchmarks import plan_vs_epoch
-from benchmarks.common import CONFIG_DIR
+from benchmarks.support.common import CONFIG_DIR
 
 
 def test_the_suggested_original_interval_is_the_one_the_config_suggests():

@@ -1,4 +1,4 @@
-"""benchmarks/quality_table.py's plan and report, and benchmarks/stages.py's cached stages,
+"""benchmarks/quality_table.py's plan and report, and benchmarks/support/stages.py's cached stages,
 without training anything (the benchmark's own run is tests/benchmarks/test_every_benchmark.py
 and `--quick`)."""
 
@@ -21,7 +21,7 @@ from benchmarks.quality_table import (
     targets,
     write_ewt,
 )
-from benchmarks.stages import Stage, run_command, run_stages
+from benchmarks.support.stages import Stage, run_command, run_stages
 
 FULL = Budget(None, 1440, [200, 400, 800], 3, 10, 1, 40, 5)
 

@@ -12,7 +12,7 @@ from allennlp.models import Model
 from allennlp.modules.elmo import batch_to_ids
 from allennlp.modules.token_embedders import TokenEmbedder
 
-from benchmarks.op_audit import OpAudit
+from benchmarks.support.op_audit import OpAudit
 from elmo_plugin.modules.elmo_char_cnn import ACTIVATIONS, PADDING_CHAR_ID, ElmoCharCnn
 from tests.helpers import CONFIG_DIR, TINY_LSTM_OVERRIDES
 

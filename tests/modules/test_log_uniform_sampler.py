@@ -7,7 +7,7 @@ import torch
 from allennlp.modules.sampled_softmax_loss import _choice
 from scipy.stats import chi2_contingency  # type: ignore[import-untyped]
 
-from benchmarks.op_audit import OpAudit
+from benchmarks.support.op_audit import OpAudit
 from elmo_plugin.modules.log_uniform_sampler import LogUniformSampler, expected_tries
 
 CPU = torch.device("cpu")

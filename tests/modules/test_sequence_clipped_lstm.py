@@ -13,7 +13,7 @@ from allennlp.data import Batch, DatasetReader, Vocabulary
 from allennlp.models import Model
 from torch._dynamo.testing import CompileCounterWithBackend
 
-from benchmarks.op_audit import OpAudit
+from benchmarks.support.op_audit import OpAudit
 from elmo_plugin.cpu.lstm_tensors import Clips, LstmState, LstmWeights
 from elmo_plugin.modules.clipped_lstm import clipped_lstm
 from elmo_plugin.modules.sequence_clipped_lstm import (

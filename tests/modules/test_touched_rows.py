@@ -6,7 +6,7 @@ from typing import cast
 
 import torch
 
-from benchmarks.op_audit import OpAudit
+from benchmarks.support.op_audit import OpAudit
 from elmo_plugin.modules.touched_rows import TableRows, TouchedRows
 
 

@@ -8,7 +8,7 @@ from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
 from allennlp.training.optimizers import Optimizer
 
-from benchmarks.op_audit import OpAudit, host_step_counters
+from benchmarks.support.op_audit import OpAudit, host_step_counters
 from elmo_plugin.modules.touched_rows import TouchedRows
 from elmo_plugin.training.elmo_adagrad import ElmoAdagradOptimizer
 

@@ -14,6 +14,7 @@ failed and for a missed target. This module imports nothing heavy (no torch, no 
 """
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -21,12 +22,36 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn, Optional
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 CONFIG_DIR = REPO_ROOT / "training_config"
 STATUSES = ("ok", "skipped", "failed")
 CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}  # `--clock` choices
+
+
+class Declaration(NamedTuple):
+    """What each benchmark module declares beside its parser, as `DECLARATION`, and the one list
+    `run_all`, tests/benchmarks and docs/benchmarks.md follow: `quick`, its options in `run_all`
+    (None: `run_all` leaves it out, its docstring says why); `cheapest`, the options of its
+    cheapest path, which the tests run, and `cheapest_status`, what that path ends with; `data`,
+    the real-data files it reads (relative to `shared_data_dir()`), named in its skip line."""
+
+    quick: Optional[list[str]]
+    cheapest: list[str]
+    cheapest_status: str
+    data: tuple[Path, ...] = ()
+
+
+def benchmark_names() -> list[str]:
+    """Every benchmark: the modules of benchmarks/ but `run_all`, sorted."""
+    modules = (REPO_ROOT / "benchmarks").glob("*.py")
+    return sorted(path.stem for path in modules if path.stem not in ("__init__", "run_all"))
+
+
+def declaration(name: str) -> Declaration:
+    """The `DECLARATION` of benchmarks/NAME.py (importing it)."""
+    return importlib.import_module(f"benchmarks.{name}").DECLARATION
 
 
 def shared_data_dir() -> Path:

@@ -15,8 +15,8 @@ from allennlp.data import Batch, Vocabulary
 from allennlp.models import Model
 
 import elmo_plugin  # noqa: F401  (registers components)
-from benchmarks.common import CONFIG_DIR, require_data
-from benchmarks.wikitext_data import split_train_valid, wikitext_file
+from benchmarks.support.common import CONFIG_DIR, require_data
+from benchmarks.support.wikitext_data import split_train_valid, wikitext_file
 from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
 
 

@@ -16,13 +16,14 @@ import re
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Optional
 
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
+
+from benchmarks.support.common import REPO_ROOT
 
 # aten ops that read a device tensor on the host or make an output whose shape depends on data.
 SYNCING_OPS = {
@@ -52,7 +53,6 @@ CONSTRUCTORS = {torch.tensor, torch.as_tensor, torch.zeros, torch.ones, torch.fu
 BOOL_INDEXED_OPS = {"index", "index_put", "index_put_", "_index_put_impl_"}
 # torch's own frames that recording adds (modes, dispatch), not where an op comes from
 AUDIT_FRAMES = re.compile(r"/torch/(_dynamo|utils|overrides\.py|_ops\.py|_tensor\.py|_compile\.py)")
-HERE = str(Path(__file__).resolve().parent.parent)
 
 
 @dataclass(frozen=True)
@@ -85,8 +85,8 @@ def has_sparse(args: Sequence[Any], output: Any) -> bool:
 
 def short(frame: traceback.FrameSummary) -> str:
     path = frame.filename
-    if path.startswith(HERE):
-        path = path[len(HERE) + 1 :]
+    if path.startswith(f"{REPO_ROOT}/"):
+        path = path[len(f"{REPO_ROOT}/") :]
     elif "/site-packages/" in path:
         path = path.split("/site-packages/")[-1]
     return f"{path}:{frame.lineno}"

@@ -1,12 +1,16 @@
-"""The benchmarks' WikiText-2 text: its file and the one train / validation split of it."""
+"""The benchmarks' real data (relative to `shared_data_dir()`), and WikiText-2's one train /
+validation split."""
 
 from pathlib import Path
 
-from benchmarks.common import shared_data_dir
+from benchmarks.support.common import shared_data_dir
+
+WIKITEXT = Path("wikitext-2") / "valid.txt"
+EWT = Path("ud-english-ewt") / "en_ewt-ud-dev.conllu"
 
 
 def wikitext_file() -> Path:
-    return shared_data_dir() / "wikitext-2" / "valid.txt"
+    return shared_data_dir() / WIKITEXT
 
 
 def split_train_valid(lines: list[str]) -> tuple[list[str], list[str]]:
