@@ -1,7 +1,10 @@
 """TrainerCallback `elmo_process_settings`: applies `ProcessSettings` once, when training starts,
-and refuses a sparse softmax that this torch cannot clip or the optimizer would not update."""
+and refuses a trainer key allennlp would ignore, a sparse softmax that this torch cannot clip or
+the optimizer would not update."""
 
+import json
 import logging
+import os
 from typing import Optional
 
 import torch
@@ -11,6 +14,7 @@ from elmo_plugin.data.corpus_data_loader import CorpusDataLoader
 from elmo_plugin.training.process_settings import ProcessSettings
 from elmo_plugin.training.row_gradients import refuse_unapplied_row_gradients
 from elmo_plugin.training.sparse_gradient_sync import refuse_unclippable_sparse_gradients
+from elmo_plugin.training.trainer_keys import refuse_unknown_trainer_keys
 
 logger = logging.getLogger(__name__)
 
@@ -20,11 +24,12 @@ class ElmoProcessSettingsCallback(TrainerCallback):
     """
     Sets the process-wide settings of `allennlp train` in `on_start`, before the first batch,
     in every training process (each worker of a distributed run). Our configs list it first in
-    `trainer.callbacks`, so `-o '{"trainer.callbacks.0.tf32": true}'` overrides a key. It also
-    stops a run whose gradient clipping (`trainer.grad_norm`) would fail inside a torch before
-    2.14 on the sparse softmax's gradients, or whose optimizer would not apply the softmax's
-    `row_gradients`, with one line, before the first batch; and warns once where a GPU would
-    train on batches of changing shapes.
+    `trainer.callbacks`, so `-o '{"trainer.callbacks.0.tf32": true}'` overrides a key. Before the
+    first batch it stops, with one line, a run whose trainer config (the run's `config.json`) has
+    a key allennlp's trainer would ignore (a misspelt `num_epochs`), whose gradient clipping
+    (`trainer.grad_norm`) would fail inside a torch before 2.14 on the sparse softmax's
+    gradients, or whose optimizer would not apply the softmax's `row_gradients`; and it warns once
+    where a GPU would train on batches of changing shapes.
 
     # Parameters
 
@@ -42,6 +47,10 @@ class ElmoProcessSettingsCallback(TrainerCallback):
 
     def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
         super().on_start(trainer, is_primary=is_primary, **kwargs)
+        config = os.path.join(self.serialization_dir, "config.json")
+        if os.path.isfile(config):
+            with open(config) as file:
+                refuse_unknown_trainer_keys(json.load(file).get("trainer", {}))
         refuse_unclippable_sparse_gradients(trainer.model, trainer._grad_norm)
         refuse_unapplied_row_gradients(trainer.model, trainer.optimizer)
         warn_of_changing_shapes(trainer)

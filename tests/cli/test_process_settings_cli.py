@@ -5,7 +5,14 @@ of elmo_lstm.jsonnet), `allennlp evaluate` (the archived `evaluation` key), `all
 import pytest
 
 from elmo_plugin.training.glibc_heap import USER_SETTINGS
-from tests.helpers import CONFIG_DIR, REPO_ROOT, TINY_LSTM_OVERRIDES, overrides, run_allennlp
+from tests.helpers import (
+    CONFIG_DIR,
+    REPO_ROOT,
+    TINY_LSTM_OVERRIDES,
+    overrides,
+    run_allennlp,
+    run_allennlp_in_process,
+)
 
 OLD_BILM_ARCHIVE = REPO_ROOT / "fixtures" / "archives_before_layering" / "bilm_lstm.tar.gz"
 KEPT = "heap kept: mmap threshold 32 MiB, trim threshold 1024 MiB"
@@ -91,3 +98,26 @@ def test_glibc_variables_of_the_user_win_over_keep_freed_heap(
     assert settings_lines(embed) == [
         "process settings: heap left to your MALLOC_TRIM_THRESHOLD_; TF32 as torch's defaults"
     ]
+
+
+def test_train_stops_before_the_first_batch_on_a_trainer_key_allennlp_would_ignore(
+    tiny_corpus, tmp_path
+):
+    """`trainer.num_epoch` (for `num_epochs`): allennlp's trainer takes it as `**kwargs` and
+    trains its default 20 epochs; `elmo_process_settings` reads the run's config.json first."""
+    values = dict(
+        TINY_LSTM_OVERRIDES,
+        train_data_path=str(tiny_corpus / "valid.txt"),
+        validation_data_path=str(tiny_corpus / "valid.txt"),
+        **{"trainer.num_epoch": 1},
+    )
+    config, out = str(CONFIG_DIR / "elmo_lstm.jsonnet"), str(tmp_path / "model")
+    result = run_allennlp_in_process(
+        ["train", config, "-s", out, "-o", overrides(values)], check=False
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "allennlp.common.checks.ConfigurationError: trainer.num_epoch is not a key of allennlp's "
+        "trainer, which would ignore it; did you mean trainer.num_epochs?"
+    )
+    assert "- Training" not in result.stderr
