@@ -4,7 +4,10 @@ with their own addresses), each running `allennlp train --node-rank R` with one 
 
     python -m benchmarks.multi_node [--train-tokens 60000] [--cell-size 1024]
         [--timeout-seconds 60] [--stages one_host,two_hosts,kill,cut] [--workdir multi_node]
+        [--keep]
 
+A finished rehearsal removes its runs' checkpoints, archives and exported files (GBs at the
+original's vocabulary), keeping logs, metrics and WORKDIR/summary.json; `--keep` keeps them.
 Needs root and iproute2's `ip` (status skipped otherwise); the namespaces are removed on exit,
 also on an error or Ctrl-C. `--hosts loopback` runs both nodes on this machine's 127.0.0.1
 instead (no root; no cut stage). The config: `training_config/elmo_lstm_original.jsonnet` shrunk as
@@ -61,7 +64,13 @@ from benchmarks.scale_rehearsal import (
     small_tokens_file,
 )
 from benchmarks.support import network_hosts
-from benchmarks.support.common import REPO_ROOT, Declaration, Skip, run_benchmark
+from benchmarks.support.common import (
+    REPO_ROOT,
+    Declaration,
+    Skip,
+    remove_heavy_files,
+    run_benchmark,
+)
 from benchmarks.support.network_hosts import Host
 
 NAME = "multi_node"
@@ -579,6 +588,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--workdir", type=Path, default=REPO_ROOT / "multi_node")
     parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the runs' checkpoints, archives and exported files (GBs); by default a "
+        "finished rehearsal keeps its logs, metrics and summary only",
+    )
+    parser.add_argument(
         "--model-overrides", type=json.loads, default={}, help="JSON overrides on top"
     )
     parser.add_argument(
@@ -641,14 +656,18 @@ def main(argv: list[str]) -> dict[str, Any]:
     for fault in ("kill", "cut"):
         if fault in by_stage:
             summary[f"node0_stopped_after_{fault}_s"] = by_stage[fault]["node0_stopped_after_s"]
+    removed = {}
     if not args.dry_run:
         (work / "summary.json").write_text(json.dumps(summary, indent=1))
+        if not args.keep:
+            removed["removed_gb"] = round(remove_heavy_files(work) / 1e9, 2)
     headline = [key for key in summary if key != "stages"]
     return {
         "headline": headline,
         "timeout_seconds": args.timeout_seconds,
         "interval_seconds": args.interval_seconds,
         **summary,
+        **removed,
     }
 
 

@@ -78,6 +78,23 @@ def apply_process_settings(args: argparse.Namespace) -> None:
     ProcessSettings(keep_freed_heap=args.keep_freed_heap).apply()
 
 
+# what a benchmark's training runs write and it reads once: checkpoints, archives, exported ELMo
+# files (GBs each at the original's 793k-word softmax)
+HEAVY_FILES = ("*.th", "*.tar.gz", "*.hdf5")
+
+
+def remove_heavy_files(folder: Path) -> int:
+    """Removes the `HEAVY_FILES` anywhere under `folder`, keeping logs, metrics and configs ->
+    the bytes freed."""
+    freed = 0
+    for pattern in HEAVY_FILES:
+        for path in folder.rglob(pattern):
+            if path.is_file() and not path.is_symlink():
+                freed += path.stat().st_size
+                path.unlink()
+    return freed
+
+
 class Skip(Exception):
     """Ends a benchmark run by `run_benchmark` with status skipped; the message is the reason."""
 

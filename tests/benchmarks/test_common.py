@@ -124,3 +124,14 @@ def test_an_exception_without_a_message_fails_with_its_type_alone(capsys):
 
     code, lines = finished(capsys, main)
     assert (code, json.loads(lines[-1])["error"]) == (1, "AssertionError")
+
+
+def test_remove_heavy_files_removes_checkpoints_archives_and_hdf5_only(tmp_path):
+    run = tmp_path / "stage" / "node0"
+    run.mkdir(parents=True)
+    for name, size in [("model_state_e0_b4.th", 3), ("model.tar.gz", 5), ("weights.hdf5", 7)]:
+        (run / name).write_bytes(b"x" * size)
+    for name in ("out.log", "metrics.json", "config.json"):
+        (run / name).write_text("{}")
+    assert common.remove_heavy_files(tmp_path) == 15
+    assert sorted(path.name for path in run.iterdir()) == ["config.json", "metrics.json", "out.log"]

@@ -18,6 +18,7 @@ import pytest
 
 from benchmarks import multi_node
 from benchmarks.support import network_hosts
+from benchmarks.support.common import HEAVY_FILES
 from tests.helpers import REPO_ROOT, TINY_CHAR_CNN_OVERRIDES
 
 REASON = network_hosts.unavailable_reason()
@@ -69,6 +70,9 @@ def test_two_nodes_train_as_one_host_and_recover_from_a_lost_node(hosts, tmp_pat
     if hosts == "namespaces":
         assert not [name for name in network_hosts.namespaces() if str(process.pid) in name]
     summary = json.loads((tmp_path / "summary.json").read_text())
+    # logs and metrics kept, the runs' checkpoints, archives and exported files removed
+    assert list(tmp_path.rglob("*.log")) and list(tmp_path.rglob("metrics*.json"))
+    assert not [path for pattern in HEAVY_FILES for path in tmp_path.rglob(pattern)]
     stages = {stage["stage"]: stage for stage in summary["stages"]}
     two_hosts = stages["two_hosts"]
     assert two_hosts["each_window_once"] and two_hosts["batches_equal_one_host"]
