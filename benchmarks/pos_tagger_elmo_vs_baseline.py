@@ -146,12 +146,12 @@ def tagger_input_size(bilm: Path) -> int:
     embedding."""
     from allennlp.common import Params
 
-    from elmo_plugin.archives.bilm_archive import configured_architecture
+    from elmo_plugin.archives.bilm_source import load_bilm_encoder
 
     word_dim = Params.from_file(str(CONFIG_DIR / "pos_tagger_elmo.jsonnet")).as_dict()["model"][
         "text_field_embedder"
     ]["token_embedders"]["tokens"]["embedding_dim"]
-    return 2 * configured_architecture(str(bilm))["contextualizer"]["input_dim"] + word_dim
+    return load_bilm_encoder(str(bilm)).get_output_dim() + word_dim
 
 
 # a tiny biLM archive for run_all: the tagger comparison in minutes, its figures meaningless

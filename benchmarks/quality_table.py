@@ -256,9 +256,9 @@ def pretrain(row: str, wiki: dict[str, Path], budget: Budget, folder: Path) -> R
 
 
 def bilm_width(archive: Path) -> int:
-    from elmo_plugin.archives.bilm_archive import configured_architecture
+    from elmo_plugin.archives.bilm_source import load_bilm_encoder
 
-    return 2 * configured_architecture(str(archive))["contextualizer"]["input_dim"]
+    return load_bilm_encoder(str(archive)).get_output_dim()
 
 
 def stateless_perplexity(archive: Path, text: Path) -> float:

@@ -1,6 +1,6 @@
 """Subcommand `allennlp elmo-continue SOURCE -s OUT`: keep pretraining a published ELMo.
 
-It resolves what a continued run needs from SOURCE (`elmo_files.source`), writes it as ONE
+It resolves what a continued run needs from SOURCE (`resolve_bilm_source`), writes it as ONE
 `allennlp train -o` override JSON and runs allennlp's own training in this process, so the run's
 config.json records the resolved architecture and vocabulary: `-r` with the same command resumes,
 and the archive loads without SOURCE (allennlp drops `model.pretrained_file` when loading).
@@ -34,9 +34,13 @@ from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.commands.cli_errors import reports_errors
 from elmo_plugin.commands.training_config import config_params, user_overrides_dict
-from elmo_plugin.data.elmo_manylangs_files import is_manylangs_folder
 from elmo_plugin.elmo_files.options import architecture_from_options, read_options
-from elmo_plugin.elmo_files.source import ElmoSourceSpec, resolve_elmo_source
+from elmo_plugin.elmo_files.source import (
+    MANYLANGS,
+    MODEL_ARCHIVE,
+    SourceSpec,
+    resolve_bilm_source,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +49,11 @@ DEFAULT_CONFIG = str(
 )
 COUNTED_MIN_COUNT = 2  # a counted vocabulary keeps the tokens seen at least this often
 CHAR_CNN_TYPE = "elmo_char_cnn"
+# What to do with a source that is not ELMo files.
+OTHER_KINDS = {
+    MANYLANGS: "continue it with training_config/elmo_manylangs_continue.jsonnet",
+    MODEL_ARCHIVE: "export it (`allennlp elmo-export`) and continue the exported folder",
+}
 # what `allennlp train` writes in its folder before the trainer starts
 SETUP_FILES = {"config.json", "meta.json", "out.log", "vocabulary"}
 
@@ -103,7 +112,7 @@ class ElmoContinue(Subcommand):
 
 @reports_errors("elmo-continue")
 def continue_from_args(args: argparse.Namespace) -> None:
-    source: ElmoSourceSpec = [args.source, args.weights_file] if args.weights_file else args.source
+    source: SourceSpec = [args.source, args.weights_file] if args.weights_file else args.source
     overrides = continue_overrides(
         source,
         args.config,
@@ -152,7 +161,7 @@ def remove_setup_files(folder: str, remove_folder: bool) -> None:
 
 
 def continue_overrides(
-    source: ElmoSourceSpec,
+    given: SourceSpec,
     config: str,
     train_data_path: str,
     validation_data_path: str,
@@ -161,19 +170,20 @@ def continue_overrides(
     user_overrides: str = "",
 ) -> dict[str, Any]:
     """The one override JSON of a continued run: the resolved keys, then the user's -o."""
-    if isinstance(source, str) and is_manylangs_folder(source):
-        raise ConfigurationError(
-            f"elmo-continue: {source} is an ELMoForManyLangs model: continue it with "
-            "training_config/elmo_manylangs_continue.jsonnet"
-        )
     if not os.path.isfile(config):
         raise ConfigurationError(f"elmo-continue: config not found: {config} (give --config)")
     user = user_overrides_dict(user_overrides)
-    files = resolve_elmo_source(source)
+    source = resolve_bilm_source(given)
+    if source.kind in OTHER_KINDS:
+        raise ConfigurationError(
+            f"elmo-continue: {source.name} is {source.kind}: {OTHER_KINDS[source.kind]}"
+        )
+    files = source.files
+    assert files is not None  # ELMO_FILES
     architecture = architecture_from_options(read_options(files.options_file))
     char_cnn = char_cnn_name(config, config_params(config, user_overrides))
     resolved: dict[str, Any] = {
-        "model.pretrained_file": source if isinstance(source, str) else list(source),
+        "model.pretrained_file": given if isinstance(given, str) else list(given),
         "train_data_path": train_data_path,
         "validation_data_path": validation_data_path,
     }

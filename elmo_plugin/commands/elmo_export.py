@@ -10,25 +10,18 @@ from allennlp.commands.subcommand import Subcommand
 from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.archives.bilm_archive import load_bilm_model
-from elmo_plugin.archives.bilm_source import ELMO_FILES, folder_marks, shown
 from elmo_plugin.commands.cli_errors import reports_errors
 from elmo_plugin.commands.output_lock import output_lock
 from elmo_plugin.commands.output_paths import check_not_an_input, check_output_dir
 from elmo_plugin.elmo_files.layout import OPTIONS_FILE, SOFTMAX_FILE, VOCAB_FILE, WEIGHTS_FILE
 from elmo_plugin.elmo_files.options import encoder_options
 from elmo_plugin.elmo_files.softmax import export_softmax
-from elmo_plugin.elmo_files.source import (
-    OPTIONS_SUFFIX,
-    SOFTMAX_SUFFIX,
-    VOCAB_SUFFIX,
-    WEIGHTS_SUFFIX,
-)
+from elmo_plugin.elmo_files.source import ELMO_FILES, folder_marks, shown
 from elmo_plugin.elmo_files.weights import write_bilm_encoder
 
 logger = logging.getLogger(__name__)
 
 EXPORTED_FILES = (OPTIONS_FILE, WEIGHTS_FILE, VOCAB_FILE, SOFTMAX_FILE)
-ELMO_SUFFIXES = (OPTIONS_SUFFIX, WEIGHTS_SUFFIX, VOCAB_SUFFIX, SOFTMAX_SUFFIX)
 LOCK_FILE = ".elmo_export.lock"  # held in OUT_DIR while an export writes it (`output_lock`)
 
 
@@ -106,7 +99,7 @@ def check_no_other_elmo(output_dir: str) -> None:
     if not os.path.isdir(output_dir):
         return
     names = [name for name in os.listdir(output_dir) if not name.startswith(".")]
-    clashes = {name for name in names if name.endswith(ELMO_SUFFIXES)} - set(EXPORTED_FILES)
+    clashes = {name for name in names if name.endswith(EXPORTED_FILES)} - set(EXPORTED_FILES)
     other_kinds = folder_marks(output_dir)
     other_kinds.pop(ELMO_FILES, None)
     clashes.update(name for found in other_kinds.values() for name in found)

@@ -4,20 +4,14 @@
 import json
 import logging
 import os
-import pickle
 import re
 from typing import Any, NamedTuple
 
 import torch
 from allennlp.common.checks import ConfigurationError
 
-from elmo_plugin.archives.bilm_archive import folder_config, local_archive
-from elmo_plugin.archives.safe_archive import (
-    WEIGHTS_NAMES,
-    extracted_model_archive,
-    require_model_folder,
-)
-from elmo_plugin.elmo_files.weights_only import without_unsafe_advice
+from elmo_plugin.archives.bilm_archive import archived_state, folder_config, model_folder
+from elmo_plugin.elmo_files.source import local_path
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 
 logger = logging.getLogger(__name__)
@@ -77,15 +71,6 @@ def mix_archive(layers: str) -> str:
     return layers[len(MIX_PREFIX) :] if layers.startswith(MIX_PREFIX) else ""
 
 
-def _state_dict(folder: str, archive: str) -> dict[str, Any]:
-    name = next(n for n in WEIGHTS_NAMES if os.path.isfile(os.path.join(folder, n)))
-    try:
-        return torch.load(os.path.join(folder, name), map_location="cpu", weights_only=True)
-    except (RuntimeError, EOFError, OSError, pickle.UnpicklingError) as error:
-        message = without_unsafe_advice(error)
-        raise ConfigurationError(f"elmo-embed: {archive}: unreadable {name} ({message})") from None
-
-
 def _layer_norm_in(config: Any) -> bool:
     """Whether any part of the config sets `do_layer_norm: true`."""
     if isinstance(config, dict):
@@ -95,15 +80,6 @@ def _layer_norm_in(config: Any) -> bool:
     return False
 
 
-def _read_archive(path: str, archive: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(config.json, state dict) of a model.tar.gz (checked, extracted safely) or folder."""
-    if os.path.isdir(path):
-        require_model_folder(path)
-        return folder_config(path, archive), _state_dict(path, archive)
-    with extracted_model_archive(path) as folder:
-        return folder_config(folder, archive), _state_dict(folder, archive)
-
-
 def read_learned_mix(archive: str) -> LearnedMix:
     """The one layer mix of a downstream model archive; a one-line ConfigurationError for an
     archive that is not a model archive, holds no mix or several, or normalizes layers inside
@@ -111,7 +87,8 @@ def read_learned_mix(archive: str) -> LearnedMix:
     if "://" not in archive and not os.path.exists(archive):
         raise ConfigurationError(f"elmo-embed: --layers mix: model archive not found: {archive}")
     try:
-        config, state = _read_archive(local_archive(archive), archive)
+        with model_folder(local_path(archive, "model archive"), archive) as folder:
+            config, state = folder_config(folder, archive), archived_state(folder)
     except ConfigurationError as error:
         message = str(error)
         raise ConfigurationError(

@@ -1,9 +1,14 @@
-"""Where a published (or exported) ELMo's files are: a folder, or an options + weights pair.
+"""Where a biLM comes from, decided once (`resolve_bilm_source`) for everything that loads one.
 
-A folder must hold exactly one `*options.json` and one `*weights.hdf5`, under any names (the
-published downloads are named like `elmo_2x4096_512_2048cnn_2xhighway_options.json`); it may hold
-one `*softmax.hdf5` and one `*vocab.txt`. A pair is `[options, weights]`. Paths and URLs both
-work: each goes through allennlp's `cached_path` (a URL is downloaded once into its cache).
+What a user gives is one of three kinds:
+- MODEL_ARCHIVE: a model archive (our `elmo_bilm` or allennlp-models' bidirectional
+  `language_model`): a `model.tar.gz`, a URL, or a serialization folder (`config.json`);
+- ELMO_FILES: a folder with exactly one `*options.json` and one `*weights.hdf5` under any names
+  (as the published downloads are named), optionally one `*softmax.hdf5` and one `*vocab.txt`;
+  or the pair `[options, weights]`;
+- MANYLANGS: an ELMoForManyLangs model folder.
+
+Paths and URLs both work: each goes through allennlp's `cached_path` once (`local_path`).
 """
 
 import os
@@ -11,15 +16,27 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Optional, Union
 
+from allennlp.common.checks import ConfigurationError
 from allennlp.common.file_utils import cached_path
+from allennlp.models.archival import CONFIG_NAME
 
-from elmo_plugin.elmo_files.layout import ElmoFilesError
+from elmo_plugin.data.elmo_manylangs_files import FOLDER_FILES as MANYLANGS_FILES
+from elmo_plugin.data.elmo_manylangs_files import is_manylangs_folder
+from elmo_plugin.elmo_files.layout import (
+    OPTIONS_FILE,
+    SOFTMAX_FILE,
+    VOCAB_FILE,
+    WEIGHTS_FILE,
+    ElmoFilesError,
+)
 
-OPTIONS_SUFFIX, WEIGHTS_SUFFIX = "options.json", "weights.hdf5"
-SOFTMAX_SUFFIX, VOCAB_SUFFIX = "softmax.hdf5", "vocab.txt"
+MODEL_ARCHIVE = f"a model archive folder ({CONFIG_NAME})"
+ELMO_FILES = f"an ELMo files folder (*{OPTIONS_FILE} + *{WEIGHTS_FILE})"
+MANYLANGS = f"an ELMoForManyLangs model folder ({', '.join(MANYLANGS_FILES)})"
+SHOWN_FILES = 10  # file names an error lists at most
 
-# What `resolve_elmo_source` accepts: a folder (path or URL), or [options, weights].
-ElmoSourceSpec = Union[str, Sequence[str]]
+# What a user gives: a path or URL, or the ELMo files as [options, weights].
+SourceSpec = Union[str, Sequence[str]]
 
 
 @dataclass(frozen=True)
@@ -34,6 +51,18 @@ class ElmoSource:
     vocab_file: Optional[str] = None
 
 
+@dataclass(frozen=True)
+class BilmSource:
+    """A resolved biLM source: `kind` (MODEL_ARCHIVE, ELMO_FILES or MANYLANGS), `name` as the
+    user gave it (for messages), `path` its local archive file or folder, and for ELMO_FILES
+    its `files`."""
+
+    kind: str
+    name: str
+    path: str
+    files: Optional[ElmoSource] = None
+
+
 def local_path(path_or_url: str, what: str) -> str:
     """A local path as it is, a URL downloaded to allennlp's cache; else an error naming it."""
     if os.path.exists(path_or_url):
@@ -41,7 +70,67 @@ def local_path(path_or_url: str, what: str) -> str:
     try:
         return str(cached_path(path_or_url))
     except (OSError, ValueError) as error:
-        raise ElmoFilesError(f"ELMo {what} not found: {path_or_url} ({error})") from None
+        raise ConfigurationError(f"{what} not found: {path_or_url} ({error})") from None
+
+
+def visible_files(folder: str) -> list[str]:
+    return sorted(name for name in os.listdir(folder) if not name.startswith("."))
+
+
+def folder_marks(folder: str) -> dict[str, list[str]]:
+    """Each kind of biLM folder -> the files in `folder` that mark it (empty lists left out)."""
+    names = visible_files(folder)
+    elmo = [name for name in names if name.endswith((OPTIONS_FILE, WEIGHTS_FILE))]
+    marks = {ELMO_FILES: elmo}
+    if is_manylangs_folder(folder):  # its config.json is not an archive's
+        marks[MANYLANGS] = [name for name in MANYLANGS_FILES if name in names]
+    elif CONFIG_NAME in names:
+        marks[MODEL_ARCHIVE] = [CONFIG_NAME]
+    return {kind: found for kind, found in marks.items() if found}
+
+
+def shown(names: list[str]) -> str:
+    if not names:
+        return "nothing"
+    more = f" and {len(names) - SHOWN_FILES} more" if len(names) > SHOWN_FILES else ""
+    return ", ".join(names[:SHOWN_FILES]) + more
+
+
+def folder_kind(folder: str) -> str:
+    """The one kind whose files `folder` holds; an error naming it and its files otherwise."""
+    marks = folder_marks(folder)
+    if len(marks) == 1:
+        return next(iter(marks))
+    if not marks:
+        raise ConfigurationError(
+            f"{folder}: neither {MODEL_ARCHIVE}, nor {ELMO_FILES}, nor {MANYLANGS}; it holds "
+            f"{shown(visible_files(folder))}"
+        )
+    raise ConfigurationError(
+        f"{folder}: holds the files of more than one kind of biLM folder: "
+        + "; ".join(f"{kind}: {shown(found)}" for kind, found in marks.items())
+        + "; give a folder of one kind"
+    )
+
+
+def resolve_bilm_source(given: SourceSpec) -> BilmSource:
+    """A path or URL, or `[options, weights]` -> its kind and local files. Anything but a folder
+    is a MODEL_ARCHIVE (a `model.tar.gz`); a folder is the one kind its files mark."""
+    if not given:
+        raise ConfigurationError(
+            "no biLM given: give a model archive, a folder of ELMo files (one *options.json and "
+            "one *weights.hdf5) or [options, weights], or an ELMoForManyLangs folder"
+        )
+    if not isinstance(given, str):
+        pair = resolve_pair(given)
+        return BilmSource(ELMO_FILES, pair.name, pair.options_file, pair)
+    path = local_path(given, "biLM archive or folder")
+    if not os.path.isdir(path):
+        return BilmSource(MODEL_ARCHIVE, given, path)
+    kind = folder_kind(path)
+    return BilmSource(
+        kind, given, path, resolve_folder(path, given) if kind == ELMO_FILES else None
+    )
 
 
 def _one(folder: str, names: list[str], suffix: str, required: bool) -> Optional[str]:
@@ -57,42 +146,29 @@ def _one(folder: str, names: list[str], suffix: str, required: bool) -> Optional
     return None
 
 
-def resolve_folder(folder: str, name: Optional[str] = None) -> ElmoSource:
+def resolve_folder(folder: str, name: str) -> ElmoSource:
     """A local folder -> its ELMo files; an error naming the folder and the files found when
     the options or weights file is missing or not unique."""
-    names = sorted(entry for entry in os.listdir(folder) if not entry.startswith("."))
-    options_file = _one(folder, names, OPTIONS_SUFFIX, required=True)
-    weights_file = _one(folder, names, WEIGHTS_SUFFIX, required=True)
+    names = visible_files(folder)
+    options_file = _one(folder, names, OPTIONS_FILE, required=True)
+    weights_file = _one(folder, names, WEIGHTS_FILE, required=True)
     assert options_file is not None and weights_file is not None
     return ElmoSource(
-        name=name or folder,
+        name=name,
         options_file=options_file,
         weights_file=weights_file,
-        softmax_file=_one(folder, names, SOFTMAX_SUFFIX, required=False),
-        vocab_file=_one(folder, names, VOCAB_SUFFIX, required=False),
+        softmax_file=_one(folder, names, SOFTMAX_FILE, required=False),
+        vocab_file=_one(folder, names, VOCAB_FILE, required=False),
     )
 
 
-def resolve_elmo_source(source: ElmoSourceSpec) -> ElmoSource:
-    """A folder (path or URL of one) or `[options, weights]` (paths or URLs) -> local paths."""
-    if not source:
-        raise ElmoFilesError(
-            "no ELMo files given: set model.pretrained_file to a folder with one *options.json and "
-            "one *weights.hdf5, or to [options, weights] (or use `allennlp elmo-continue SOURCE`)"
-        )
-    if isinstance(source, str):
-        folder = local_path(source, "folder")
-        if not os.path.isdir(folder):
-            raise ElmoFilesError(
-                f"{source} is not a folder: give a folder with one *options.json and one "
-                "*weights.hdf5, or the pair [options, weights]"
-            )
-        return resolve_folder(folder, source)
-    pair = list(source)
+def resolve_pair(pair: Sequence[str]) -> ElmoSource:
+    """`[options, weights]` (paths or URLs) -> local paths."""
+    pair = list(pair)
     if len(pair) != 2 or not all(isinstance(path, str) for path in pair):
         raise ElmoFilesError(f"ELMo files must be a folder or [options, weights], not {pair!r}")
     return ElmoSource(
         name=f"{pair[0]} + {pair[1]}",
-        options_file=local_path(pair[0], "options file"),
-        weights_file=local_path(pair[1], "weights file"),
+        options_file=local_path(pair[0], "ELMo options file"),
+        weights_file=local_path(pair[1], "ELMo weights file"),
     )

@@ -1,11 +1,12 @@
-"""`elmo_files.source`: a folder under published-style names, or an [options, weights] pair ->
-local paths; ambiguous folders name the folder and the files found; `elmo_bilm` loads either."""
+"""`elmo_files.source`: ELMo files in a folder under published-style names, or an [options,
+weights] pair -> local paths; ambiguous folders name the folder and the files found; `elmo_bilm`
+loads either."""
 
 import numpy
 import pytest
 from allennlp.common.checks import ConfigurationError
 
-from elmo_plugin.elmo_files.source import ElmoSource, resolve_elmo_source
+from elmo_plugin.elmo_files.source import ElmoSource, resolve_bilm_source
 from elmo_plugin.elmo_files.weights import weight_arrays
 from tests.elmo_files.elmo_reference import write_pair
 from tests.elmo_files.test_elmo_files import TOKENS, tiny_bilm, vocab_of
@@ -26,14 +27,14 @@ def published(tmp_path):
 
 def test_a_folder_resolves_under_any_names(published):
     _, folder = published
-    assert resolve_elmo_source(str(folder)) == ElmoSource(
+    assert resolve_bilm_source(str(folder)).files == ElmoSource(
         name=str(folder),
         options_file=str(folder / f"{PUBLISHED}options.json"),
         weights_file=str(folder / f"{PUBLISHED}weights.hdf5"),
     )
     (folder / "vocab.txt").write_text("<S>\n</S>\n<UNK>\n")
     (folder / f"{PUBLISHED}softmax.hdf5").write_bytes(b"")
-    files = resolve_elmo_source(str(folder))
+    files = resolve_bilm_source(str(folder)).files
     assert files.vocab_file == str(folder / "vocab.txt")
     assert files.softmax_file == str(folder / f"{PUBLISHED}softmax.hdf5")
 
@@ -41,7 +42,7 @@ def test_a_folder_resolves_under_any_names(published):
 def test_a_pair_resolves_to_its_two_files(published):
     _, folder = published
     pair = [str(folder / f"{PUBLISHED}options.json"), str(folder / f"{PUBLISHED}weights.hdf5")]
-    files = resolve_elmo_source(pair)
+    files = resolve_bilm_source(pair).files
     assert (files.options_file, files.weights_file) == tuple(pair)
     assert files.softmax_file is None and files.vocab_file is None
 
@@ -64,19 +65,21 @@ def test_an_ambiguous_folder_names_itself_and_the_files_found(published, change,
         (folder / "vocab.txt").write_text("a\n")
         (folder / "my_vocab.txt").write_text("a\n")
     with pytest.raises(ConfigurationError) as error:
-        resolve_elmo_source(str(folder))
+        resolve_bilm_source(str(folder))
     message = str(error.value)
     assert message.startswith(f"{folder}: an ELMo folder needs exactly one ")
     assert found in message and "(files in it: [" in message and "\n" not in message
 
 
 def test_missing_sources_name_what_is_missing(tmp_path):
-    with pytest.raises(ConfigurationError, match="ELMo folder not found: .*nowhere"):
-        resolve_elmo_source(str(tmp_path / "nowhere"))
-    with pytest.raises(ConfigurationError, match="no ELMo files given"):
-        resolve_elmo_source("")
+    with pytest.raises(ConfigurationError, match="biLM archive or folder not found: .*nowhere"):
+        resolve_bilm_source(str(tmp_path / "nowhere"))
+    with pytest.raises(ConfigurationError, match="options file not found: .*nowhere"):
+        resolve_bilm_source([str(tmp_path / "nowhere"), str(tmp_path)])
+    with pytest.raises(ConfigurationError, match="no biLM given"):
+        resolve_bilm_source("")
     with pytest.raises(ConfigurationError, match="a folder or \\[options, weights\\]"):
-        resolve_elmo_source([str(tmp_path)])
+        resolve_bilm_source([str(tmp_path)])
 
 
 def test_the_model_loads_the_same_weights_from_the_folder_and_from_the_pair(published):
