@@ -231,7 +231,8 @@ def client(command: list[str], timeout: int) -> None:
         with open(os.environ[FAILURES_ENV], "a", encoding="utf-8") as failures:
             failures.write(f"exit {status}: {' '.join(command)}\n")
     if status < 0:  # killed by a signal: so is this process
-        signal.signal(-status, signal.SIG_DFL)
+        if status != -signal.SIGKILL:  # (whose action cannot be set)
+            signal.signal(-status, signal.SIG_DFL)
         os.kill(os.getpid(), -status)
     sys.exit(status)
 
