@@ -400,7 +400,7 @@ def tar_member(
     return info
 
 
-# The published ELMo sizes (../shared/docs/elmo-format.md): name -> (LSTM dim, projection, highway)
+# The published ELMo sizes (the README's table of configs): name -> (LSTM dim, projection, highway)
 PUBLISHED_SIZES = {"small": (1024, 128, 1), "medium": (2048, 256, 1), "original": (4096, 512, 2)}
 FILTERS_2048 = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
 
