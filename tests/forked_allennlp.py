@@ -1,15 +1,20 @@
 """`allennlp` commands (and `python -m` modules) as forks of one warm process: each command is a
 process of its own (its own exit status, stdout and stderr, process-wide settings; it can kill
 itself), without the seconds a process spends importing torch, allennlp, allennlp-models and
-elmo_plugin.
+elmo_plugin. The tests' one fork server: `run_forked` (tests/helpers.py) and the `allennlp` on
+the PATH of tests/test_docs_commands.py are its clients.
 
 `python -m tests.forked_allennlp --serve SOCKET` imports them as the `allennlp` script does
 (its logging set-up, then the plugins), then forks per connection on SOCKET: a waiter, which
 forks the command and reports how it ended. `python tests/forked_allennlp.py TIMEOUT allennlp
-ARGS...` (what `run_allennlp` starts), or `TIMEOUT -m MODULE ARGS...` for `python -m MODULE
-ARGS...`, hands the command its arguments, working directory, environment and standard
-streams, and ends as the command ended: its exit status, or the signal that killed it. A fork
-starts from a clean copy of the server: nothing a command does reaches the next one.
+ARGS...`, or `TIMEOUT -m MODULE ARGS...` for `python -m MODULE ARGS...`, hands the command its
+arguments, working directory, environment and standard streams, and ends as the command ended:
+its exit status, or the signal that killed it. A fork starts from a clean copy of the server:
+nothing a command does reaches the next one. Without a server (SOCKET_ENV unset) the client
+runs the command as a fresh process instead. Two variables of the client's environment change
+what it does, both for the documented commands: TINY_SIZES_ENV (`with_tiny_sizes`) and
+FAILURES_ENV (a file each failed command is appended to, seen even where the shell ignores an
+exit status: `&`).
 
 What a fork does not repeat of a fresh process: the imports (import-time warnings, the plugins
 found through `.allennlp_plugins` or the global plugins file); tests of those start a fresh
@@ -30,6 +35,8 @@ import traceback
 from collections.abc import Callable
 
 SOCKET_ENV = "ELMO_TESTS_ALLENNLP_SOCKET"  # the server's socket, for the client
+TINY_SIZES_ENV = "ELMO_TESTS_TINY_SIZES"  # JSON: config file name (or elmo-continue) -> keys
+FAILURES_ENV = "ELMO_TESTS_FAILED_COMMANDS"  # a file the client appends each failed command to
 TIMEOUT_KEY = "timeout"  # seconds; the command is then ended (SIGALRM), as a client's timeout
 UNSAFE_TO_FORK = 3  # the server's exit status when this process cannot fork commands safely
 
@@ -74,8 +81,8 @@ def serve(path: str) -> None:
 
 
 def refuse(reason: str) -> None:
-    """Ends the server before it listens, with UNSAFE_TO_FORK: the client side then runs each
-    command as a fresh process instead (tests/helpers.py: run_forked)."""
+    """Ends the server before it listens, with UNSAFE_TO_FORK: clients are then started without
+    SOCKET_ENV, and run each command as a fresh process (tests/helpers.py: run_forked)."""
     print(f"tests/forked_allennlp.py: {reason}", file=sys.stderr, flush=True)
     raise SystemExit(UNSAFE_TO_FORK)
 
@@ -185,10 +192,54 @@ def exit_status(main: Callable[[], object]) -> int:
     return 0
 
 
+def with_tiny_sizes(argv: list[str], sizes: dict[str, dict]) -> list[str]:
+    """`allennlp ARGV` with the keys of `sizes[CONFIG]` merged into its one `-o` JSON object (one
+    added where it has none; the sizes win where both set a key), CONFIG what it trains: `train
+    CONFIG`, `elmo-plan CONFIG` (by file name), `elmo-continue`. Nothing else changes: a renamed
+    flag, config or key fails as it would fail a user. Other commands are left as they are."""
+    if argv[:1] == ["elmo-continue"]:
+        config = "elmo-continue"
+    elif argv[:1] in (["train"], ["elmo-plan"]) and len(argv) > 1:
+        config = os.path.basename(argv[1])
+    else:
+        return argv
+    if config not in sizes:
+        raise SystemExit(f"tests/forked_allennlp.py: no tiny sizes for {config}")
+    for flag in ("-o", "--overrides"):
+        if flag in argv:
+            at = argv.index(flag) + 1
+            merged = {**json.loads(argv[at]), **sizes[config]}
+            return [*argv[:at], json.dumps(merged), *argv[at + 1 :]]
+    return [*argv, "-o", json.dumps(sizes[config])]
+
+
 def client(command: list[str], timeout: int) -> None:
-    """Runs `allennlp ARGS...` or `-m MODULE ARGS...` (`command`) as a fork of the server and
-    ends as it ended."""
+    """Runs `allennlp ARGS...` or `-m MODULE ARGS...` (`command`) as a fork of the server (a
+    fresh process without one) and ends as it ended."""
     module, argv = (command[1], command[2:]) if command[0] == "-m" else (None, command[1:])
+    if TINY_SIZES_ENV in os.environ and module is None:
+        argv = with_tiny_sizes(argv, json.loads(os.environ[TINY_SIZES_ENV]))
+    if SOCKET_ENV in os.environ:
+        status = forked_status(module, argv, timeout)
+    else:
+        import subprocess
+
+        script = os.path.join(os.path.dirname(sys.executable), "allennlp")
+        fresh = [sys.executable, "-m", module] if module else [script]
+        status = subprocess.call([*fresh, *argv], timeout=timeout)
+    if status != 0 and FAILURES_ENV in os.environ:
+        with open(os.environ[FAILURES_ENV], "a", encoding="utf-8") as failures:
+            failures.write(f"exit {status}: {' '.join(command)}\n")
+    if status < 0:  # killed by a signal: so is this process
+        if status != -signal.SIGKILL:  # (whose action cannot be set)
+            signal.signal(-status, signal.SIG_DFL)
+        os.kill(os.getpid(), -status)
+    sys.exit(status)
+
+
+def forked_status(module: str | None, argv: list[str], timeout: int) -> int:
+    """Runs the command as a fork of the server -> its exit status (minus the signal that ended
+    it; 1 where the server gave no reply)."""
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     connection.connect(os.environ[SOCKET_ENV])
     socket.send_fds(connection, [b"x"], [0, 1, 2])
@@ -196,11 +247,7 @@ def client(command: list[str], timeout: int) -> None:
     request.update(cwd=os.getcwd(), env=dict(os.environ))
     connection.sendall(json.dumps(request).encode() + b"\n")
     reply = connection.makefile("r").readline()
-    status = int(reply) if reply else 1
-    if status < 0:  # killed by a signal: so is this process
-        signal.signal(-status, signal.SIG_DFL)
-        os.kill(os.getpid(), -status)
-    sys.exit(status)
+    return int(reply) if reply else 1
 
 
 if __name__ == "__main__":

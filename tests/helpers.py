@@ -85,48 +85,21 @@ def run_forked(
     env: dict[str, str],
     timeout: int = 600,
     stdin: Optional[bytes] = None,
+    fresh: bool = False,
 ) -> subprocess.CompletedProcess:
     """`allennlp ARGS...` or `-m MODULE ARGS...` (`command`) as a process of its own, forked
-    from this session's warm server (tests/forked_allennlp.py), in `cwd` with `env` -> its exit
-    status (minus the signal that ended it) and output, as text. Where the server cannot fork
-    safely (a GPU machine: the CUDA driver's thread), a fresh process (`run_fresh`)."""
-    server = allennlp_server()
-    if server is None:
-        return run_fresh(command, cwd, env, timeout, stdin)
+    from this session's warm server (tests/forked_allennlp.py), in `cwd` with `env` (the
+    repository first on PYTHONPATH) -> its exit status (minus the signal that ended it) and
+    output, as text. With `fresh`, or where the server cannot fork safely (a GPU machine: the
+    CUDA driver's thread), a fresh process (`allennlp` is this venv's script)."""
+    server = None if fresh else allennlp_server()
+    paths = filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")])
+    env = {**env, "PYTHONPATH": os.pathsep.join(paths)}
+    if server is not None:
+        env[forked_allennlp.SOCKET_ENV] = server
     client = [sys.executable, "-S", str(FORKED_ALLENNLP), str(timeout), *command]
-    env = {**env, forked_allennlp.SOCKET_ENV: server}
-    return completed(command, client, cwd, env, timeout + 60, stdin)
-
-
-def run_fresh(
-    command: list[str],
-    cwd: Path,
-    env: dict[str, str],
-    timeout: int = 600,
-    stdin: Optional[bytes] = None,
-) -> subprocess.CompletedProcess:
-    """`run_forked`'s command as a fresh process (`allennlp` is this venv's script) -> what
-    `run_forked` returns. The repository comes first on its path, as in the server."""
-    argv = [ALLENNLP, *command[1:]] if command[0] == "allennlp" else [sys.executable, *command]
-    env = {
-        **env,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")])),
-    }
-    return completed(command, argv, cwd, env, timeout, stdin)
-
-
-def completed(
-    command: list[str],
-    argv: list[str],
-    cwd: Path,
-    env: dict[str, str],
-    timeout: int,
-    stdin: Optional[bytes],
-) -> subprocess.CompletedProcess:
-    """Runs `argv` (which runs `command`) with `stdin` -> `command`'s exit status and output,
-    as text."""
     ran = subprocess.run(
-        argv, cwd=cwd, env=env, input=stdin or b"", capture_output=True, timeout=timeout
+        client, cwd=cwd, env=env, input=stdin or b"", capture_output=True, timeout=timeout + 60
     )
     stdout, stderr = (ran.stdout.decode(errors="replace"), ran.stderr.decode(errors="replace"))
     return subprocess.CompletedProcess(command, ran.returncode, stdout, stderr)
@@ -427,7 +400,7 @@ def tar_member(
     return info
 
 
-# The published ELMo sizes (../shared/docs/elmo-format.md): name -> (LSTM dim, projection, highway)
+# The published ELMo sizes (the README's table of configs): name -> (LSTM dim, projection, highway)
 PUBLISHED_SIZES = {"small": (1024, 128, 1), "medium": (2048, 256, 1), "original": (4096, 512, 2)}
 FILTERS_2048 = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
 

@@ -13,8 +13,9 @@ How the commands meet tiny data, without changing a flag, subcommand or config n
   `sentences.txt`, ...) as tiny files, `training_config/` as the repository's, and, where a page
   uses a biLM it does not train itself, the session's tiny biLM under the page's name for it
   (`GIVEN`);
-- the `allennlp` on PATH is tests/allennlp_server.py: allennlp's CLI with the tiny sizes of the
-  command's config merged into its `-o` (its docstring says exactly what changes).
+- the `allennlp` on PATH is a client of tests/forked_allennlp.py, the tests' fork server:
+  allennlp's CLI with the tiny sizes of the command's config (`TINY_SIZES`) merged into its
+  `-o` (`with_tiny_sizes` says exactly what changes).
 Blocks are read with mktestdocs' `grab_code_blocks`; the marker line above a fence, which it does
 not return, is moved into the block as its first line before (`NOT_RUN`).
 """
@@ -29,7 +30,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import redirect_stdout
 from io import StringIO
@@ -43,9 +43,15 @@ from allennlp.common import Params
 from mktestdocs import grab_code_blocks
 
 from elmo_plugin.commands.elmo_export import export_archive
-from tests.allennlp_server import FAILURES_ENV, SOCKET_ENV, with_tiny_sizes
 from tests.cli.test_elmo_continue_cli import published_folder
-from tests.helpers import REPO_ROOT
+from tests.forked_allennlp import FAILURES_ENV, SOCKET_ENV, TINY_SIZES_ENV, with_tiny_sizes
+from tests.helpers import (
+    FORKED_ALLENNLP,
+    REPO_ROOT,
+    TINY_LSTM_OVERRIDES,
+    TINY_TAGGER_OVERRIDES,
+    allennlp_server,
+)
 
 README = REPO_ROOT / "README.md"
 PAGES = [README, *sorted((REPO_ROOT / "docs").glob("*.md"))]
@@ -218,39 +224,42 @@ def test_every_allennlp_command_in_the_text_names_a_subcommand_and_its_options(p
 SENTENCES = ["The file is open .", "", "Return the name of the file .", "The file is open ."]
 
 
-class DocsAllennlp(NamedTuple):
-    bin: Path  # holds the `allennlp` script
-    socket: str  # its server's
+ONE_EPOCH_LSTM = {**TINY_LSTM_OVERRIDES, "trainer.num_epochs": 1}
+# config file name (or `elmo-continue`) -> the keys merged into a documented command's `-o`: the
+# sizes of the tests' tiny biLM (tests/conftest.py's `tiny_bilm_archive`), one epoch, the CPU.
+TINY_SIZES = {
+    "elmo_lstm.jsonnet": ONE_EPOCH_LSTM,
+    # plain `allennlp train` of it states the demo architecture: the tiny biLM's instead
+    "elmo_lstm_continue.jsonnet": ONE_EPOCH_LSTM,
+    # elmo-continue takes the architecture from the options file: nothing of it is added
+    "elmo-continue": {"data_loader.batch_size": 16, "trainer.num_epochs": 1},
+    "elmo_lstm_original.jsonnet": {
+        **{
+            key: value for key, value in ONE_EPOCH_LSTM.items() if not key.startswith("data_loader")
+        },
+        "model.num_samples": 20,
+        "data_loader.batch_size": 16,
+        "trainer.cuda_device": -1,
+    },
+    "pos_tagger_elmo.jsonnet": {**TINY_TAGGER_OVERRIDES, "trainer.num_epochs": 1},
+    "classifier_elmo.jsonnet": {
+        "model.seq2vec_encoder.input_size": TINY_TAGGER_OVERRIDES["model.encoder.input_size"],
+        "model.seq2vec_encoder.hidden_size": 32,
+        "trainer.num_epochs": 1,
+    },
+}
 
 
 @pytest.fixture(scope="session")
-def docs_allennlp(tmp_path_factory) -> Iterator[DocsAllennlp]:
-    """The `allennlp` the documented commands run (tests/allennlp_server.py), its server started
-    once for the session."""
-    folder = tmp_path_factory.mktemp("docs_allennlp")
-    script = folder / "bin" / "allennlp"
-    script.parent.mkdir()
-    script.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S -m tests.allennlp_server "$@"\n')
+def docs_allennlp(tmp_path_factory) -> Path:
+    """A folder holding the `allennlp` the documented commands run: a client of the session's
+    fork server, a command a process of its own."""
+    script = tmp_path_factory.mktemp("docs_allennlp") / "allennlp"
+    script.write_text(
+        f'#!/bin/sh\nexec "{sys.executable}" -S "{FORKED_ALLENNLP}" 600 allennlp "$@"\n'
+    )
     script.chmod(0o755)
-    socket_path = str(folder / "server.sock")
-    with open(folder / "server.log", "w") as log:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "tests.allennlp_server", "--serve", socket_path],
-            cwd=REPO_ROOT,
-            env=command_env(),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            deadline = time.monotonic() + 300
-            while not os.path.exists(socket_path):
-                assert server.poll() is None, (folder / "server.log").read_text()
-                assert time.monotonic() < deadline, "the allennlp server did not start in 300 s"
-                time.sleep(0.1)
-            yield DocsAllennlp(script.parent, socket_path)
-        finally:
-            server.terminate()
-            server.wait()
+    return script.parent
 
 
 def command_env() -> dict[str, str]:
@@ -308,7 +317,7 @@ class Page(NamedTuple):
     """A page's working directory, and what its prerequisites are made from."""
 
     workspace: Path
-    allennlp: DocsAllennlp
+    allennlp: Path  # holds the `allennlp` script
     bilm: Path  # the session's tiny biLM archive
     elmo_files: Path  # ... exported
 
@@ -320,8 +329,11 @@ class Page(NamedTuple):
         """A shell block, as mktestdocs' bash executor runs it (`bash -e -u`, here with
         pipefail), in the workspace with the tests' `allennlp` first on PATH."""
         failures = self.workspace.parent / "failed_commands.txt"
-        env = dict(command_env(), PATH=f"{self.allennlp.bin}:{os.environ['PATH']}")
-        env.update({SOCKET_ENV: self.allennlp.socket, FAILURES_ENV: str(failures)})
+        env = dict(command_env(), PATH=f"{self.allennlp}:{os.environ['PATH']}")
+        env.update({TINY_SIZES_ENV: json.dumps(TINY_SIZES), FAILURES_ENV: str(failures)})
+        server = allennlp_server()
+        if server is not None:
+            env[SOCKET_ENV] = server
         result = subprocess.run(
             ["bash", "-e", "-u", "-o", "pipefail", "-c", code],
             cwd=self.workspace,
@@ -407,8 +419,8 @@ def test_the_pages_commands_run_as_written_on_tiny_data(
 
 def test_the_tiny_sizes_only_add_keys_to_the_one_override():
     argv = ["train", "training_config/elmo_lstm.jsonnet", "-s", "out", "-o", '{"a": 1}', "-r"]
-    tiny = with_tiny_sizes(argv)
+    tiny = with_tiny_sizes(argv, TINY_SIZES)
     assert tiny[:5] + tiny[6:] == argv[:5] + argv[6:]
     assert json.loads(tiny[5])["a"] == 1 and json.loads(tiny[5])["trainer.num_epochs"] == 1
     embed = ["elmo-embed", "MODEL", "in.txt", "out.hdf5"]
-    assert with_tiny_sizes(embed) == embed
+    assert with_tiny_sizes(embed, TINY_SIZES) == embed

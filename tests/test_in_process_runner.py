@@ -1,7 +1,7 @@
 """`run_allennlp_in_process` (tests/helpers.py) runs a command as an `allennlp` process would:
 the same output files and exit status as `run_allennlp` (a process), and it leaves this process
-as it was. `run_fresh` (where the warm server cannot fork: a GPU machine) gives what a fork
-gives."""
+as it was. A fresh process (`run_forked(..., fresh=True)`, what runs where the warm server
+cannot fork: a GPU machine) gives what a fork gives."""
 
 import json
 import logging
@@ -20,7 +20,6 @@ from tests.helpers import (
     run_allennlp,
     run_allennlp_in_process,
     run_forked,
-    run_fresh,
 )
 
 OLD_BILM_ARCHIVE = REPO_ROOT / "fixtures" / "archives_before_layering" / "bilm_lstm.tar.gz"
@@ -59,7 +58,7 @@ def test_a_fresh_process_gives_what_a_fork_gives(tmp_path):
     embed = ["allennlp", "elmo-embed", str(OLD_BILM_ARCHIVE), "nope.txt", "out.hdf5"]
     module = ["-m", "benchmarks.gpu_original_elmo", "--help"]
     for command in (embed, module):
-        fork, fresh = (run(command, tmp_path, env) for run in (run_forked, run_fresh))
+        fork, fresh = (run_forked(command, tmp_path, env, fresh=new) for new in (False, True))
         assert (fresh.returncode, fresh.stdout) == (fork.returncode, fork.stdout)
         assert fresh.stderr.strip().splitlines()[-1:] == fork.stderr.strip().splitlines()[-1:]
     assert fork.returncode == 0 and "usage" in fork.stdout

@@ -1,5 +1,5 @@
 """The pretraining size ladder: the small, medium and original LSTM configs build the published
-ELMo sizes (../shared/docs/elmo-format.md's table), checked through the options.json that our
+ELMo sizes (the README's table of configs), checked through the options.json that our
 exporter writes for the model each config builds."""
 
 import pytest

@@ -1,5 +1,5 @@
-"""Hostile inputs through the real `allennlp` CLI: the rows of interfaces.md's bad-input table that
-our subcommands meet, and hostile archives and output paths. A refusal exits non-zero with one
+"""Hostile inputs through the real `allennlp` CLI: the refusals of docs/security.md that our
+subcommands meet, and hostile archives and output paths. A refusal exits non-zero with one
 `allennlp CMD: error: ...` line naming the file, line, path or member, no Python traceback, and
 nothing written anywhere under the test's root folder; a counted skip exits 0 and says what it
 skipped. (`allennlp train` is allennlp's own command: its errors keep allennlp's traceback.)"""

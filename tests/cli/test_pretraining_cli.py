@@ -2,9 +2,7 @@
 
 import json
 import math
-import os
 import signal
-import subprocess
 from typing import cast
 
 import pytest
@@ -15,7 +13,6 @@ from allennlp.models.archival import load_archive
 
 from elmo_plugin.models.elmo_bilm import ElmoLanguageModel
 from tests.helpers import (
-    ALLENNLP,
     CONFIG_DIR,
     REPO_ROOT,
     TINY_LSTM_OVERRIDES,
@@ -306,15 +303,9 @@ def test_killed_run_resumes_from_its_last_checkpoint_with_recover(tiny_corpus, t
         "--include-package",
         "tests.cli.probes",
     ]
-    env = dict(
-        os.environ, PYTHONPATH=str(REPO_ROOT), CHECKPOINT_PROBE_KILL="1", OMP_NUM_THREADS="1"
-    )
-    killed = subprocess.run(
-        [ALLENNLP, *args, "--include-package", "elmo_plugin"],
-        env=env,
-        capture_output=True,
-        timeout=600,
-    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CHECKPOINT_PROBE_KILL", "1")
+        killed = run_allennlp(args, check=False)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert sorted(p.name for p in out.glob("metrics_epoch_*.json")) == ["metrics_epoch_0.json"]
     first_epoch = out / "metrics_epoch_0.json"

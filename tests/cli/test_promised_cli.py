@@ -1,4 +1,4 @@
-"""What the README and interfaces.md promise of the CLI, each checked against an independent
+"""What the README and docs/ promise of the CLI, each checked against an independent
 reference: `elmo-embed` against allennlp's own ELMo reader (LSTM) and against the archived
 model (transformer); `elmo_embeddings` as the biLM's default predictor; `whitespace_tagger`'s
 logits and mask (these through the CLI in this process); the subcommands found through

@@ -1,5 +1,5 @@
 """options.json + weights.hdf5 (+ softmax.hdf5, vocab.txt) <-> our modules, checked numerically
-against allennlp's own ELMo reader, and every bad input of interfaces.md that applies."""
+against allennlp's own ELMo reader, and every refusal of ELMo files that docs/security.md lists."""
 
 import json
 import shutil
