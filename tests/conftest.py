@@ -2,6 +2,7 @@
 `allennlp` CLI in this process), one torch thread for every test. Helpers live in
 tests/helpers.py."""
 
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,18 @@ from tests.helpers import (
 )
 
 import_plugins()  # allennlp-models too, as every `allennlp` command does (crf_tagger, ...)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def temporary_files_in_the_sessions_folder(tmp_path_factory):
+    """The temporary files of this process and of every process a test starts (allennlp's
+    extracted archives, a benchmark's scratch folder) go under pytest's folder for the session:
+    a process a test kills leaves nothing in the system's temporary folder."""
+    folder = tmp_path_factory.mktemp("tmp")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TMPDIR", str(folder))
+        patch.setattr(tempfile, "tempdir", None)  # read again from TMPDIR
+        yield
 
 
 @pytest.fixture(autouse=True)
