@@ -14,9 +14,7 @@ from typing import Any, Optional
 
 import torch
 
-OMP_PAUSE_SOFT = (
-    1  # OpenMP 5.0's omp_pause_resource_t for "stop idle threads; they restart when needed"
-)
+OMP_PAUSE_SOFT = 1  # OpenMP 5.0's omp_pause_resource_t: "stop idle threads; restart when needed"
 
 logger = logging.getLogger(__name__)
 
@@ -40,14 +38,14 @@ def worth_it() -> bool:
 
 
 @functools.cache
-def openmp_function(name: str) -> Optional[Callable[[int], None]]:
-    """The function `name` (one int argument) of the OpenMP runtime torch itself links (looked up
-    through torch's extension module, which searches its dependencies: libgomp in torch's Linux
-    wheels), or None where it has none."""
+def runtime_function(name: str) -> Optional[Callable[[int], None]]:
+    """The function `name` (one int argument) of the OpenMP or MKL runtime torch itself links
+    (looked up through torch's extension module, which searches its dependencies: libgomp and
+    MKL in torch's Linux wheels), or None where it has none."""
     try:
         function = getattr(ctypes.CDLL(torch._C.__file__), name)
     except (AttributeError, OSError):  # no such symbol (no OpenMP, an OpenMP before 5.0)
-        logger.debug("no %s in torch's OpenMP runtime", name)
+        logger.debug("no %s in torch's runtimes", name)
         return None
     function.argtypes, function.restype = [ctypes.c_int], None
     return function
@@ -60,7 +58,7 @@ def release_idle_openmp_threads() -> None:
     cores the tasks going side by side need; this thread's next parallel op starts them again
     (about 0.1 ms). Best effort: where the runtime declines or lacks it, they spin as before.
     Not in a forked child, where libgomp would wait for the parent's threads."""
-    pause = openmp_function("omp_pause_resource_all")
+    pause = runtime_function("omp_pause_resource_all")
     if pause is not None and not _forked_child:
         pause(OMP_PAUSE_SOFT)
 
@@ -89,12 +87,14 @@ def thread_pool(workers: int) -> ThreadPoolExecutor:
 
 def on_thread(task: Callable[[], Any], threads: int, inference: bool) -> Any:
     """Runs task with `threads` intra-op threads and the caller's no-grad / inference mode (both
-    thread-local in torch) -> its result. The count is set by omp_set_num_threads, for this
-    thread alone (torch.set_num_threads also sets MKL's and the default of threads made later),
-    after torch's first call on the thread, which sets it to the process's count."""
-    set_threads = openmp_function("omp_set_num_threads")
-    if torch.get_num_threads() != threads and set_threads is not None:
-        set_threads(threads)
+    thread-local in torch) -> its result. The counts set are this thread's own, OpenMP's and
+    MKL's, as torch.set_num_threads sets them, but not the default of threads made later (after
+    torch's first call on the thread, which sets them to the process's)."""
+    if torch.get_num_threads() != threads:
+        for name in ("omp_set_num_threads", "MKL_Set_Num_Threads_Local"):
+            set_threads = runtime_function(name)
+            if set_threads is not None:
+                set_threads(threads)
     with torch.inference_mode(inference), torch.no_grad():
         return task()
 

@@ -19,11 +19,17 @@ def fresh_thread_count() -> int:
     return fresh[0]
 
 
+def mkl_threads() -> list[int]:
+    """MKL's thread count as this thread sees it ([] without MKL)."""
+    lines = torch.__config__.parallel_info().splitlines()
+    return [int(line.split(":")[-1]) for line in lines if "mkl_get_max_threads" in line]
+
+
 def thread_counts_seen(tasks: int):
     seen, lock = [], threading.Lock()
 
     def task():
-        count = torch.get_num_threads()
+        count = (torch.get_num_threads(), mkl_threads())
         with lock:
             seen.append(
                 (
@@ -42,23 +48,18 @@ def thread_counts_seen(tasks: int):
 def test_side_by_side_splits_the_callers_threads_and_never_changes_the_process_settings(
     threads, tasks, each
 ):
-    """Each task runs on a pool thread with the caller's intra-op threads divided among the tasks
-    (at least one), without gradients; a thread made while the tasks run, and afterwards the
-    caller, MKL and a brand-new thread, still see the caller's count."""
+    """Each task runs on a pool thread with the caller's intra-op (and MKL) threads divided among
+    the tasks (at least one), without gradients; a thread made while the tasks run, and afterwards
+    the caller, MKL and a brand-new thread, still see the caller's count."""
     torch.set_num_threads(threads)
     seen, work = thread_counts_seen(tasks)
     side_by_side(work)
     assert len(seen) == tasks and all(name.startswith("elmo_plugin") for name, *_ in seen)
-    assert [count for _, count, *_ in seen] == [each] * tasks
+    assert [count for _, count, *_ in seen] == [(each, [each] * len(mkl_threads()))] * tasks
     assert not any(grad for _, _, grad, *_ in seen)
     assert [fresh for *_, fresh in seen] == [threads] * tasks
     assert torch.get_num_threads() == threads == fresh_thread_count()
-    mkl = [
-        line
-        for line in torch.__config__.parallel_info().splitlines()
-        if "mkl_get_max_threads" in line
-    ]
-    assert all(line.split(":")[-1].strip() == str(threads) for line in mkl)
+    assert mkl_threads() == [threads] * len(mkl_threads())
 
 
 def threads_in_this_process() -> int:
@@ -66,7 +67,7 @@ def threads_in_this_process() -> int:
 
 
 @pytest.mark.skipif(
-    side_by_side_module.openmp_function("omp_pause_resource_all") is None
+    side_by_side_module.runtime_function("omp_pause_resource_all") is None
     or not os.path.isdir("/proc/self/task"),
     reason="torch's OpenMP runtime cannot pause, or no /proc to count threads",
 )
@@ -106,7 +107,7 @@ def test_a_forked_child_leaves_its_openmp_threads_alone(monkeypatch):
     """In a forked child OpenMP's record of the parent's threads is stale (libgomp would wait
     for them): no release there."""
     calls = []
-    monkeypatch.setattr(side_by_side_module, "openmp_function", lambda name: calls.append)
+    monkeypatch.setattr(side_by_side_module, "runtime_function", lambda name: calls.append)
     monkeypatch.setattr(side_by_side_module, "_forked_child", True)
     release_idle_openmp_threads()
     assert calls == []
