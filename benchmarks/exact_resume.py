@@ -1,6 +1,6 @@
 """Resume time early vs late in an epoch: the `elmo_corpus` data loader started at a checkpoint's
-position (what `allennlp train -r` does with the `elmo_corpus_resume` callback) vs allennlp's
-replay (its `multiprocess` loader producing every batch before the position, as `-r` does
+position (what `allennlp train -r` does with the `elmo_corpus_resume` callback). Against it:
+allennlp's replay (its `multiprocess` loader producing every batch before the position, as `-r` does
 without it), one run, on a generated 1B Word-shaped corpus. Usage:
 
     python -m benchmarks.exact_resume [--tokens 1_000_000] [--shards 4]

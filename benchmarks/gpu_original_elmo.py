@@ -3,15 +3,15 @@
     python -m benchmarks.gpu_original_elmo [--steps 200] [--out DIR] [--batch-sizes 128,384]
     python -m benchmarks.gpu_original_elmo --dry-run      # shrunk sizes, any machine, CPU too
 
-For each of `elmo_lstm_original.jsonnet` (2 x 4096/512, clips 3) and
+The configs: `elmo_lstm_original.jsonnet` (2 x 4096/512, clips 3) and
 `elmo_transformer_original.jsonnet` (6 x 512/2048) at full size (2048-filter character CNN,
-8192 sampled negatives, windows of 20 tokens, the 793,471-word `tokens.txt`), for each batch
-size and each precision (fp32: TF32 off; tf32: TF32 matmuls and convolutions; bf16:
+8192 sampled negatives, windows of 20 tokens, the 793,471-word `tokens.txt`). For each config,
+batch size and precision (fp32: TF32 off; tf32: TF32 matmuls and convolutions; bf16:
 `mixed_precision: bf16` with TF32 for what autocast leaves in float32):
 - training tokens/s over `--steps` optimizer steps after `--warmup` untimed ones, through the
   config's own reader, data loader (its batches copied as it copies them), model, optimizer
-  and gradient clipping (the steps of allennlp's trainer; a torch before 2.14 cannot clip
-  sparse gradients: those steps run unclipped, `gradient_clipping: false`); tokens = forward
+  and gradient clipping (the steps of allennlp's trainer). A torch before 2.14 cannot clip
+  sparse gradients: those steps run unclipped, `gradient_clipping: false`. Tokens = forward
   targets (each window's words and `</S>`);
 - peak GPU memory;
 - FLOPs per step (torch's FlopCounterMode over one forward + backward), the achieved FLOP/s and

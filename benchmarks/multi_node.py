@@ -13,15 +13,15 @@ also on an error or Ctrl-C. `--hosts loopback` runs both nodes on this machine's
 instead (no root; no cut stage). The config: `training_config/elmo_lstm_original.jsonnet` shrunk as
 `benchmarks.scale_rehearsal` shrinks it (LSTM 2 x --cell-size/512; the 2048-filter character
 CNN, 8192 sampled negatives, batch 128 x 20, sparse softmax, Adagrad, `elmo_corpus` loader and
-mid-epoch checkpoints at full size), with the first 50,000 words of the generated 1B
-Word-shaped `tokens.txt` as vocabulary, one epoch of a generated corpus of --train-tokens
+mid-epoch checkpoints at full size). Its vocabulary: the first 50,000 words of the generated 1B
+Word-shaped `tokens.txt`; one epoch of a generated corpus of --train-tokens
 tokens, validated on a held-out shard. Every node gets a serialization folder of its own
 (WORKDIR/STAGE/node0, node1), as on machines without shared storage.
 
 1. one_host: one `allennlp train` with 2 processes over 127.0.0.1 (the reference).
 2. two_hosts: node 0 and node 1 in their namespaces (primary address 10.231.0.1). Checks: each
    corpus window trained exactly once in the epoch across the nodes, batch for batch the
-   reference's; the final weights (`best.th`) equal the reference's within 1e-6 (absolute); only
+   reference's. The final weights (`best.th`) equal the reference's within 1e-6 (absolute); only
    node 0's folder has TensorBoard event files; both folders end with one complete
    `model.tar.gz` of the same weights; node 0's passes `allennlp evaluate` and `elmo-export`.
 3. kill: once both nodes hold two complete mid-epoch checkpoints, node 1's processes get

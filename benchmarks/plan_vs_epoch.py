@@ -10,9 +10,9 @@ Cases:
   on 5) on the bundled corpus, one epoch.
 - `original`: `training_config/elmo_lstm_original.jsonnet` shrunk as `benchmarks.scale_rehearsal`
   shrinks it (its `train_overrides`: the LSTM at 2 x 1024/512, everything else at full size, the
-  generated 793,471-word `tokens.txt`), one epoch of the first `--train-tokens` tokens of a
+  generated 793,471-word `tokens.txt`). One epoch of the first `--train-tokens` tokens of a
   generated 1B Word-shaped corpus (scale_rehearsal's `make_corpus`), validated on
-  `--heldout-tokens` tokens, with `elmo_validation_checks` every `--check-every` batches on
+  `--heldout-tokens` tokens. It has `elmo_validation_checks` every `--check-every` batches on
   `--check-batches` (far more often than the config's suggested every 2000 on 20: an epoch of
   2000 batches takes hours on a CPU).
 For each case: `allennlp elmo-plan CONFIG -o OVERRIDES`, then `allennlp train CONFIG -o OVERRIDES`

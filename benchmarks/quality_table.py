@@ -3,29 +3,29 @@ to convergence on the same text and used by the same downstream models, and a la
 curve; everything trained and evaluated through the real `allennlp` CLI.
 
 Rows: our LSTM biLM stateless (elmo_lstm.jsonnet) and stateful (elmo_lstm_stateful.jsonnet,
-bilm-tf's regime), our transformer (elmo_transformer.jsonnet), allennlp-models' transformer
+bilm-tf's regime), our transformer (elmo_transformer.jsonnet). Then allennlp-models' transformer
 language model (its `language_model` + `bidirectional_language_model_transformer` at the demo
-width; our reader and character CNN), static fastText vectors trained on the same text (gensim),
-fed to the same models as frozen pretrained word embeddings, and no pretraining.
+width; our reader and character CNN). Then static fastText vectors trained on the same text
+(gensim), fed to the same models as frozen pretrained word embeddings, and no pretraining.
 
 allennlp-models' transformer returns its intermediate layers without its final layer norm (the
 residual stream: root mean square 4 to 15 against about 1 for the character layer and the top
-layer), and allennlp-models' `bidirectional_lm_token_embedder` mixes the layers without
+layer). And allennlp-models' `bidirectional_lm_token_embedder` mixes the layers without
 normalizing them: the mix is dominated by those layers and the tagger learns next to nothing.
 `--allennlp-models-embedder normalized` (the default) reads its archive with our
 `elmo_bilm_embedder` and `do_layer_norm: true`; `documented` uses allennlp-models' embedder as
 its docs say.
 
-Data ($ELMO_PLUGIN_DATA): wikitext-2/valid.txt, lines in order: the first 90% pretrain, the
+Data ($ELMO_PLUGIN_DATA): wikitext-2/valid.txt, lines in order. The first 90% pretrain, the
 next 5% stop pretraining (validation perplexity), the last 5% are held out (the perplexity in the
-table). ud-english-ewt/en_ewt-ud-dev.conllu: sentences 1-1,440 train the downstream models,
+table). In ud-english-ewt/en_ewt-ud-dev.conllu sentences 1-1,440 train the downstream models,
 1,441-1,600 stop their training (validation), 1,601-2,001 are the test set, used for nothing
 else. The curve trains the tagger on the first 200 / 400 / 800 / all 1,440 training sentences.
 
 Convergence: each biLM trains until its validation perplexity has not improved for
-`--pretrain-patience` epochs, at most `--pretrain-epochs`; each tagger (UPOS, the `crf_tagger` of
+`--pretrain-patience` epochs, at most `--pretrain-epochs`. Each tagger (UPOS, the `crf_tagger` of
 pos_tagger_elmo.jsonnet) and parser (LAS, dependency_parser_elmo.jsonnet) until its validation
-accuracy / LAS has not improved for `--patience` epochs, at most `--max-epochs`; the test
+accuracy / LAS has not improved for `--patience` epochs, at most `--max-epochs`. The test
 figures are the best validation epoch's. One pretraining seed per row; `--seeds` downstream
 seeds per row (mean +- sd). Every biLM is frozen downstream; our biLMs' layers for the EWT
 sentences are computed once per biLM (`allennlp elmo-embed`) and read through
@@ -346,11 +346,11 @@ def train_static_vectors(
 def downstream_config(
     task: str, row: str, pretrained: Optional[Result], their_embedder: str = "normalized"
 ) -> dict:
-    """The task's shipped config with the row's pretrained input: our biLM through
-    `elmo_bilm_embedder` (its precomputed layers), allennlp-models' LM through
+    """The task's shipped config with the row's pretrained input, otherwise the same model.
+    Our biLM through `elmo_bilm_embedder` (its precomputed layers), allennlp-models' LM through
     `elmo_bilm_embedder` with `do_layer_norm` (`their_embedder` normalized) or their
     `bidirectional_lm_token_embedder` (documented), static vectors as a frozen `embedding`, or
-    none (the ELMo embedder removed); otherwise the same model."""
+    none (the ELMo embedder removed)."""
     params = params_dict(TASKS[task][0])
     model = params["model"]
     embedders = model["text_field_embedder"]["token_embedders"]

@@ -8,7 +8,7 @@
 2. `allennlp elmo-vocab --workers 2` over the whole corpus: seconds, tokens/s, peak RSS.
 3. `allennlp train training_config/elmo_lstm_original.jsonnet` with that `tokens.txt`
    (`elmo_tokens_file`), the LSTM shrunk to 2 x `--cell-size`/512 (1024/512: the softmax stays
-   512 wide) and everything else at full size: the 2048-filter character CNN, 8192 sampled
+   512 wide). Everything else at full size: the 2048-filter character CNN, 8192 sampled
    negatives, batch 128 x 20, the sparse softmax, Adagrad, the `elmo_corpus` loader. One epoch of
    the first `--train-tokens` tokens of the corpus (500k: 263 steps), in 1 process and in 2
    CPU DDP processes (gloo), validated on the held-out text. Each run is `kill -9`ed as soon as its

@@ -3,12 +3,12 @@ dispatches and where it would wait for the host.
 
     python -m benchmarks.step_audit [--batches 2] [--show 12] [--configs lstm transformer]
 
-For `elmo_lstm_original.jsonnet` and `elmo_transformer_original.jsonnet` at shrunk widths (the
-configs' structure: clips, dropout, sampled sparse softmax, Adagrad / fused Adam, gradient
-clipping), built as `allennlp train` builds them, with the settings a GPU runs (`GPU_PATH`) and
+The configs: `elmo_lstm_original.jsonnet` and `elmo_transformer_original.jsonnet` at shrunk
+widths (their structure: clips, dropout, sampled sparse softmax, Adagrad / fused Adam, gradient
+clipping), built as `allennlp train` builds them. With the settings a GPU runs (`GPU_PATH`) and
 with the CPU's defaults, it runs `--batches` steps on the bundled demo corpus under `OpAudit`
-(benchmarks/support/op_audit.py), after one step that makes what is made once (optimizer state):
-the loader's batch moved to the device, forward, backward, gradient clipping (torch's
+(benchmarks/support/op_audit.py). Before them, one step makes what is made once (optimizer state).
+A step: the loader's batch moved to the device, forward, backward, gradient clipping (torch's
 `clip_grad_norm_`, as allennlp's trainer, without the trainer's own `.item()`) and the optimizer
 step. It prints, per config and path, the aten ops per phase, every op that would synchronize a GPU
 with the host (op, file:line) and whether two batches dispatch the same (op, output shapes)

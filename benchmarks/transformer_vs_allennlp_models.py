@@ -17,7 +17,7 @@ runs), timed by a trainer callback after every optimizer step.
    per side. Also the contextualizers alone (forward + backward on one batch).
 2. Quality (demo sizes by default): validation perplexity after the same number of steps,
    token-weighted over the whole validation split with the full softmax, computed by the
-   same function for every model; ours and theirs with several seeds (at 120 steps one seed
+   same function for every model. Ours and theirs with several seeds (at 120 steps one seed
    moves a model's perplexity by a few percent), compared by their geometric means.
 
 Data: $ELMO_PLUGIN_DATA/wikitext-2/valid.txt (default ../shared/data): first 90% of lines train,

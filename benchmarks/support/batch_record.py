@@ -1,5 +1,5 @@
 """Trainer callback `batch_record`, for the rehearsals' checks (`--include-package
-benchmarks.batch_record`): every process appends one JSON line per training batch to
+benchmarks.batch_record`). Every process appends one JSON line per training batch to
 FOLDER/rank{global rank}.jsonl: epoch, batch number in the epoch, wall-clock time (seconds since
 the epoch, comparable across processes) and the batch's rows of token ids (padding cut, rows
 of padding left out)."""

@@ -32,8 +32,8 @@ CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}  # `--clock` choi
 
 class Declaration(NamedTuple):
     """What each benchmark module declares beside its parser, as `DECLARATION`, and the one list
-    `run_all`, tests/benchmarks and docs/benchmarks.md follow: `quick`, its options in `run_all`
-    (None: `run_all` leaves it out, its docstring says why); `cheapest`, the options of its
+    `run_all`, tests/benchmarks and docs/benchmarks.md follow. `quick`: its options in `run_all`
+    (None: `run_all` leaves it out, its docstring says why). `cheapest`: the options of its
     cheapest path, which the tests run, and `cheapest_status`, what that path ends with; `data`,
     the real-data files it reads (relative to `shared_data_dir()`), named in its skip line."""
 

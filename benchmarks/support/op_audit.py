@@ -7,7 +7,7 @@ shapes, and the calls that would make a GPU wait for the host or read data-depen
     audit.trace()      # [(op, output shapes)] in dispatch order
 
 A `TorchDispatchMode` sees every aten op (so `float(t)`, `t.item()` and `if t:` show up as
-`_local_scalar_dense`, boolean-mask indexing as `nonzero`); a `TorchFunctionMode` sees the
+`_local_scalar_dense`, boolean-mask indexing as `nonzero`). A `TorchFunctionMode` sees the
 Python-level calls that read tensors on the host or build them from Python data (`tolist`,
 `cpu`, `numpy`, `torch.tensor`, ...), which dispatch nothing on a CPU tensor.
 """

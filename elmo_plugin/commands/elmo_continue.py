@@ -1,8 +1,8 @@
 """Subcommand `allennlp elmo-continue SOURCE -s OUT`: keep pretraining a published ELMo.
 
 It resolves what a continued run needs from SOURCE (`resolve_bilm_source`), writes it as ONE
-`allennlp train -o` override JSON and runs allennlp's own training in this process, so the run's
-config.json records the resolved architecture and vocabulary: `-r` with the same command resumes,
+`allennlp train -o` override JSON and runs allennlp's own training in this process. The run's
+config.json records the resolved architecture and vocabulary. `-r` with the same command resumes,
 and the archive loads without SOURCE (allennlp drops `model.pretrained_file` when loading).
 
 - architecture: from the options file, as override keys of the `elmo_char_cnn` token embedder

@@ -531,7 +531,7 @@ def run_settings(
     shard: Shard,
     encoder: BiLmEncoder,
 ) -> dict[str, object]:
-    """What a run writes into OUTPUT.partial's attributes, for `--resume` to compare: everything
+    """What a run writes into OUTPUT.partial's attributes for `--resume` to compare. All
     that changes which vectors go where: the model by its weights (`model_sha256`), the options,
     the input by its size in bytes and modification time (-1 for a stream; the text of the lines
     done is recorded and compared too, `_Writer.check_resumed_lines`)."""
@@ -576,8 +576,8 @@ def embed_file(
     """Streams INPUT in windows of `batching.sort_window` sentences, sorts each window by length,
     embeds it in batches of at most `batching.batch_tokens` padded tokens (each sentence as
     `<S> w1 .. wn </S>` from zero state, character-encoder outputs cached by token within the
-    window) and writes each line's vectors, boundaries removed, into OUTPUT.partial as dataset
-    "line number", recording after each window how many lines are done; renames it to OUTPUT
+    window). It writes each line's vectors, boundaries removed, into OUTPUT.partial as dataset
+    "line number", recording after each window how many lines are done. It renames it to OUTPUT
     when complete; OUTPUT.lock is held meanwhile (`output_lock`). The order of computation
     changes nothing in the output. `resume` continues from the last record (windows start at the
     same lines as in an uninterrupted run, so the batches and the vectors are the same).

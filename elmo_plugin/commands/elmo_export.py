@@ -94,7 +94,7 @@ def export_archive(archive_file: str, output_dir: str) -> dict[str, str]:
 def check_no_other_elmo(output_dir: str) -> None:
     """An error naming the files when OUT_DIR holds any that would make it unreadable as one ELMo
     once the four files are written: another `*options.json`, `*weights.hdf5`, `*vocab.txt` or
-    `*softmax.hdf5` than the four (an earlier export's, replaced), or another kind of biLM
+    `*softmax.hdf5` than the four (an earlier export's, replaced). Or another kind of biLM
     folder's files (a model archive's `config.json`, an ELMoForManyLangs model)."""
     if not os.path.isdir(output_dir):
         return

@@ -1,7 +1,7 @@
 """Subcommand `allennlp elmo-plan CONFIG [-o OVERRIDES]`: before a long run, what it will cost on
 this machine. Builds the config's real data pipeline, vocabulary, model and trainer (as
-`allennlp train` would, in a temporary folder), runs a few warm-up and timed training steps in a
-child process, and prints tokens/s, peak memory, the size of one checkpoint, the projected time
+`allennlp train` would, in a temporary folder) and runs a few warm-up and timed training steps in a
+child process. It prints tokens/s, peak memory, the size of one checkpoint, the projected time
 of an epoch and of the run, and the disk its checkpoints will take. Writes nothing anywhere else.
 """
 
@@ -188,7 +188,7 @@ def measure(params: Params, warmup_steps: int, steps: int) -> dict[str, Any]:
 
 @dataclass
 class EpochPlan:
-    """What one epoch of `allennlp train` spends, from the measured parts: the training batches
+    """What one epoch of `allennlp train` spends, from the measured parts. The training batches
     (each read, forward, backward, gradient rescaling, optimizer step), the first epoch's one-off
     costs (the first steps' warm-up beyond a step's time, the loader's length estimate), the
     validation checks inside the epoch, the validation at its end, and its checkpoints. Counts

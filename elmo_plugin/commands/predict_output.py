@@ -17,7 +17,7 @@ from allennlp.predictors.predictor import Predictor
 
 class PartialOutputPredictManager(predict._PredictManager):
     """allennlp's manager, but the predictions go to `OUTPUT.partial`, renamed to `OUTPUT` once
-    every input line is predicted and removed when the command stops first; a `ConfigurationError`
+    every input line is predicted and removed when the command stops first. A `ConfigurationError`
     from the predictor's `load_line` (ours: a line that is not a sentence) ends the command with
     `allennlp predict: error: FILE:LINE: ...`, exit status 1."""
 

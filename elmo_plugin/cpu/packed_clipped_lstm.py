@@ -123,7 +123,7 @@ class DirectionGrads(NamedTuple):
 class PackedClippedLstm(torch.autograd.Function):
     """
     All directions of one layer over packed sequences: inputs (directions, n, in) in time-major
-    packed order (`packed_positions`), the `LstmWeights` as separate tensors, the state
+    packed order (`packed_positions`), the `LstmWeights` as separate tensors. Then the state
     (directions, sizes[0], proj) and memory (directions, sizes[0], cells) before the first step
     (None: zero), `Steps` -> (states (directions, n, proj), memory (directions, n, cells)).
 
@@ -210,8 +210,8 @@ def forward_direction(
 ) -> torch.Tensor:
     """`PackedClippedLstm.forward` for direction d: its input gates x W_ih + b (of the distinct
     rows only, where `repeated_rows` found them), then its C++ time loop into row d of the
-    buffers -> its gates (n, 4 * cells), activated when `every_step` (the backward reads them);
-    at inference they may be left as they are (the distinct rows' (m, 4 * cells) always are)."""
+    buffers -> its gates (n, 4 * cells), activated when `every_step` (the backward reads them).
+    At inference they may be left as they are (the distinct rows' (m, 4 * cells) always are)."""
     w_ih, bias, w_hh, w_hr = (weight[d] for weight in weights)
     if repeated is not None:  # the distinct rows' gates; each step gathers its rows
         distinct, rows = repeated

@@ -14,9 +14,7 @@ from typing import Any, Optional
 
 import torch
 
-OMP_PAUSE_SOFT = (
-    1  # OpenMP 5.0's omp_pause_resource_t for "stop idle threads; they restart when needed"
-)
+OMP_PAUSE_SOFT = 1  # OpenMP 5.0's omp_pause_resource_t: "stop idle threads; restart when needed"
 
 logger = logging.getLogger(__name__)
 
@@ -40,31 +38,29 @@ def worth_it() -> bool:
 
 
 @functools.cache
-def openmp_pause() -> Optional[Callable[[], int]]:
-    """OpenMP 5.0's omp_pause_resource_all(omp_pause_soft) of the OpenMP runtime torch itself
-    links (looked up through torch's extension module, which searches its dependencies:
-    libgomp in torch's Linux wheels), or None where it has none."""
+def runtime_function(name: str) -> Optional[Callable[[int], None]]:
+    """The function `name` (one int argument) of the OpenMP or MKL runtime torch itself links
+    (looked up through torch's extension module, which searches its dependencies: libgomp and
+    MKL in torch's Linux wheels), or None where it has none."""
     try:
-        pause = ctypes.CDLL(torch._C.__file__).omp_pause_resource_all
+        function = getattr(ctypes.CDLL(torch._C.__file__), name)
     except (AttributeError, OSError):  # no such symbol (no OpenMP, an OpenMP before 5.0)
-        logger.debug(
-            "no omp_pause_resource_all in torch's OpenMP runtime: idle OpenMP threads stay"
-        )
+        logger.debug("no %s in torch's runtimes", name)
         return None
-    pause.argtypes, pause.restype = [ctypes.c_int], ctypes.c_int
-    return functools.partial(pause, OMP_PAUSE_SOFT)
+    function.argtypes, function.restype = [ctypes.c_int], None
+    return function
 
 
 def release_idle_openmp_threads() -> None:
-    """Stops this thread's idle OpenMP worker threads (libgomp: this thread's only; LLVM's
-    runtime puts all idle ones to sleep). After a parallel op they spin for a while
-    (milliseconds with libgomp's defaults) before they sleep, on the very cores the tasks going
-    side by side need; this thread's next parallel op starts them again (about 0.1 ms). Best
-    effort: where the runtime declines (a nonzero return), they spin as before. Not in a forked
-    child, where libgomp would wait for the parent's threads."""
-    pause = openmp_pause()
+    """Stops this thread's idle OpenMP worker threads (OpenMP 5.0's omp_pause_resource_all;
+    libgomp: this thread's only; LLVM's runtime puts all idle ones to sleep). After a parallel op
+    they spin for a while (milliseconds with libgomp's defaults) before they sleep, on the very
+    cores the tasks going side by side need; this thread's next parallel op starts them again
+    (about 0.1 ms). Best effort: where the runtime declines or lacks it, they spin as before.
+    Not in a forked child, where libgomp would wait for the parent's threads."""
+    pause = runtime_function("omp_pause_resource_all")
     if pause is not None and not _forked_child:
-        pause()
+        pause(OMP_PAUSE_SOFT)
 
 
 def _in_forked_child() -> None:
@@ -91,11 +87,14 @@ def thread_pool(workers: int) -> ThreadPoolExecutor:
 
 def on_thread(task: Callable[[], Any], threads: int, inference: bool) -> Any:
     """Runs task with `threads` intra-op threads and the caller's no-grad / inference mode (both
-    thread-local in torch) -> its result."""
-    if (
-        torch.get_num_threads() != threads
-    ):  # OpenMP's count is per thread (side_by_side sets the rest back)
-        torch.set_num_threads(threads)
+    thread-local in torch) -> its result. The counts set are this thread's own, OpenMP's and
+    MKL's, as torch.set_num_threads sets them, but not the default of threads made later (after
+    torch's first call on the thread, which sets them to the process's)."""
+    if torch.get_num_threads() != threads:
+        for name in ("omp_set_num_threads", "MKL_Set_Num_Threads_Local"):
+            set_threads = runtime_function(name)
+            if set_threads is not None:
+                set_threads(threads)
     with torch.inference_mode(inference), torch.no_grad():
         return task()
 
@@ -103,15 +102,13 @@ def on_thread(task: Callable[[], Any], threads: int, inference: bool) -> Any:
 def side_by_side(tasks: list[Callable[[], Any]]) -> list[Any]:
     """Runs the tasks at once, one per pool thread, the caller's intra-op threads split between
     them (at least one each) -> their results, once all are done (then raising the first failed
-    task's error). Without gradients: a task's tensors record no graph. The caller's idle OpenMP
-    workers are released first (`release_idle_openmp_threads`): spinning, they took a core from
-    the tasks for milliseconds (a sixth of the LSTM directions' time on 2 cores)."""
+    task's error). Without gradients: a task's tensors record no graph. No process-wide setting
+    changes, even for a moment. The caller's idle OpenMP workers are released first
+    (`release_idle_openmp_threads`): spinning, they took a core from the tasks for milliseconds
+    (a sixth of the LSTM directions' time on 2 cores)."""
     threads, inference = torch.get_num_threads(), torch.is_inference_mode_enabled()
     pool, each = thread_pool(len(tasks)), max(1, threads // len(tasks))
     release_idle_openmp_threads()
     futures = [pool.submit(on_thread, task, each, inference) for task in tasks]
     wait(futures)
-    # torch.set_num_threads on a pool thread also set MKL's (process-wide) count and the default
-    # of threads made later: both are set back to the caller's
-    torch.set_num_threads(threads)
     return [future.result() for future in futures]

@@ -87,7 +87,7 @@ class CorpusDataLoader(DataLoader, ABC):
     to CUDA).
 
     Subclasses give `epoch_batches(epoch, first_ordinal, skip)`, the epoch's (chunk ordinal,
-    batch) pairs from batch `skip` of chunk ordinal `first_ordinal` on, and `__len__`; a
+    batch) pairs from batch `skip` of chunk ordinal `first_ordinal` on, and `__len__`. A
     subclass that reads every chunk counts each one's `CorpusStats` in the read's total
     (`tally`) and ends with `finish_read`: the first read of the corpus is summarized in one
     log line, and a corpus with no text is an error. A subclass that sets `fixed_timesteps`

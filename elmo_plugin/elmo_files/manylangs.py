@@ -1,6 +1,6 @@
 """An ELMoForManyLangs (HIT-SCIR) model folder -> a `BiLmEncoder` (`elmo_manylangs_cnn`, with
 its dictionaries, + `elmo_lstm`) and its architecture, read as its own `Embedder.get_model` reads
-them (the reference: the `elmoformanylangs` package, 0.0.4.post2); or its weights into an
+them (the reference: the `elmoformanylangs` package, 0.0.4.post2). Or its weights into an
 encoder configured with its architecture (continued pretraining).
 
 The folder: `config.json` (`config_path` names the architecture JSON), `char.dic`, `word.dic`

@@ -19,8 +19,8 @@ class BiLmContextualizer(Seq2SeqEncoder):
     """
     A Seq2SeqEncoder made of two independent directions, `num_layers` deep:
     inputs (batch, timesteps, input_dim), mask (batch, timesteps) -> every layer's
-    (batch, timesteps, 2 * input_dim) = [forward; backward] output (`all_layers`), or from
-    `forward` the top layer only (a list of all of them with `return_all_layers`, as
+    (batch, timesteps, 2 * input_dim) = [forward; backward] output (`all_layers`). From
+    `forward`: the top layer only (a list of all of them with `return_all_layers`, as
     allennlp-models' transformer contextualizer). Padding positions are zero.
 
     A subclass lists the constructor keys it renamed in `renamed_keys` (old -> current): configs,

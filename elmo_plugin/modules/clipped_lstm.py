@@ -1,7 +1,7 @@
 """The reference clipped LSTM-with-projection: a plain PyTorch time loop, differentiated by
 autograd. It defines what every other path computes (the CPU fast path,
 `elmo_plugin.cpu.packed_clipped_lstm`, and the GPU's whole-sequence function,
-`modules/sequence_clipped_lstm.py`, are tested against it) and runs where neither does: on CPUs
+`modules/sequence_clipped_lstm.py`, are tested against it). It runs where neither does: on CPUs
 for other dtypes or under autocast, where the C++ loops cannot be built, and with `cpu_loop:
 "reference"`."""
 
@@ -49,7 +49,7 @@ def clipped_lstm(
     initial: Optional[LstmState] = None,
 ) -> tuple[torch.Tensor, LstmState]:
     """Each direction's LSTM with projection, memory clipped to +-clips.cell and state to
-    +-clips.proj at every step: inputs (directions, batch, timesteps, dim), rows in any order,
+    +-clips.proj at every step. Inputs (directions, batch, timesteps, dim), rows in any order,
     lengths (batch,), `initial` to start from (None: zero) -> (outputs (directions, batch,
     timesteps, proj), zero past each length; the state at each row's last position, `initial`
     for a row of length 0). Every step runs over the whole batch: the same shapes at every step

@@ -37,7 +37,7 @@ def windows_times_filters(
 ) -> torch.Tensor:
     """(n, positions + width - 1, char_dim) embedded characters, every filter as a (char_dim *
     width, filters) `RightMatrix` (`ElmoCharCnn.filters_as_one_matrix`) and their bias (filters,)
-    -> (n, positions, filters): all convolutions as one oneDNN matmul of every window of `width`
+    -> (n, positions, filters). All convolutions as one oneDNN matmul of every window of `width`
     characters (im2col) with the filters: one call instead of one convolution per width (oneDNN
     sets up a kernel per shape), narrower filters padded with zero taps. The same numbers within
     float32 rounding. No gradient."""
@@ -141,7 +141,7 @@ class ElmoCharCnn(TokenEmbedder, ElmoCharacterIds):
     def reset_parameters(self) -> None:
         """bilm-tf's initialization: characters uniform(-1, 1) (padding character 0 zero), relu
         convolutions uniform(-0.05, 0.05) (tanh ones normal with std sqrt(1 / (width *
-        embedding_dim))), highway and projection matrices normal with std sqrt(1 / in), zero
+        embedding_dim))). Highway and projection matrices normal with std sqrt(1 / in), zero
         biases except the highway gates' +2 (carry the input at first: bilm-tf's carry bias -2,
         sign-flipped for allennlp's `Highway`)."""
         torch.nn.init.uniform_(self.char_embedding.weight, -1.0, 1.0)

@@ -36,7 +36,7 @@ class ElmoLstmContextualizer(BiLmContextualizer):
     C++ loops cannot be built (one warning). On CUDA a layer's directions run as one autograd
     function over the whole sequence (`modules/sequence_clipped_lstm.py`): every step over the
     whole batch, the data gradients step by step backwards, then each weight's gradient in one
-    matmul over all steps; its pointwise steps fused by torch.compile (`compile_on_gpu`, where
+    matmul over all steps. Its pointwise steps fused by torch.compile (`compile_on_gpu`, where
     Triton is installed). Everything else runs the reference loop (`modules/clipped_lstm.py`):
     CPUs for other dtypes and under autocast, other devices. All are tested equal to the
     reference loop. Under bf16 autocast the memory cells stay float32.
@@ -195,9 +195,9 @@ class ElmoLstmContextualizer(BiLmContextualizer):
     ) -> tuple[list[torch.Tensor], list[LayerState]]:
         """Stateful streams (bilm-tf's training): inputs (2, batch, timesteps, input_dim), each
         direction's own text in its reading order, right-padded as `mask` (batch, timesteps)
-        says; `state`: every layer's (state, memory) to start from (`initial_state` shapes),
+        says. `state`: every layer's (state, memory) to start from (`initial_state` shapes),
         None for zero. -> (every layer's (batch, timesteps, 2 * input_dim) [forward; backward]
-        output, each direction at its own input's positions, zero at padding; every layer's
+        output, each direction at its own input's positions, zero at padding. Then every layer's
         (state, memory) at each row's last position, the given one for a row without tokens).
         Clipped or not, each layer runs the path `all_layers` runs for clipped layers."""
         keep = mask.unsqueeze(-1).to(inputs.dtype)

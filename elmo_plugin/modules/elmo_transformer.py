@@ -1,7 +1,7 @@
 """Seq2SeqEncoder `elmo_transformer`: two causal transformer stacks (forward and backward).
 
 Both directions are computed together: the backward stack reads each sentence reversed within
-its length, so both stacks are causal and padding sits at the end for both; their parameters
+its length, so both stacks are causal and padding sits at the end for both. Their parameters
 are stacked along a leading direction axis (0 = forward, 1 = backward), so every projection is
 one batched matmul for both directions and attention is one fused
 `scaled_dot_product_attention(..., is_causal=True)` call.
@@ -186,7 +186,7 @@ class ElmoTransformerContextualizer(BiLmContextualizer):
     see the token it predicts. Sinusoidal positions are added once to the input after
     `input_dropout`; each layer is a pre-LN block (multi-head self-attention with
     `attention_dropout` on its weights, then a ReLU feed-forward of width `feedforward_hidden_dim`,
-    each in a residual branch with `dropout`); the top layer gets a final layer norm, as in
+    each in a residual branch with `dropout`). The top layer gets a final layer norm, as in
     allennlp-models' `bidirectional_language_model_transformer`.
 
     The mask must be True on a prefix of each row (allennlp pads at the end), as for

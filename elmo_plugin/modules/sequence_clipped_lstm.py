@@ -207,7 +207,7 @@ def sequence_clipped_lstm(
 class ForwardRecord(NamedTuple):
     """What the forward time loop makes, time-major (each step's rows contiguous): states
     (timesteps, directions, batch, proj), the state after each step; memory (directions, batch,
-    cells) after the last; for a backward pass the gates after their nonlinearities (timesteps,
+    cells) after the last. For a backward pass: the gates after their nonlinearities (timesteps,
     directions, batch, 4 * cells), the memory before each step (timesteps, directions, batch,
     cells) and, with a projection clip, the projection before it (timesteps, directions, batch,
     proj); else None."""
@@ -272,7 +272,7 @@ def forward_steps(
 class SequenceClippedLstm(torch.autograd.Function):
     """
     A layer's directions over a whole sequence: gates (directions, timesteps, batch, 4 * cells) =
-    x W_ih + b, w_hh, w_hr, the state and memory before the first step, running_at (timesteps,
+    x W_ih + b, w_hh, w_hr. Then the state and memory before the first step, running_at (timesteps,
     1, batch, 1), `Clips`, `PointwiseSteps` -> (the state after each step (timesteps,
     directions, batch, proj), the memory after the last (directions, batch, cells)).
 

@@ -46,8 +46,8 @@ def recorded_architecture(vocab: Vocabulary, namespace: str) -> Optional[Archite
 class ElmoBiLmEmbedder(TokenEmbedder):
     """
     ELMo representations for downstream models: character ids (batch, tokens, 50) under the key
-    `elmo_tokens` (our `elmo_char_ids` indexer or allennlp's `elmo_characters`; for an
-    ELMoForManyLangs model, (batch, tokens, 1 + its max_characters_per_token) word and character
+    `elmo_tokens` (our `elmo_char_ids` indexer or allennlp's `elmo_characters`). For an
+    ELMoForManyLangs model: (batch, tokens, 1 + its max_characters_per_token) word and character
     ids from `elmo_manylangs_ids`) ->
     (batch, tokens, dim) = dropout(gamma * sum_j softmax(s)_j h_j) [-> linear projection].
     `<S>` / `</S>` are added before the biLM and removed after it, as allennlp's `Elmo` does;
@@ -64,7 +64,7 @@ class ElmoBiLmEmbedder(TokenEmbedder):
         Our biLM `model.tar.gz` (or serialization folder), LSTM or transformer, allennlp-models'
         bidirectional `language_model` archive (its character encoder + contextualizer), or a
         folder with ELMo's files (one `*options.json` + one `*weights.hdf5`, any names, as the
-        published downloads are named), or an ELMoForManyLangs model folder
+        published downloads are named). Or an ELMoForManyLangs model folder
         (its dictionaries are then recorded in the vocabulary, namespaces
         `<dictionary_namespace>_chars` / `_words`). allennlp drops this key when it loads an
         archive; the weights then come from the archive.

@@ -20,7 +20,7 @@ from elmo_plugin.training.row_gradients import (
 class ElmoAdagradOptimizer(AdagradOptimizer, AppliesTableRows):
     """
     allennlp's "adagrad" (`torch.optim.Adagrad`: the same arguments, state and checkpoints),
-    plus the rows of `elmo_bilm`'s sparse softmax with `row_gradients: true`: a `TableRows`
+    plus the rows of `elmo_bilm`'s sparse softmax with `row_gradients: true`. A `TableRows`
     gradient updates its table's rows and accumulator (`sum`) as torch's sparse Adagrad
     updates them from the same gradient as a sparse tensor; the rows a step did not read keep
     their weights and accumulators. No sparse tensor, no shape that depends on the data.

@@ -1,5 +1,5 @@
 """Evaluator `elmo_evaluator`: allennlp's `simple` evaluator that applies `ProcessSettings` once,
-when `allennlp evaluate` builds it (after loading the archive, before the first batch), logs the
+when `allennlp evaluate` builds it (after loading the archive, before the first batch). It logs the
 metrics of each evaluation file when no `--output-file` is given (allennlp's shows them only in
 its progress bar), and the total of labels unseen in training."""
 

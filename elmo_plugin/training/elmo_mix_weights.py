@@ -31,9 +31,9 @@ class ElmoMixWeightsCallback(TrainerCallback):
     `elmo_bilm_embedder` and allennlp's `elmo_token_embedder`; P is the path of the module that
     holds it, e.g. `text_field_embedder.token_embedder_elmo`), writes `elmo_mix/P/weight_j` =
     softmax(s)_j (j = 0 the character CNN, 1.. the contextualizer layers; they sum to 1) and
-    `elmo_mix/P/gamma` to `SERIALIZATION_DIR/log/train`: every `summary_interval` batches and
-    after the last batch of each epoch, at the step allennlp's `tensorboard` callback uses for
-    its batch scalars (batches completed + 1). A few scalars copied to the host per point.
+    `elmo_mix/P/gamma` to `SERIALIZATION_DIR/log/train`. They are written every `summary_interval`
+    batches and after the last batch of each epoch, at the step allennlp's `tensorboard` callback
+    uses for its batch scalars (batches completed + 1). A few scalars copied to the host per point.
     A model without a layer mix: one log line, nothing written.
 
     # Parameters

@@ -26,7 +26,7 @@ class ElmoProcessSettingsCallback(TrainerCallback):
     in every training process (each worker of a distributed run). Our configs list it first in
     `trainer.callbacks`, so `-o '{"trainer.callbacks.0.tf32": true}'` overrides a key. Before the
     first batch it stops, with one line, a run whose trainer config (the run's `config.json`) has
-    a key allennlp's trainer would ignore (a misspelt `num_epochs`), whose gradient clipping
+    a key allennlp's trainer would ignore (a misspelt `num_epochs`). Or one whose gradient clipping
     (`trainer.grad_norm`) would fail inside a torch before 2.14 on the sparse softmax's
     gradients, or whose optimizer would not apply the softmax's `row_gradients`; and it warns once
     where a GPU would train on batches of changing shapes.

@@ -25,7 +25,7 @@ class FusedAdamOptimizer(Optimizer, torch.optim.Adam, AppliesTableRows):
     parameter instead of a dozen element-wise ops.
 
     A parameter whose gradient is sparse (the biLM's softmax with `sparse_embeddings: true`) gets
-    torch's `SparseAdam` update instead ("lazy" Adam, as TensorFlow's LazyAdam): the rows a step
+    torch's `SparseAdam` update instead ("lazy" Adam, as TensorFlow's LazyAdam). The rows a step
     touched update their moments and weights with the usual bias correction (by the parameter's
     step count); rows it did not touch keep weights and moments unchanged, where dense Adam would
     decay their moments and keep moving them. The rows of `elmo_bilm`'s softmax with

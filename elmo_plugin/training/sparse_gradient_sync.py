@@ -125,7 +125,7 @@ def synchronize_sparse_gradients(module: torch.nn.Module) -> None:
     cannot all-reduce sparse tensors, and DDP's buckets hold dense ones): DDP is told to ignore
     them and their `TableRows`. Each backward pass replaces a sparse gradient by the average
     over processes of the touched rows, gathered from every process (row ids + values) before
-    it is accumulated into `.grad`; a `TableRows` gradient (the same rows on every process:
+    it is accumulated into `.grad`. A `TableRows` gradient (the same rows on every process:
     `TouchedRows` reads every process's ids) is averaged by `TouchedRows` itself (an
     all-reduce at its fixed shape).
     Outside torch.distributed (or with one process) nothing changes.

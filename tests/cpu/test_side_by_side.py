@@ -10,17 +10,34 @@ from elmo_plugin.cpu import side_by_side as side_by_side_module
 from elmo_plugin.cpu.side_by_side import release_idle_openmp_threads, side_by_side
 
 
+def fresh_thread_count() -> int:
+    """torch's intra-op thread count as a brand-new thread sees it (the process default)."""
+    fresh = []
+    thread = threading.Thread(target=lambda: fresh.append(torch.get_num_threads()))
+    thread.start()
+    thread.join()
+    return fresh[0]
+
+
+def mkl_threads() -> list[int]:
+    """MKL's thread count as this thread sees it ([] without MKL)."""
+    lines = torch.__config__.parallel_info().splitlines()
+    return [int(line.split(":")[-1]) for line in lines if "mkl_get_max_threads" in line]
+
+
 def thread_counts_seen(tasks: int):
     seen, lock = [], threading.Lock()
 
     def task():
+        count = (torch.get_num_threads(), mkl_threads())
         with lock:
             seen.append(
                 (
                     threading.current_thread().name,
-                    torch.get_num_threads(),
+                    count,
                     torch.is_grad_enabled(),
                     torch.is_inference_mode_enabled(),
+                    fresh_thread_count(),
                 )
             )
 
@@ -28,33 +45,21 @@ def thread_counts_seen(tasks: int):
 
 
 @pytest.mark.parametrize("threads, tasks, each", [(2, 2, 1), (4, 2, 2), (1, 2, 1), (3, 3, 1)])
-def test_side_by_side_splits_the_callers_threads_and_leaves_its_setting_and_the_process_default(
+def test_side_by_side_splits_the_callers_threads_and_never_changes_the_process_settings(
     threads, tasks, each
 ):
-    """Each task runs on a pool thread with the caller's intra-op threads divided among the tasks
-    (at least one), without gradients; afterwards the caller, MKL and a brand-new thread still see
-    the caller's count (torch.set_num_threads also sets MKL's and the default of threads made
-    later)."""
+    """Each task runs on a pool thread with the caller's intra-op (and MKL) threads divided among
+    the tasks (at least one), without gradients; a thread made while the tasks run, and afterwards
+    the caller, MKL and a brand-new thread, still see the caller's count."""
     torch.set_num_threads(threads)
     seen, work = thread_counts_seen(tasks)
     side_by_side(work)
     assert len(seen) == tasks and all(name.startswith("elmo_plugin") for name, *_ in seen)
-    assert [count for _, count, _, _ in seen] == [each] * tasks
-    assert not any(grad for _, _, grad, _ in seen)
-    assert torch.get_num_threads() == threads
-    mkl = [
-        line
-        for line in torch.__config__.parallel_info().splitlines()
-        if "mkl_get_max_threads" in line
-    ]
-    assert all(
-        line.split(":")[-1].strip() == str(threads) for line in mkl
-    )  # MKL's count is process-wide
-    fresh = []
-    thread = threading.Thread(target=lambda: fresh.append(torch.get_num_threads()))
-    thread.start()
-    thread.join()
-    assert fresh == [threads]
+    assert [count for _, count, *_ in seen] == [(each, [each] * len(mkl_threads()))] * tasks
+    assert not any(grad for _, _, grad, *_ in seen)
+    assert [fresh for *_, fresh in seen] == [threads] * tasks
+    assert torch.get_num_threads() == threads == fresh_thread_count()
+    assert mkl_threads() == [threads] * len(mkl_threads())
 
 
 def threads_in_this_process() -> int:
@@ -62,7 +67,8 @@ def threads_in_this_process() -> int:
 
 
 @pytest.mark.skipif(
-    side_by_side_module.openmp_pause() is None or not os.path.isdir("/proc/self/task"),
+    side_by_side_module.runtime_function("omp_pause_resource_all") is None
+    or not os.path.isdir("/proc/self/task"),
     reason="torch's OpenMP runtime cannot pause, or no /proc to count threads",
 )
 def test_idle_openmp_threads_are_released_before_tasks_go_side_by_side_and_parallel_ops_still_agree(
@@ -101,20 +107,20 @@ def test_a_forked_child_leaves_its_openmp_threads_alone(monkeypatch):
     """In a forked child OpenMP's record of the parent's threads is stale (libgomp would wait
     for them): no release there."""
     calls = []
-    monkeypatch.setattr(side_by_side_module, "openmp_pause", lambda: lambda: calls.append(1))
+    monkeypatch.setattr(side_by_side_module, "runtime_function", lambda name: calls.append)
     monkeypatch.setattr(side_by_side_module, "_forked_child", True)
     release_idle_openmp_threads()
     assert calls == []
     monkeypatch.setattr(side_by_side_module, "_forked_child", False)
     release_idle_openmp_threads()
-    assert calls == [1]
+    assert calls == [side_by_side_module.OMP_PAUSE_SOFT]
 
 
 def test_side_by_side_carries_the_callers_inference_mode():
     seen, work = thread_counts_seen(2)
     with torch.inference_mode():
         side_by_side(work)
-    assert [inference for *_, inference in seen] == [True, True]
+    assert [inference for *_, inference, _ in seen] == [True, True]
 
 
 def test_side_by_side_raises_a_tasks_error_after_all_tasks_ran():
