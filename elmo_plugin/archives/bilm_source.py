@@ -1,7 +1,7 @@
-"""A biLM from any source (`elmo_files.source.resolve_bilm_source` decides its kind), one loader
-per kind: the encoder (its weights, no dropout, eval mode) and its architecture
-(`modules.bilm_encoder.Architecture`), so an encoder can be rebuilt without weights wherever only
-the dict travels, e.g. inside a downstream model's archive.
+"""A biLM from any source, one loader per kind (`elmo_files.source.resolve_bilm_source` decides
+the kind). Each returns the encoder (its weights, no dropout, eval mode) and its architecture
+(`modules.bilm_encoder.Architecture`). An encoder can then be rebuilt without weights wherever
+only the dict travels, e.g. inside a downstream model's archive.
 """
 
 from allennlp.common.checks import check_for_gpu
