@@ -161,10 +161,9 @@ class ElmoEmbed(Subcommand):
             "--precision",
             choices=PRECISION_CHOICES,
             default="fp32",
-            help="fp32 (default): float32 weights and activations; tf32: the same with TF32 "
-            "matmuls and convolutions on the GPU (--tf32; on a CPU the same as fp32); bf16: "
-            "the encoder under bfloat16 autocast (memory cells in float32). Vectors are stored "
-            "as --dtype says",
+            help="fp32: float32 weights and activations; tf32: the same with TF32 matmuls and "
+            "convolutions on a GPU (as --tf32; on a CPU the same as fp32); bf16: the encoder "
+            "under bfloat16 autocast (memory cells in float32). The stored type is --dtype's",
         )
         subparser.add_argument(
             "--resume",
