@@ -171,9 +171,8 @@ class ElmoEmbed(Subcommand):
             help=f"continue an interrupted run from OUTPUT{PARTIAL_SUFFIX} (same model weights, "
             "the same input file, unchanged, and the same --layers, --pool, --dtype, "
             "--compression, --shard, --batch-size, --batch-tokens, --sort-window and --precision, "
-            "or refused "
-            "naming what differs); the result equals an uninterrupted run's; not with standard "
-            "input or a FIFO",
+            "or refused naming what differs); the result equals an uninterrupted run's; not with "
+            "standard input or a FIFO",
         )
         subparser.set_defaults(func=embed_from_args)
         return subparser
