@@ -26,8 +26,13 @@ the faster for one GPU.
 `--baseline FILE` (another run's results.json, e.g. of the code before a change, made in the
 same call) prints each run's tokens/s against the baseline's run of the same config,
 precision and batch size.
-Then embedding: our `elmo-embed` path (`embed_file`) vs allennlp's `Elmo` (batches of 32 in
-file order) on the same GPU with the same random original-size weights, tokens/s each.
+Then embedding, with the same random original-size weights: our `elmo-embed` path
+(`embed_file`, `--embed-batch-tokens`) vs allennlp's `Elmo` (batches of 32 in file order) on
+the same GPU, tokens/s each (full float32 output, TF32 off). Ours also with `--dtype float16`,
+with `--pool mean`, per precision (`--precision fp32` and each of `--precisions`), and the
+computation alone (no copy back, nothing written: where the disk becomes the bound, against
+this disk's fsynced write rate). Each precision's max abs difference to the CPU's float32
+vectors of the first `--embed-check-tokens` tokens.
 
 Text: `scripts/make_scale_corpus.py` (1B Word's shape) in a temporary folder. Prints one JSON
 object per measurement and a table, then ends with one JSON line (benchmarks/support/common.py):
@@ -38,6 +43,8 @@ is skipped.
 """
 
 import argparse
+import copy
+import functools
 import json
 import os
 import subprocess
@@ -332,17 +339,9 @@ def corpus_sentences(corpus: Path, max_tokens: int) -> list[list[str]]:
     return sentences
 
 
-def measure_embedding(args, corpus: Path, device: torch.device) -> dict:
-    """`elmo-embed`'s embed_file vs allennlp's Elmo, same random original-size weights; its files
-    go in corpus/embedding (inside main's temporary folder, removed with it)."""
-    from allennlp.modules.elmo import Elmo, batch_to_ids
-
-    from benchmarks.embedder_vs_allennlp_elmo import reset_allennlp_states
-    from elmo_plugin.commands.elmo_embed import embed_file
-    from elmo_plugin.elmo_files.options import architecture_from_options
-    from elmo_plugin.elmo_files.weights import write_bilm_encoder
-    from elmo_plugin.modules.bilm_encoder import BiLmEncoder
-
+def original_options(dry_run: bool) -> dict:
+    """The published original ELMo's options.json (2 x 4096/512, clips 3, 2048 character
+    filters, 2 highway); shrunk with `dry_run`."""
     lstm = {
         "use_skip_connections": True,
         "projection_dim": 512,
@@ -352,10 +351,10 @@ def measure_embedding(args, corpus: Path, device: torch.device) -> dict:
         "proj_clip": 3,
     }
     filters = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
-    if args.dry_run:
+    if dry_run:
         lstm.update(projection_dim=16, dim=32)
         filters = SHRUNK["model.text_field_embedder.token_embedders.elmo.filters"]
-    options = {
+    return {
         "lstm": lstm,
         "char_cnn": {
             "activation": "relu",
@@ -366,22 +365,124 @@ def measure_embedding(args, corpus: Path, device: torch.device) -> dict:
             "filters": filters,
         },
     }
+
+
+def read_vectors(path: Path) -> dict[str, Any]:
+    import h5py
+
+    with h5py.File(path, "r") as vectors:
+        return {name: vectors[name][()] for name in vectors if name != "sentence_to_index"}
+
+
+def max_abs_difference(ours: dict[str, Any], reference: dict[str, Any]) -> float:
+    return max(
+        float(abs(ours[name].astype("float32") - value).max(initial=0))
+        for name, value in reference.items()
+    )
+
+
+def disk_write_rate(folder: Path, megabytes: int) -> float:
+    """MB/s of writing `megabytes` of random bytes to a file in `folder` and fsyncing it."""
+    block = os.urandom(1 << 20)
+    path = folder / "disk_rate.bin"
+    start = time.perf_counter()
+    with open(path, "wb") as output:
+        for _ in range(megabytes):
+            output.write(block)
+        output.flush()
+        os.fsync(output.fileno())
+    seconds = time.perf_counter() - start
+    path.unlink()
+    return megabytes / seconds
+
+
+def measure_embedding(args, corpus: Path, device: torch.device, precisions: list[str]) -> dict:
+    """`elmo-embed`'s embed_file vs allennlp's Elmo, same random original-size weights: tokens/s
+    of the full output (float32; float16), of `--pool mean` and of the computation alone (no
+    copy back, nothing written). Per precision: the full float32 output's tokens/s and its max
+    abs difference to the CPU's float32 vectors (the first `--embed-check-tokens`). And this
+    disk's write rate. Files go in corpus/embedding (inside main's temporary folder)."""
+    from allennlp.modules.elmo import Elmo, batch_to_ids
+
+    from benchmarks.embedder_vs_allennlp_elmo import reset_allennlp_states
+    from elmo_plugin.commands import elmo_embed
+    from elmo_plugin.commands.line_vectors import VectorForm
+    from elmo_plugin.elmo_files.options import architecture_from_options
+    from elmo_plugin.elmo_files.weights import write_bilm_encoder
+    from elmo_plugin.modules.bilm_encoder import BiLmEncoder
+
+    options = original_options(args.dry_run)
     sentences = corpus_sentences(corpus, args.embed_tokens)
     tokens = sum(len(s) for s in sentences)
     folder = corpus / "embedding"
     folder.mkdir()
     torch.manual_seed(0)
-    encoder = BiLmEncoder.from_architecture(architecture_from_options(options))
-    write_bilm_encoder(encoder, str(folder / "options.json"), str(folder / "weights.hdf5"))
-    text = folder / "input.txt"
+    cpu_encoder = BiLmEncoder.from_architecture(architecture_from_options(options)).eval()
+    write_bilm_encoder(cpu_encoder, str(folder / "options.json"), str(folder / "weights.hdf5"))
+    text, check = folder / "input.txt", folder / "check.txt"
     text.write_text("\n".join(" ".join(s) for s in sentences) + "\n", encoding="utf-8")
-    encoder = encoder.to(device).eval()
-    embed_file(encoder, str(text), str(folder / "warmup.hdf5"), "all")  # compiles, not timed
-    synchronize(device)
-    start = time.perf_counter()
-    embed_file(encoder, str(text), str(folder / "vectors.hdf5"), "all")
-    synchronize(device)
-    ours = time.perf_counter() - start
+    checked = corpus_sentences(corpus, args.embed_check_tokens)
+    check.write_text("\n".join(" ".join(s) for s in checked) + "\n", encoding="utf-8")
+    elmo_embed.embed_file(cpu_encoder, str(check), str(folder / "cpu.hdf5"))
+    reference = read_vectors(folder / "cpu.hdf5")
+    encoder = copy.deepcopy(cpu_encoder).to(device)
+    batching = elmo_embed.Batching(args.embed_batch_size, args.embed_batch_tokens)
+
+    def tokens_per_s(name: str, precision: str = "fp32", **output: str) -> float:
+        form = elmo_embed.OutputFormat(**output)
+        run = functools.partial(elmo_embed.embed_file, encoder, str(text), batching=batching)
+        run(
+            output_file=str(folder / f"warmup_{name}.hdf5"), output_format=form, precision=precision
+        )
+        synchronize(device)
+        start = time.perf_counter()
+        run(output_file=str(folder / f"{name}.hdf5"), output_format=form, precision=precision)
+        synchronize(device)
+        return round(tokens / (time.perf_counter() - start), 1)
+
+    def computation_tokens_per_s() -> float:
+        """The batches of `embed_file`'s path on this device, computed and nothing else (after
+        a warm-up window)."""
+        chunk = list(enumerate(sentences))
+        path = elmo_embed.cpu_batches if device.type == "cpu" else elmo_embed.fixed_shape_batches
+        token_ids = elmo_embed.encoder_token_ids(encoder)
+        size = batching.sort_window
+
+        def compute(window: list) -> None:
+            for _ in path(encoder, token_ids, window, batching, VectorForm(), "fp32"):
+                pass
+
+        with torch.no_grad():
+            compute(chunk[:size])
+            synchronize(device)
+            start = time.perf_counter()
+            for first in range(0, len(chunk), size):
+                compute(chunk[first : first + size])
+            synchronize(device)
+        return round(tokens / (time.perf_counter() - start), 1)
+
+    result: dict[str, Any] = {
+        "embedding": f"{len(sentences)} sentences, {tokens} tokens, original size, random weights",
+        "batching": f"--batch-size {batching.batch_size} --batch-tokens {batching.batch_tokens}",
+        "max_abs_diff_vs_cpu": {},
+    }
+    for precision in dict.fromkeys(["fp32", *precisions]):
+        ProcessSettings(tf32=precision == "tf32").apply()
+        result[f"{precision}_tokens_per_s"] = tokens_per_s(precision, precision)
+        elmo_embed.embed_file(
+            encoder, str(check), str(folder / f"check_{precision}.hdf5"), precision=precision
+        )
+        ours = read_vectors(folder / f"check_{precision}.hdf5")
+        result["max_abs_diff_vs_cpu"][precision] = max_abs_difference(ours, reference)
+    ProcessSettings(tf32=False).apply()
+    result["ours_elmo_embed_tokens_per_s"] = result["fp32_tokens_per_s"]
+    result["float16_tokens_per_s"] = tokens_per_s("float16", dtype="float16")
+    result["pool_mean_tokens_per_s"] = tokens_per_s("pool_mean", pool="mean")
+    result["computation_only_tokens_per_s"] = computation_tokens_per_s()
+    disk = disk_write_rate(folder, 64 if args.dry_run else 2048)
+    bytes_per_token = encoder.num_layers * encoder.get_output_dim() * 4
+    result["disk_write_mb_per_s"] = round(disk, 1)
+    result["disk_bound_float32_tokens_per_s"] = round(disk * 1e6 / bytes_per_token, 1)
     theirs_elmo = (
         Elmo(str(folder / "options.json"), str(folder / "weights.hdf5"), 1, dropout=0.0)
         .to(device)
@@ -398,12 +499,9 @@ def measure_embedding(args, corpus: Path, device: torch.device) -> dict:
         synchronize(device)
     theirs = time.perf_counter() - start
     del vectors
-    return {
-        "embedding": f"{len(sentences)} sentences, {tokens} tokens, original size, random weights",
-        "ours_elmo_embed_tokens_per_s": round(tokens / ours, 1),
-        "allennlp_elmo_tokens_per_s": round(tokens / theirs, 1),
-        "speedup": round(theirs / ours, 2),
-    }
+    result["allennlp_elmo_tokens_per_s"] = round(tokens / theirs, 1)
+    result["speedup"] = round(result["ours_elmo_embed_tokens_per_s"] * theirs / tokens, 2)
+    return result
 
 
 def training_runs(args, precisions: list[str]) -> list[tuple[str, str, int, str]]:
@@ -477,11 +575,24 @@ def main(argv: list[str]) -> dict[str, Any]:
     parser.add_argument(
         "--embed-tokens", type=int, default=100_000, help="tokens embedded by each side"
     )
+    parser.add_argument(
+        "--embed-check-tokens",
+        type=int,
+        default=2_000,
+        help="tokens embedded on the CPU too, for the max abs difference of each precision",
+    )
+    parser.add_argument(
+        "--embed-batch-tokens", type=int, default=4096, help="elmo-embed's --batch-tokens"
+    )
+    parser.add_argument(
+        "--embed-batch-size", type=int, default=256, help="elmo-embed's --batch-size"
+    )
     parser.add_argument("--no-embed", action="store_true", help="skip the embedding comparison")
     parser.add_argument("--out", help="folder for results.json")
     args = parser.parse_args(argv)
     if args.dry_run:
         args.steps, args.warmup, args.profile_steps, args.embed_tokens = 3, 1, 2, 300
+        args.embed_check_tokens = 100
         args.num_workers = 0
     device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
     if device.type == "cpu" and not args.dry_run:
@@ -513,7 +624,7 @@ def main(argv: list[str]) -> dict[str, Any]:
             figures[f"{key}_tokens_per_s"] = result["tokens_per_s"]
             figures["headline"].append(f"{key}_tokens_per_s")
         if not args.no_embed:
-            result = measure_embedding(args, Path(folder), device)
+            result = measure_embedding(args, Path(folder), device, precisions)
             print(json.dumps(result), flush=True)
             results.append(result)
             figures["embed_speedup"] = result["speedup"]
@@ -543,7 +654,11 @@ def main(argv: list[str]) -> dict[str, Any]:
         else:
             print(
                 f"elmo-embed {r['ours_elmo_embed_tokens_per_s']} tokens/s vs allennlp Elmo "
-                f"{r['allennlp_elmo_tokens_per_s']} tokens/s: {r['speedup']}x"
+                f"{r['allennlp_elmo_tokens_per_s']} tokens/s: {r['speedup']}x; float16 "
+                f"{r['float16_tokens_per_s']}, --pool mean {r['pool_mean_tokens_per_s']}, "
+                f"computation only {r['computation_only_tokens_per_s']}, disk-bound (float32) "
+                f"{r['disk_bound_float32_tokens_per_s']} tokens/s; max abs difference to the "
+                f"CPU {r['max_abs_diff_vs_cpu']}"
             )
     return {**figures, "results": results}
 

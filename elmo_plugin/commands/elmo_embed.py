@@ -2,6 +2,7 @@
 
 import argparse
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -18,6 +19,7 @@ from allennlp.common import Tqdm
 from allennlp.common.checks import ConfigurationError, check_for_gpu
 
 from elmo_plugin.archives.bilm_source import load_bilm_encoder
+from elmo_plugin.commands.bucketed_batches import bucket_ids, bucketed_batches, id_table
 from elmo_plugin.commands.cli_errors import reports_errors
 from elmo_plugin.commands.embed_input import (
     STDIN,
@@ -29,12 +31,13 @@ from elmo_plugin.commands.embed_input import (
     parse_shard,
 )
 from elmo_plugin.commands.learned_mix import LearnedMix, mix_archive, read_learned_mix
+from elmo_plugin.commands.line_vectors import VectorForm, line_vectors
 from elmo_plugin.commands.output_lock import LOCK_SUFFIX, output_lock
 from elmo_plugin.commands.output_paths import check_not_an_input, check_output_file
+from elmo_plugin.commands.writer_thread import WriterThread
 from elmo_plugin.data.corpus_stats import CorpusStats
 from elmo_plugin.data.full_disk import DiskFull, check_room
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
-from elmo_plugin.modules.bilm_sentence_layers import without_boundaries
 from elmo_plugin.modules.sentence_pooling import POOL_CHOICES, check_pool, pool_tokens
 from elmo_plugin.modules.token_vector_cache import TokenVectorCache
 from elmo_plugin.training.process_settings import ProcessSettings
@@ -43,6 +46,7 @@ logger = logging.getLogger(__name__)
 
 LAYER_CHOICES = ("all", "average", "top")  # or mix:ARCHIVE
 DTYPE_CHOICES = ("float32", "float16")
+PRECISION_CHOICES = ("fp32", "tf32", "bf16")
 COMPRESSION_CHOICES = ("none", "gzip", "lzf")  # h5py's own filters
 DEFAULT_BATCH_TOKENS = 4096  # padded tokens (<S>, </S> included) per batch
 DEFAULT_SORT_WINDOW = 8192  # sentences sorted by length together
@@ -151,16 +155,24 @@ class ElmoEmbed(Subcommand):
             action=argparse.BooleanOptionalAction,
             default=None,
             help="let (or stop) float32 matmuls and convolutions on the GPU use TF32; "
-            "default: torch's",
+            "default: torch's (--precision tf32 lets them)",
+        )
+        subparser.add_argument(
+            "--precision",
+            choices=PRECISION_CHOICES,
+            default="fp32",
+            help="fp32: float32 weights and activations; tf32: the same with TF32 matmuls and "
+            "convolutions on a GPU (as --tf32; on a CPU the same as fp32); bf16: the encoder "
+            "under bfloat16 autocast (memory cells in float32). The stored type is --dtype's",
         )
         subparser.add_argument(
             "--resume",
             action="store_true",
             help=f"continue an interrupted run from OUTPUT{PARTIAL_SUFFIX} (same model weights, "
             "the same input file, unchanged, and the same --layers, --pool, --dtype, "
-            "--compression, --shard, --batch-size, --batch-tokens and --sort-window, or refused "
-            "naming what differs); the result equals an uninterrupted run's; not with standard "
-            "input or a FIFO",
+            "--compression, --shard, --batch-size, --batch-tokens, --sort-window and --precision, "
+            "or refused naming what differs); the result equals an uninterrupted run's; not with "
+            "standard input or a FIFO",
         )
         subparser.set_defaults(func=embed_from_args)
         return subparser
@@ -178,8 +190,11 @@ def embed_from_args(args: argparse.Namespace) -> None:
     check_arguments(
         args.input_file, args.output_file, args.layers, batching, args.resume, output, args.model
     )
+    if args.precision == "tf32" and args.tf32 is False:
+        raise ConfigurationError("elmo-embed: --precision tf32 uses TF32; it cannot be --no-tf32")
     mix = read_learned_mix(mix_archive(args.layers)) if mix_archive(args.layers) else None
-    ProcessSettings(keep_freed_heap=args.keep_freed_heap, tf32=args.tf32).apply()
+    tf32 = True if args.precision == "tf32" else args.tf32
+    ProcessSettings(keep_freed_heap=args.keep_freed_heap, tf32=tf32).apply()
     encoder = load_bilm_encoder(args.model, args.cuda_device)
     if mix is not None:
         mix.check_fits(encoder, args.model)
@@ -193,6 +208,7 @@ def embed_from_args(args: argparse.Namespace) -> None:
         output,
         shard,
         mix,
+        args.precision,
     )
 
 
@@ -279,25 +295,12 @@ def check_cuda_device(cuda_device: int) -> None:
         ) from None
 
 
-def select_layers(
-    vectors: torch.Tensor, layers: str, mix: Optional[LearnedMix] = None
-) -> torch.Tensor:
-    """(num_layers, tokens, dim) -> itself (`all`), or (tokens, dim): the mean, the top layer,
-    or the learned `mix` (`mix:ARCHIVE`)."""
-    if layers == "average":
-        return vectors.mean(dim=0)
-    if layers == "top":
-        return vectors[-1]
-    if mix is not None:
-        return mix.apply(vectors)
-    return vectors
-
-
 class _Writer:
-    """Writes one dataset per line into the partial file (pooled, cast and compressed as
-    `form` says), records how many input lines are complete, and remembers every sentence's
-    line numbers. Room on the disk is checked before each write (`check_room`): a DiskFull
-    naming `name` (OUTPUT) leaves the file whole."""
+    """Writes one dataset per line into the partial file (its vectors as `line_vectors` made
+    them, compressed as `form` says), records how many input lines are complete, and remembers
+    every sentence's line numbers. Room on the disk is checked before each write
+    (`check_room`): a DiskFull naming `name` (OUTPUT) leaves the file whole. `embed_file` runs
+    its writes and records on a `WriterThread`, `note` and `close` in its own thread."""
 
     def __init__(
         self, output: h5py.File, empty_shape: tuple[int, ...], form: OutputFormat, name: str
@@ -335,9 +338,8 @@ class _Writer:
             )
         self.expected = None
 
-    def write(self, index: int, vectors: torch.Tensor) -> None:
-        """vectors (..., tokens, dim) of one line's real tokens, layers selected."""
-        data = pool_tokens(vectors, self.form.pool).numpy().astype(self.form.dtype)
+    def write(self, index: int, data: numpy.ndarray, num_tokens: int) -> None:
+        """data: one line's vectors as stored, (..., tokens, dim), or (..., dim) pooled."""
         if self.form.dtype == "float16" and not numpy.isfinite(data).all():
             self.overflows += 1
         compression = (
@@ -345,16 +347,33 @@ class _Writer:
         )
         dataset = self.output.create_dataset(str(index), data=data, compression=compression)
         if self.form.pool != "none":
-            dataset.attrs["num_tokens"] = vectors.size(-2)
+            dataset.attrs["num_tokens"] = num_tokens
+
+    def write_batch(
+        self,
+        batch: list[tuple[int, list[str]]],
+        vectors: torch.Tensor,
+        ready: Optional[torch.cuda.Event],
+    ) -> None:
+        """A batch's `line_vectors` (rows, ...) on the host, once `ready` (the event its copy
+        from the GPU is done by; None: done) -> one dataset per line, padding cut."""
+        if ready is not None:
+            ready.synchronize()
+        pooled = self.form.pool != "none"
+        for row, (index, tokens) in enumerate(batch):
+            data = vectors[row] if pooled else vectors[row, ..., : len(tokens), :]
+            self.write(index, numpy.ascontiguousarray(data.numpy()), len(tokens))
 
     def write_empty(self, index: int) -> None:
         check_room(self.output.filename, DATASET_BYTES, self.name)
-        self.write(index, torch.zeros(self.empty_shape))
+        empty = pool_tokens(torch.zeros(self.empty_shape), self.form.pool)
+        self.write(index, empty.numpy().astype(self.form.dtype), 0)
 
-    def record(self, lines_done: int) -> None:
-        """Lines 0..lines_done-1 are written: flushed to disk first, then recorded as done."""
+    def record(self, lines_done: int, lines_sha256: str) -> None:
+        """Lines 0..lines_done-1 (their text's digest `lines_sha256`) are written: flushed to
+        disk first, then recorded as done."""
         self.output.flush()
-        self.output.attrs[LINES_SHA256] = self.lines_sha256.hexdigest()
+        self.output.attrs[LINES_SHA256] = lines_sha256
         self.output.attrs[LINES_DONE] = lines_done
         self.output.flush()
         logger.info("elmo-embed: %d lines done (in %s)", lines_done, self.output.filename)
@@ -475,27 +494,101 @@ def length_sorted_batches(
         yield batch
 
 
+def encoder_precision(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
+    """Where the encoder runs: bfloat16 autocast on its device for `precision` bf16 (fp32 and
+    tf32 need none: TF32 is a process setting)."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
 def embed_batch(
     encoder: BiLmEncoder,
     cache: TokenVectorCache,
     batch: list[tuple[int, list[str]]],
     token_ids: TokenIds,
-) -> tuple[torch.Tensor, list[int]]:
-    """Sentences -> (layers (batch, num_layers, tokens, dim), lengths) as `sentence_layers` gives
-    them, with the character encoder's outputs from `cache`."""
+    form: VectorForm,
+    precision: str = "fp32",
+) -> torch.Tensor:
+    """The CPU's path: sentences -> their `line_vectors` (batch, ...), with the character
+    encoder's outputs from `cache`."""
     sentences = [[token_ids.bos, *tokens, token_ids.eos] for _, tokens in batch]
     width = max(len(sentence) for sentence in sentences)
     lengths = torch.tensor([len(sentence) for sentence in sentences])
-    vectors = cache.vectors([text for sentence in sentences for text in sentence])
-    mask = cast(
-        torch.BoolTensor,
-        torch.arange(width, device=vectors.device) < lengths.to(vectors.device).unsqueeze(1),
+    device = next(encoder.parameters()).device
+    with encoder_precision(precision, device):
+        vectors = cache.vectors([text for sentence in sentences for text in sentence])
+        mask = cast(torch.BoolTensor, (torch.arange(width) < lengths.unsqueeze(1)).to(device))
+        tokens = vectors.new_zeros(len(batch), width, vectors.size(-1))
+        tokens[mask] = vectors  # row-major: sentence by sentence, in order
+        layers = encoder.layers_from_tokens(tokens, mask)
+    return line_vectors(layers, mask, form)
+
+
+def embed_bucket(
+    encoder: BiLmEncoder, ids: torch.Tensor, form: VectorForm, precision: str = "fp32"
+) -> torch.Tensor:
+    """The fixed-shape path (every device but the CPU): a bucket's token ids (rows, width, ids
+    per token) on the host -> its `line_vectors` (rows, ...) on the encoder's device. The ids
+    are copied without waiting (from pinned memory on CUDA); the encoder runs its own device
+    path over every token (on CUDA the character CNN's `reference`, the LSTM's whole-sequence
+    function): the same ops on the same shapes for every batch of a bucket, no host reads."""
+    device = next(encoder.parameters()).device
+    if device.type == "cuda":
+        ids = ids.pin_memory()
+    with encoder_precision(precision, device):
+        layers, mask = encoder(ids.to(device, non_blocking=True))
+    return line_vectors(layers, mask, form)
+
+
+def to_host(vectors: torch.Tensor) -> tuple[torch.Tensor, Optional[torch.cuda.Event]]:
+    """Vectors -> (their copy on the host, the CUDA event it is complete by): from CUDA copied
+    into pinned memory without waiting; from elsewhere at once (None)."""
+    if vectors.device.type != "cuda":
+        return vectors.cpu(), None
+    host = vectors.to("cpu", non_blocking=True)
+    ready = torch.cuda.Event()
+    ready.record()
+    return host, ready
+
+
+Batches = Iterator[tuple[list[tuple[int, list[str]]], torch.Tensor]]
+
+
+def cpu_batches(
+    encoder: BiLmEncoder,
+    token_ids: TokenIds,
+    chunk: list[tuple[int, list[str]]],
+    batching: Batching,
+    form: VectorForm,
+    precision: str,
+) -> Batches:
+    """The CPU's path: length-sorted batches through `embed_batch`. The token cache lives for
+    one window: a resumed run, which starts at a window, then computes every vector exactly as
+    an uninterrupted one (bit for bit)."""
+    cache = TokenVectorCache(encoder.char_cnn, token_ids.ids, batching.token_cache)
+    for batch in length_sorted_batches(chunk, batching):
+        yield batch, embed_batch(encoder, cache, batch, token_ids, form, precision)
+    logger.info(
+        "elmo-embed: token cache %d hits, %d misses in this window", cache.hits, cache.misses
     )
-    tokens = vectors.new_zeros(len(batch), width, vectors.size(-1))
-    tokens[mask] = vectors  # row-major: sentence by sentence, in order
-    with torch.no_grad():
-        layers, trimmed = without_boundaries(encoder.layers_from_tokens(tokens, mask), mask)
-    return layers, trimmed.tolist()
+
+
+def fixed_shape_batches(
+    encoder: BiLmEncoder,
+    token_ids: TokenIds,
+    chunk: list[tuple[int, list[str]]],
+    batching: Batching,
+    form: VectorForm,
+    precision: str,
+) -> Batches:
+    """The fixed-shape path: `bucketed_batches` through `embed_bucket`, the token ids built on
+    the host from one table per window."""
+    boundaries = (token_ids.bos, token_ids.eos)
+    ids = id_table(chunk, token_ids.ids, boundaries)
+    for bucket in bucketed_batches(chunk, batching.batch_size, batching.batch_tokens):
+        yield (
+            bucket.batch,
+            embed_bucket(encoder, bucket_ids(bucket, ids, boundaries), form, precision),
+        )
 
 
 def embed_chunk(
@@ -503,23 +596,20 @@ def embed_chunk(
     token_ids: TokenIds,
     chunk: list[tuple[int, list[str]]],
     batching: Batching,
-    layers: str,
-    writer: _Writer,
+    form: VectorForm,
+    write: Callable[..., None],
     progress,
-    mix: Optional[LearnedMix] = None,
+    precision: str = "fp32",
+    fixed_shapes: bool = False,
 ) -> None:
-    """(line number, tokens) pairs -> length-sorted batches -> one dataset per line. The token
-    cache lives for one window: a resumed run, which starts at a window, then computes every
-    vector exactly as an uninterrupted one (bit for bit)."""
-    cache = TokenVectorCache(encoder.char_cnn, token_ids.ids, batching.token_cache)
-    for batch in length_sorted_batches(chunk, batching):
-        vectors, lengths = embed_batch(encoder, cache, batch, token_ids)
-        for (index, _), sentence, length in zip(batch, vectors.cpu(), lengths, strict=True):
-            writer.write(index, select_layers(sentence[:, :length], layers, mix))
-        progress.update(sum(lengths))
-    logger.info(
-        "elmo-embed: token cache %d hits, %d misses in this window", cache.hits, cache.misses
-    )
+    """(line number, tokens) pairs -> batches (`fixed_shape_batches` or `cpu_batches`) -> each
+    batch's `write(batch, vectors on the host, ready)`: `_Writer.write_batch`'s arguments, the
+    copy from a GPU not waited for."""
+    path = fixed_shape_batches if fixed_shapes else cpu_batches
+    with torch.no_grad():
+        for batch, vectors in path(encoder, token_ids, chunk, batching, form, precision):
+            write(batch, *to_host(vectors))
+            progress.update(sum(len(tokens) for _, tokens in batch))
 
 
 def run_settings(
@@ -572,24 +662,40 @@ def embed_file(
     output_format: OutputFormat = DEFAULT_FORMAT,
     shard: Shard = WHOLE_INPUT,
     mix: Optional[LearnedMix] = None,
+    precision: str = "fp32",
+    fixed_shapes: Optional[bool] = None,
 ) -> None:
     """Streams INPUT in windows of `batching.sort_window` sentences, sorts each window by length,
     embeds it in batches of at most `batching.batch_tokens` padded tokens (each sentence as
-    `<S> w1 .. wn </S>` from zero state, character-encoder outputs cached by token within the
-    window). It writes each line's vectors, boundaries removed, into OUTPUT.partial as dataset
-    "line number", recording after each window how many lines are done. It renames it to OUTPUT
-    when complete; OUTPUT.lock is held meanwhile (`output_lock`). The order of computation
-    changes nothing in the output. `resume` continues from the last record (windows start at the
-    same lines as in an uninterrupted run, so the batches and the vectors are the same).
-    `output_format` pools, casts and compresses each line's dataset; `shard` embeds only its
-    lines (keys stay global line numbers); `layers` = `mix:ARCHIVE` applies `mix` (read from
-    ARCHIVE when not given). INPUT `-` is standard input; it and other streams (`is_stream`)
-    have no progress total and no `resume`."""
+    `<S> w1 .. wn </S>` from zero state). It writes each line's vectors, boundaries removed,
+    into OUTPUT.partial as dataset "line number", recording after each window how many lines
+    are done. It renames it to OUTPUT when complete; OUTPUT.lock is held meanwhile
+    (`output_lock`). The order of computation changes nothing in the output. `resume`
+    continues from the last record (windows start at the same lines as in an uninterrupted run,
+    so the batches and the vectors are the same). `output_format` pools, casts and compresses
+    each line's dataset; `shard` embeds only its lines (keys stay global line numbers);
+    `layers` = `mix:ARCHIVE` applies `mix` (read from ARCHIVE when not given). `precision` is
+    fp32, tf32 (the same here: TF32 is a process setting) or bf16 (`encoder_precision`).
+    INPUT `-` is standard input; it and other streams (`is_stream`) have no progress total and
+    no `resume`.
+
+    Two paths, the same vectors within float rounding: the CPU's (`cpu_batches`:
+    character-encoder outputs cached by token within the window), and the fixed-shape one
+    (`fixed_shape_batches`), which every other device takes; `fixed_shapes` True or False
+    chooses (for tests on a CPU). Either way the writes run on a `WriterThread` while the next
+    batches are computed, and a GPU's results are copied back without waiting for them."""
     check_arguments(input_file, output_file, layers, batching, resume, output_format)
+    if precision not in PRECISION_CHOICES:
+        raise ConfigurationError(
+            f"elmo-embed: --precision must be one of {PRECISION_CHOICES}, got {precision!r}"
+        )
     if mix_archive(layers) and mix is None:
         mix = read_learned_mix(mix_archive(layers))
         mix.check_fits(encoder, "the biLM")
     encoder.eval()
+    device = next(encoder.parameters()).device
+    fixed = device.type != "cpu" if fixed_shapes is None else fixed_shapes
+    form = vector_form(layers, mix, output_format, device)
     token_ids = encoder_token_ids(encoder)
     empty_shape = (
         (encoder.num_layers, 0, encoder.get_output_dim())
@@ -598,6 +704,7 @@ def embed_file(
     )
     with output_lock(output_file, output_file + LOCK_SUFFIX):
         settings = run_settings(input_file, layers, mix, batching, output_format, shard, encoder)
+        settings["elmo_embed_precision"] = precision
         partial = output_file + PARTIAL_SUFFIX
         stats = CorpusStats(files=1)
         lines = numbered_lines(input_file, stats, shard)  # a stream: checked to be text now
@@ -607,28 +714,35 @@ def embed_file(
         with resumable_when_full(partial, input_file), output:
             writer = _Writer(output, empty_shape, output_format, output_file)
             writer.expected = resumed
-            chunk: list[tuple[int, list[str]]] = []
             progress = Tqdm.tqdm(total=total, desc="elmo-embed", unit=" tokens", unit_scale=True)
-            for index, text in lines:
-                writer.note(index, text)
-                tokens = text.split()
-                stats.lines += bool(tokens)
-                stats.blank_lines += not tokens
-                if index < done:
-                    progress.update(len(tokens))
-                    continue
-                if tokens:
-                    chunk.append((index, tokens))
-                else:
-                    writer.write_empty(index)
-                if len(chunk) >= batching.sort_window:
-                    writer.check_room_for(chunk)
-                    embed_chunk(encoder, token_ids, chunk, batching, layers, writer, progress, mix)
-                    chunk = []
-                    writer.record(index + 1)
-            if chunk:
-                writer.check_room_for(chunk)
-                embed_chunk(encoder, token_ids, chunk, batching, layers, writer, progress, mix)
+            with WriterThread() as background:
+
+                def embed(chunk: list[tuple[int, list[str]]]) -> None:
+                    background.submit(writer.check_room_for, chunk)
+                    write = functools.partial(background.submit, writer.write_batch)
+                    args = (chunk, batching, form, write, progress, precision, fixed)
+                    embed_chunk(encoder, token_ids, *args)
+
+                chunk: list[tuple[int, list[str]]] = []
+                for index, text in lines:
+                    writer.note(index, text)
+                    tokens = text.split()
+                    stats.lines += bool(tokens)
+                    stats.blank_lines += not tokens
+                    if index < done:
+                        progress.update(len(tokens))
+                        continue
+                    if tokens:
+                        chunk.append((index, tokens))
+                    else:
+                        background.submit(writer.write_empty, index)
+                    if len(chunk) >= batching.sort_window:
+                        embed(chunk)
+                        chunk = []
+                        digest = writer.lines_sha256.hexdigest()
+                        background.submit(writer.record, index + 1, digest)
+                if chunk:
+                    embed(chunk)
             progress.close()
             writer.close()
         os.replace(partial, output_file)
@@ -642,3 +756,15 @@ def embed_file(
             shard.part,
         )
     print(f"elmo-embed: {stats.lines} sentences, {stats.blank_lines} blank lines -> {output_file}")
+
+
+def vector_form(
+    layers: str, mix: Optional[LearnedMix], output_format: OutputFormat, device: torch.device
+) -> VectorForm:
+    """`--layers` (the mix's weights on `device`), `--pool` and `--dtype` as `line_vectors`
+    takes them."""
+    form = VectorForm(layers, output_format.pool, output_format.dtype)
+    if mix is None:
+        return form
+    weights = torch.tensor(mix.weights, device=device)
+    return form._replace(layers="mix", mix_weights=weights, mix_gamma=mix.gamma)

@@ -31,11 +31,6 @@ class LearnedMix(NamedTuple):
     gamma: float
     bilm: dict[str, torch.Tensor]
 
-    def apply(self, layers: torch.Tensor) -> torch.Tensor:
-        """layers (num_layers, tokens, dim) -> (tokens, dim)."""
-        weights = torch.tensor(self.weights, dtype=layers.dtype, device=layers.device)
-        return self.gamma * torch.einsum("l,ltd->td", weights, layers)
-
     def check_fits(self, encoder: BiLmEncoder, model: str) -> None:
         """A ConfigurationError when the mix was learned over a biLM of another layer count or
         width than `encoder` (MODEL); a warning when only the biLM's weights differ."""

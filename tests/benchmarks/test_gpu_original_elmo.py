@@ -28,6 +28,9 @@ def test_help_names_every_measurement():
         "FlopCounterMode",
         "--dry-run",
         "allennlp's `Elmo`",
+        "`--pool mean`",
+        "computation alone",
+        "max abs difference to the CPU",
     ):
         assert words in result.stdout
 
@@ -75,5 +78,10 @@ def test_dry_run_trains_both_configs_and_embeds_on_cpu_and_leaves_no_temporary_f
         assert {"kernels_per_step", "host_syncs_per_step", "host_sync_wait_s_per_step"} <= set(
             profile
         )
-    embedding = [r for r in report["results"] if "speedup" in r]
-    assert len(embedding) == 1 and embedding[0]["ours_elmo_embed_tokens_per_s"] > 0
+    (embedding,) = [r for r in report["results"] if "speedup" in r]
+    rates = ("fp32", "bf16", "float16", "pool_mean", "computation_only", "allennlp_elmo")
+    assert all(embedding[f"{rate}_tokens_per_s"] > 0 for rate in rates)
+    assert embedding["disk_bound_float32_tokens_per_s"] > 0
+    # on a CPU the float32 run is the CPU's own path: the same vectors; bf16 close to them
+    differences = embedding["max_abs_diff_vs_cpu"]
+    assert differences["fp32"] == 0 and 0 < differences["bf16"] < 0.1
