@@ -25,7 +25,6 @@ Ends with one JSON line (benchmarks/support/common.py): tokens/s for each side a
 import argparse
 import cProfile
 import pstats
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,6 +40,7 @@ from allennlp_models.lm.dataset_readers.simple_language_modeling import (
 )
 
 import elmo_plugin  # noqa: F401  (registers components)
+from benchmarks.support.child import Child
 from benchmarks.support.common import CONFIG_DIR, REPO_ROOT, Declaration, run_benchmark
 
 NAME = "data_pipeline"
@@ -61,7 +61,7 @@ def generate_corpus(folder: Path, tokens: int) -> dict[str, str]:
         "--out",
         str(folder / "corpus"),
     ]
-    subprocess.run(command, check=True, capture_output=True)
+    Child(command, folder / "corpus.log").check()
     return {
         "corpus": str(next((folder / "corpus").iterdir())),
         "tokens_file": str(folder / "tokens.txt"),

@@ -15,7 +15,6 @@ state is taken from a first pass (not timed). Ends with one JSON line
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,6 +25,7 @@ from typing import Any
 from allennlp.data.data_loaders import MultiProcessDataLoader
 
 import elmo_plugin  # noqa: F401  (registers components)
+from benchmarks.support.child import Child
 from benchmarks.support.common import REPO_ROOT, Declaration, run_benchmark
 from elmo_plugin.data.elmo_corpus_loader import ElmoCorpusLoader
 from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
@@ -95,20 +95,10 @@ def main(argv: list[str]) -> dict[str, Any]:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as folder:
         corpus = Path(folder) / "corpus"
-        subprocess.run(
-            [
-                sys.executable,
-                str(REPO_ROOT / "scripts/make_scale_corpus.py"),
-                "--tokens",
-                str(args.tokens),
-                "--shards",
-                str(args.shards),
-                "--out",
-                str(corpus),
-            ],
-            check=True,
-            capture_output=True,
-        )
+        script = str(REPO_ROOT / "scripts/make_scale_corpus.py")
+        sizes = ["--tokens", str(args.tokens), "--shards", str(args.shards)]
+        command = [sys.executable, script, *sizes, "--out", str(corpus)]
+        Child(command, Path(folder) / "corpus.log").check()
         pattern = str(corpus / "*")
         vocab = ElmoTokensVocabulary.from_elmo_tokens_file(str(Path(folder) / "tokens.txt"))
         states = states_after_each_batch(pattern, vocab)

@@ -40,7 +40,6 @@ is skipped.
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -55,6 +54,7 @@ from allennlp.models import Model
 from allennlp.training.optimizers import Optimizer
 
 import elmo_plugin  # noqa: F401  (registers components)
+from benchmarks.support.child import Child
 from benchmarks.support.common import CONFIG_DIR, REPO_ROOT, Declaration, Skip, run_benchmark
 from elmo_plugin.data.corpus_data_loader import to_device
 from elmo_plugin.training.process_settings import ProcessSettings
@@ -103,7 +103,7 @@ def make_corpus(folder: Path, tokens: int) -> Path:
         "--out",
         str(folder / "train"),
     ]
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    Child(command, folder / "corpus.log").check()
     return folder / "tokens.txt"
 
 
