@@ -21,7 +21,8 @@
 Peak RSS is the largest process's the script waited for (the main process; DDP workers report
 theirs as metrics.json's `peak_worker_N_memory_MB`, in `metrics`).
 Prints one JSON object per stage, then ends with the summary as one JSON line
-(benchmarks/support/common.py; the summary also in WORKDIR/summary.json).
+(benchmarks/support/common.py; the summary also in WORKDIR/summary.json), each command's output
+in WORKDIR/NAME.log (`corpus`, `elmo-vocab`, `train_1proc-killed`, ...).
 `--model-overrides` (JSON) shrinks the model further (tests use it); `--dry-run` prints the
 commands without running them.
 """
@@ -37,7 +38,12 @@ from pathlib import Path
 from typing import Any, Optional
 
 from benchmarks.support.child import Child
-from benchmarks.support.common import REPO_ROOT, Declaration, run_benchmark
+from benchmarks.support.common import (
+    REPO_ROOT,
+    Declaration,
+    run_benchmark,
+    scale_corpus_command,
+)
 
 NAME = "scale_rehearsal"
 ALLENNLP = str(Path(sys.executable).parent / "allennlp")
@@ -92,37 +98,10 @@ def complete_checkpoint(run_dir: Path, seen: dict[int, float]) -> Optional[int]:
 
 
 def make_corpus(work: Path, tokens: int, shards: int, heldout_tokens: int, dry_run: bool) -> dict:
-    script = str(REPO_ROOT / "scripts" / "make_scale_corpus.py")
-    train = run_measured(
-        [
-            sys.executable,
-            script,
-            "--tokens",
-            str(tokens),
-            "--shards",
-            str(shards),
-            "--out",
-            str(work / "corpus" / "train"),
-        ],
-        work / "corpus.log",
-        dry_run,
-    )
-    run_measured(
-        [
-            sys.executable,
-            script,
-            "--tokens",
-            str(heldout_tokens),
-            "--shards",
-            "1",
-            "--seed",
-            "1",
-            "--out",
-            str(work / "heldout" / "shards"),
-        ],
-        work / "heldout.log",
-        dry_run,
-    )
+    train_shards = scale_corpus_command(work / "corpus" / "train", tokens, shards)
+    train = run_measured(train_shards, work / "corpus.log", dry_run)
+    heldout_shard = scale_corpus_command(work / "heldout" / "shards", heldout_tokens, 1, seed=1)
+    run_measured(heldout_shard, work / "heldout.log", dry_run)
     return {"stage": "corpus", "tokens": tokens, "shards": shards, "seconds": train["seconds"]}
 
 
