@@ -25,8 +25,6 @@ Ends with one JSON line (benchmarks/support/common.py): tokens/s for each side a
 import argparse
 import cProfile
 import pstats
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -41,7 +39,8 @@ from allennlp_models.lm.dataset_readers.simple_language_modeling import (
 )
 
 import elmo_plugin  # noqa: F401  (registers components)
-from benchmarks.support.common import CONFIG_DIR, REPO_ROOT, Declaration, run_benchmark
+from benchmarks.support.child import Child
+from benchmarks.support.common import CONFIG_DIR, Declaration, run_benchmark, scale_corpus_command
 
 NAME = "data_pipeline"
 ORIGINAL_CONFIG = CONFIG_DIR / "elmo_lstm_original.jsonnet"
@@ -50,18 +49,8 @@ GOAL = 3.0
 
 def generate_corpus(folder: Path, tokens: int) -> dict[str, str]:
     """One shard of `tokens` tokens and its tokens.txt, by scripts/make_scale_corpus.py."""
-    script = REPO_ROOT / "scripts" / "make_scale_corpus.py"
-    command = [
-        sys.executable,
-        str(script),
-        "--tokens",
-        str(tokens),
-        "--shards",
-        "1",
-        "--out",
-        str(folder / "corpus"),
-    ]
-    subprocess.run(command, check=True, capture_output=True)
+    command = scale_corpus_command(folder / "corpus", tokens, 1)
+    Child(command, folder / "corpus.log").check()
     return {
         "corpus": str(next((folder / "corpus").iterdir())),
         "tokens_file": str(folder / "tokens.txt"),

@@ -18,7 +18,6 @@ to the last exit, process start-up included. The last line printed is one JSON o
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,7 +30,8 @@ import torch
 
 import elmo_plugin  # noqa: F401  (registers components)
 from benchmarks.embedder_vs_allennlp_elmo import PUBLISHED_SMALL
-from benchmarks.support.common import REPO_ROOT, Declaration, require_data, run_benchmark
+from benchmarks.support.child import Child
+from benchmarks.support.common import Declaration, require_data, run_benchmark
 from benchmarks.support.wikitext_data import WIKITEXT, wikitext_file
 from elmo_plugin.commands.elmo_embed import OutputFormat, embed_file
 from elmo_plugin.elmo_files.options import architecture_from_options
@@ -64,17 +64,12 @@ def max_abs_error(path: str, reference: dict[str, numpy.ndarray]) -> float:
     )
 
 
-def cli_embed(model: str, input_file: str, output: str, *options: str) -> subprocess.Popen:
+def cli_embed(model: str, input_file: str, output: str, *options: str) -> Child:
+    """`allennlp elmo-embed` on one thread, started; its log beside `output`."""
     allennlp = str(Path(sys.executable).parent / "allennlp")
     command = [allennlp, "elmo-embed", model, input_file, output, *options]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    return subprocess.Popen(
-        [*command, "--include-package", "elmo_plugin"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    log = Path(output).with_suffix(".log")
+    return Child([*command, "--include-package", "elmo_plugin"], log, {"OMP_NUM_THREADS": "1"})
 
 
 def embedded_lines(path: str) -> int:
@@ -83,11 +78,11 @@ def embedded_lines(path: str) -> int:
         return sum(1 for key in output if key != "sentence_to_index")
 
 
-def wall_seconds(processes: list[subprocess.Popen], start: float) -> float:
-    for process in processes:
-        if process.wait() != 0:
-            raise SystemExit(f"{NAME}: an elmo-embed process exited {process.returncode}")
-    return time.perf_counter() - start
+def wall_seconds(children: list[Child]) -> float:
+    """Seconds from the first child's start to the last one's exit (`check` waits for each)."""
+    for child in children:
+        child.check()
+    return max(c.start + c.wall_s for c in children) - min(c.start for c in children)
 
 
 DECLARATION = Declaration(
@@ -153,16 +148,14 @@ def main(argv: list[str]) -> dict[str, Any]:
                 ),
             }
         window = ["--sort-window", str(args.sort_window)]
-        start = time.perf_counter()
         one_file = os.path.join(folder, "one.hdf5")
-        one = wall_seconds([cli_embed(model, input_file, one_file, *window)], start)
-        start = time.perf_counter()
+        one = wall_seconds([cli_embed(model, input_file, one_file, *window)])
         shard_files = [os.path.join(folder, f"s{i}.hdf5") for i in range(2)]
         shards = [
             cli_embed(model, input_file, shard_files[i], *window, "--shard", f"{i}/2")
             for i in range(2)
         ]
-        two = wall_seconds(shards, start)
+        two = wall_seconds(shards)
         shard_lines = [embedded_lines(path) for path in shard_files]
     finally:
         shutil.rmtree(folder)

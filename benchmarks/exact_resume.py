@@ -15,8 +15,6 @@ state is taken from a first pass (not timed). Ends with one JSON line
 
 import argparse
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -26,7 +24,8 @@ from typing import Any
 from allennlp.data.data_loaders import MultiProcessDataLoader
 
 import elmo_plugin  # noqa: F401  (registers components)
-from benchmarks.support.common import REPO_ROOT, Declaration, run_benchmark
+from benchmarks.support.child import Child
+from benchmarks.support.common import Declaration, run_benchmark, scale_corpus_command
 from elmo_plugin.data.elmo_corpus_loader import ElmoCorpusLoader
 from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
 from elmo_plugin.data.elmo_tokens_vocabulary import ElmoTokensVocabulary
@@ -95,20 +94,8 @@ def main(argv: list[str]) -> dict[str, Any]:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as folder:
         corpus = Path(folder) / "corpus"
-        subprocess.run(
-            [
-                sys.executable,
-                str(REPO_ROOT / "scripts/make_scale_corpus.py"),
-                "--tokens",
-                str(args.tokens),
-                "--shards",
-                str(args.shards),
-                "--out",
-                str(corpus),
-            ],
-            check=True,
-            capture_output=True,
-        )
+        command = scale_corpus_command(corpus, args.tokens, args.shards)
+        Child(command, Path(folder) / "corpus.log").check()
         pattern = str(corpus / "*")
         vocab = ElmoTokensVocabulary.from_elmo_tokens_file(str(Path(folder) / "tokens.txt"))
         states = states_after_each_batch(pattern, vocab)

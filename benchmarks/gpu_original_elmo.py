@@ -47,8 +47,6 @@ import copy
 import functools
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -62,7 +60,14 @@ from allennlp.models import Model
 from allennlp.training.optimizers import Optimizer
 
 import elmo_plugin  # noqa: F401  (registers components)
-from benchmarks.support.common import CONFIG_DIR, REPO_ROOT, Declaration, Skip, run_benchmark
+from benchmarks.support.child import Child
+from benchmarks.support.common import (
+    CONFIG_DIR,
+    Declaration,
+    Skip,
+    run_benchmark,
+    scale_corpus_command,
+)
 from elmo_plugin.data.corpus_data_loader import to_device
 from elmo_plugin.training.process_settings import ProcessSettings
 from elmo_plugin.training.sparse_gradient_sync import unclippable_sparse_parameters
@@ -100,17 +105,8 @@ SHRUNK_TRANSFORMER = {
 
 def make_corpus(folder: Path, tokens: int) -> Path:
     """Shards of 1B Word's shape in folder/train; returns the 793,471-word tokens.txt."""
-    command = [
-        sys.executable,
-        str(REPO_ROOT / "scripts" / "make_scale_corpus.py"),
-        "--tokens",
-        str(tokens),
-        "--shards",
-        "4",
-        "--out",
-        str(folder / "train"),
-    ]
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    command = scale_corpus_command(folder / "train", tokens, 4)
+    Child(command, folder / "corpus.log").check()
     return folder / "tokens.txt"
 
 

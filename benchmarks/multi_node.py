@@ -46,7 +46,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 import zipfile
@@ -64,6 +63,7 @@ from benchmarks.scale_rehearsal import (
     small_tokens_file,
 )
 from benchmarks.support import network_hosts
+from benchmarks.support.child import Child, wait
 from benchmarks.support.common import (
     REPO_ROOT,
     Declaration,
@@ -78,76 +78,10 @@ STAGES = ("one_host", "two_hosts", "kill", "cut")
 PRIMARY_PORT = 29500  # inside node 0's namespace: nothing else listens there
 WEIGHT_TOLERANCE = 1e-6  # absolute, on every weight
 POLL_S = 0.2
-STACK_DUMP_S = 5.0  # for a hung run to write its stacks before it is killed
 WATCHDOG_LINE = re.compile(r"elmo_peer_watchdog: .*")
 RESUME_LINE = re.compile(
     r"elmo_checkpointer: resuming from the checkpoint after epoch (\d+) batch (\d+).*"
 )
-
-
-class Run:
-    """One `allennlp train` (one node), its output in LOG, its process group killable."""
-
-    def __init__(self, command: list[str], env: dict[str, str], log: Path) -> None:
-        print("$", " ".join(command), flush=True)
-        self.log = log
-        with open(log, "w") as out:
-            self.process = subprocess.Popen(
-                command,
-                cwd=REPO_ROOT,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        self.ended: Optional[float] = None
-        self.peak_rss_mib = 0.0
-
-    def poll(self) -> Optional[int]:
-        if self.ended is None:
-            pid, status, usage = os.wait4(self.process.pid, os.WNOHANG)
-            if not pid:
-                return None
-            self.ended = time.time()
-            self.process.returncode = os.waitstatus_to_exitcode(status)
-            self.peak_rss_mib = round(usage.ru_maxrss / 1024, 1)
-        return self.process.returncode
-
-    def kill(self) -> None:
-        if self.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            while self.poll() is None:
-                time.sleep(POLL_S)
-
-    def dump_stacks(self) -> None:
-        """Every process of the run writes its threads' Python stacks into the log
-        (faulthandler, on in every run, prints them on SIGABRT), then the run is killed."""
-        if self.poll() is None:
-            os.killpg(self.process.pid, signal.SIGABRT)
-            deadline = time.time() + STACK_DUMP_S
-            while self.poll() is None and time.time() < deadline:
-                time.sleep(POLL_S)
-        self.kill()
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-
-def wait_for(runs: list[Run], seconds: float) -> None:
-    """Until every run ended; kills them all and fails after `seconds`."""
-    deadline = time.time() + seconds
-    while any(run.poll() is None for run in runs):
-        if time.time() > deadline:
-            for run in runs:
-                run.dump_stacks()
-            logs = ", ".join(str(run.log) for run in runs)
-            sys.exit(f"multi_node: runs still going after {seconds:.0f} s (stacks in {logs})")
-        time.sleep(POLL_S)
-
-
-def check_ok(run: Run, what: str) -> None:
-    if run.poll() != 0:
-        sys.exit(f"multi_node: {what} exited {run.poll()}:\n{run.output()[-4000:]}")
 
 
 class Rehearsal:
@@ -155,7 +89,7 @@ class Rehearsal:
 
     def __init__(self, args: argparse.Namespace, work: Path, tokens_file: Path) -> None:
         self.args, self.work, self.tokens_file = args, work, tokens_file
-        self.runs: list[Run] = []
+        self.runs: list[Child] = []
         self.batches_per_epoch = max(args.train_tokens // (args.batch_size * 21) // 2, 4)
         self.save_every = max(self.batches_per_epoch // 4, 1)
         self.loopback_port = free_port()  # --hosts loopback: node 0's port on this machine
@@ -194,7 +128,7 @@ class Rehearsal:
         node_rank: Optional[int] = None,
         host: Optional[Host] = None,
         resume: bool = False,
-    ) -> Run:
+    ) -> Child:
         command = [ALLENNLP, "train", str(CONFIG), "-s", str(run_dir), "-o", json.dumps(overrides)]
         command += [
             "--include-package",
@@ -206,25 +140,15 @@ class Rehearsal:
             command += ["--node-rank", str(node_rank)]
         if resume:
             command.append("-r")
-        env = dict(
-            os.environ,
-            PYTHONWARNINGS="ignore",
-            PYTHONPATH=os.pathsep.join(
-                filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
-            ),
-            OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
-            PYTHONFAULTHANDLER="1",  # a hung run's stacks: Run.dump_stacks
-        )
+        env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
         if host is not None:
             env.update(host.environment())
             command = host.command(command)
+        print("$", " ".join(command), flush=True)
         if self.args.dry_run:
-            print("$", " ".join(command), flush=True)
             return None  # type: ignore[return-value]
-        log.parent.mkdir(parents=True, exist_ok=True)
-        run = Run(command, env, log)
-        self.runs.append(run)
-        return run
+        self.runs.append(Child(command, log, env))
+        return self.runs[-1]
 
     def kill_all(self) -> None:
         for run in self.runs:
@@ -240,8 +164,8 @@ class Rehearsal:
         run = self.start(stage / "run", overrides, stage / "train.log")
         if self.args.dry_run:
             return {"stage": "one_host"}
-        wait_for([run], self.args.stage_timeout)
-        check_ok(run, "one_host")
+        wait([run], self.args.stage_timeout)
+        run.check("one_host")
         return {
             "stage": "one_host",
             "steps_per_second": steps_per_second(stage / "record"),
@@ -259,7 +183,7 @@ class Rehearsal:
 
     def start_nodes(
         self, stage: Path, hosts: tuple[Host, Host], part: str, resume: bool = False
-    ) -> list[Run]:
+    ) -> list[Child]:
         # The same record folder for -r (allennlp refuses a changed config): `resume` moves the
         # killed run's records aside first.
         overrides = self.two_node_overrides(stage / "record", hosts)
@@ -280,9 +204,9 @@ class Rehearsal:
         runs = self.start_nodes(stage, hosts, "train")
         if self.args.dry_run:
             return {"stage": "two_hosts"}
-        wait_for(runs, self.args.stage_timeout)
+        wait(runs, self.args.stage_timeout)
         for rank, run in enumerate(runs):
-            check_ok(run, f"two_hosts node {rank}")
+            run.check(f"two_hosts node {rank}")
         return {
             "stage": "two_hosts",
             "steps_per_second": steps_per_second(stage / "record"),
@@ -294,7 +218,7 @@ class Rehearsal:
         stage = self.work / "kill"
         runs = self.start_nodes(stage, hosts, "killed")
         points = self.wait_for_checkpoints(runs, stage, 2)
-        os.killpg(runs[1].process.pid, signal.SIGKILL)
+        runs[1].send(signal.SIGKILL)
         stopped = self.time_to_stop(runs, stage)
         newest = points[-1]
         cut_short(stage / "node1" / f"training_state_e0_b{newest}.th")
@@ -322,7 +246,7 @@ class Rehearsal:
 
     # --- fault helpers ---
 
-    def wait_for_checkpoints(self, runs: list[Run], stage: Path, count: int) -> list[int]:
+    def wait_for_checkpoints(self, runs: list[Child], stage: Path, count: int) -> list[int]:
         """Waits until both nodes' folders hold `count` complete mid-epoch checkpoints."""
         deadline = time.time() + self.args.stage_timeout
         while len(points := common_checkpoints(stage)) < count:
@@ -335,13 +259,13 @@ class Rehearsal:
             time.sleep(POLL_S)
         return points
 
-    def time_to_stop(self, runs: list[Run], stage: Path) -> dict:
+    def time_to_stop(self, runs: list[Child], stage: Path) -> dict:
         """Seconds from the fault until each node's `allennlp train` ended, and node 0's line."""
-        fault = time.time()
+        fault = time.perf_counter()
         limit = 3 * self.args.timeout_seconds + 120
         deadline = fault + limit
-        while [run.poll() for run in runs].count(None) and time.time() < deadline:  # polls all
-            if runs[0].poll() is not None and time.time() > runs[0].ended + 60:  # type: ignore[operator]
+        while [run.poll() for run in runs].count(None) and time.perf_counter() < deadline:
+            if runs[0].poll() is not None and time.perf_counter() > runs[0].ended + 60:  # type: ignore[operator]
                 break  # node 1 is given a minute more
             time.sleep(POLL_S)
         stopped = {
@@ -368,9 +292,9 @@ class Rehearsal:
         run's batches up to it plus the resumed run's are the reference's."""
         (stage / "record").rename(stage / f"record-{part}")
         runs = self.start_nodes(stage, hosts, "resumed", resume=True)
-        wait_for(runs, self.args.stage_timeout)
+        wait(runs, self.args.stage_timeout)
         for rank, run in enumerate(runs):
-            check_ok(run, f"{stage.name}: node {rank} -r")
+            run.check(f"{stage.name}: node {rank} -r")
         chosen = RESUME_LINE.search(runs[0].output())
         if chosen is None or int(chosen.group(2)) != expected:
             sys.exit(
@@ -549,15 +473,8 @@ def evaluate_and_export(work: Path, node0: Path) -> dict:
         ],
         [ALLENNLP, "elmo-export", archive, str(exported)],
     ):
-        result = subprocess.run(
-            [*command, "--include-package", "elmo_plugin"],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-            env=dict(os.environ, PYTHONWARNINGS="ignore"),
-        )
-        if result.returncode != 0:
-            sys.exit(f"multi_node: {' '.join(command[:2])} failed:\n{result.stderr[-3000:]}")
+        log = node0.parent / f"{command[1]}.log"
+        Child([*command, "--include-package", "elmo_plugin"], log).check(" ".join(command[:2]))
     return {
         "heldout_perplexity": json.loads(metrics.read_text())["perplexity"],
         "exported": sorted(path.name for path in exported.iterdir()),

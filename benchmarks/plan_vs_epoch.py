@@ -134,7 +134,7 @@ def original_overrides(work: Path, args: argparse.Namespace) -> tuple[dict, dict
     )
 
 
-def plan(config: Path, values: dict) -> dict:
+def plan(config: Path, values: dict, log: Path) -> dict:
     command = [
         rehearsal.ALLENNLP,
         "elmo-plan",
@@ -144,8 +144,7 @@ def plan(config: Path, values: dict) -> dict:
         "--include-package",
         "elmo_plugin",
     ]
-    result = rehearsal.run_measured(command, dry_run=False)
-    rehearsal.check(result, "elmo-plan")
+    result = rehearsal.run_measured(command, log, dry_run=False)
     return json.loads(result["output"].strip().splitlines()[-1])
 
 
@@ -153,10 +152,10 @@ def real_epoch(config: Path, run_dir: Path, values: dict) -> dict:
     """One epoch of `allennlp train`: its "Epoch duration" and allennlp's training_duration
     (training and validation) in seconds, the number of checks it made and their seconds.
     RUN_DIR is removed once read (the original case's weights, checkpoints and archives take
-    several GB per run)."""
+    several GB per run), its log kept as RUN_DIR.log."""
     shutil.rmtree(run_dir, ignore_errors=True)  # a run of an earlier benchmark
-    result = rehearsal.run_measured(rehearsal.train_command(run_dir, values, config), dry_run=False)
-    rehearsal.check(result, f"train {run_dir.name}")
+    command = rehearsal.train_command(run_dir, values, config)
+    result = rehearsal.run_measured(command, Path(f"{run_dir}.log"), dry_run=False)
     found = EPOCH_DURATION.findall(result["output"])
     if not found:
         sys.exit(f"plan_vs_epoch: no 'Epoch duration' line in the log of {run_dir}")
@@ -186,7 +185,7 @@ def measure_case(
     """The projection against the real epoch, and the checks' share of the epoch: measured at
     the run's interval and projected to the `users` settings (`every_num_batches`,
     `max_batches`)."""
-    projected = plan(config, with_checks)
+    projected = plan(config, with_checks, work / f"{name}_plan.log")
     real = real_epoch(config, work / f"{name}_with_checks", with_checks)
     bare = real_epoch(config, work / f"{name}_without_checks", without)
     ratio = projected["epoch_seconds"] / real["epoch_s"]

@@ -19,14 +19,13 @@ Set OMP_NUM_THREADS=1 on a machine whose cores are busy with other work.
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
-import time
 import warnings
 from pathlib import Path
 from typing import Any
 
+from benchmarks.support.child import Child
 from benchmarks.support.common import (
     CONFIG_DIR,
     REPO_ROOT,
@@ -45,20 +44,7 @@ TRAIN_SENTENCES = 1600
 def allennlp(args: list[str], log: Path) -> float:
     """Runs `allennlp ARGS --include-package elmo_plugin`, output to `log`; returns the seconds
     taken."""
-    start = time.time()
-    with open(log, "w") as out:
-        result = subprocess.run(
-            [ALLENNLP, *args, "--include-package", "elmo_plugin"],
-            cwd=REPO_ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    if result.returncode != 0:
-        sys.exit(
-            f"allennlp {args[0]} failed, see {log}:\n"
-            + "".join(log.read_text().splitlines(True)[-20:])
-        )
-    return time.time() - start
+    return Child([ALLENNLP, *args, "--include-package", "elmo_plugin"], log).check().wall_s
 
 
 def split_conllu(source: Path, out: Path) -> tuple[Path, Path, int]:

@@ -45,7 +45,6 @@ Usage (from the repo root):
 import argparse
 import json
 import math
-import os
 import shutil
 import statistics
 import tempfile
@@ -56,6 +55,7 @@ from typing import Any, Optional
 
 from benchmarks.lstm_vs_allennlp_models_transformer import THEIR_CONTEXTUALIZER
 from benchmarks.pos_tagger_elmo_vs_baseline import ALLENNLP, words_and_tags
+from benchmarks.support.child import Child
 from benchmarks.support.common import (
     CONFIG_DIR,
     Declaration,
@@ -63,7 +63,7 @@ from benchmarks.support.common import (
     run_benchmark,
     shared_data_dir,
 )
-from benchmarks.support.stages import Result, Stage, run_command, run_stages
+from benchmarks.support.stages import Result, Stage, run_stages
 from benchmarks.support.wikitext_data import EWT, WIKITEXT, wikitext_file
 
 NAME = "quality_table"
@@ -135,24 +135,12 @@ def seeds(seed: int) -> dict:
     return {"random_seed": seed, "numpy_seed": seed, "pytorch_seed": seed}
 
 
-def one_thread() -> dict[str, str]:
-    return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-
-
 def allennlp(args: list[str], log: Path) -> Result:
     """`allennlp ARGS` with our plugin and allennlp-models, on one thread -> wall and CPU s."""
-    return run_command(
-        [
-            ALLENNLP,
-            *args,
-            "--include-package",
-            "elmo_plugin",
-            "--include-package",
-            "allennlp_models",
-        ],
-        log,
-        one_thread(),
-    )
+    plugins = ["--include-package", "elmo_plugin", "--include-package", "allennlp_models"]
+    one_thread = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    child = Child([ALLENNLP, *args, *plugins], log, one_thread).check()
+    return {"wall_s": round(child.wall_s, 1), "cpu_s": round(child.cpu_s, 1)}
 
 
 def only_process_settings(trainer: dict) -> None:

@@ -1,17 +1,19 @@
 """Every benchmark with quick settings, one after the other (`make benchmark`):
 
-    python -m benchmarks.run_all [--timeout 300]
+    python -m benchmarks.run_all [--timeout 300] [--logs run_all]
 
-Runs each as `python -m benchmarks.NAME QUICK_OPTIONS` and reads the last line of its output, the
-JSON line every benchmark ends with (benchmarks/support/common.py). Prints one line per benchmark
-as it finishes (its headline figures, or why it was skipped or failed), then a summary table, then
-its own JSON line: `name` run_all, `status` ok or failed, and `benchmarks`, each benchmark's
-status. Quick settings trade precision for time (seconds to a few minutes each on 2 CPU cores);
-docs/benchmarks.md gives each benchmark's full command.
+Runs each as `python -m benchmarks.NAME QUICK_OPTIONS`, its output in `--logs`/NAME.log, and
+reads the last line of that log, the JSON line every benchmark ends with
+(benchmarks/support/common.py). Prints one line per benchmark as it finishes (its headline
+figures, or why it was skipped or failed), then a summary table, then its own JSON line: `name`
+run_all, `status` ok or failed, and `benchmarks`, each benchmark's status. Quick settings trade
+precision for time (seconds to a few minutes each on 2 CPU cores); docs/benchmarks.md gives each
+benchmark's full command.
 
 A benchmark whose real data (`$ELMO_PLUGIN_DATA`, default ../shared/data) or GPU is missing is
 skipped, not failed, and so is one that measured but missed its own target at these quick
-settings ("missed"). A failed benchmark, a timeout or a last line that is not a benchmark's
+settings ("missed"). A failed benchmark, a timeout (the benchmark and every process it started
+are stopped, their Python stacks at the end of its log) or a last line that is not a benchmark's
 JSON line makes this script exit 1.
 
 Runs every benchmark with quick options in its `DECLARATION` (benchmarks/support/common.py);
@@ -23,11 +25,11 @@ namespaces as root, up to an hour) declare none (tests/benchmarks runs both at t
 import argparse
 import json
 import os
-import subprocess
 import sys
-import time
+from pathlib import Path
 from typing import Any, NamedTuple
 
+from benchmarks.support.child import Child, wait
 from benchmarks.support.common import REPO_ROOT, STATUSES, benchmark_names, declaration, finish
 
 NAME = "run_all"
@@ -56,20 +58,17 @@ def last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
-def read_outcome(
-    name: str, returncode: int, stdout: str, seconds: float, stderr: str = ""
-) -> Outcome:
-    """A benchmark's outcome from its exit status and the last non-empty line of its stdout."""
-    last = last_line(stdout)
+def read_outcome(name: str, returncode: int, output: str, seconds: float) -> Outcome:
+    """A benchmark's outcome from its exit status and the last non-empty line of its output."""
+    last = last_line(output)
     try:
         result = json.loads(last)
     except json.JSONDecodeError:
         result = None
     if not isinstance(result, dict) or result.get("status") not in STATUSES:
-        why = f"exit {returncode}, last line not a result: {last[:80]!r}"
-        if last_line(stderr):
-            why += f"; stderr: {last_line(stderr)[:100]}"
-        return Outcome(name, "failed", seconds, why)
+        return Outcome(
+            name, "failed", seconds, f"exit {returncode}, last line not a result: {last[:80]!r}"
+        )
     if result.get("name") != name:
         return Outcome(name, "failed", seconds, f"result line of {result.get('name')!r}")
     status = result["status"]
@@ -91,20 +90,17 @@ def headline(result: dict[str, Any]) -> str:
     return " ".join(f"{key}={json.dumps(result.get(key))}" for key in keys)[:200]
 
 
-def run(benchmark: Benchmark, timeout: int) -> Outcome:
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
-    env.setdefault("OMP_NUM_THREADS", "1")
+def run(benchmark: Benchmark, timeout: int, logs: Path) -> Outcome:
     # `-m` from the repo root: this `benchmarks` package, not a dependency's top-level one
     command = [sys.executable, "-m", f"benchmarks.{benchmark.name}", *benchmark.quick_args]
-    start = time.perf_counter()
+    threads = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    child = Child(command, logs / f"{benchmark.name}.log", threads)
     try:
-        result = subprocess.run(
-            command, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO_ROOT
-        )
-    except subprocess.TimeoutExpired:
-        return Outcome(benchmark.name, "failed", time.perf_counter() - start, f"over {timeout} s")
-    seconds = time.perf_counter() - start
-    return read_outcome(benchmark.name, result.returncode, result.stdout, seconds, result.stderr)
+        wait([child], timeout)
+    except TimeoutError:
+        return Outcome(benchmark.name, "failed", child.wall_s, f"over {timeout} s")
+    returncode: int = child.returncode  # type: ignore[assignment]  # reaped by `wait`
+    return read_outcome(benchmark.name, returncode, child.output(), child.wall_s)
 
 
 def main(argv: list[str]) -> None:
@@ -112,10 +108,12 @@ def main(argv: list[str]) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--timeout", type=int, default=300, help="seconds per benchmark")
+    parser.add_argument("--logs", type=Path, default=REPO_ROOT / "run_all", help="folder")
     args = parser.parse_args(argv)
+    print(f"logs: {args.logs.resolve()}", flush=True)
     outcomes = []
     for benchmark in quick_benchmarks():
-        outcome = run(benchmark, args.timeout)
+        outcome = run(benchmark, args.timeout, args.logs)
         outcomes.append(outcome)
         print(
             f"{outcome.name}: {outcome.status} ({outcome.seconds:.0f} s) {outcome.figure}",

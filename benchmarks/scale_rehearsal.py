@@ -21,7 +21,8 @@
 Peak RSS is the largest process's the script waited for (the main process; DDP workers report
 theirs as metrics.json's `peak_worker_N_memory_MB`, in `metrics`).
 Prints one JSON object per stage, then ends with the summary as one JSON line
-(benchmarks/support/common.py; the summary also in WORKDIR/summary.json).
+(benchmarks/support/common.py; the summary also in WORKDIR/summary.json), each command's output
+in WORKDIR/NAME.log (`corpus`, `elmo-vocab`, `train_1proc-killed`, ...).
 `--model-overrides` (JSON) shrinks the model further (tests use it); `--dry-run` prints the
 commands without running them.
 """
@@ -29,17 +30,20 @@ commands without running them.
 import argparse
 import json
 import os
-import signal
 import socket
-import subprocess
 import sys
-import tempfile
 import time
 import zipfile
 from pathlib import Path
 from typing import Any, Optional
 
-from benchmarks.support.common import REPO_ROOT, Declaration, run_benchmark
+from benchmarks.support.child import Child
+from benchmarks.support.common import (
+    REPO_ROOT,
+    Declaration,
+    run_benchmark,
+    scale_corpus_command,
+)
 
 NAME = "scale_rehearsal"
 ALLENNLP = str(Path(sys.executable).parent / "allennlp")
@@ -49,54 +53,35 @@ POLL_S = 0.2
 
 
 def run_measured(
-    command: list[str], dry_run: bool, kill_at_checkpoint: Optional[Path] = None
+    command: list[str], log: Path, dry_run: bool, kill_at_checkpoint: Optional[Path] = None
 ) -> dict:
-    """Runs a command, returns its wall time and peak RSS (os.wait4: the child and what it
-    waited for). With `kill_at_checkpoint` (a serialization dir), the whole process group is
-    `kill -9`ed as soon as a mid-epoch checkpoint there is complete: `checkpoint` is its batch
-    number, `save_s` its save time (to a poll) and `checkpoint_mib` its size."""
+    """Runs a command (`benchmarks/support/child.py`), returns its wall time, peak RSS and
+    output; raises naming its log if it fails. With `kill_at_checkpoint` (a serialization
+    dir), the whole process group is `kill -9`ed as soon as a mid-epoch checkpoint there is
+    complete: `checkpoint` is its batch number, `save_s` its save time (to a poll) and
+    `checkpoint_mib` its size."""
     print("$", " ".join(command), flush=True)
-    result = dict(
-        seconds=0.0, peak_rss_mib=0.0, returncode=0, output="", checkpoint=None, save_s=None
-    )
+    result = dict(seconds=0.0, peak_rss_mib=0.0, output="", checkpoint=None, save_s=None)
     if dry_run:
         return result
-    env = dict(
-        os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1")
+    child = Child(command, log, {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
+    seen: dict[int, float] = {}  # batch -> when its model state file appeared
+    while kill_at_checkpoint is not None and child.poll() is None:
+        complete = complete_checkpoint(kill_at_checkpoint, seen)
+        if complete is not None:
+            result.update(
+                checkpoint=complete,
+                save_s=round(time.perf_counter() - seen[complete], 1),
+                checkpoint_mib=checkpoint_mib(kill_at_checkpoint, complete),
+            )
+            child.kill()
+            break
+        time.sleep(POLL_S)
+    if kill_at_checkpoint is None:
+        child.check()
+    result.update(
+        seconds=round(child.wall_s, 1), peak_rss_mib=child.peak_rss_mib, output=child.output()
     )
-    with tempfile.TemporaryFile("w+") as log:
-        start = time.perf_counter()
-        process = subprocess.Popen(
-            command,
-            cwd=REPO_ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        seen: dict[int, float] = {}  # batch -> when its model state file appeared
-        while True:
-            pid, status, usage = os.wait4(process.pid, os.WNOHANG)  # reaps, with its rusage
-            if pid:
-                break
-            complete = complete_checkpoint(kill_at_checkpoint, seen) if kill_at_checkpoint else None
-            if kill_at_checkpoint is not None and complete is not None:
-                os.killpg(process.pid, signal.SIGKILL)
-                result.update(
-                    checkpoint=complete,
-                    save_s=round(time.perf_counter() - seen[complete], 1),
-                    checkpoint_mib=checkpoint_mib(kill_at_checkpoint, complete),
-                )
-                kill_at_checkpoint = None
-            time.sleep(POLL_S)
-        process.returncode = os.waitstatus_to_exitcode(status)
-        log.seek(0)
-        result.update(
-            seconds=round(time.perf_counter() - start, 1),
-            peak_rss_mib=round(usage.ru_maxrss / 1024, 1),
-            returncode=process.returncode,
-            output=log.read(),
-        )
     return result
 
 
@@ -113,37 +98,10 @@ def complete_checkpoint(run_dir: Path, seen: dict[int, float]) -> Optional[int]:
 
 
 def make_corpus(work: Path, tokens: int, shards: int, heldout_tokens: int, dry_run: bool) -> dict:
-    script = str(REPO_ROOT / "scripts" / "make_scale_corpus.py")
-    train = run_measured(
-        [
-            sys.executable,
-            script,
-            "--tokens",
-            str(tokens),
-            "--shards",
-            str(shards),
-            "--out",
-            str(work / "corpus" / "train"),
-        ],
-        dry_run,
-    )
-    heldout = run_measured(
-        [
-            sys.executable,
-            script,
-            "--tokens",
-            str(heldout_tokens),
-            "--shards",
-            "1",
-            "--seed",
-            "1",
-            "--out",
-            str(work / "heldout" / "shards"),
-        ],
-        dry_run,
-    )
-    check(train, "make_scale_corpus (train)")
-    check(heldout, "make_scale_corpus (held-out)")
+    train_shards = scale_corpus_command(work / "corpus" / "train", tokens, shards)
+    train = run_measured(train_shards, work / "corpus.log", dry_run)
+    heldout_shard = scale_corpus_command(work / "heldout" / "shards", heldout_tokens, 1, seed=1)
+    run_measured(heldout_shard, work / "heldout.log", dry_run)
     return {"stage": "corpus", "tokens": tokens, "shards": shards, "seconds": train["seconds"]}
 
 
@@ -159,9 +117,9 @@ def count_vocabulary(work: Path, workers: int, dry_run: bool) -> dict:
             "--include-package",
             "elmo_plugin",
         ],
+        work / "elmo-vocab.log",
         dry_run,
     )
-    check(result, "elmo-vocab")
     last = result["output"].strip().splitlines()[-1:] or [""]
     return {
         "stage": "elmo-vocab",
@@ -235,13 +193,6 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def check(result: dict, what: str) -> None:
-    if result["returncode"] != 0:
-        sys.exit(
-            f"scale_rehearsal: {what} exited {result['returncode']}:\n{result['output'][-4000:]}"
-        )
-
-
 def train_command(run_dir: Path, overrides: dict, config: Path = CONFIG) -> list[str]:
     """`allennlp train CONFIG -s RUN_DIR -o OVERRIDES` with the plugin."""
     command = [ALLENNLP, "train", str(config), "-s", str(run_dir), "-o", json.dumps(overrides)]
@@ -253,14 +204,13 @@ def train_kill_resume_evaluate(work: Path, name: str, overrides: dict, dry_run: 
     held-out text."""
     run_dir = work / name
     train = train_command(run_dir, overrides)
-    killed = run_measured(train, dry_run, kill_at_checkpoint=run_dir)
+    killed = run_measured(train, work / f"{name}-killed.log", dry_run, kill_at_checkpoint=run_dir)
     if not dry_run and killed["checkpoint"] is None:
         sys.exit(
             f"scale_rehearsal: {name} ended before a mid-epoch checkpoint:\n"
             f"{killed['output'][-4000:]}"
         )
-    resumed = run_measured([*train, "-r"], dry_run)
-    check(resumed, f"{name}: train -r")
+    resumed = run_measured([*train, "-r"], work / f"{name}-resumed.log", dry_run)
     evaluated = run_measured(
         [
             ALLENNLP,
@@ -274,9 +224,9 @@ def train_kill_resume_evaluate(work: Path, name: str, overrides: dict, dry_run: 
             "--include-package",
             "elmo_plugin",
         ],
+        work / f"{name}-evaluate.log",
         dry_run,
     )
-    check(evaluated, f"{name}: evaluate")
     return {
         "stage": name,
         "killed_after_batch": killed["checkpoint"],
@@ -317,11 +267,7 @@ def heldout(work: Path) -> str:
 def epoch_seconds(work: Path, name: str, overrides: dict, dry_run: bool) -> float:
     """allennlp's training_duration of one uninterrupted epoch (no validation)."""
     run_dir = work / name
-    result = run_measured(
-        train_command(run_dir, overrides),
-        dry_run,
-    )
-    check(result, name)
+    run_measured(train_command(run_dir, overrides), work / f"{name}.log", dry_run)
     if dry_run:
         return 0.0
     return duration_seconds(json.loads((run_dir / "metrics.json").read_text())["training_duration"])

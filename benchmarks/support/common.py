@@ -59,6 +59,14 @@ def shared_data_dir() -> Path:
     return Path(os.environ.get("ELMO_PLUGIN_DATA", REPO_ROOT.parent / "shared" / "data"))
 
 
+def scale_corpus_command(out: Path, tokens: int, shards: int, seed: int = 0) -> list[str]:
+    """`scripts/make_scale_corpus.py`: `tokens` tokens of 1B Word's shape in `shards` files in
+    `out`, its 793,471-line tokens.txt beside `out`."""
+    script = str(REPO_ROOT / "scripts" / "make_scale_corpus.py")
+    sizes = ["--tokens", str(tokens), "--shards", str(shards), "--seed", str(seed)]
+    return [sys.executable, script, *sizes, "--out", str(out)]
+
+
 def add_keep_freed_heap_argument(parser: argparse.ArgumentParser) -> None:
     """`--keep-freed-heap` / `--no-keep-freed-heap` (default on), as `elmo-embed` and the shipped
     configs' `process_settings` have it: a benchmark measures what a user's command runs."""

@@ -1,13 +1,10 @@
 """Stages of a long benchmark, run side by side and kept on disk: each stage's result (a JSON
 object) is written to FOLDER/NAME.json when it finishes, so a rerun skips every finished stage
-and continues where the last run stopped. Commands run as child processes whose CPU time is
-measured (`os.wait4`), so a stage's cost is known even on a busy machine."""
+and continues where the last run stopped."""
 
 import json
 import os
-import subprocess
 import sys
-import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -27,26 +24,6 @@ class Stage:
     needs: tuple[str, ...] = ()
     cost: float = 1.0
     summary: Optional[Callable[[Result], str]] = None
-
-
-def run_command(args: list[str], log: Path, env: Optional[dict[str, str]] = None) -> Result:
-    """Runs `args` with stdout and stderr to `log` -> {"wall_s", "cpu_s"} (the child's user +
-    system time, its own children included); exits naming the log and its last lines if the
-    command fails."""
-    start = time.perf_counter()
-    with open(log, "w") as out:
-        process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
-        _, status, usage = os.wait4(process.pid, 0)
-    process.returncode = os.waitstatus_to_exitcode(status)
-    if process.returncode != 0:
-        tail = "".join(log.read_text(errors="replace").splitlines(True)[-20:])
-        raise RuntimeError(
-            f"{' '.join(args[:2])} failed (exit status {process.returncode}), see {log}:\n{tail}"
-        )
-    return {
-        "wall_s": round(time.perf_counter() - start, 1),
-        "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
-    }
 
 
 def write_atomically(path: Path, text: str) -> None:

@@ -11,12 +11,10 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from benchmarks import multi_node
 from benchmarks.support import network_hosts
 from benchmarks.support.common import HEAVY_FILES
 from tests.helpers import REPO_ROOT, TINY_CHAR_CNN_OVERRIDES
@@ -105,22 +103,3 @@ def test_without_root_or_ip_the_rehearsal_says_why_it_cannot_run(monkeypatch):
     assert network_hosts.unavailable_reason() == "needs root to create network namespaces"
     monkeypatch.setattr(shutil, "which", lambda name: None)
     assert network_hosts.unavailable_reason() == "needs iproute2's ip command (network namespaces)"
-
-
-def test_a_hung_run_writes_its_stacks_into_its_log_before_it_is_killed(tmp_path):
-    script = (
-        "import time\n"
-        "def waiting_forever():\n"
-        "    print('waiting', flush=True)\n"
-        "    time.sleep(600)\n"
-        "waiting_forever()\n"
-    )
-    log = tmp_path / "hung.log"
-    env = dict(os.environ, PYTHONFAULTHANDLER="1")
-    run = multi_node.Run([sys.executable, "-c", script], env, log)
-    while "waiting" not in log.read_text() and run.poll() is None:
-        time.sleep(0.1)
-    with pytest.raises(SystemExit, match="runs still going after 0 s"):
-        multi_node.wait_for([run], 0.0)
-    assert run.poll() is not None
-    assert "most recent call first" in log.read_text() and "waiting_forever" in log.read_text()

@@ -21,7 +21,7 @@ from benchmarks.quality_table import (
     targets,
     write_ewt,
 )
-from benchmarks.support.stages import Stage, run_command, run_stages
+from benchmarks.support.stages import Stage, run_stages
 
 FULL = Budget(None, 1440, [200, 400, 800], 3, 10, 1, 40, 5)
 
@@ -208,14 +208,6 @@ def test_a_failing_stage_lets_the_running_one_finish_starts_nothing_more_and_rai
     with pytest.raises(RuntimeError, match="broken"):
         run_stages(stages, tmp_path, workers=2)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["ok.json"]
-
-
-def test_a_command_reports_its_cpu_time_or_names_its_log(tmp_path):
-    busy = ["python3", "-c", "sum(i * i for i in range(3_000_000))"]
-    cost = run_command(busy, tmp_path / "busy.log")
-    assert 0 < cost["cpu_s"] <= cost["wall_s"] + 0.5
-    with pytest.raises(RuntimeError, match=f"(?s)exit status 3.*{tmp_path / 'fail.log'}.*oops"):
-        run_command(["python3", "-c", "print('oops'); raise SystemExit(3)"], tmp_path / "fail.log")
 
 
 def test_an_out_folder_made_with_other_settings_is_refused(tmp_path):
