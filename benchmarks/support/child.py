@@ -1,7 +1,8 @@
 """Every child process a benchmark starts, one way: its stdout and stderr in a named log file,
 its own process group (a timeout or `kill()` ends everything it started), and what it cost once
-reaped (`os.wait4`): wall seconds, CPU seconds (user + system, its own children's included) and
-peak RSS (its largest process's, counted from the fork: at least this process's size then). A
+reaped (`os.wait4`). The cost is wall seconds, CPU seconds (user + system, its own children's
+included) and peak RSS (its largest process's, counted from the fork: at least this process's
+size then). A
 failure is one error naming the command and its log, ending with the log's last lines. Children
 run from the repo root with the repository first on their path (the package they measure is
 this checkout's), Python warnings off, and faulthandler on: a child stopped for a timeout writes
