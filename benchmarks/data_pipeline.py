@@ -22,7 +22,6 @@ Ends with one JSON line (benchmarks/support/common.py): tokens/s for each side a
 `--profile N` prints cProfile's top N functions of our side at 0 workers instead.
 """
 
-import argparse
 import cProfile
 import pstats
 import tempfile
@@ -40,7 +39,13 @@ from allennlp_models.lm.dataset_readers.simple_language_modeling import (
 
 import elmo_plugin  # noqa: F401  (registers components)
 from benchmarks.support.child import Child
-from benchmarks.support.common import CONFIG_DIR, Declaration, run_benchmark, scale_corpus_command
+from benchmarks.support.common import (
+    CONFIG_DIR,
+    Declaration,
+    benchmark_parser,
+    run_benchmark,
+    scale_corpus_command,
+)
 
 NAME = "data_pipeline"
 ORIGINAL_CONFIG = CONFIG_DIR / "elmo_lstm_original.jsonnet"
@@ -126,9 +131,7 @@ DECLARATION = Declaration(
 
 
 def main(argv: list[str]) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--tokens", type=int, default=500_000, help="size of the generated corpus")
     parser.add_argument(
         "--workers", type=int, nargs="+", default=[0, 1, 2], help="data loader worker counts"

@@ -15,7 +15,6 @@ over the whole input vs `--shard 0/2` and `--shard 1/2` at the same time; wall t
 to the last exit, process start-up included. The last line printed is one JSON object.
 """
 
-import argparse
 import os
 import shutil
 import sys
@@ -31,7 +30,7 @@ import torch
 import elmo_plugin  # noqa: F401  (registers components)
 from benchmarks.embedder_vs_allennlp_elmo import PUBLISHED_SMALL
 from benchmarks.support.child import Child
-from benchmarks.support.common import Declaration, require_data, run_benchmark
+from benchmarks.support.common import Declaration, benchmark_parser, require_data, run_benchmark
 from benchmarks.support.wikitext_data import WIKITEXT, wikitext_file
 from elmo_plugin.commands.elmo_embed import OutputFormat, embed_file
 from elmo_plugin.elmo_files.options import architecture_from_options
@@ -87,16 +86,12 @@ def wall_seconds(children: list[Child]) -> float:
 
 DECLARATION = Declaration(
     quick=["--lines", "300", "--sort-window", "64"],
-    cheapest=[],
-    cheapest_status="skipped",
     data=(WIKITEXT,),
 )
 
 
 def main(argv: list[str]) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--lines", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(

@@ -17,7 +17,6 @@ and after a run on a quarter of the file (flat memory: about equal), and the max
 of our vectors from allennlp's on the sentences both embedded.
 """
 
-import argparse
 import os
 import resource
 import shutil
@@ -35,7 +34,7 @@ from benchmarks.embedder_vs_allennlp_elmo import (
     reset_allennlp_states,
     wikitext_sentences,
 )
-from benchmarks.support.common import CLOCKS, Declaration, run_benchmark
+from benchmarks.support.common import CLOCKS, Declaration, benchmark_parser, run_benchmark
 from benchmarks.support.wikitext_data import WIKITEXT
 from elmo_plugin.commands.elmo_embed import embed_file
 from elmo_plugin.elmo_files.options import architecture_from_options
@@ -62,16 +61,12 @@ def write_input(path: str, sentences: list[list[str]], count: int) -> int:
 
 DECLARATION = Declaration(
     quick=["--sentences", "1000", "--allennlp-sentences", "100"],
-    cheapest=[],
-    cheapest_status="skipped",
     data=(WIKITEXT,),
 )
 
 
 def main(argv: list[str]) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--sentences", type=int, default=100_000)
     parser.add_argument("--allennlp-sentences", type=int, default=2000)
     parser.add_argument("--clock", choices=list(CLOCKS), default="cpu")

@@ -20,7 +20,6 @@ comparison at the published original size (2 x 4096/512, 2 highway) on the first
 status 1 if the small speedup is under 10 or an output differs by more than 1e-5.
 """
 
-import argparse
 import os
 import shutil
 import tempfile
@@ -37,6 +36,7 @@ from benchmarks.support.common import (
     Declaration,
     add_keep_freed_heap_argument,
     apply_process_settings,
+    benchmark_parser,
     require_data,
     run_benchmark,
 )
@@ -147,16 +147,12 @@ def compare(
 
 DECLARATION = Declaration(
     quick=["--max-tokens", "2000", "--original-tokens", "200"],
-    cheapest=[],
-    cheapest_status="skipped",
     data=(WIKITEXT,),
 )
 
 
 def main(argv: list[str]) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--max-tokens", type=int, default=20000)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--original-tokens", type=int, default=1000)

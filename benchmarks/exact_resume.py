@@ -13,7 +13,6 @@ state is taken from a first pass (not timed). Ends with one JSON line
 5, early and late alternating, after one warm-up; the replay: once) and the late / early ratios.
 """
 
-import argparse
 import statistics
 import tempfile
 import time
@@ -25,7 +24,12 @@ from allennlp.data.data_loaders import MultiProcessDataLoader
 
 import elmo_plugin  # noqa: F401  (registers components)
 from benchmarks.support.child import Child
-from benchmarks.support.common import Declaration, run_benchmark, scale_corpus_command
+from benchmarks.support.common import (
+    Declaration,
+    benchmark_parser,
+    run_benchmark,
+    scale_corpus_command,
+)
 from elmo_plugin.data.elmo_corpus_loader import ElmoCorpusLoader
 from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
 from elmo_plugin.data.elmo_tokens_vocabulary import ElmoTokensVocabulary
@@ -86,9 +90,7 @@ DECLARATION = Declaration(
 
 
 def main(argv: list[str]) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--tokens", type=int, default=1_000_000, help="1_000_000 works too")
     parser.add_argument("--shards", type=int, default=4)
     args = parser.parse_args(argv)

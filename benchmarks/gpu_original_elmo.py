@@ -42,7 +42,6 @@ object per measurement and a table, then ends with one JSON line (benchmarks/sup
 is skipped.
 """
 
-import argparse
 import copy
 import functools
 import json
@@ -65,6 +64,7 @@ from benchmarks.support.common import (
     CONFIG_DIR,
     Declaration,
     Skip,
+    benchmark_parser,
     run_benchmark,
     scale_corpus_command,
 )
@@ -531,15 +531,11 @@ def against_baseline(result: dict[str, Any], baseline: list[dict[str, Any]]) -> 
 
 DECLARATION = Declaration(
     quick=["--steps", "20", "--warmup", "5", "--precisions", "bf16"],
-    cheapest=[],
-    cheapest_status="skipped",
 )
 
 
 def main(argv: list[str]) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument(
         "--dry-run", action="store_true", help="shrunk sizes, few steps; runs on a CPU"
     )

@@ -26,7 +26,6 @@ rate; a `missed` key and exit status 1 if ours_clipped is under 60% of the matmu
 than ours_unclipped.
 """
 
-import argparse
 import statistics
 from collections.abc import Callable
 from typing import Any, Optional, cast
@@ -39,6 +38,7 @@ from benchmarks.support.common import (
     Declaration,
     add_keep_freed_heap_argument,
     apply_process_settings,
+    benchmark_parser,
     run_benchmark,
 )
 from elmo_plugin.cpu.onednn_matmul import linear
@@ -115,9 +115,7 @@ DECLARATION = Declaration(
 
 
 def main(argv: list[str]) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps", type=int, default=3, help="steps of each contender per round")
     parser.add_argument("--batch", type=int, default=32)

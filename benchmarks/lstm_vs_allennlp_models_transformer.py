@@ -9,10 +9,9 @@ Ends with one JSON line (benchmarks/support/common.py): each side's training tok
 perplexity, and the ratios ours / theirs.
 """
 
-import argparse
 from typing import Any
 
-from benchmarks.support.common import Declaration, run_benchmark
+from benchmarks.support.common import Declaration, benchmark_parser, run_benchmark
 from benchmarks.support.lm_training_speed import (
     build_model,
     make_batches,
@@ -48,16 +47,12 @@ def contextualizer_parameters(model) -> int:
 
 DECLARATION = Declaration(
     quick=["--steps", "8", "--train-lines", "160"],
-    cheapest=[],
-    cheapest_status="skipped",
     data=(WIKITEXT,),
 )
 
 
 def main(argv: list[str]) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--train-lines", type=int, default=1200)

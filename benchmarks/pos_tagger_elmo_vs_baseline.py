@@ -17,7 +17,6 @@ $ELMO_PLUGIN_DATA defaults to ../shared/data; without the data the benchmark is 
 Set OMP_NUM_THREADS=1 on a machine whose cores are busy with other work.
 """
 
-import argparse
 import json
 import sys
 import tempfile
@@ -30,6 +29,7 @@ from benchmarks.support.common import (
     CONFIG_DIR,
     REPO_ROOT,
     Declaration,
+    benchmark_parser,
     require_data,
     run_benchmark,
     shared_data_dir,
@@ -144,16 +144,12 @@ def tagger_input_size(bilm: Path) -> int:
 TINY_BILM = REPO_ROOT / "fixtures" / "archives_before_layering" / "bilm_lstm.tar.gz"
 DECLARATION = Declaration(
     quick=["--bilm", str(TINY_BILM), "--tagger-epochs", "1"],
-    cheapest=[],
-    cheapest_status="skipped",
     data=(WIKITEXT, EWT),
 )
 
 
 def main(argv: list[str]) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument(
         "--out", help="folder for splits, archives and logs (default: a new temporary folder)"
     )

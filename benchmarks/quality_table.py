@@ -59,6 +59,7 @@ from benchmarks.support.child import Child
 from benchmarks.support.common import (
     CONFIG_DIR,
     Declaration,
+    benchmark_parser,
     require_data,
     run_benchmark,
     shared_data_dir,
@@ -733,9 +734,7 @@ DECLARATION = Declaration(
 
 
 def main(argv: list[str]) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument(
         "--out",
         help="folder for data, models, logs, stage results and the curve "

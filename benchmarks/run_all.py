@@ -22,7 +22,6 @@ namespaces as root, up to an hour) declare none (tests/benchmarks runs both at t
 `gpu_original_elmo` runs and skips itself where there is no CUDA device.
 """
 
-import argparse
 import json
 import os
 import sys
@@ -30,7 +29,14 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from benchmarks.support.child import Child, wait
-from benchmarks.support.common import REPO_ROOT, STATUSES, benchmark_names, declaration, finish
+from benchmarks.support.common import (
+    REPO_ROOT,
+    STATUSES,
+    benchmark_names,
+    benchmark_parser,
+    declaration,
+    finish,
+)
 
 NAME = "run_all"
 
@@ -104,9 +110,7 @@ def run(benchmark: Benchmark, timeout: int, logs: Path) -> Outcome:
 
 
 def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--timeout", type=int, default=300, help="seconds per benchmark")
     parser.add_argument("--logs", type=Path, default=REPO_ROOT / "run_all", help="folder")
     args = parser.parse_args(argv)

@@ -18,7 +18,6 @@ ratio, the sparse step at a 50k-word vocabulary and the ratio to it, evaluation 
 unchunked and their ratio.
 """
 
-import argparse
 import json
 import math
 import multiprocessing
@@ -36,7 +35,7 @@ from allennlp.models import Model
 from allennlp.training.optimizers import Optimizer
 
 import elmo_plugin  # noqa: F401  (registers components)
-from benchmarks.support.common import CONFIG_DIR, Declaration, run_benchmark
+from benchmarks.support.common import CONFIG_DIR, Declaration, benchmark_parser, run_benchmark
 
 NAME = "sparse_softmax"
 BATCH, WINDOW, CHARS = 128, 20, 50
@@ -145,9 +144,7 @@ DECLARATION = Declaration(
 
 
 def main(argv: list[str]) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--vocab-size", type=int, default=793471)
     parser.add_argument(
         "--reference-vocab-size", type=int, default=50000, help="the sparse step again at this size"

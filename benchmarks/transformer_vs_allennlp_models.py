@@ -30,7 +30,6 @@ About 25 minutes on one CPU core with the defaults. Ends with one JSON line
 `quality_ratio_ours_theirs` (validation perplexity, geometric mean over seeds, target <= 1.05).
 """
 
-import argparse
 import contextlib
 import copy
 import gc
@@ -56,7 +55,13 @@ from allennlp.nn import util as nn_util
 from allennlp.training.callbacks import TrainerCallback
 
 import elmo_plugin  # noqa: F401  (registers our components)
-from benchmarks.support.common import CONFIG_DIR, Declaration, require_data, run_benchmark
+from benchmarks.support.common import (
+    CONFIG_DIR,
+    Declaration,
+    benchmark_parser,
+    require_data,
+    run_benchmark,
+)
 from benchmarks.support.wikitext_data import WIKITEXT, wikitext_file, write_train_valid
 
 NAME = "transformer_vs_allennlp_models"
@@ -488,16 +493,12 @@ DECLARATION = Declaration(
         "--quality-seeds",
         "1",
     ],
-    cheapest=[],
-    cheapest_status="skipped",
     data=(WIKITEXT,),
 )
 
 
 def main(argv: list[str]) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--speed-config", default="elmo_transformer_original.jsonnet")
     parser.add_argument("--speed-batch-size", type=int, default=16)
     parser.add_argument("--speed-steps", type=int, default=4)

@@ -20,7 +20,7 @@ import os
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, NoReturn, Optional
 
@@ -34,13 +34,21 @@ class Declaration(NamedTuple):
     """What each benchmark module declares beside its parser, as `DECLARATION`, and the one list
     `run_all`, tests/benchmarks and docs/benchmarks.md follow. `quick`: its options in `run_all`
     (None: `run_all` leaves it out, its docstring says why). `cheapest`: the options of its
-    cheapest path, which the tests run, and `cheapest_status`, what that path ends with; `data`,
-    the real-data files it reads (relative to `shared_data_dir()`), named in its skip line."""
+    cheapest path, which the tests run (default: none), and `cheapest_status`, what that path
+    ends with (default: skipped, as without the real data). `data`: the real-data files it
+    reads (relative to `shared_data_dir()`), named in its skip line."""
 
     quick: Optional[list[str]]
-    cheapest: list[str]
-    cheapest_status: str
+    cheapest: Sequence[str] = ()
+    cheapest_status: str = "skipped"
     data: tuple[Path, ...] = ()
+
+
+def benchmark_parser(doc: Optional[str]) -> argparse.ArgumentParser:
+    """A benchmark's parser: its module docstring as the help's description, as written."""
+    return argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
 
 
 def benchmark_names() -> list[str]:
