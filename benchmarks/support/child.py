@@ -2,13 +2,13 @@
 its own process group (a timeout or `kill()` ends everything it started), and what it cost once
 reaped (`os.wait4`). The cost is wall seconds, CPU seconds (user + system, its own children's
 included) and peak RSS (its largest process's, counted from the fork: at least this process's
-size then). A
-failure is one error naming the command and its log, ending with the log's last lines. Children
-run from the repo root with the repository first on their path (the package they measure is
-this checkout's), Python warnings off, and faulthandler on: a child stopped for a timeout writes
-every thread's Python stack into its log first."""
+size then). A failure is one error naming the command and its log, ending with the log's last
+lines. Children run from the repo root with the repository first on their path (the package they
+measure is this checkout's), Python warnings off, no core files, and faulthandler on: a child
+stopped for a timeout writes every thread's Python stack into its log first."""
 
 import os
+import resource
 import signal
 import subprocess
 import time
@@ -19,6 +19,7 @@ from benchmarks.support.common import REPO_ROOT
 
 POLL_S = 0.2
 STACK_DUMP_S = 5.0  # for a stopped child to write its stacks before it is killed
+KILLED_S = 1.0  # for killed processes to be gone
 TAIL_LINES = 20
 
 
@@ -45,6 +46,7 @@ class Child:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=no_core_files,
             )
 
     def reap(self, block: bool) -> Optional[int]:
@@ -64,22 +66,32 @@ class Child:
         return self.reap(block=False)
 
     def send(self, number: int) -> None:
-        """Sends `number` to its whole process group, if it still runs."""
-        if self.poll() is None:
+        """Sends `number` to every process left in its group (its leader's pid names the group
+        while any of them runs, even once the leader is reaped)."""
+        try:
             os.killpg(self.process.pid, number)
+        except ProcessLookupError:
+            pass
+
+    def wait_group(self, seconds: float) -> None:
+        """Until no process of its group is left (the leader reaped here), at most `seconds`."""
+        deadline = time.time() + seconds
+        while self.poll() is None or group_left(self.process.pid):
+            if time.time() > deadline:
+                return
+            time.sleep(POLL_S / 10)
 
     def kill(self) -> None:
-        """SIGKILL to its process group; returns once it is reaped."""
+        """SIGKILL to its process group; returns once the leader is reaped and the rest gone."""
         self.send(signal.SIGKILL)
         self.reap(block=True)
+        self.wait_group(KILLED_S)
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = STACK_DUMP_S) -> None:
         """Every process of its group writes its threads' Python stacks into the log (SIGABRT to
-        faulthandler), then the group is killed."""
+        faulthandler); what is left after `grace_s` seconds is killed."""
         self.send(signal.SIGABRT)
-        deadline = time.time() + STACK_DUMP_S
-        while self.poll() is None and time.time() < deadline:
-            time.sleep(POLL_S)
+        self.wait_group(grace_s)
         self.kill()
 
     def output(self) -> str:
@@ -95,6 +107,20 @@ class Child:
                 f"{name} failed (exit status {self.returncode}), see {self.log}:\n{tail}"
             )
         return self
+
+
+def no_core_files() -> None:
+    """In a child before it starts: a stack-dumping abort leaves no core file behind."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def group_left(group: int) -> bool:
+    """Whether any process of process group `group` is left (an unreaped zombie counts)."""
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def wait(children: list[Child], timeout: float) -> None:

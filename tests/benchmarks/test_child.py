@@ -48,29 +48,44 @@ def running(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def test_a_timeout_stops_the_child_and_what_it_started_after_their_stacks(tmp_path):
+def hung_child(tmp_path: Path, grandchild_setup: str = "") -> tuple[Child, int]:
+    """A child that started a grandchild; both wait forever in named functions. Returns the
+    child once both said so, and the grandchild's pid."""
     grandchild = (
-        "import time\n"
+        f"import signal, time\n{grandchild_setup}\n"
         "def grandchild_waiting():\n"
         "    print('grandchild waiting', flush=True)\n"
         "    time.sleep(600)\n"
         "grandchild_waiting()\n"
     )
     script = (
-        "import subprocess, sys, time\n"
+        "import resource, subprocess, sys, time\n"
         f"started = subprocess.Popen([sys.executable, '-c', {grandchild!r}])\n"
         "def waiting_forever():\n"
-        "    print('waiting', started.pid, flush=True)\n"
+        "    print('waiting', started.pid, resource.getrlimit(resource.RLIMIT_CORE), flush=True)\n"
         "    time.sleep(600)\n"
         "waiting_forever()\n"
     )
     child = Child([sys.executable, "-c", script], tmp_path / "hung.log")
     while child.output().count("waiting") < 2 and child.poll() is None:
         time.sleep(0.1)
-    grandchild_pid = int(child.output().split("waiting ")[1].split()[0])
+    return child, int(child.output().split("waiting ")[1].split()[0])
+
+
+def test_a_timeout_stops_the_child_and_what_it_started_after_their_stacks(tmp_path):
+    child, grandchild_pid = hung_child(tmp_path)
     with pytest.raises(TimeoutError, match=f"still running after 0 s, stopped .*{child.log}"):
         wait([child], 0.0)
     assert child.returncode is not None and not running(grandchild_pid)
     output = child.output()
+    assert f"waiting {grandchild_pid} (0, 0)" in output  # no core file from the abort
     assert "most recent call first" in output
     assert "waiting_forever" in output and "grandchild_waiting" in output
+
+
+def test_what_outlives_the_stopped_child_is_killed_too(tmp_path):
+    """The child ends at once; its grandchild ignores the stack signal and is killed after the
+    grace seconds."""
+    child, grandchild_pid = hung_child(tmp_path, "signal.signal(signal.SIGABRT, signal.SIG_IGN)")
+    child.stop(grace_s=0.5)
+    assert child.returncode == -6 and not running(grandchild_pid)
