@@ -9,7 +9,8 @@ the PATH of tests/test_docs_commands.py are its clients.
 forks the command and reports how it ended. `python tests/forked_allennlp.py TIMEOUT allennlp
 ARGS...`, or `TIMEOUT -m MODULE ARGS...` for `python -m MODULE ARGS...`, hands the command its
 arguments, working directory, environment and standard streams, and ends as the command ended:
-its exit status, or the signal that killed it. A fork starts from a clean copy of the server:
+its exit status, or the signal that killed it; a client killed takes its command and what that
+started with it, as a killed process would. A fork starts from a clean copy of the server:
 nothing a command does reaches the next one. Without a server (SOCKET_ENV unset) the client
 runs the command as a fresh process instead. Two variables of the client's environment change
 what it does, both for the documented commands: TINY_SIZES_ENV (`with_tiny_sizes`) and
@@ -27,6 +28,7 @@ import atexit
 import importlib
 import json
 import os
+import select
 import signal
 import socket
 import sys
@@ -39,6 +41,7 @@ TINY_SIZES_ENV = "ELMO_TESTS_TINY_SIZES"  # JSON: config file name (or elmo-cont
 FAILURES_ENV = "ELMO_TESTS_FAILED_COMMANDS"  # a file the client appends each failed command to
 TIMEOUT_KEY = "timeout"  # seconds; the command is then ended (SIGALRM), as a client's timeout
 UNSAFE_TO_FORK = 3  # the server's exit status when this process cannot fork commands safely
+CLIENT_POLL_S = 0.02  # how often a waiter sees whether its command ended or its client is gone
 
 
 def serve(path: str) -> None:
@@ -117,14 +120,30 @@ def wait_for_command(connection: socket.socket) -> None:
     request = json.loads(connection.makefile("r", encoding="utf-8").readline())
     command = os.fork()
     if command == 0:
+        os.setpgid(0, 0)
         run_command(request, streams)
+    os.setpgid(command, command)  # (both: whichever runs first)
     for stream in streams:
         os.close(stream)
-    _, status = os.waitpid(command, 0)
+    status = wait_unless_client_gone(connection, command)
     try:
         connection.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+    except OSError:  # the client is gone
+        pass
     finally:
         os._exit(0)
+
+
+def wait_unless_client_gone(connection: socket.socket, command: int) -> int:
+    """The command's wait status once it ended; if the client goes first (killed: its end of the
+    connection closes), the command and every process it started are killed, as a process is
+    with its SIGKILL."""
+    while not select.select([connection], [], [], CLIENT_POLL_S)[0]:  # the client sends no more
+        pid, status = os.waitpid(command, os.WNOHANG)
+        if pid:
+            return status
+    os.killpg(command, signal.SIGKILL)
+    return os.waitpid(command, 0)[1]
 
 
 def run_command(request: dict, streams: list[int]) -> None:

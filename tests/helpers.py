@@ -92,17 +92,31 @@ def run_forked(
     repository first on PYTHONPATH) -> its exit status (minus the signal that ended it) and
     output, as text. With `fresh`, or where the server cannot fork safely (a GPU machine: the
     CUDA driver's thread), a fresh process (`allennlp` is this venv's script)."""
-    server = None if fresh else allennlp_server()
-    paths = filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")])
-    env = {**env, "PYTHONPATH": os.pathsep.join(paths)}
-    if server is not None:
-        env[forked_allennlp.SOCKET_ENV] = server
-    client = [sys.executable, "-S", str(FORKED_ALLENNLP), str(timeout), *command]
+    client, env = forked_client(command, env, timeout, fresh)
     ran = subprocess.run(
         client, cwd=cwd, env=env, input=stdin or b"", capture_output=True, timeout=timeout + 60
     )
     stdout, stderr = (ran.stdout.decode(errors="replace"), ran.stderr.decode(errors="replace"))
     return subprocess.CompletedProcess(command, ran.returncode, stdout, stderr)
+
+
+def start_forked(command: list[str], cwd: Path, env: dict[str, str], **popen) -> subprocess.Popen:
+    """`run_forked`'s process, started: `popen` as `subprocess.Popen`'s keywords; its `kill()`
+    kills the command (and what the command started) as it would a fresh process."""
+    client, env = forked_client(command, env, timeout=600, fresh=False)
+    return subprocess.Popen(client, cwd=cwd, env=env, **popen)
+
+
+def forked_client(
+    command: list[str], env: dict[str, str], timeout: int, fresh: bool
+) -> tuple[list[str], dict[str, str]]:
+    """The client's command line and environment for `run_forked`'s arguments."""
+    server = None if fresh else allennlp_server()
+    paths = filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")])
+    env = {**env, "PYTHONPATH": os.pathsep.join(paths)}
+    if server is not None:
+        env[forked_allennlp.SOCKET_ENV] = server
+    return [sys.executable, "-S", str(FORKED_ALLENNLP), str(timeout), *command], env
 
 
 FORKED_ALLENNLP = REPO_ROOT / "tests" / "forked_allennlp.py"
@@ -332,6 +346,15 @@ def first_item_before_end_of_file(
     writer.join(timeout)
     assert produced_before_end, f"no item from {path} before its end: the reader is not lazy"
     return result[0]
+
+
+def running(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie (`/proc/PID/stat`'s state)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
 
 
 def free_port() -> int:

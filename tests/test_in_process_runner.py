@@ -1,13 +1,18 @@
 """`run_allennlp_in_process` (tests/helpers.py) runs a command as an `allennlp` process would:
 the same output files and exit status as `run_allennlp` (a process), and it leaves this process
 as it was. A fresh process (`run_forked(..., fresh=True)`, what runs where the warm server
-cannot fork: a GPU machine) gives what a fork gives."""
+cannot fork: a GPU machine) gives what a fork gives, and a fork killed through its client is gone
+with what it started, as a killed process would be."""
 
 import json
 import logging
 import os
 import random
+import signal
+import subprocess
 import sys
+import time
+from pathlib import Path
 
 import numpy
 import torch
@@ -20,6 +25,8 @@ from tests.helpers import (
     run_allennlp,
     run_allennlp_in_process,
     run_forked,
+    running,
+    start_forked,
 )
 
 OLD_BILM_ARCHIVE = REPO_ROOT / "fixtures" / "archives_before_layering" / "bilm_lstm.tar.gz"
@@ -65,6 +72,28 @@ def test_a_fresh_process_gives_what_a_fork_gives(tmp_path):
     assert fresh.args == module
 
 
+def test_a_client_killed_kills_its_forked_command_and_what_that_started(tmp_path):
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    client = start_forked(
+        ["-m", "tests.test_in_process_runner"], tmp_path, env, stdout=subprocess.PIPE, text=True
+    )
+    sleeper = int(client.stdout.readline())
+    command = int(Path(f"/proc/{sleeper}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    client.kill()
+    assert client.wait() == -signal.SIGKILL
+    deadline = time.time() + 10
+    while (running(command) or running(sleeper)) and time.time() < deadline:
+        time.sleep(0.05)
+    assert command != client.pid and not running(command) and not running(sleeper)
+
+
+def start_a_child_and_wait() -> None:
+    """As `python -m tests.test_in_process_runner`: starts `sleep 600`, prints its pid, waits."""
+    sleeper = subprocess.Popen(["sleep", "600"])
+    print(sleeper.pid, flush=True)
+    sleeper.wait()
+
+
 def process_state() -> tuple:
     root = logging.getLogger()
     return (
@@ -103,3 +132,7 @@ def test_train_leaves_logging_paths_random_states_and_torch_settings_as_they_wer
     assert "process settings: heap kept" in result.stdout + result.stderr
     assert process_state() == before
     assert (random.random(), numpy.random.rand(), torch.rand(1).item()) == expected
+
+
+if __name__ == "__main__":
+    start_a_child_and_wait()

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.support.child import Child, wait
+from tests.helpers import running
 
 
 def test_a_child_reports_its_wall_and_cpu_seconds_and_peak_rss(tmp_path):
@@ -37,15 +38,6 @@ def test_a_failed_child_names_its_command_and_log_and_ends_with_the_logs_last_li
     tail = "".join(f"line {n}\n" for n in range(10, 30))
     name = Path(sys.executable).name
     assert str(error.value) == f"{name} -c failed (exit status 3), see {log}:\n{tail}"
-
-
-def running(pid: int) -> bool:
-    """Whether process `pid` exists and is not a zombie (`/proc/PID/stat`'s state)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state not in ("Z", "X")
 
 
 def hung_child(tmp_path: Path, grandchild_setup: str = "") -> tuple[Child, int]:

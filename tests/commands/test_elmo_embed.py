@@ -21,7 +21,7 @@ from elmo_plugin.modules.bilm_sentence_layers import sentence_layers
 from elmo_plugin.modules.elmo_char_cnn import ElmoCharCnn
 from elmo_plugin.modules.token_vector_cache import TokenVectorCache
 from tests.elmo_files.elmo_reference import random_encoder, write_pair
-from tests.helpers import ALLENNLP, REPO_ROOT, run_allennlp_in_process
+from tests.helpers import REPO_ROOT, run_allennlp_in_process, start_forked
 
 LONG_TOKEN = "x" * 70  # longer than ELMo's 50 characters: truncated, not fatal
 LINES = [
@@ -278,19 +278,14 @@ def test_resume_after_a_real_kill_gives_the_uninterrupted_file(tiny_bilm_archive
     """`allennlp elmo-embed` is killed (SIGKILL) after it has recorded two chunks as done; the
     output does not exist, only OUTPUT.partial; `--resume` skips the recorded lines and ends with
     exactly the datasets and sentence_to_index of an uninterrupted run."""
-    input_file = many_lines(plugin_cwd, 3000)
+    input_file = many_lines(plugin_cwd, 1000)
     args = ["elmo-embed", str(tiny_bilm_archive), str(input_file)]
     small = ["--batch-size", "2", "--sort-window", "32"]
     run_allennlp_in_process([*args, "whole.hdf5", *small], cwd=plugin_cwd)
-    command = [ALLENNLP, *args, "resumed.hdf5", *small, "--include-package", "elmo_plugin"]
+    command = ["allennlp", *args, "resumed.hdf5", *small, "--include-package", "elmo_plugin"]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    killed = subprocess.Popen(
-        command,
-        cwd=plugin_cwd,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+    killed = start_forked(
+        command, plugin_cwd, env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
     log = ""
     while len(lines_done_records(log)) < 2:  # the signal: a chunk recorded as done
@@ -311,7 +306,7 @@ def test_resume_after_a_real_kill_gives_the_uninterrupted_file(tiny_bilm_archive
     assert not (plugin_cwd / "resumed.hdf5.partial").exists()
     whole, whole_index = read_hdf5(plugin_cwd / "whole.hdf5")
     again, again_index = read_hdf5(plugin_cwd / "resumed.hdf5")
-    assert again_index == whole_index and sorted(again) == sorted(whole) and len(whole) == 3000
+    assert again_index == whole_index and sorted(again) == sorted(whole) and len(whole) == 1000
     for name, value in whole.items():
         numpy.testing.assert_array_equal(again[name], value)
     with h5py.File(plugin_cwd / "resumed.hdf5", "r") as done:

@@ -25,7 +25,7 @@ from elmo_plugin.archives.bilm_source import load_bilm_encoder
 from elmo_plugin.commands import elmo_embed
 from elmo_plugin.commands.embed_input import Shard, parse_shard
 from elmo_plugin.commands.learned_mix import read_learned_mix
-from tests.helpers import ALLENNLP, REPO_ROOT, run_allennlp, run_allennlp_in_process
+from tests.helpers import REPO_ROOT, run_allennlp, run_allennlp_in_process, start_forked
 
 # The sort window of each line of TEXT at --sort-window 2 (2 sentences, blank lines among them).
 WINDOW_OF_LINE = [0, 0, 0, 1, 1, 2, 2]
@@ -409,7 +409,7 @@ def test_a_killed_shard_resumes_to_the_same_datasets_bit_for_bit(tiny_bilm_archi
     text = (REPO_ROOT / "fixtures/demo_corpus/train/shard_0.txt").read_text(encoding="utf-8")
     lines = text.splitlines()
     (plugin_cwd / "in.txt").write_text(
-        "\n".join("" if i % 7 == 3 else lines[i % len(lines)] for i in range(3000)) + "\n",
+        "\n".join("" if i % 7 == 3 else lines[i % len(lines)] for i in range(1000)) + "\n",
         encoding="utf-8",
     )
     options = ["--shard", "1/2", "--pool", "mean", "--dtype", "float16", "--compression", "gzip"]
@@ -417,10 +417,10 @@ def test_a_killed_shard_resumes_to_the_same_datasets_bit_for_bit(tiny_bilm_archi
     args = ["elmo-embed", str(tiny_bilm_archive), "in.txt"]
     run_allennlp_in_process([*args, "whole.hdf5", *options], cwd=plugin_cwd)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    killed = subprocess.Popen(
-        [ALLENNLP, *args, "resumed.hdf5", *options, "--include-package", "elmo_plugin"],
-        cwd=plugin_cwd,
-        env=env,
+    killed = start_forked(
+        ["allennlp", *args, "resumed.hdf5", *options, "--include-package", "elmo_plugin"],
+        plugin_cwd,
+        env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
