@@ -7,11 +7,13 @@ killed command holds no lock (the kernel drops it with the process) and is taken
 import contextlib
 import fcntl
 import os
+import time
 from collections.abc import Iterator
 
 from allennlp.common.checks import ConfigurationError
 
 LOCK_SUFFIX = ".lock"
+HOLDER_WAIT_S = 0.5  # for the process id of a holder that has just taken the lock
 
 
 @contextlib.contextmanager
@@ -37,7 +39,7 @@ def _locked(output: str, lock_file: str) -> int:
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(descriptor, 32, 0).decode(errors="replace").strip()
+            holder = _holder(descriptor)
             os.close(descriptor)
             process = f"process {holder}" if holder.isdigit() else "another process"
             raise ConfigurationError(
@@ -48,3 +50,14 @@ def _locked(output: str, lock_file: str) -> int:
             if os.path.samestat(os.stat(lock_file), os.fstat(descriptor)):
                 return descriptor
         os.close(descriptor)  # removed by a command that just ended: lock the new file
+
+
+def _holder(descriptor: int) -> str:
+    """The process id the holder wrote into the lock file; a holder that has just locked it is
+    given HOLDER_WAIT_S seconds to write it (else what is there)."""
+    deadline = time.monotonic() + HOLDER_WAIT_S
+    while True:
+        holder = os.pread(descriptor, 32, 0).decode(errors="replace").strip()
+        if holder.isdigit() or time.monotonic() > deadline:
+            return holder
+        time.sleep(0.01)

@@ -20,8 +20,10 @@ from pathlib import Path
 import h5py
 import numpy
 import pytest
+from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.commands.elmo_export import export_archive
+from elmo_plugin.commands.output_lock import output_lock
 from tests.helpers import REPO_ROOT, run_allennlp, run_forked
 
 BILM = REPO_ROOT / "fixtures" / "archives_before_layering" / "bilm_lstm.tar.gz"
@@ -164,6 +166,19 @@ def test_export_and_vocab_are_refused_while_another_process_writes_their_output(
     assert f"{output} is being written by process {os.getpid()}" in line, line
     assert lock.exists() and not (root / "tokens.txt").exists()
     assert not (root / "elmo").exists() or os.listdir(root / "elmo") == [".elmo_export.lock"]
+
+
+def test_a_holder_is_named_when_it_writes_its_process_id_just_after_taking_the_lock(tmp_path):
+    """Two runs started at once: the second may find the lock taken and the file still empty."""
+    lock = tmp_path / "out.hdf5.lock"
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        late = threading.Timer(0.1, lambda: (held.write(f"{os.getpid()}\n"), held.flush()))
+        late.start()
+        with pytest.raises(ConfigurationError, match=f"by process {os.getpid()} "):
+            with output_lock(str(tmp_path / "out.hdf5"), str(lock)):
+                pass
+        late.join()
 
 
 @pytest.mark.parametrize(
