@@ -37,6 +37,7 @@ from elmo_plugin.commands.output_paths import check_not_an_input, check_output_f
 from elmo_plugin.commands.writer_thread import WriterThread
 from elmo_plugin.data.corpus_stats import CorpusStats
 from elmo_plugin.data.full_disk import DiskFull, check_room
+from elmo_plugin.elmo_files.source import local_path
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 from elmo_plugin.modules.sentence_pooling import POOL_CHOICES, check_pool, pool_tokens
 from elmo_plugin.modules.token_vector_cache import TokenVectorCache
@@ -81,7 +82,8 @@ class ElmoEmbed(Subcommand):
             "model",
             help="our biLM archive (model.tar.gz / serialization dir), allennlp-models' "
             "bidirectional language_model archive, a folder with one *options.json + one "
-            "*weights.hdf5 (any names), or an ELMoForManyLangs model folder",
+            "*weights.hdf5 (any names), or an ELMoForManyLangs model folder; a URL of an archive "
+            "is downloaded to allennlp's cache",
         )
         subparser.add_argument(
             "input_file",
@@ -180,24 +182,23 @@ class ElmoEmbed(Subcommand):
 
 @reports_errors("elmo-embed")
 def embed_from_args(args: argparse.Namespace) -> None:
-    if not os.path.exists(args.model):
-        raise ConfigurationError(f"elmo-embed: model not found: {args.model}")
+    model = local_path(args.model, "elmo-embed: model")
     batching = Batching(args.batch_size, args.batch_tokens, args.sort_window, args.token_cache)
     output = OutputFormat(args.pool, args.dtype, args.compression)
     shard = parse_shard(args.shard, args.sort_window)
     # before the model loads
     check_cuda_device(args.cuda_device)
     check_arguments(
-        args.input_file, args.output_file, args.layers, batching, args.resume, output, args.model
+        args.input_file, args.output_file, args.layers, batching, args.resume, output, model
     )
     if args.precision == "tf32" and args.tf32 is False:
         raise ConfigurationError("elmo-embed: --precision tf32 uses TF32; it cannot be --no-tf32")
     mix = read_learned_mix(mix_archive(args.layers)) if mix_archive(args.layers) else None
     tf32 = True if args.precision == "tf32" else args.tf32
     ProcessSettings(keep_freed_heap=args.keep_freed_heap, tf32=tf32).apply()
-    encoder = load_bilm_encoder(args.model, args.cuda_device)
+    encoder = load_bilm_encoder(model, args.cuda_device)
     if mix is not None:
-        mix.check_fits(encoder, args.model)
+        mix.check_fits(encoder, model)
     embed_file(
         encoder,
         args.input_file,

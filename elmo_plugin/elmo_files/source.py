@@ -70,7 +70,8 @@ def local_path(path_or_url: str, what: str) -> str:
     try:
         return str(cached_path(path_or_url))
     except (OSError, ValueError) as error:
-        raise ConfigurationError(f"{what} not found: {path_or_url} ({error})") from None
+        detail = "" if path_or_url in str(error) else f" ({error})"  # only where it adds
+        raise ConfigurationError(f"{what} not found: {path_or_url}{detail}") from None
 
 
 def visible_files(folder: str) -> list[str]:

@@ -1,16 +1,20 @@
 """`allennlp elmo-embed` through the CLI (in this process; the killed run in a process of its own),
 from a working directory outside the repo."""
 
+import functools
+import http.server
 import json
 import os
 import re
 import signal
 import subprocess
+import threading
 
 import h5py
 import numpy
 import pytest
 import torch
+from allennlp.common import file_utils as allennlp_file_utils
 from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.archives.bilm_source import load_bilm_encoder
@@ -227,6 +231,43 @@ def test_elmo_files_folder_gives_the_archive_vectors(embedded, tiny_bilm_archive
     assert index[TEXTS[0]] == [0, 3]
     for name, value in from_archive.items():
         numpy.testing.assert_allclose(from_files[name], value, atol=1e-5)
+
+
+def test_an_archive_url_is_downloaded_once_into_allennlps_cache_and_gives_the_files_vectors(
+    embedded, tiny_bilm_archive, tmp_path, monkeypatch
+):
+    """Served over HTTP from this process; a missing URL or file is one line naming it."""
+    cwd, input_file, from_file, _ = embedded
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(allennlp_file_utils, "CACHE_DIRECTORY", str(cache))
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    handler = functools.partial(
+        http.server.SimpleHTTPRequestHandler, directory=str(tiny_bilm_archive.parent)
+    )
+    handler.log_message = lambda *args: None  # type: ignore[attr-defined]
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{server.server_address[1]}/"
+        for output in ("u1.hdf5", "u2.hdf5"):
+            from_url, index = embed(
+                url + tiny_bilm_archive.name, input_file, tmp_path / output, cwd
+            )
+            assert index[TEXTS[0]] == [0, 3] and sorted(from_url) == sorted(from_file)
+            for name, value in from_file.items():
+                numpy.testing.assert_array_equal(from_url[name], value)
+        for model in (url + "nope.tar.gz", "nope.tar.gz"):
+            missing = run_allennlp_in_process(
+                ["elmo-embed", model, str(input_file), str(tmp_path / "m.hdf5")],
+                cwd=cwd,
+                check=False,
+            )
+            assert missing.returncode == 1 and "Traceback" not in missing.stderr
+            last = missing.stderr.strip().splitlines()[-1]
+            assert last == f"allennlp elmo-embed: error: model not found: {model}"
+        server.shutdown()
+    downloaded = [path for path in cache.iterdir() if not path.name.endswith((".json", ".lock"))]
+    assert len(downloaded) == 1 and downloaded[0].read_bytes() == tiny_bilm_archive.read_bytes()
+    assert not (tmp_path / "m.hdf5").exists()
 
 
 def test_a_folder_named_as_the_published_downloads_embeds_its_encoders_layers(plugin_cwd):
