@@ -122,7 +122,6 @@ def wait_for_command(connection: socket.socket) -> None:
     if command == 0:
         os.setpgid(0, 0)
         run_command(request, streams)
-    os.setpgid(command, command)  # (both: whichever runs first)
     for stream in streams:
         os.close(stream)
     status = wait_unless_client_gone(connection, command)
@@ -142,7 +141,10 @@ def wait_unless_client_gone(connection: socket.socket, command: int) -> int:
         pid, status = os.waitpid(command, os.WNOHANG)
         if pid:
             return status
-    os.killpg(command, signal.SIGKILL)
+    try:
+        os.killpg(command, signal.SIGKILL)
+    except ProcessLookupError:  # not in its own group yet: it has started nothing either
+        os.kill(command, signal.SIGKILL)
     return os.waitpid(command, 0)[1]
 
 
