@@ -65,18 +65,20 @@ class Child:
     def poll(self) -> Optional[int]:
         return self.reap(block=False)
 
-    def send(self, number: int) -> None:
+    def send(self, number: int) -> bool:
         """Sends `number` to every process left in its group (its leader's pid names the group
-        while any of them runs, even once the leader is reaped)."""
+        while any of them runs, even once the leader is reaped) -> whether any was left (an
+        unreaped zombie counts); 0 only asks."""
         try:
             os.killpg(self.process.pid, number)
         except ProcessLookupError:
-            pass
+            return False
+        return True
 
     def wait_group(self, seconds: float) -> None:
         """Until no process of its group is left (the leader reaped here), at most `seconds`."""
         deadline = time.time() + seconds
-        while self.poll() is None or group_left(self.process.pid):
+        while self.poll() is None or self.send(0):
             if time.time() > deadline:
                 return
             time.sleep(POLL_S / 10)
@@ -112,15 +114,6 @@ class Child:
 def no_core_files() -> None:
     """In a child before it starts: a stack-dumping abort leaves no core file behind."""
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-
-def group_left(group: int) -> bool:
-    """Whether any process of process group `group` is left (an unreaped zombie counts)."""
-    try:
-        os.killpg(group, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def wait(children: list[Child], timeout: float) -> None:
