@@ -17,7 +17,6 @@ to the last exit, process start-up included. The last line printed is one JSON o
 
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,7 +29,13 @@ import torch
 import elmo_plugin  # noqa: F401  (registers components)
 from benchmarks.embedder_vs_allennlp_elmo import PUBLISHED_SMALL
 from benchmarks.support.child import Child
-from benchmarks.support.common import Declaration, benchmark_parser, require_data, run_benchmark
+from benchmarks.support.common import (
+    Declaration,
+    allennlp_command,
+    benchmark_parser,
+    require_data,
+    run_benchmark,
+)
 from benchmarks.support.wikitext_data import WIKITEXT, wikitext_file
 from elmo_plugin.commands.elmo_embed import OutputFormat, embed_file
 from elmo_plugin.elmo_files.options import architecture_from_options
@@ -65,10 +70,8 @@ def max_abs_error(path: str, reference: dict[str, numpy.ndarray]) -> float:
 
 def cli_embed(model: str, input_file: str, output: str, *options: str) -> Child:
     """`allennlp elmo-embed` on one thread, started; its log beside `output`."""
-    allennlp = str(Path(sys.executable).parent / "allennlp")
-    command = [allennlp, "elmo-embed", model, input_file, output, *options]
-    log = Path(output).with_suffix(".log")
-    return Child([*command, "--include-package", "elmo_plugin"], log, {"OMP_NUM_THREADS": "1"})
+    command = allennlp_command("elmo-embed", model, input_file, output, *options)
+    return Child(command, Path(output).with_suffix(".log"), {"OMP_NUM_THREADS": "1"})
 
 
 def embedded_lines(path: str) -> int:

@@ -55,19 +55,21 @@ from pathlib import Path
 from typing import Any, Optional, cast
 
 from benchmarks.scale_rehearsal import (
-    ALLENNLP,
     CONFIG,
+    evaluate_command,
     free_port,
     heldout,
     make_corpus,
     small_tokens_file,
+    train_command,
 )
 from benchmarks.support import network_hosts
-from benchmarks.support.child import Child, wait
+from benchmarks.support.child import POLL_S, Child, wait
 from benchmarks.support.common import (
     REPO_ROOT,
     Declaration,
     Skip,
+    allennlp_command,
     remove_heavy_files,
     run_benchmark,
 )
@@ -77,7 +79,6 @@ NAME = "multi_node"
 STAGES = ("one_host", "two_hosts", "kill", "cut")
 PRIMARY_PORT = 29500  # inside node 0's namespace: nothing else listens there
 WEIGHT_TOLERANCE = 1e-6  # absolute, on every weight
-POLL_S = 0.2
 WATCHDOG_LINE = re.compile(r"elmo_peer_watchdog: .*")
 RESUME_LINE = re.compile(
     r"elmo_checkpointer: resuming from the checkpoint after epoch (\d+) batch (\d+).*"
@@ -129,13 +130,8 @@ class Rehearsal:
         host: Optional[Host] = None,
         resume: bool = False,
     ) -> Child:
-        command = [ALLENNLP, "train", str(CONFIG), "-s", str(run_dir), "-o", json.dumps(overrides)]
-        command += [
-            "--include-package",
-            "elmo_plugin",
-            "--include-package",
-            "benchmarks.support.batch_record",
-        ]
+        command = train_command(run_dir, overrides)
+        command += ["--include-package", "benchmarks.support.batch_record"]
         if node_rank is not None:
             command += ["--node-rank", str(node_rank)]
         if resume:
@@ -457,24 +453,14 @@ def archived_weights_equal(first: Path, second: Path) -> bool:
 
 
 def evaluate_and_export(work: Path, node0: Path) -> dict:
-    archive = str(node0 / "model.tar.gz")
+    archive = node0 / "model.tar.gz"
     metrics = node0.parent / "heldout_metrics.json"
     exported = node0.parent / "exported"
     for command in (
-        [
-            ALLENNLP,
-            "evaluate",
-            archive,
-            heldout(work),
-            "--cuda-device",
-            "-1",
-            "--output-file",
-            str(metrics),
-        ],
-        [ALLENNLP, "elmo-export", archive, str(exported)],
+        evaluate_command(work, archive, metrics),
+        allennlp_command("elmo-export", str(archive), str(exported)),
     ):
-        log = node0.parent / f"{command[1]}.log"
-        Child([*command, "--include-package", "elmo_plugin"], log).check(" ".join(command[:2]))
+        Child(command, node0.parent / f"{command[1]}.log").check(" ".join(command[:2]))
     return {
         "heldout_perplexity": json.loads(metrics.read_text())["perplexity"],
         "exported": sorted(path.name for path in exported.iterdir()),

@@ -45,7 +45,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import scale_rehearsal as rehearsal
-from benchmarks.support.common import CONFIG_DIR, REPO_ROOT, Declaration, run_benchmark
+from benchmarks.support.common import (
+    CONFIG_DIR,
+    REPO_ROOT,
+    Declaration,
+    allennlp_command,
+    run_benchmark,
+)
 
 NAME = "plan_vs_epoch"
 DEMO_CONFIG = CONFIG_DIR / "elmo_lstm.jsonnet"
@@ -135,15 +141,7 @@ def original_overrides(work: Path, args: argparse.Namespace) -> tuple[dict, dict
 
 
 def plan(config: Path, values: dict, log: Path) -> dict:
-    command = [
-        rehearsal.ALLENNLP,
-        "elmo-plan",
-        str(config),
-        "-o",
-        json.dumps(values),
-        "--include-package",
-        "elmo_plugin",
-    ]
+    command = allennlp_command("elmo-plan", str(config), "-o", json.dumps(values))
     result = rehearsal.run_measured(command, log, dry_run=False)
     return json.loads(result["output"].strip().splitlines()[-1])
 

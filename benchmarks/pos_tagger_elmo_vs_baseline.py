@@ -18,7 +18,6 @@ Set OMP_NUM_THREADS=1 on a machine whose cores are busy with other work.
 """
 
 import json
-import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -29,6 +28,7 @@ from benchmarks.support.common import (
     CONFIG_DIR,
     REPO_ROOT,
     Declaration,
+    allennlp_command,
     benchmark_parser,
     require_data,
     run_benchmark,
@@ -37,14 +37,13 @@ from benchmarks.support.common import (
 from benchmarks.support.wikitext_data import EWT, WIKITEXT, wikitext_file, write_train_valid
 
 NAME = "pos_tagger_elmo_vs_baseline"
-ALLENNLP = str(Path(sys.executable).parent / "allennlp")
 TRAIN_SENTENCES = 1600
 
 
 def allennlp(args: list[str], log: Path) -> float:
     """Runs `allennlp ARGS --include-package elmo_plugin`, output to `log`; returns the seconds
     taken."""
-    return Child([ALLENNLP, *args, "--include-package", "elmo_plugin"], log).check().wall_s
+    return Child(allennlp_command(*args), log).check().wall_s
 
 
 def split_conllu(source: Path, out: Path) -> tuple[Path, Path, int]:

@@ -54,11 +54,12 @@ from pathlib import Path
 from typing import Any, Optional
 
 from benchmarks.lstm_vs_allennlp_models_transformer import THEIR_CONTEXTUALIZER
-from benchmarks.pos_tagger_elmo_vs_baseline import ALLENNLP, words_and_tags
+from benchmarks.pos_tagger_elmo_vs_baseline import words_and_tags
 from benchmarks.support.child import Child
 from benchmarks.support.common import (
     CONFIG_DIR,
     Declaration,
+    allennlp_command,
     benchmark_parser,
     require_data,
     run_benchmark,
@@ -138,9 +139,8 @@ def seeds(seed: int) -> dict:
 
 def allennlp(args: list[str], log: Path) -> Result:
     """`allennlp ARGS` with our plugin and allennlp-models, on one thread -> wall and CPU s."""
-    plugins = ["--include-package", "elmo_plugin", "--include-package", "allennlp_models"]
-    one_thread = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    child = Child([ALLENNLP, *args, *plugins], log, one_thread).check()
+    command = allennlp_command(*args, packages=("elmo_plugin", "allennlp_models"))
+    child = Child(command, log, {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}).check()
     return {"wall_s": round(child.wall_s, 1), "cpu_s": round(child.cpu_s, 1)}
 
 

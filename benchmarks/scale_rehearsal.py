@@ -37,19 +37,18 @@ import zipfile
 from pathlib import Path
 from typing import Any, Optional
 
-from benchmarks.support.child import Child
+from benchmarks.support.child import POLL_S, Child
 from benchmarks.support.common import (
     REPO_ROOT,
     Declaration,
+    allennlp_command,
     run_benchmark,
     scale_corpus_command,
 )
 
 NAME = "scale_rehearsal"
-ALLENNLP = str(Path(sys.executable).parent / "allennlp")
 CONFIG = REPO_ROOT / "training_config" / "elmo_lstm_original.jsonnet"
 SMALL_VOCAB_LINES = 50_000
-POLL_S = 0.2
 
 
 def run_measured(
@@ -106,20 +105,9 @@ def make_corpus(work: Path, tokens: int, shards: int, heldout_tokens: int, dry_r
 
 
 def count_vocabulary(work: Path, workers: int, dry_run: bool) -> dict:
-    result = run_measured(
-        [
-            ALLENNLP,
-            "elmo-vocab",
-            str(work / "corpus" / "train" / "*"),
-            str(work / "counted_tokens.txt"),
-            "--workers",
-            str(workers),
-            "--include-package",
-            "elmo_plugin",
-        ],
-        work / "elmo-vocab.log",
-        dry_run,
-    )
+    corpus, counted = str(work / "corpus" / "train" / "*"), str(work / "counted_tokens.txt")
+    command = allennlp_command("elmo-vocab", corpus, counted, "--workers", str(workers))
+    result = run_measured(command, work / "elmo-vocab.log", dry_run)
     last = result["output"].strip().splitlines()[-1:] or [""]
     return {
         "stage": "elmo-vocab",
@@ -195,8 +183,13 @@ def free_port() -> int:
 
 def train_command(run_dir: Path, overrides: dict, config: Path = CONFIG) -> list[str]:
     """`allennlp train CONFIG -s RUN_DIR -o OVERRIDES` with the plugin."""
-    command = [ALLENNLP, "train", str(config), "-s", str(run_dir), "-o", json.dumps(overrides)]
-    return [*command, "--include-package", "elmo_plugin"]
+    return allennlp_command("train", str(config), "-s", str(run_dir), "-o", json.dumps(overrides))
+
+
+def evaluate_command(work: Path, archive: Path, metrics: Path) -> list[str]:
+    """`allennlp evaluate` of `archive` on the held-out text, on the CPU, into `metrics`."""
+    where = ["--cuda-device", "-1", "--output-file", str(metrics)]
+    return allennlp_command("evaluate", str(archive), heldout(work), *where)
 
 
 def train_kill_resume_evaluate(work: Path, name: str, overrides: dict, dry_run: bool) -> dict:
@@ -211,22 +204,8 @@ def train_kill_resume_evaluate(work: Path, name: str, overrides: dict, dry_run: 
             f"{killed['output'][-4000:]}"
         )
     resumed = run_measured([*train, "-r"], work / f"{name}-resumed.log", dry_run)
-    evaluated = run_measured(
-        [
-            ALLENNLP,
-            "evaluate",
-            str(run_dir / "model.tar.gz"),
-            heldout(work),
-            "--cuda-device",
-            "-1",
-            "--output-file",
-            str(run_dir / "heldout_metrics.json"),
-            "--include-package",
-            "elmo_plugin",
-        ],
-        work / f"{name}-evaluate.log",
-        dry_run,
-    )
+    evaluate = evaluate_command(work, run_dir / "model.tar.gz", run_dir / "heldout_metrics.json")
+    evaluated = run_measured(evaluate, work / f"{name}-evaluate.log", dry_run)
     return {
         "stage": name,
         "killed_after_batch": killed["checkpoint"],

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple, NoReturn, Optional
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONFIG_DIR = REPO_ROOT / "training_config"
+ALLENNLP = str(Path(sys.executable).parent / "allennlp")  # this environment's command
 STATUSES = ("ok", "skipped", "failed")
 CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}  # `--clock` choices
 
@@ -49,6 +50,11 @@ def benchmark_parser(doc: Optional[str]) -> argparse.ArgumentParser:
     return argparse.ArgumentParser(
         description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+
+
+def allennlp_command(*args: str, packages: Sequence[str] = ("elmo_plugin",)) -> list[str]:
+    """`allennlp ARGS` with `--include-package P` for each of `packages` after them."""
+    return [ALLENNLP, *args, *(word for p in packages for word in ("--include-package", p))]
 
 
 def benchmark_names() -> list[str]:
