@@ -27,7 +27,7 @@ import numpy
 import torch
 
 import elmo_plugin  # noqa: F401  (registers components)
-from benchmarks.embedder_vs_allennlp_elmo import PUBLISHED_SMALL
+from benchmarks.embedder_vs_allennlp_elmo import PUBLISHED_SMALL, write_random_elmo
 from benchmarks.support.child import Child
 from benchmarks.support.common import (
     Declaration,
@@ -38,9 +38,7 @@ from benchmarks.support.common import (
 )
 from benchmarks.support.wikitext_data import WIKITEXT, wikitext_file
 from elmo_plugin.commands.elmo_embed import OutputFormat, embed_file
-from elmo_plugin.elmo_files.options import architecture_from_options
-from elmo_plugin.elmo_files.weights import read_bilm_encoder, write_bilm_encoder
-from elmo_plugin.modules.bilm_encoder import BiLmEncoder
+from elmo_plugin.elmo_files.weights import read_bilm_encoder
 
 NAME = "elmo_embed_options"
 RUNS = {
@@ -116,14 +114,7 @@ def main(argv: list[str]) -> dict[str, Any]:
         tokens = sum(len(line.split()) for line in lines)
         model = os.path.join(folder, "model")
         os.mkdir(model)
-        torch.manual_seed(args.seed)
-        options, weights = os.path.join(model, "options.json"), os.path.join(model, "weights.hdf5")
-        write_bilm_encoder(
-            BiLmEncoder.from_architecture(architecture_from_options(PUBLISHED_SMALL)),
-            options,
-            weights,
-        )
-        encoder = read_bilm_encoder(options, weights)
+        encoder = read_bilm_encoder(*write_random_elmo(PUBLISHED_SMALL, model, args.seed))
         warm_up = os.path.join(folder, "warm_up.txt")
         Path(warm_up).write_text("\n".join(lines[:20]) + "\n", encoding="utf-8")
         embed_file(encoder, warm_up, os.path.join(folder, "warm_up.hdf5"))

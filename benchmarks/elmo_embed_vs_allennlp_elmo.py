@@ -33,13 +33,12 @@ from benchmarks.embedder_vs_allennlp_elmo import (
     PUBLISHED_SMALL,
     reset_allennlp_states,
     wikitext_sentences,
+    write_random_elmo,
 )
 from benchmarks.support.common import CLOCKS, Declaration, benchmark_parser, run_benchmark
 from benchmarks.support.wikitext_data import WIKITEXT
 from elmo_plugin.commands.elmo_embed import embed_file
-from elmo_plugin.elmo_files.options import architecture_from_options
-from elmo_plugin.elmo_files.weights import read_bilm_encoder, write_bilm_encoder
-from elmo_plugin.modules.bilm_encoder import BiLmEncoder
+from elmo_plugin.elmo_files.weights import read_bilm_encoder
 
 NAME = "elmo_embed_vs_allennlp_elmo"
 
@@ -77,16 +76,7 @@ def main(argv: list[str]) -> dict[str, Any]:
     source = wikitext_sentences(10**9)
     folder = tempfile.mkdtemp(prefix="elmo_embed_bench_")
     try:
-        options_file, weights_file = (
-            os.path.join(folder, "options.json"),
-            os.path.join(folder, "weights.hdf5"),
-        )
-        torch.manual_seed(args.seed)
-        write_bilm_encoder(
-            BiLmEncoder.from_architecture(architecture_from_options(PUBLISHED_SMALL)),
-            options_file,
-            weights_file,
-        )
+        options_file, weights_file = write_random_elmo(PUBLISHED_SMALL, folder, args.seed)
         encoder = read_bilm_encoder(options_file, weights_file)
         quarter_file, input_file = (
             os.path.join(folder, "quarter.txt"),

@@ -92,6 +92,15 @@ def wikitext_sentences(max_tokens: int) -> list[list[str]]:
     return sentences
 
 
+def write_random_elmo(options: dict, folder: str, seed: int) -> tuple[str, str]:
+    """Random weights (torch seeded with `seed`) of the architecture in `options`, written as
+    FOLDER/options.json + FOLDER/weights.hdf5 -> their paths."""
+    torch.manual_seed(seed)
+    paths = os.path.join(folder, "options.json"), os.path.join(folder, "weights.hdf5")
+    write_bilm_encoder(BiLmEncoder.from_architecture(architecture_from_options(options)), *paths)
+    return paths
+
+
 def reset_allennlp_states(elmo: Any) -> None:
     """Resets allennlp `Elmo`'s LSTM state (carried from batch to batch otherwise)."""
     elmo._elmo_lstm._elmo_lstm.reset_states()
@@ -106,17 +115,8 @@ def compare(
         batch_to_ids(sentences[i : i + batch_size]) for i in range(0, len(sentences), batch_size)
     ]
     num_tokens = sum(len(sentence) for sentence in sentences)
-    torch.manual_seed(seed)
     folder = tempfile.mkdtemp(prefix="elmo_random_")
-    options_file, weights_file = (
-        os.path.join(folder, "options.json"),
-        os.path.join(folder, "weights.hdf5"),
-    )
-    write_bilm_encoder(
-        BiLmEncoder.from_architecture(architecture_from_options(options)),
-        options_file,
-        weights_file,
-    )
+    options_file, weights_file = write_random_elmo(options, folder, seed)
     ours = ElmoBiLmEmbedder(Vocabulary(), pretrained_file=folder, dropout=0.0).eval()
     theirs = Elmo(options_file, weights_file, num_output_representations=1, dropout=0.0).eval()
     shutil.rmtree(folder)

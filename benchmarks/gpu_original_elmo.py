@@ -338,36 +338,15 @@ def corpus_sentences(corpus: Path, max_tokens: int) -> list[list[str]]:
 def original_options(dry_run: bool) -> dict:
     """The published original ELMo's options.json (2 x 4096/512, clips 3, 2048 character
     filters, 2 highway); shrunk with `dry_run`."""
-    lstm = {
-        "use_skip_connections": True,
-        "projection_dim": 512,
-        "dim": 4096,
-        "n_layers": 2,
-        "cell_clip": 3,
-        "proj_clip": 3,
-    }
-    filters = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
-    if dry_run:
-        lstm.update(projection_dim=16, dim=32)
-        filters = SHRUNK["model.text_field_embedder.token_embedders.elmo.filters"]
+    from benchmarks.embedder_vs_allennlp_elmo import PUBLISHED_ORIGINAL as ORIGINAL
+
+    if not dry_run:
+        return ORIGINAL
+    filters = SHRUNK["model.text_field_embedder.token_embedders.elmo.filters"]
     return {
-        "lstm": lstm,
-        "char_cnn": {
-            "activation": "relu",
-            "n_highway": 2,
-            "embedding": {"dim": 16},
-            "n_characters": 262,
-            "max_characters_per_token": 50,
-            "filters": filters,
-        },
+        "lstm": {**ORIGINAL["lstm"], "projection_dim": 16, "dim": 32},
+        "char_cnn": {**ORIGINAL["char_cnn"], "filters": filters},
     }
-
-
-def read_vectors(path: Path) -> dict[str, Any]:
-    import h5py
-
-    with h5py.File(path, "r") as vectors:
-        return {name: vectors[name][()] for name in vectors if name != "sentence_to_index"}
 
 
 def max_abs_difference(ours: dict[str, Any], reference: dict[str, Any]) -> float:
@@ -400,6 +379,7 @@ def measure_embedding(args, corpus: Path, device: torch.device, precisions: list
     disk's write rate. Files go in corpus/embedding (inside main's temporary folder)."""
     from allennlp.modules.elmo import Elmo, batch_to_ids
 
+    from benchmarks.elmo_embed_options import datasets
     from benchmarks.embedder_vs_allennlp_elmo import reset_allennlp_states
     from elmo_plugin.commands import elmo_embed
     from elmo_plugin.commands.line_vectors import VectorForm
@@ -420,7 +400,7 @@ def measure_embedding(args, corpus: Path, device: torch.device, precisions: list
     checked = corpus_sentences(corpus, args.embed_check_tokens)
     check.write_text("\n".join(" ".join(s) for s in checked) + "\n", encoding="utf-8")
     elmo_embed.embed_file(cpu_encoder, str(check), str(folder / "cpu.hdf5"))
-    reference = read_vectors(folder / "cpu.hdf5")
+    reference = datasets(str(folder / "cpu.hdf5"))
     encoder = copy.deepcopy(cpu_encoder).to(device)
     batching = elmo_embed.Batching(args.embed_batch_size, args.embed_batch_tokens)
 
@@ -468,7 +448,7 @@ def measure_embedding(args, corpus: Path, device: torch.device, precisions: list
         elmo_embed.embed_file(
             encoder, str(check), str(folder / f"check_{precision}.hdf5"), precision=precision
         )
-        ours = read_vectors(folder / f"check_{precision}.hdf5")
+        ours = datasets(str(folder / f"check_{precision}.hdf5"))
         result["max_abs_diff_vs_cpu"][precision] = max_abs_difference(ours, reference)
     ProcessSettings(tf32=False).apply()
     result["ours_elmo_embed_tokens_per_s"] = result["fp32_tokens_per_s"]
