@@ -206,14 +206,6 @@ class OpAudit:
         runs the same kernels on the same shapes whatever the data."""
         return [(op.name, op.shapes) for op in self.of(*phases) if op.name.startswith("aten.")]
 
-    def counts(self) -> dict[str, dict[str, int]]:
-        """Per phase: aten ops and syncing ops."""
-        phases = dict.fromkeys(op.phase for op in self.ops)
-        return {
-            phase: {"ops": len(self.trace(phase)), "syncs": len(self.syncs(phase))}
-            for phase in phases
-        }
-
 
 def host_step_counters(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     """The step counts a torch optimizer keeps on the CPU (unless fused or capturable), on a GPU
