@@ -70,6 +70,7 @@ from benchmarks.support.common import (
     Declaration,
     Skip,
     allennlp_command,
+    config_dict,
     remove_heavy_files,
     run_benchmark,
 )
@@ -315,9 +316,7 @@ class Rehearsal:
 
 
 def config_callbacks() -> list[dict]:
-    from allennlp.common import Params
-
-    return Params.from_file(str(CONFIG)).as_dict()["trainer"]["callbacks"]
+    return config_dict(CONFIG)["trainer"]["callbacks"]
 
 
 def complete(path: Path) -> bool:

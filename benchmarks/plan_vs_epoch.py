@@ -50,6 +50,7 @@ from benchmarks.support.common import (
     REPO_ROOT,
     Declaration,
     allennlp_command,
+    config_dict,
     run_benchmark,
 )
 
@@ -77,17 +78,10 @@ CHECK_SECONDS = re.compile(
 )
 
 
-def shipped(config: Path) -> dict:
-    from allennlp.common import Params
-
-    return Params.from_file(str(config)).as_dict()
-
-
 def without_checks(config: Path) -> list[dict]:
     """The config's trainer callbacks but `elmo_validation_checks`."""
-    return [
-        c for c in shipped(config)["trainer"]["callbacks"] if c["type"] != "elmo_validation_checks"
-    ]
+    callbacks = config_dict(config)["trainer"]["callbacks"]
+    return [c for c in callbacks if c["type"] != "elmo_validation_checks"]
 
 
 def demo_overrides(work: Path, args: argparse.Namespace) -> tuple[dict, dict]:
@@ -125,7 +119,7 @@ def original_overrides(work: Path, args: argparse.Namespace) -> tuple[dict, dict
         work / "corpus" / "tokens.txt",
         1,
         args.cell_size,
-        shipped(rehearsal.CONFIG)["trainer"]["checkpointer"]["save_every_num_batches"],
+        config_dict(rehearsal.CONFIG)["trainer"]["checkpointer"]["save_every_num_batches"],
         {**(TINY_ORIGINAL if args.tiny else {}), **args.model_overrides},
     )
     checks = {
@@ -173,7 +167,7 @@ def real_epoch(config: Path, run_dir: Path, values: dict) -> dict:
 
 def checks_settings(config: Path, values: dict) -> dict:
     """The `elmo_validation_checks` callback of the run: the overrides' or else the config's."""
-    callbacks = values.get("trainer.callbacks") or shipped(config)["trainer"]["callbacks"]
+    callbacks = values.get("trainer.callbacks") or config_dict(config)["trainer"]["callbacks"]
     return next(c for c in callbacks if c["type"] == "elmo_validation_checks")
 
 

@@ -30,6 +30,7 @@ from benchmarks.support.common import (
     Declaration,
     allennlp_command,
     benchmark_parser,
+    config_dict,
     require_data,
     run_benchmark,
     shared_data_dir,
@@ -46,15 +47,21 @@ def allennlp(args: list[str], log: Path) -> float:
     return Child(allennlp_command(*args), log).check().wall_s
 
 
+def conllu_blocks(path: Path) -> list[str]:
+    """A CoNLL-U file's sentences, each its block of lines."""
+    return [b.strip("\n") for b in path.read_text(encoding="utf-8").split("\n\n") if b.strip()]
+
+
+def write_conllu(path: Path, blocks: list[str]) -> Path:
+    path.write_text("".join(b + "\n\n" for b in blocks), encoding="utf-8")
+    return path
+
+
 def split_conllu(source: Path, out: Path) -> tuple[Path, Path, int]:
-    blocks = [b.strip("\n") for b in source.read_text(encoding="utf-8").split("\n\n") if b.strip()]
-    (out / "ewt_train.conllu").write_text(
-        "".join(b + "\n\n" for b in blocks[:TRAIN_SENTENCES]), encoding="utf-8"
-    )
-    (out / "ewt_test.conllu").write_text(
-        "".join(b + "\n\n" for b in blocks[TRAIN_SENTENCES:]), encoding="utf-8"
-    )
-    return out / "ewt_train.conllu", out / "ewt_test.conllu", len(blocks) - TRAIN_SENTENCES
+    blocks = conllu_blocks(source)
+    train = write_conllu(out / "ewt_train.conllu", blocks[:TRAIN_SENTENCES])
+    test = write_conllu(out / "ewt_test.conllu", blocks[TRAIN_SENTENCES:])
+    return train, test, len(blocks) - TRAIN_SENTENCES
 
 
 def words_and_tags(path: Path) -> list[tuple[list[str], list[str]]]:
@@ -129,13 +136,10 @@ def layer_mix(archive: Path) -> dict[str, object]:
 def tagger_input_size(bilm: Path) -> int:
     """The ELMo tagger's encoder input: the biLM's width (2 x its projection) + the word
     embedding."""
-    from allennlp.common import Params
-
     from elmo_plugin.archives.bilm_source import load_bilm_encoder
 
-    word_dim = Params.from_file(str(CONFIG_DIR / "pos_tagger_elmo.jsonnet")).as_dict()["model"][
-        "text_field_embedder"
-    ]["token_embedders"]["tokens"]["embedding_dim"]
+    model = config_dict(CONFIG_DIR / "pos_tagger_elmo.jsonnet")["model"]
+    word_dim = model["text_field_embedder"]["token_embedders"]["tokens"]["embedding_dim"]
     return load_bilm_encoder(str(bilm)).get_output_dim() + word_dim
 
 

@@ -53,14 +53,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from benchmarks.lstm_vs_allennlp_models_transformer import THEIR_CONTEXTUALIZER
-from benchmarks.pos_tagger_elmo_vs_baseline import words_and_tags
+from benchmarks.lstm_vs_allennlp_models_transformer import their_model_config
+from benchmarks.pos_tagger_elmo_vs_baseline import conllu_blocks, words_and_tags, write_conllu
 from benchmarks.support.child import Child
 from benchmarks.support.common import (
     CONFIG_DIR,
     Declaration,
     allennlp_command,
     benchmark_parser,
+    config_dict,
     require_data,
     run_benchmark,
     shared_data_dir,
@@ -118,19 +119,9 @@ def budget_from(args: argparse.Namespace) -> Budget:
     )
 
 
-def params_dict(config: str) -> dict:
-    from allennlp.common import Params
-
-    return Params.from_file(str(CONFIG_DIR / config)).as_dict()
-
-
 def their_config() -> dict:
     """elmo_lstm.jsonnet with allennlp-models' bidirectional transformer language model."""
-    config = params_dict("elmo_lstm.jsonnet")
-    config["model"].update(
-        type="language_model", bidirectional=True, contextualizer=THEIR_CONTEXTUALIZER
-    )
-    return config
+    return {**config_dict(CONFIG_DIR / "elmo_lstm.jsonnet"), "model": their_model_config()}
 
 
 def seeds(seed: int) -> dict:
@@ -164,10 +155,6 @@ def write_wikitext(source: Path, lines: Optional[int], out: Path) -> dict[str, P
     return paths
 
 
-def conllu_blocks(path: Path) -> list[str]:
-    return [b.strip("\n") for b in path.read_text(encoding="utf-8").split("\n\n") if b.strip()]
-
-
 def write_ewt(source: Path, budget: Budget, out: Path) -> dict[str, Any]:
     """EWT_SPLITS of `source`, the training sets of the curve and every sentence's words (one
     line each, for elmo-embed) -> their paths and sentence counts."""
@@ -183,10 +170,8 @@ def write_ewt(source: Path, budget: Budget, out: Path) -> dict[str, Any]:
     }
     paths: dict[str, Any] = {"counts": {name: len(sentences) for name, sentences in sets.items()}}
     for name, sentences in sets.items():
-        paths[name] = out / f"ewt_{name}.conllu"
-        paths[name].write_text("".join(b + "\n\n" for b in sentences), encoding="utf-8")
-    everything = out / "ewt_all.conllu"
-    everything.write_text("".join(b + "\n\n" for b in blocks), encoding="utf-8")
+        paths[name] = write_conllu(out / f"ewt_{name}.conllu", sentences)
+    everything = write_conllu(out / "ewt_all.conllu", blocks)
     paths["sentences"] = out / "ewt_sentences.txt"
     paths["sentences"].write_text(
         "".join(" ".join(words) + "\n" for words, _ in words_and_tags(everything)),
@@ -205,7 +190,7 @@ def pretrain(row: str, wiki: dict[str, Path], budget: Budget, folder: Path) -> R
     if row == "allennlp_models_transformer":
         config = str(folder / "their_config.json")
         Path(config).write_text(json.dumps(their_config()))
-    trainer = params_dict(BILM_CONFIGS[row])["trainer"]
+    trainer = config_dict(CONFIG_DIR / BILM_CONFIGS[row])["trainer"]
     only_process_settings(trainer)
     values = {
         "train_data_path": str(wiki["train"]),
@@ -263,7 +248,8 @@ def stateless_perplexity(archive: Path, text: Path) -> float:
 
     torch.set_num_threads(1)
     model = load_archive(str(archive)).model.eval()
-    reader = DatasetReader.from_params(Params(params_dict("elmo_lstm.jsonnet")["dataset_reader"]))
+    reader_params = config_dict(CONFIG_DIR / "elmo_lstm.jsonnet")["dataset_reader"]
+    reader = DatasetReader.from_params(Params(reader_params))
     loader = MultiProcessDataLoader(reader, str(text), batch_size=32)
     loader.index_with(model.vocab)
     nll = targets = 0.0
@@ -340,7 +326,7 @@ def downstream_config(
     `elmo_bilm_embedder` with `do_layer_norm` (`their_embedder` normalized) or their
     `bidirectional_lm_token_embedder` (documented), static vectors as a frozen `embedding`, or
     none (the ELMo embedder removed)."""
-    params = params_dict(TASKS[task][0])
+    params = config_dict(CONFIG_DIR / TASKS[task][0])
     model = params["model"]
     embedders = model["text_field_embedder"]["token_embedders"]
     indexers = params["dataset_reader"]["token_indexers"]

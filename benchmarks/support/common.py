@@ -73,6 +73,13 @@ def shared_data_dir() -> Path:
     return Path(os.environ.get("ELMO_PLUGIN_DATA", REPO_ROOT.parent / "shared" / "data"))
 
 
+def config_dict(config: Path) -> dict:
+    """A training config (jsonnet) as a plain dict to edit."""
+    from allennlp.common import Params
+
+    return Params.from_file(str(config)).as_dict()
+
+
 def scale_corpus_command(out: Path, tokens: int, shards: int, seed: int = 0) -> list[str]:
     """`scripts/make_scale_corpus.py`: `tokens` tokens of 1B Word's shape in `shards` files in
     `out`, its 793,471-line tokens.txt beside `out`."""

@@ -15,7 +15,7 @@ from allennlp.data import Batch, Vocabulary
 from allennlp.models import Model
 
 import elmo_plugin  # noqa: F401  (registers components)
-from benchmarks.support.common import CONFIG_DIR, require_data
+from benchmarks.support.common import CONFIG_DIR, config_dict, require_data
 from benchmarks.support.wikitext_data import split_train_valid, wikitext_file
 from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
 
@@ -61,7 +61,7 @@ def make_batches(
 
 def model_config(config: str) -> dict:
     """The `model` block of a config in training_config/, as a plain dict to edit."""
-    return Params.from_file(str(CONFIG_DIR / config)).as_dict()["model"]
+    return config_dict(CONFIG_DIR / config)["model"]
 
 
 def build_model(model: dict, vocab: Vocabulary) -> Model:
