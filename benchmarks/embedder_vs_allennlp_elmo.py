@@ -34,9 +34,8 @@ import elmo_plugin  # noqa: F401  (registers components)
 from benchmarks.support.common import (
     CLOCKS,
     Declaration,
-    add_keep_freed_heap_argument,
-    apply_process_settings,
     benchmark_parser,
+    parse_as_command,
     require_data,
     run_benchmark,
 )
@@ -158,12 +157,11 @@ def main(argv: list[str]) -> dict[str, Any]:
     parser.add_argument("--original-tokens", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--clock", choices=list(CLOCKS), default="cpu")
-    add_keep_freed_heap_argument(parser)
-    args = parser.parse_args(argv)
-    apply_process_settings(args)
+    args = parse_as_command(parser, argv)
 
     sentences = wikitext_sentences(args.max_tokens)
-    small = compare(PUBLISHED_SMALL, sentences, args.batch_size, args.seed, CLOCKS[args.clock])
+    settings = (args.batch_size, args.seed, CLOCKS[args.clock])
+    small = compare(PUBLISHED_SMALL, sentences, *settings)
     result: dict[str, Any] = {
         "headline": ["speedup", "max_abs_diff"],
         "data": f"{wikitext_file()}: {len(sentences)} sentences, {small.pop('tokens')} tokens, "
@@ -176,13 +174,7 @@ def main(argv: list[str]) -> dict[str, Any]:
         **small,
     }
     if args.original_tokens > 0:
-        original = compare(
-            PUBLISHED_ORIGINAL,
-            wikitext_sentences(args.original_tokens),
-            args.batch_size,
-            args.seed,
-            CLOCKS[args.clock],
-        )
+        original = compare(PUBLISHED_ORIGINAL, wikitext_sentences(args.original_tokens), *settings)
         result["original_model"] = (
             "published original (2 x 4096/512, 2048 filters, 2 highway, clips 3)"
         )

@@ -36,9 +36,8 @@ from allennlp.modules.elmo_lstm import ElmoLstm
 from benchmarks.support.common import (
     CLOCKS,
     Declaration,
-    add_keep_freed_heap_argument,
-    apply_process_settings,
     benchmark_parser,
+    parse_as_command,
     run_benchmark,
 )
 from elmo_plugin.cpu.onednn_matmul import linear
@@ -121,9 +120,7 @@ def main(argv: list[str]) -> dict[str, Any]:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--timesteps", type=int, default=40)
     parser.add_argument("--clock", choices=list(CLOCKS), default="cpu")
-    add_keep_freed_heap_argument(parser)
-    args = parser.parse_args(argv)
-    apply_process_settings(args)
+    args = parse_as_command(parser, argv)
     clock = CLOCKS[args.clock]
 
     torch.manual_seed(0)

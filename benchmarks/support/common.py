@@ -88,23 +88,22 @@ def scale_corpus_command(out: Path, tokens: int, shards: int, seed: int = 0) -> 
     return [sys.executable, script, *sizes, "--out", str(out)]
 
 
-def add_keep_freed_heap_argument(parser: argparse.ArgumentParser) -> None:
-    """`--keep-freed-heap` / `--no-keep-freed-heap` (default on), as `elmo-embed` and the shipped
-    configs' `process_settings` have it: a benchmark measures what a user's command runs."""
+def parse_as_command(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """`parser` with `--keep-freed-heap` / `--no-keep-freed-heap` (default on, as `elmo-embed`
+    and the shipped configs' `process_settings` have it) parses `argv`, and the process settings
+    a command would apply (`ProcessSettings`) are applied: a benchmark measures what a user's
+    command runs."""
+    from elmo_plugin.training.process_settings import ProcessSettings
+
     parser.add_argument(
         "--keep-freed-heap",
         action=argparse.BooleanOptionalAction,
         default=True,
         help="keep freed CPU memory in the process, as the commands do by default",
     )
-
-
-def apply_process_settings(args: argparse.Namespace) -> None:
-    """Applies the process settings a command would (`ProcessSettings`), from
-    `add_keep_freed_heap_argument`'s flag; the benchmark is the command here."""
-    from elmo_plugin.training.process_settings import ProcessSettings
-
+    args = parser.parse_args(argv)
     ProcessSettings(keep_freed_heap=args.keep_freed_heap).apply()
+    return args
 
 
 # what a benchmark's training runs write and it reads once: checkpoints, archives, exported ELMo
@@ -151,11 +150,6 @@ def finish(name: str, status: str, **figures: Any) -> NoReturn:
     sys.exit(1 if status == "failed" or figures.get("missed") else 0)
 
 
-def skip(name: str, reason: str) -> NoReturn:
-    """Ends the benchmark: status skipped with `reason`, exit status 0."""
-    finish(name, "skipped", reason=reason)
-
-
 def one_line(message: str, limit: int = 500) -> str:
     """The first non-empty line of `message`, at most `limit` characters."""
     lines = [line.strip() for line in message.splitlines() if line.strip()]
@@ -169,7 +163,7 @@ def run_benchmark(name: str, main: Callable[[list[str]], dict[str, Any]]) -> NoR
     try:
         figures = main(sys.argv[1:])
     except Skip as reason:
-        skip(name, str(reason))
+        finish(name, "skipped", reason=str(reason))
     except SystemExit as stop:
         if stop.code in (None, 0):
             raise
