@@ -107,16 +107,8 @@ QUICK = Budget(330, 400, [200], 1, 1, 1, 2, 1, fasttext_epochs=2)
 def budget_from(args: argparse.Namespace) -> Budget:
     if args.quick:
         return QUICK
-    return Budget(
-        None,
-        1440,
-        [200, 400, 800],
-        args.seeds,
-        args.pretrain_epochs,
-        args.pretrain_patience,
-        args.max_epochs,
-        args.patience,
-    )
+    epochs = (args.pretrain_epochs, args.pretrain_patience, args.max_epochs, args.patience)
+    return Budget(None, 1440, [200, 400, 800], args.seeds, *epochs)
 
 
 def their_config() -> dict:

@@ -54,31 +54,20 @@ def build(vocab_size: int, sparse: bool) -> tuple[Model, Params]:
         json.dumps({**SHRUNK, "model.sparse_embeddings": sparse}),
     )
     vocab = Vocabulary(non_padded_namespaces=[])
-    vocab.add_tokens_to_namespace(
-        [f"w{index}" for index in range(vocab_size - 1)], "tokens"
-    )  # + padding
+    # vocab_size rows: vocab_size - 1 words + padding
+    vocab.add_tokens_to_namespace([f"w{index}" for index in range(vocab_size - 1)], "tokens")
     torch.manual_seed(0)
-    return Model.from_params(vocab=vocab, params=params.pop("model")), params.pop("trainer").pop(
-        "optimizer"
-    )
+    model = Model.from_params(vocab=vocab, params=params.pop("model"))
+    return model, params.pop("trainer").pop("optimizer")
 
 
 def synthetic_batch(vocab_size: int) -> dict:
     """128 windows of 20 words (+ boundaries): random characters, log-uniform word ids."""
     generator = torch.Generator().manual_seed(0)
     chars = torch.randint(1, 262, (BATCH, WINDOW + 2, CHARS), generator=generator)
-    ids = (
-        torch.exp(
-            torch.rand(BATCH, WINDOW + 2, generator=generator) * math.log(vocab_size - 2)
-        ).long()
-        + 1
-    )
-    return {
-        "source": {
-            "elmo": {"elmo_tokens": chars},
-            "tokens": {"tokens": ids.clamp(max=vocab_size - 1)},
-        }
-    }
+    log_ids = torch.rand(BATCH, WINDOW + 2, generator=generator) * math.log(vocab_size - 2)
+    tokens = {"tokens": (torch.exp(log_ids).long() + 1).clamp(max=vocab_size - 1)}
+    return {"source": {"elmo": {"elmo_tokens": chars}, "tokens": tokens}}
 
 
 def step_seconds(vocab_size: int, sparse: bool, steps: int) -> float:

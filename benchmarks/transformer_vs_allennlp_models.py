@@ -483,16 +483,7 @@ def quality_part(args, train: Path, valid: Path, out: Path) -> dict[str, float]:
 
 
 DECLARATION = Declaration(
-    quick=[
-        "--speed-steps",
-        "2",
-        "--speed-rounds",
-        "1",
-        "--quality-steps",
-        "8",
-        "--quality-seeds",
-        "1",
-    ],
+    quick="--speed-steps 2 --speed-rounds 1 --quality-steps 8 --quality-seeds 1".split(),
     data=(WIKITEXT,),
 )
 
