@@ -10,7 +10,9 @@ import json
 import logging
 import os
 import random
+import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -105,6 +107,42 @@ def start_forked(command: list[str], cwd: Path, env: dict[str, str], **popen) ->
     kills the command (and what the command started) as it would a fresh process."""
     client, env = forked_client(command, env, timeout=600, fresh=False)
     return subprocess.Popen(client, cwd=cwd, env=env, **popen)
+
+
+def lines_done_records(log: str) -> list[int]:
+    """The N of every `elmo-embed: N lines done` line of `log`."""
+    return [int(n) for n in re.findall(r"elmo-embed: (\d+) lines done", log)]
+
+
+def killed_after_two_records(args: list[str], cwd: Path) -> str:
+    """`allennlp ARGS` (elmo-embed; a process of its own, `start_forked`) killed with SIGKILL once
+    its stderr has recorded two chunks as done -> that stderr."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    command = ["allennlp", *args, "--include-package", "elmo_plugin"]
+    popen = dict(stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    killed = start_forked(command, cwd, env, **popen)
+    assert killed.stderr is not None
+    log = ""
+    while len(lines_done_records(log)) < 2:  # the signal: a chunk recorded as done
+        line = killed.stderr.readline()
+        assert line, f"elmo-embed ended before it recorded two chunks:\n{log[-3000:]}"
+        log += line
+    killed.kill()
+    killed.wait()
+    assert killed.returncode == -signal.SIGKILL
+    return log
+
+
+def many_lines(folder: Path, count: int) -> Path:
+    """FOLDER/input.txt: `count` lines of the demo corpus, every 7th blank."""
+    text = (REPO_ROOT / "fixtures/demo_corpus/train/shard_0.txt").read_text(encoding="utf-8")
+    lines = text.splitlines()
+    path = folder / "input.txt"
+    path.write_text(
+        "\n".join("" if i % 7 == 3 else lines[i % len(lines)] for i in range(count)) + "\n",
+        encoding="utf-8",
+    )
+    return path
 
 
 def forked_client(
