@@ -236,6 +236,27 @@ def run_allennlp_in_process(
     return result
 
 
+def predict_args(
+    archive: Path, cwd: Path, inputs: str | list[dict], predictor: str, batch_size: int = 2, **args
+) -> list[str]:
+    """`allennlp predict` arguments for `inputs` (JSON lines, or objects to write as such, written
+    to CWD/in.jsonl; the output CWD/out.jsonl), `args` its --predictor-args."""
+    if not isinstance(inputs, str):
+        inputs = "".join(json.dumps(line) + "\n" for line in inputs)
+    (cwd / "in.jsonl").write_text(inputs, encoding="utf-8")
+    command = ["predict", str(archive), "in.jsonl", "--predictor", predictor, "--silent"]
+    command += ["--output-file", "out.jsonl", "--batch-size", str(batch_size)]
+    return command + (["--predictor-args", json.dumps(args)] if args else [])
+
+
+def predict(
+    archive: Path, cwd: Path, inputs: str | list[dict], predictor: str, batch_size: int = 2, **args
+) -> list[dict]:
+    """`allennlp predict` (in this process, `predict_args`) -> its output lines."""
+    run_allennlp_in_process(predict_args(archive, cwd, inputs, predictor, batch_size, **args), cwd)
+    return [json.loads(line) for line in (cwd / "out.jsonl").read_text("utf-8").splitlines()]
+
+
 def log_to(stream: io.StringIO) -> None:
     """The root logger as `allennlp`'s entry point sets it: INFO and above to `stream`."""
     handler = logging.StreamHandler(stream)

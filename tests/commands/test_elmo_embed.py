@@ -26,6 +26,7 @@ from tests.helpers import (
     killed_after_two_records,
     lines_done_records,
     many_lines,
+    predict,
     run_allennlp_in_process,
 )
 
@@ -114,38 +115,13 @@ def test_average_and_top_layers(embedded, tiny_bilm_archive, tmp_path):
 
 
 def test_equals_elmo_embeddings_predictor_and_its_scalar_mix(embedded, tiny_bilm_archive, tmp_path):
-    cwd, _, vectors, _ = embedded
+    _, _, vectors, _ = embedded
     sentences = [(line, text) for line, text in enumerate(TEXTS) if text]
-    jsonl = tmp_path / "sentences.jsonl"
-    jsonl.write_text(
-        "".join(
-            json.dumps({"sentence": text} if line % 2 else {"tokens": text.split()}) + "\n"
-            for line, text in sentences
-        ),
-        encoding="utf-8",
-    )
-    mix = {"scalar_mix_parameters": [1.0, 2.0, -1.0], "gamma": 0.5}
-    run_allennlp_in_process(
-        [
-            "predict",
-            str(tiny_bilm_archive),
-            str(jsonl),
-            "--predictor",
-            "elmo_embeddings",
-            "--predictor-args",
-            json.dumps(mix),
-            "--output-file",
-            str(tmp_path / "predicted.jsonl"),
-            "--batch-size",
-            "2",
-            "--silent",
-        ],
-        cwd=cwd,
-    )
-    predicted = [
-        json.loads(line)
-        for line in (tmp_path / "predicted.jsonl").read_text(encoding="utf-8").splitlines()
+    inputs = [
+        {"sentence": text} if line % 2 else {"tokens": text.split()} for line, text in sentences
     ]
+    mix = {"scalar_mix_parameters": [1.0, 2.0, -1.0], "gamma": 0.5}
+    predicted = predict(tiny_bilm_archive, tmp_path, inputs, "elmo_embeddings", **mix)
     assert len(predicted) == len(sentences)
     weights = numpy.exp([1.0, 2.0, -1.0]) / numpy.exp([1.0, 2.0, -1.0]).sum()
     for (line, text), output in zip(sentences, predicted, strict=False):
