@@ -29,10 +29,12 @@ import allennlp.commands as allennlp_commands
 import numpy
 import pytest
 import torch
+from allennlp.common import Params
 from allennlp.common import logging as allennlp_logging
 from allennlp.common import tqdm as allennlp_tqdm
-from allennlp.data import Instance, Token
+from allennlp.data import Batch, DatasetReader, Instance, Token, Vocabulary
 from allennlp.data.fields import TextField
+from allennlp.models import Model
 
 from benchmarks.support.common import shared_data_dir  # the one definition, shared with benchmarks/
 from elmo_plugin.training import glibc_heap
@@ -364,6 +366,24 @@ TINY_TRANSFORMER_OVERRIDES = {
     "model.contextualizer.feedforward_hidden_dim": 32,
     "model.contextualizer.num_attention_heads": 2,
 }
+
+
+def tiny_model_and_batches(
+    config: str, values: dict, data: Path, sizes: Sequence[int], vocab_of: Optional[int] = None
+) -> tuple[Model, list[dict]]:
+    """training_config/CONFIG with the overrides `values`: its model (seed 0) over the vocabulary
+    of the first `vocab_of` instances (default: all) its reader reads from `data`, and tensor
+    batches of those instances, one after the other, of `sizes` instances each."""
+    params = Params.from_file(str(CONFIG_DIR / config), json.dumps(values))
+    reader = DatasetReader.from_params(params.pop("dataset_reader"))
+    instances = list(reader.read(str(data)))[:vocab_of]
+    vocab = Vocabulary.from_instances(instances)
+    torch.manual_seed(0)
+    model = Model.from_params(vocab=vocab, params=params.pop("model"))
+    batches = [Batch(instances[sum(sizes[:i]) : sum(sizes[: i + 1])]) for i in range(len(sizes))]
+    for batch in batches:
+        batch.index_instances(vocab)
+    return model, [batch.as_tensor_dict() for batch in batches]
 
 
 def conllu_head(path: Path, sentences: int) -> str:
