@@ -10,7 +10,9 @@ import json
 import logging
 import os
 import random
+import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -27,10 +29,12 @@ import allennlp.commands as allennlp_commands
 import numpy
 import pytest
 import torch
+from allennlp.common import Params
 from allennlp.common import logging as allennlp_logging
 from allennlp.common import tqdm as allennlp_tqdm
-from allennlp.data import Instance, Token
+from allennlp.data import Batch, DatasetReader, Instance, Token, Vocabulary
 from allennlp.data.fields import TextField
+from allennlp.models import Model
 
 from benchmarks.support.common import shared_data_dir  # the one definition, shared with benchmarks/
 from elmo_plugin.training import glibc_heap
@@ -105,6 +109,42 @@ def start_forked(command: list[str], cwd: Path, env: dict[str, str], **popen) ->
     kills the command (and what the command started) as it would a fresh process."""
     client, env = forked_client(command, env, timeout=600, fresh=False)
     return subprocess.Popen(client, cwd=cwd, env=env, **popen)
+
+
+def lines_done_records(log: str) -> list[int]:
+    """The N of every `elmo-embed: N lines done` line of `log`."""
+    return [int(n) for n in re.findall(r"elmo-embed: (\d+) lines done", log)]
+
+
+def killed_after_two_records(args: list[str], cwd: Path) -> str:
+    """`allennlp ARGS` (elmo-embed; a process of its own, `start_forked`) killed with SIGKILL once
+    its stderr has recorded two chunks as done -> that stderr."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    command = ["allennlp", *args, "--include-package", "elmo_plugin"]
+    popen = dict(stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    killed = start_forked(command, cwd, env, **popen)
+    assert killed.stderr is not None
+    log = ""
+    while len(lines_done_records(log)) < 2:  # the signal: a chunk recorded as done
+        line = killed.stderr.readline()
+        assert line, f"elmo-embed ended before it recorded two chunks:\n{log[-3000:]}"
+        log += line
+    killed.kill()
+    killed.wait()
+    assert killed.returncode == -signal.SIGKILL
+    return log
+
+
+def many_lines(folder: Path, count: int) -> Path:
+    """FOLDER/input.txt: `count` lines of the demo corpus, every 7th blank."""
+    text = (REPO_ROOT / "fixtures/demo_corpus/train/shard_0.txt").read_text(encoding="utf-8")
+    lines = text.splitlines()
+    path = folder / "input.txt"
+    path.write_text(
+        "\n".join("" if i % 7 == 3 else lines[i % len(lines)] for i in range(count)) + "\n",
+        encoding="utf-8",
+    )
+    return path
 
 
 def forked_client(
@@ -196,6 +236,27 @@ def run_allennlp_in_process(
             f"{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
         )
     return result
+
+
+def predict_args(
+    archive: Path, cwd: Path, inputs: str | list[dict], predictor: str, batch_size: int = 2, **args
+) -> list[str]:
+    """`allennlp predict` arguments for `inputs` (JSON lines, or objects to write as such, written
+    to CWD/in.jsonl; the output CWD/out.jsonl), `args` its --predictor-args."""
+    if not isinstance(inputs, str):
+        inputs = "".join(json.dumps(line) + "\n" for line in inputs)
+    (cwd / "in.jsonl").write_text(inputs, encoding="utf-8")
+    command = ["predict", str(archive), "in.jsonl", "--predictor", predictor, "--silent"]
+    command += ["--output-file", "out.jsonl", "--batch-size", str(batch_size)]
+    return command + (["--predictor-args", json.dumps(args)] if args else [])
+
+
+def predict(
+    archive: Path, cwd: Path, inputs: str | list[dict], predictor: str, batch_size: int = 2, **args
+) -> list[dict]:
+    """`allennlp predict` (in this process, `predict_args`) -> its output lines."""
+    run_allennlp_in_process(predict_args(archive, cwd, inputs, predictor, batch_size, **args), cwd)
+    return [json.loads(line) for line in (cwd / "out.jsonl").read_text("utf-8").splitlines()]
 
 
 def log_to(stream: io.StringIO) -> None:
@@ -305,6 +366,24 @@ TINY_TRANSFORMER_OVERRIDES = {
     "model.contextualizer.feedforward_hidden_dim": 32,
     "model.contextualizer.num_attention_heads": 2,
 }
+
+
+def tiny_model_and_batches(
+    config: str, values: dict, data: Path, sizes: Sequence[int], vocab_of: Optional[int] = None
+) -> tuple[Model, list[dict]]:
+    """training_config/CONFIG with the overrides `values`: its model (seed 0) over the vocabulary
+    of the first `vocab_of` instances (default: all) its reader reads from `data`, and tensor
+    batches of those instances, one after the other, of `sizes` instances each."""
+    params = Params.from_file(str(CONFIG_DIR / config), json.dumps(values))
+    reader = DatasetReader.from_params(params.pop("dataset_reader"))
+    instances = list(reader.read(str(data)))[:vocab_of]
+    vocab = Vocabulary.from_instances(instances)
+    torch.manual_seed(0)
+    model = Model.from_params(vocab=vocab, params=params.pop("model"))
+    batches = [Batch(instances[sum(sizes[:i]) : sum(sizes[: i + 1])]) for i in range(len(sizes))]
+    for batch in batches:
+        batch.index_instances(vocab)
+    return model, [batch.as_tensor_dict() for batch in batches]
 
 
 def conllu_head(path: Path, sentences: int) -> str:

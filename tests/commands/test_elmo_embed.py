@@ -5,9 +5,6 @@ import functools
 import http.server
 import json
 import os
-import re
-import signal
-import subprocess
 import threading
 
 import h5py
@@ -25,7 +22,13 @@ from elmo_plugin.modules.bilm_sentence_layers import sentence_layers
 from elmo_plugin.modules.elmo_char_cnn import ElmoCharCnn
 from elmo_plugin.modules.token_vector_cache import TokenVectorCache
 from tests.elmo_files.elmo_reference import random_encoder, write_pair
-from tests.helpers import REPO_ROOT, run_allennlp_in_process, start_forked
+from tests.helpers import (
+    killed_after_two_records,
+    lines_done_records,
+    many_lines,
+    predict,
+    run_allennlp_in_process,
+)
 
 LONG_TOKEN = "x" * 70  # longer than ELMo's 50 characters: truncated, not fatal
 LINES = [
@@ -80,11 +83,8 @@ def test_layers_shapes_and_sentence_to_index_with_blank_and_duplicate_lines(embe
     assert sorted(vectors, key=int) == [str(i) for i in range(len(LINES))]
     assert index == {TEXTS[0]: [0, 3], "": [1, 4], TEXTS[2]: [2], TEXTS[5]: [5], "a": [6]}
     for line, text in enumerate(TEXTS):
-        assert vectors[str(line)].shape == (
-            3,
-            len(text.split()),
-            32,
-        )  # char CNN + 2 LSTM layers, 2 x 16
+        # char CNN + 2 LSTM layers, 2 x 16
+        assert vectors[str(line)].shape == (3, len(text.split()), 32)
         assert vectors[str(line)].dtype == numpy.float32
     # Layer 0 is the character CNN output repeated to full width; the others differ per half.
     numpy.testing.assert_array_equal(vectors["2"][0, :, :16], vectors["2"][0, :, 16:])
@@ -115,38 +115,13 @@ def test_average_and_top_layers(embedded, tiny_bilm_archive, tmp_path):
 
 
 def test_equals_elmo_embeddings_predictor_and_its_scalar_mix(embedded, tiny_bilm_archive, tmp_path):
-    cwd, _, vectors, _ = embedded
+    _, _, vectors, _ = embedded
     sentences = [(line, text) for line, text in enumerate(TEXTS) if text]
-    jsonl = tmp_path / "sentences.jsonl"
-    jsonl.write_text(
-        "".join(
-            json.dumps({"sentence": text} if line % 2 else {"tokens": text.split()}) + "\n"
-            for line, text in sentences
-        ),
-        encoding="utf-8",
-    )
-    mix = {"scalar_mix_parameters": [1.0, 2.0, -1.0], "gamma": 0.5}
-    run_allennlp_in_process(
-        [
-            "predict",
-            str(tiny_bilm_archive),
-            str(jsonl),
-            "--predictor",
-            "elmo_embeddings",
-            "--predictor-args",
-            json.dumps(mix),
-            "--output-file",
-            str(tmp_path / "predicted.jsonl"),
-            "--batch-size",
-            "2",
-            "--silent",
-        ],
-        cwd=cwd,
-    )
-    predicted = [
-        json.loads(line)
-        for line in (tmp_path / "predicted.jsonl").read_text(encoding="utf-8").splitlines()
+    inputs = [
+        {"sentence": text} if line % 2 else {"tokens": text.split()} for line, text in sentences
     ]
+    mix = {"scalar_mix_parameters": [1.0, 2.0, -1.0], "gamma": 0.5}
+    predicted = predict(tiny_bilm_archive, tmp_path, inputs, "elmo_embeddings", **mix)
     assert len(predicted) == len(sentences)
     weights = numpy.exp([1.0, 2.0, -1.0]) / numpy.exp([1.0, 2.0, -1.0]).sum()
     for (line, text), output in zip(sentences, predicted, strict=False):
@@ -215,10 +190,7 @@ def test_token_cache_is_bounded_and_equals_the_character_encoder():
             atol=1e-6,
             rtol=0,
         )
-    assert len(cache._vectors) == 2 and list(cache._vectors) == [
-        "a",
-        "zz",
-    ]  # the most recently used
+    assert len(cache._vectors) == 2 and list(cache._vectors) == ["a", "zz"]  # most recently used
     assert (cache.hits, cache.misses) == (1, 6)  # "ccc" was kept from the first call
 
 
@@ -298,23 +270,6 @@ def test_missing_input_is_an_error_naming_it(tiny_bilm_archive, tmp_path):
         )
 
 
-def many_lines(tmp_path, count):
-    """`count` lines of the demo corpus, every 7th blank."""
-    text = (
-        (REPO_ROOT / "fixtures/demo_corpus/train/shard_0.txt")
-        .read_text(encoding="utf-8")
-        .splitlines()
-    )
-    lines = ["" if i % 7 == 3 else text[i % len(text)] for i in range(count)]
-    path = tmp_path / "input.txt"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
-
-
-def lines_done_records(log: str):
-    return [int(match) for match in re.findall(r"elmo-embed: (\d+) lines done", log)]
-
-
 def test_resume_after_a_real_kill_gives_the_uninterrupted_file(tiny_bilm_archive, plugin_cwd):
     """`allennlp elmo-embed` is killed (SIGKILL) after it has recorded two chunks as done; the
     output does not exist, only OUTPUT.partial; `--resume` skips the recorded lines and ends with
@@ -323,27 +278,14 @@ def test_resume_after_a_real_kill_gives_the_uninterrupted_file(tiny_bilm_archive
     args = ["elmo-embed", str(tiny_bilm_archive), str(input_file)]
     small = ["--batch-size", "2", "--sort-window", "32"]
     run_allennlp_in_process([*args, "whole.hdf5", *small], cwd=plugin_cwd)
-    command = ["allennlp", *args, "resumed.hdf5", *small, "--include-package", "elmo_plugin"]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    killed = start_forked(
-        command, plugin_cwd, env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
-    log = ""
-    while len(lines_done_records(log)) < 2:  # the signal: a chunk recorded as done
-        line = killed.stderr.readline()
-        assert line, f"elmo-embed ended before it recorded two chunks:\n{log[-3000:]}"
-        log += line
-    killed.kill()
-    killed.wait()
-    assert killed.returncode == -signal.SIGKILL
+    log = killed_after_two_records([*args, "resumed.hdf5", *small], plugin_cwd)
     assert (
         not (plugin_cwd / "resumed.hdf5").exists()
         and (plugin_cwd / "resumed.hdf5.partial").exists()
     )
     resumed = run_allennlp_in_process([*args, "resumed.hdf5", *small, "--resume"], cwd=plugin_cwd)
-    assert (
-        lines_done_records(resumed.stderr)[0] > lines_done_records(log)[-1]
-    )  # recorded lines were skipped
+    # recorded lines were skipped
+    assert lines_done_records(resumed.stderr)[0] > lines_done_records(log)[-1]
     assert not (plugin_cwd / "resumed.hdf5.partial").exists()
     whole, whole_index = read_hdf5(plugin_cwd / "whole.hdf5")
     again, again_index = read_hdf5(plugin_cwd / "resumed.hdf5")

@@ -8,9 +8,6 @@ import gzip
 import json
 import lzma
 import os
-import re
-import signal
-import subprocess
 
 import h5py
 import numpy
@@ -25,7 +22,14 @@ from elmo_plugin.archives.bilm_source import load_bilm_encoder
 from elmo_plugin.commands import elmo_embed
 from elmo_plugin.commands.embed_input import Shard, parse_shard
 from elmo_plugin.commands.learned_mix import read_learned_mix
-from tests.helpers import REPO_ROOT, run_allennlp, run_allennlp_in_process, start_forked
+from tests.helpers import (
+    REPO_ROOT,
+    killed_after_two_records,
+    lines_done_records,
+    many_lines,
+    run_allennlp,
+    run_allennlp_in_process,
+)
 
 # The sort window of each line of TEXT at --sort-window 2 (2 sentences, blank lines among them).
 WINDOW_OF_LINE = [0, 0, 0, 1, 1, 2, 2]
@@ -398,47 +402,22 @@ def test_resume_refuses_a_partial_file_made_with_other_options(
         )
 
 
-def lines_done_records(log: str):
-    return [int(n) for n in re.findall(r"elmo-embed: (\d+) lines done", log)]
-
-
 def test_a_killed_shard_resumes_to_the_same_datasets_bit_for_bit(tiny_bilm_archive, plugin_cwd):
     """Shard 1/2 with float16, gzip and mean pooling is killed (SIGKILL) after two recorded
     windows; `--resume` ends with exactly the uninterrupted shard's datasets, attributes and
     sentence_to_index."""
-    text = (REPO_ROOT / "fixtures/demo_corpus/train/shard_0.txt").read_text(encoding="utf-8")
-    lines = text.splitlines()
-    (plugin_cwd / "in.txt").write_text(
-        "\n".join("" if i % 7 == 3 else lines[i % len(lines)] for i in range(1000)) + "\n",
-        encoding="utf-8",
-    )
+    input_file = many_lines(plugin_cwd, 1000)
     options = ["--shard", "1/2", "--pool", "mean", "--dtype", "float16", "--compression", "gzip"]
     options += ["--batch-size", "2", "--sort-window", "32"]
-    args = ["elmo-embed", str(tiny_bilm_archive), "in.txt"]
+    args = ["elmo-embed", str(tiny_bilm_archive), str(input_file)]
     run_allennlp_in_process([*args, "whole.hdf5", *options], cwd=plugin_cwd)
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    killed = start_forked(
-        ["allennlp", *args, "resumed.hdf5", *options, "--include-package", "elmo_plugin"],
-        plugin_cwd,
-        env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    log = ""
-    while len(lines_done_records(log)) < 2:
-        line = killed.stderr.readline()
-        assert line, f"elmo-embed ended before it recorded two windows:\n{log[-3000:]}"
-        log += line
-    killed.kill()
-    killed.wait()
-    assert killed.returncode == -signal.SIGKILL
+    log = killed_after_two_records([*args, "resumed.hdf5", *options], plugin_cwd)
     resumed = run_allennlp_in_process([*args, "resumed.hdf5", *options, "--resume"], cwd=plugin_cwd)
     assert lines_done_records(resumed.stderr)[0] > lines_done_records(log)[-1]
     whole, whole_counts, whole_index = read(plugin_cwd / "whole.hdf5")
     again, again_counts, again_index = read(plugin_cwd / "resumed.hdf5")
     assert again_index == whole_index and again_counts == whole_counts
-    owned = Shard(1, 2, block=32).owned((plugin_cwd / "in.txt").read_bytes().splitlines())
+    owned = Shard(1, 2, block=32).owned(input_file.read_bytes().splitlines())
     assert sorted(again) == sorted(whole) == [line for line, _ in owned]
     for line, value in whole.items():
         assert again[line].dtype == numpy.float16

@@ -15,6 +15,8 @@ from allennlp.data import Vocabulary
 from elmo_plugin.commands.elmo_vocab import count_tokens, vocab_tokens, write_elmo_vocab
 from tests.helpers import run_allennlp, run_allennlp_in_process
 
+SPECIALS = ["<S>", "</S>", "@@UNKNOWN@@"]
+
 
 def failing_allennlp(args, cwd) -> str:
     """Runs the CLI (a process of its own) expecting an error; returns its stderr."""
@@ -37,26 +39,10 @@ def test_specials_first_then_by_count_ties_by_first_appearance(corpus):
     out = corpus / "vocab" / "tokens.txt"
     write_elmo_vocab([str(corpus / "first.txt"), str(corpus / "shards" / "*.txt")], str(out))
     # counts: b 3, a 2, c 2, d 2, = 2, Heading 1, e 1; ties in order of first appearance.
-    assert out.read_text(encoding="utf-8").splitlines() == [
-        "<S>",
-        "</S>",
-        "@@UNKNOWN@@",
-        "b",
-        "a",
-        "c",
-        "d",
-        "=",
-        "Heading",
-        "e",
-    ]
+    tokens = out.read_text(encoding="utf-8").splitlines()
+    assert tokens == [*SPECIALS, "b", "a", "c", "d", "=", "Heading", "e"]
     vocab = Vocabulary.from_params(Params({"type": "elmo_tokens_file", "tokens_file": str(out)}))
-    assert [vocab.get_token_index(t) for t in ["<S>", "</S>", "@@UNKNOWN@@", "b", "e"]] == [
-        1,
-        2,
-        3,
-        4,
-        10,
-    ]
+    assert [vocab.get_token_index(t) for t in [*SPECIALS, "b", "e"]] == [1, 2, 3, 4, 10]
     assert vocab.get_token_index("never-seen") == 3
     assert vocab.get_vocab_size() == 11
 
@@ -64,35 +50,16 @@ def test_specials_first_then_by_count_ties_by_first_appearance(corpus):
 def test_cli_min_count_max_size_and_heading_skipping(corpus):
     """Through `allennlp elmo-vocab` (the ordering test above calls the same function directly)."""
     out = corpus / "tokens.txt"
-    run_allennlp_in_process(
-        [
-            "elmo-vocab",
-            "first.txt",
-            "shards/*.txt",
-            str(out),
-            "--min-count",
-            "2",
-            "--max-size",
-            "6",
-            "--skip-headings",
-        ],
-        cwd=corpus,
-    )
-    assert out.read_text(encoding="utf-8").splitlines() == [
-        "<S>",
-        "</S>",
-        "@@UNKNOWN@@",
-        "b",
-        "a",
-        "c",
-    ]
+    args = ["elmo-vocab", "first.txt", "shards/*.txt", str(out), "--min-count", "2"]
+    run_allennlp_in_process([*args, "--max-size", "6", "--skip-headings"], cwd=corpus)
+    assert out.read_text(encoding="utf-8").splitlines() == [*SPECIALS, "b", "a", "c"]
 
 
 def test_a_file_matched_by_two_patterns_counts_once(corpus):
     counts, counted = count_tokens([str(corpus / "first.txt"), str(corpus / "*.txt")])
     assert counted == 11  # first.txt's tokens, `<S>` included, read once
     assert counts["b"] == 3 and list(counts)[:3] == ["b", "a", "c"]
-    assert vocab_tokens(counts, min_count=3) == ["<S>", "</S>", "@@UNKNOWN@@", "b"]
+    assert vocab_tokens(counts, min_count=3) == [*SPECIALS, "b"]
     with pytest.raises(ConfigurationError, match="max-size"):
         vocab_tokens(counts, max_size=2)
 

@@ -11,9 +11,7 @@ import os
 import h5py
 import pytest
 import torch
-from allennlp.common import Params
-from allennlp.data import Batch, DatasetReader, Vocabulary
-from allennlp.models import Model
+from allennlp.data import Vocabulary
 from allennlp.models.archival import load_archive
 from allennlp.predictors import Predictor
 
@@ -29,6 +27,7 @@ from tests.helpers import (
     TINY_TRANSFORMER_OVERRIDES,
     overrides,
     run_allennlp,
+    tiny_model_and_batches,
 )
 
 DEVICE = os.environ.get("ELMO_CUDA_TESTS_DEVICE", "cuda:0")
@@ -71,18 +70,7 @@ def exact_float32():
 def build(config: str, values: dict, tiny_corpus):
     """(model on CPU, two tensor batches) from a shipped config at tiny size."""
     name, base = CONFIGS[config]
-    params = Params.from_file(str(CONFIG_DIR / name), json.dumps(dict(base, **values)))
-    reader = DatasetReader.from_params(params.pop("dataset_reader"))
-    instances = list(reader.read(str(tiny_corpus / "valid.txt")))
-    vocab = Vocabulary.from_instances(instances)
-    torch.manual_seed(0)
-    model = Model.from_params(vocab=vocab, params=params.pop("model"))
-    batches = []
-    for start, size in [(0, 7), (7, 25)]:
-        batch = Batch(instances[start : start + size])
-        batch.index_instances(vocab)
-        batches.append(batch.as_tensor_dict())
-    return model, batches
+    return tiny_model_and_batches(name, dict(base, **values), tiny_corpus / "valid.txt", [7, 25])
 
 
 def to_device(tensors, device):

@@ -15,13 +15,8 @@ def vocab_from(tokens_file):
 def test_line_i_is_index_i_plus_one(tmp_path):
     (tmp_path / "tokens.txt").write_text("<S>\n</S>\n@@UNKNOWN@@\nthe\ncat\n")
     vocab = vocab_from(tmp_path / "tokens.txt")
-    assert [vocab.get_token_index(t) for t in ["<S>", "</S>", "@@UNKNOWN@@", "the", "cat"]] == [
-        1,
-        2,
-        3,
-        4,
-        5,
-    ]
+    indices = [vocab.get_token_index(t) for t in ["<S>", "</S>", "@@UNKNOWN@@", "the", "cat"]]
+    assert indices == [1, 2, 3, 4, 5]
     assert vocab.get_vocab_size() == 6
     assert vocab.get_token_index("unseen") == 3
 

@@ -82,13 +82,8 @@ def test_missing_specials_are_appended_with_a_warning(tmp_path, caplog):
     path.write_text("the\ncat\n")
     with caplog.at_level(logging.WARNING):
         vocab = vocab_from(path)
-    assert [vocab.get_token_index(t) for t in ["the", "cat", "<S>", "</S>", "@@UNKNOWN@@"]] == [
-        1,
-        2,
-        3,
-        4,
-        5,
-    ]
+    indices = [vocab.get_token_index(t) for t in ["the", "cat", "<S>", "</S>", "@@UNKNOWN@@"]]
+    assert indices == [1, 2, 3, 4, 5]
     assert any("lacks" in record.getMessage() for record in caplog.records)
 
 

@@ -4,30 +4,24 @@ import math
 import pytest
 import torch
 from allennlp.common import Params
-from allennlp.data import Batch, DatasetReader, Vocabulary
+from allennlp.data import Vocabulary
 from allennlp.models import Model
 from allennlp_models.lm.models.language_model import LanguageModel
 
 from elmo_plugin.data.corpus_data_loader import fixed_shape_batch
-from tests.helpers import CONFIG_DIR, TINY_LSTM_OVERRIDES, TINY_TRANSFORMER_OVERRIDES
+from tests.helpers import (
+    CONFIG_DIR,
+    TINY_LSTM_OVERRIDES,
+    TINY_TRANSFORMER_OVERRIDES,
+    tiny_model_and_batches,
+)
 
 
 @pytest.fixture(scope="module")
 def model_and_batches(tiny_corpus):
-    params = Params.from_file(
-        str(CONFIG_DIR / "elmo_lstm.jsonnet"), json.dumps(TINY_LSTM_OVERRIDES)
-    )
-    reader = DatasetReader.from_params(params.pop("dataset_reader"))
-    instances = list(reader.read(str(tiny_corpus / "valid.txt")))
-    vocab = Vocabulary.from_instances(instances)
-    torch.manual_seed(0)
-    model = Model.from_params(vocab=vocab, params=params.pop("model"))
-    batches = []
-    for start, size in [(0, 7), (7, 30)]:  # two batches of very different sizes
-        batch = Batch(instances[start : start + size])
-        batch.index_instances(vocab)
-        batches.append(batch.as_tensor_dict())
-    return model, batches
+    # two batches of very different sizes
+    valid = tiny_corpus / "valid.txt"
+    return tiny_model_and_batches("elmo_lstm.jsonnet", TINY_LSTM_OVERRIDES, valid, [7, 30])
 
 
 def test_perplexities_are_token_weighted_over_the_whole_set(model_and_batches):
@@ -175,15 +169,7 @@ def test_a_fixed_shape_batch_gives_the_unpadded_loss_metrics_gradients_and_targe
     """The loaders' `fixed_shape` padding (3 rows of nothing but padding, 5 more positions)
     changes nothing the model computes for training: the same loss, perplexities, parameter
     gradients and `batch_weight` (the targets `tokens_per_second` counts), nothing NaN."""
-    params = Params.from_file(str(CONFIG_DIR / config), json.dumps(sizes))
-    reader = DatasetReader.from_params(params.pop("dataset_reader"))
-    instances = list(reader.read(str(tiny_corpus / "valid.txt")))[:7]
-    vocab = Vocabulary.from_instances(instances)
-    torch.manual_seed(0)
-    model = Model.from_params(vocab=vocab, params=params.pop("model")).train()
-    batch = Batch(instances)
-    batch.index_instances(vocab)
-    unpadded = batch.as_tensor_dict()
+    model, (unpadded,) = tiny_model_and_batches(config, sizes, tiny_corpus / "valid.txt", [7], 7)
     rows, timesteps = unpadded["source"]["tokens"]["tokens"].shape
     padded = fixed_shape_batch(unpadded, rows + 3, timesteps + 5)
     results = []

@@ -1,4 +1,3 @@
-import json
 from collections.abc import Callable
 from functools import partial
 from typing import cast
@@ -7,14 +6,12 @@ import pytest
 import torch
 from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
-from allennlp.data import Batch, DatasetReader, Vocabulary
-from allennlp.models import Model
 from allennlp.modules.elmo import batch_to_ids
 from allennlp.modules.token_embedders import TokenEmbedder
 
 from benchmarks.support.op_audit import OpAudit
 from elmo_plugin.modules.elmo_char_cnn import ACTIVATIONS, PADDING_CHAR_ID, ElmoCharCnn
-from tests.helpers import CONFIG_DIR, TINY_LSTM_OVERRIDES
+from tests.helpers import TINY_LSTM_OVERRIDES, tiny_model_and_batches
 
 
 def make_cnn(**kwargs) -> ElmoCharCnn:
@@ -317,15 +314,8 @@ def test_a_bilm_with_the_reference_char_cnn_trains(tiny_corpus, monkeypatch, mix
         "model.text_field_embedder.token_embedders.elmo.cpu_path": "reference",
         "model.mixed_precision": mixed_precision,
     }
-    params = Params.from_file(str(CONFIG_DIR / "elmo_lstm.jsonnet"), json.dumps(overrides))
-    reader = DatasetReader.from_params(params.pop("dataset_reader"))
-    instances = list(reader.read(str(tiny_corpus / "valid.txt")))[:8]
-    vocab = Vocabulary.from_instances(instances)
-    torch.manual_seed(0)
-    model = Model.from_params(vocab=vocab, params=params.pop("model"))
-    batch = Batch(instances)
-    batch.index_instances(vocab)
-    tensors = batch.as_tensor_dict()
+    valid = tiny_corpus / "valid.txt"
+    model, (tensors,) = tiny_model_and_batches("elmo_lstm.jsonnet", overrides, valid, [8], 8)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.02)
     losses = []
     for _ in range(10):

@@ -2,15 +2,11 @@
 reference loop (`modules/clipped_lstm.py`): float64 gradcheck, float32 values, final states and
 every gradient, bf16 autocast, no host reads and fixed shapes, and a whole `elmo_bilm` step."""
 
-import json
 from typing import Optional
 
 import pytest
 import torch
 import torch._dynamo
-from allennlp.common import Params
-from allennlp.data import Batch, DatasetReader, Vocabulary
-from allennlp.models import Model
 from torch._dynamo.testing import CompileCounterWithBackend
 
 from benchmarks.support.op_audit import OpAudit
@@ -21,7 +17,7 @@ from elmo_plugin.modules.sequence_clipped_lstm import (
     PointwiseSteps,
     sequence_clipped_lstm,
 )
-from tests.helpers import CONFIG_DIR, TINY_LSTM_OVERRIDES
+from tests.helpers import TINY_LSTM_OVERRIDES, tiny_model_and_batches
 
 CLIPS = {
     "unclipped": Clips(),
@@ -243,15 +239,9 @@ def bilm_loss_and_gradients(cpu_loop: str, tiny_corpus) -> list[torch.Tensor]:
         "model.contextualizer.proj_clip": 0.1,
         "model.contextualizer.cpu_loop": cpu_loop,
     }
-    params = Params.from_file(str(CONFIG_DIR / "elmo_lstm.jsonnet"), json.dumps(values))
-    reader = DatasetReader.from_params(params.pop("dataset_reader"))
-    instances = list(reader.read(str(tiny_corpus / "valid.txt")))[:12]
-    vocab = Vocabulary.from_instances(instances)
-    torch.manual_seed(0)
-    model = Model.from_params(vocab=vocab, params=params.pop("model")).train()
-    batch = Batch(instances)
-    batch.index_instances(vocab)
-    loss = model(**batch.as_tensor_dict())["loss"]
+    valid = tiny_corpus / "valid.txt"
+    model, (batch,) = tiny_model_and_batches("elmo_lstm.jsonnet", values, valid, [12], 12)
+    loss = model(**batch)["loss"]
     return [loss, *torch.autograd.grad(loss, list(model.parameters()))]
 
 

@@ -1,8 +1,6 @@
 """`elmo_embeddings`' `pool` through `allennlp predict` (numpy over its own unpooled output), and
 our predictors' one-line errors for JSON lines that are not JSON or hold no sentence."""
 
-import json
-
 import numpy
 import pytest
 from allennlp.common.checks import ConfigurationError
@@ -10,34 +8,16 @@ from allennlp.models.archival import load_archive
 from allennlp.predictors import Predictor
 
 from elmo_plugin.predictors.json_input import json_line
-from tests.helpers import run_allennlp, run_allennlp_in_process
+from tests.helpers import predict, predict_args, run_allennlp
 
 SENTENCES = [{"sentence": "The file is open ."}, {"tokens": ["a"]}, {"sentence": "  "}]
 MIX = {"scalar_mix_parameters": [1.0, 2.0, -1.0], "gamma": 0.5}
 
 
-def predict_args(archive, cwd, inputs, predictor, predictor_args: dict) -> list[str]:
-    """`allennlp predict` arguments for `inputs` (JSON lines, written to cwd/in.jsonl)."""
-    (cwd / "in.jsonl").write_text(inputs, encoding="utf-8")
-    args = ["predict", str(archive), "in.jsonl", "--predictor", predictor, "--silent"]
-    args += ["--output-file", "out.jsonl", "--batch-size", "2"]
-    if predictor_args:
-        args += ["--predictor-args", json.dumps(predictor_args)]
-    return args
-
-
-def predict(archive, cwd, inputs, predictor="elmo_embeddings", **predictor_args):
-    """`allennlp predict` (in this process) -> its output lines."""
-    run_allennlp_in_process(predict_args(archive, cwd, inputs, predictor, predictor_args), cwd=cwd)
-    lines = (cwd / "out.jsonl").read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines]
-
-
 @pytest.mark.parametrize("pool", ["mean", "max"])
 def test_pooled_outputs_equal_numpy_over_the_unpooled_tokens(tiny_bilm_archive, plugin_cwd, pool):
-    inputs = "".join(json.dumps(s) + "\n" for s in SENTENCES)
-    unpooled = predict(tiny_bilm_archive, plugin_cwd, inputs, **MIX)
-    pooled = predict(tiny_bilm_archive, plugin_cwd, inputs, pool=pool, **MIX)
+    unpooled = predict(tiny_bilm_archive, plugin_cwd, SENTENCES, "elmo_embeddings", **MIX)
+    pooled = predict(tiny_bilm_archive, plugin_cwd, SENTENCES, "elmo_embeddings", pool=pool, **MIX)
     numpy_pool = {"mean": numpy.mean, "max": numpy.max}[pool]
     for full, short in zip(unpooled, pooled, strict=True):
         n = len(full["tokens"])
@@ -87,7 +67,7 @@ def test_allennlp_predict_ends_with_the_bad_line_not_a_json_traceback(
 ):
     archive = tiny_elmo_tagger_archive if predictor == "whitespace_tagger" else tiny_bilm_archive
     inputs = '{"sentence": "a b"}\n\n{"sentence": "c d"\n'
-    args = predict_args(archive, plugin_cwd, inputs, predictor, {})
+    args = predict_args(archive, plugin_cwd, inputs, predictor)
     result = run_allennlp(args, cwd=plugin_cwd, check=False)  # the process's exit and stderr
     assert result.returncode == 1 and "Traceback" not in result.stderr
     last = result.stderr.strip().splitlines()[-1]
@@ -101,7 +81,7 @@ def test_allennlp_predict_stopped_by_a_bad_line_leaves_the_output_file_as_it_was
     tiny_bilm_archive, plugin_cwd
 ):
     inputs = '{"sentence": "a b"}\n\n{"sentence": "c d"}\n{"words": "e"}\n'
-    args = predict_args(tiny_bilm_archive, plugin_cwd, inputs, "elmo_embeddings", {})
+    args = predict_args(tiny_bilm_archive, plugin_cwd, inputs, "elmo_embeddings")
     args[args.index("--batch-size") + 1] = "1"  # lines 1 and 3 predicted and written first
     (plugin_cwd / "out.jsonl").write_text("an earlier output\n")
     result = run_allennlp(args, cwd=plugin_cwd, check=False)

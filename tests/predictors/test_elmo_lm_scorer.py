@@ -11,7 +11,7 @@ from allennlp.data.batch import Batch
 from allennlp.models.archival import load_archive
 from allennlp.predictors import Predictor
 
-from tests.helpers import run_allennlp_in_process
+from tests.helpers import predict
 
 WINDOW = 40  # elmo_lstm.jsonnet's max_sequence_length: evaluation scores longer lines in windows
 
@@ -48,28 +48,7 @@ def test_log_probs_are_the_models_own_numbers(archive, tiny_corpus, plugin_cwd, 
         {"tokens": w} if i % 2 else {"sentence": " ".join(w), "top_k": 3}
         for i, w in enumerate(windows)
     ]
-    (plugin_cwd / "in.jsonl").write_text(
-        "".join(json.dumps(i) + "\n" for i in inputs), encoding="utf-8"
-    )
-    run_allennlp_in_process(
-        [
-            "predict",
-            str(tiny_bilm_archive),
-            "in.jsonl",
-            "--predictor",
-            "elmo_lm_scorer",
-            "--output-file",
-            "out.jsonl",
-            "--batch-size",
-            "8",
-            "--silent",
-        ],
-        cwd=plugin_cwd,
-    )
-    outputs = [
-        json.loads(line)
-        for line in (plugin_cwd / "out.jsonl").read_text(encoding="utf-8").splitlines()
-    ]
+    outputs = predict(tiny_bilm_archive, plugin_cwd, inputs, "elmo_lm_scorer", 8)
     assert len(outputs) == len(windows)
 
     forward_nll = -sum(sum(o["forward_log_probs"]) for o in outputs)

@@ -7,7 +7,7 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.predictors import Predictor
 from conllu import parse_incr
 
-from tests.helpers import REPO_ROOT, run_allennlp, run_allennlp_in_process
+from tests.helpers import REPO_ROOT, predict, predict_args, run_allennlp
 
 
 def test_tags_whitespace_sentences_and_token_lists(
@@ -19,31 +19,8 @@ def test_tags_whitespace_sentences_and_token_lists(
         {"sentence": " ".join(words)} if i % 2 else {"tokens": words}
         for i, (words, _) in enumerate(gold)
     ]
-    inputs.append(
-        {"sentence": "  ".join(gold[0][0]) + " "}
-    )  # the first sentence again, odd spacing
-    (plugin_cwd / "in.jsonl").write_text(
-        "".join(json.dumps(i) + "\n" for i in inputs), encoding="utf-8"
-    )
-    run_allennlp_in_process(
-        [
-            "predict",
-            str(tiny_elmo_tagger_archive),
-            "in.jsonl",
-            "--predictor",
-            "whitespace_tagger",
-            "--output-file",
-            "out.jsonl",
-            "--batch-size",
-            "4",
-            "--silent",
-        ],
-        cwd=plugin_cwd,
-    )
-    outputs = [
-        json.loads(line)
-        for line in (plugin_cwd / "out.jsonl").read_text(encoding="utf-8").splitlines()
-    ]
+    inputs.append({"sentence": "  ".join(gold[0][0]) + " "})  # the first again, odd spacing
+    outputs = predict(tiny_elmo_tagger_archive, plugin_cwd, inputs, "whitespace_tagger", 4)
     assert len(outputs) == len(gold) + 1
     correct = total = 0
     for (words, tags), output in zip(gold, outputs[:-1], strict=True):  # the last: checked below
@@ -64,11 +41,8 @@ def test_biLM_predictors_refuse_a_tagger_archive(tiny_elmo_tagger_archive):
 
 def test_whitespace_tagger_refuses_a_bilm_archive_naming_the_predictors_that_take_it(plugin_cwd):
     archive = REPO_ROOT / "fixtures" / "archives_before_layering" / "bilm_lstm.tar.gz"
-    (plugin_cwd / "in.jsonl").write_text('{"sentence": "a b"}\n')
-    args = ["predict", str(archive), "in.jsonl", "--predictor", "whitespace_tagger"]
-    result = run_allennlp(
-        [*args, "--output-file", "out.jsonl", "--silent"], plugin_cwd, check=False
-    )
+    args = predict_args(archive, plugin_cwd, '{"sentence": "a b"}\n', "whitespace_tagger")
+    result = run_allennlp(args, plugin_cwd, check=False)
     assert result.returncode == 1 and "AttributeError" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
         "allennlp.common.checks.ConfigurationError: whitespace_tagger needs a tagger archive but "
@@ -85,11 +59,7 @@ def test_a_sentence_of_no_tokens_gets_empty_outputs_and_the_others_their_tags(pl
     sentence = json.loads((fixtures / "sentences.jsonl").read_text().splitlines()[0])
     alone = json.loads((fixtures / "tagger.predictions.jsonl").read_text().splitlines()[0])
     inputs = [{"sentence": ""}, sentence, {"sentence": "   "}, {"tokens": []}]
-    (plugin_cwd / "in.jsonl").write_text("".join(json.dumps(i) + "\n" for i in inputs))
-    args = ["predict", str(fixtures / "tagger.tar.gz"), "in.jsonl", "--predictor"]
-    args += ["whitespace_tagger", "--output-file", "out.jsonl", "--batch-size", "2", "--silent"]
-    run_allennlp_in_process(args, cwd=plugin_cwd)
-    outputs = [json.loads(line) for line in (plugin_cwd / "out.jsonl").read_text().splitlines()]
+    outputs = predict(fixtures / "tagger.tar.gz", plugin_cwd, inputs, "whitespace_tagger")
     empty = {"words": [], "tags": [], "logits": [], "mask": []}
     assert outputs[0] == outputs[2] == outputs[3] == empty
     assert outputs[1].keys() == empty.keys()

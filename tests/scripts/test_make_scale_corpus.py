@@ -115,12 +115,8 @@ def test_tokens_file_loads_as_elmo_vocabulary(corpus):
     vocab = Vocabulary.from_params(params)
     # padding + one entry per line: 793,471 softmax rows, as elmo-export counts them
     assert vocab.get_vocab_size("tokens") == NUM_TYPES + 1
-    assert [vocab.get_token_index(token) for token in ["<S>", "</S>", "@@UNKNOWN@@", "the"]] == [
-        1,
-        2,
-        3,
-        4,
-    ]
+    indices = [vocab.get_token_index(token) for token in ["<S>", "</S>", "@@UNKNOWN@@", "the"]]
+    assert indices == [1, 2, 3, 4]
     assert vocab.get_token_index("never-generated-token") == 3
 
 
