@@ -17,8 +17,8 @@ from tests.helpers import (
     TINY_TAGGER_OVERRIDES,
     TINY_TRANSFORMER_OVERRIDES,
     conllu_head,
-    overrides,
     run_allennlp_in_process,
+    train_args,
 )
 
 import_plugins()  # allennlp-models too, as every `allennlp` command does (crf_tagger, ...)
@@ -69,9 +69,7 @@ def train_tiny_bilm(config: str, sizes: dict, epochs: int, corpus: Path, out: Pa
         validation_data_path=str(corpus / "valid.txt"),
         **{"trainer.num_epochs": epochs},
     )
-    run_allennlp_in_process(
-        ["train", str(CONFIG_DIR / config), "-s", str(out), "-o", overrides(values)]
-    )
+    run_allennlp_in_process(train_args(CONFIG_DIR / config, out, values))
     return out / "model.tar.gz"
 
 
@@ -130,14 +128,5 @@ def tiny_elmo_tagger_archive(tiny_bilm_archive, tiny_tagged_data, tmp_path_facto
             "trainer.optimizer.lr": 0.01,
         },
     )
-    run_allennlp_in_process(
-        [
-            "train",
-            str(CONFIG_DIR / "pos_tagger_elmo.jsonnet"),
-            "-s",
-            str(out),
-            "-o",
-            overrides(values),
-        ]
-    )
+    run_allennlp_in_process(train_args(CONFIG_DIR / "pos_tagger_elmo.jsonnet", out, values))
     return out / "model.tar.gz"

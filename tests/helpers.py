@@ -314,6 +314,29 @@ def overrides(values: dict) -> str:
     return json.dumps(values)
 
 
+def train_args(config: Path | str, out: Path | str, values: dict) -> list[str]:
+    """`train CONFIG -s OUT -o VALUES`: an `allennlp train` run's arguments, for either runner."""
+    return ["train", str(config), "-s", str(out), "-o", overrides(values)]
+
+
+def evaluation(archive: Path | str, data: Path | str, output: Path, *options: str, **run) -> dict:
+    """`allennlp evaluate ARCHIVE DATA --output-file OUTPUT OPTIONS` in this process (`run`:
+    `run_allennlp_in_process`'s keywords) -> the metrics it wrote."""
+    args = ["evaluate", str(archive), str(data), "--output-file", str(output), *options]
+    run_allennlp_in_process(args, **run)
+    return json.loads(output.read_text())
+
+
+def predictions(archive: Path | str, inputs: Path, *options: str, **run) -> list[dict]:
+    """`allennlp predict ARCHIVE INPUTS --output-file OUTPUT --silent OPTIONS` in this process
+    (`run`: `run_allennlp_in_process`'s keywords), OUTPUT beside INPUTS -> the JSON lines it
+    wrote."""
+    output = inputs.with_name(f"{inputs.stem}.predicted.jsonl")
+    args = ["predict", str(archive), str(inputs), "--output-file", str(output), "--silent"]
+    run_allennlp_in_process([*args, *options], **run)
+    return [json.loads(line) for line in output.read_text().splitlines()]
+
+
 def train_with_probes(
     config: str,
     values: dict,
@@ -334,16 +357,7 @@ def train_with_probes(
         patch.setenv("BATCH_RECORDER_DIR", str(record))
         if kill:
             patch.setenv("BATCH_RECORDER_KILL", kill)
-        args = [
-            "train",
-            config,
-            "-s",
-            str(out),
-            "-o",
-            overrides(values),
-            "--include-package",
-            "tests.cli.probes",
-        ]
+        args = [*train_args(config, out, values), "--include-package", "tests.cli.probes"]
         args += ["-r"] if resume else []
         if kill or "distributed" in values:
             return run_allennlp(args, check=not kill)

@@ -15,43 +15,9 @@ import torch
 from allennlp.training.callbacks.callback import TrainerCallback
 
 
-@TrainerCallback.register("checkpoint_probe")
-class CheckpointProbe(TrainerCallback):
-    def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
-        record = os.environ.get("CHECKPOINT_PROBE_RECORD")
-        if record:
-            torch.save(
-                {name: value.clone() for name, value in trainer.model.state_dict().items()}, record
-            )
-
-    def on_batch(
-        self,
-        trainer,
-        batch_inputs,
-        batch_outputs,
-        batch_metrics,
-        epoch,
-        batch_number,
-        is_training,
-        is_primary=True,
-        batch_grad_norm=None,
-        **kwargs,
-    ) -> None:
-        if (
-            os.environ.get("CHECKPOINT_PROBE_KILL")
-            and is_training
-            and trainer._epochs_completed >= 1
-        ):
-            os.kill(os.getpid(), signal.SIGKILL)
-
-
-@TrainerCallback.register("target_counter")
-class TargetCounter(TrainerCallback):
-    """With $TARGET_COUNTER_DIR set, each worker writes `rank{R}.json`: the number of training
-    targets (the model's `batch_weight`) it trained on in each epoch."""
-
-    def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
-        self._counts: dict[int, float] = {}
+class TrainingBatchProbe(TrainerCallback):
+    """allennlp's `on_batch` for training batches only: `training_batch(trainer, batch_inputs,
+    batch_outputs, epoch, batch_number)`."""
 
     def on_batch(
         self,
@@ -67,8 +33,37 @@ class TargetCounter(TrainerCallback):
         **kwargs,
     ) -> None:
         if is_training:
-            targets = sum(float(output.get("batch_weight", 0.0)) for output in batch_outputs)
-            self._counts[epoch] = self._counts.get(epoch, 0.0) + targets
+            self.training_batch(trainer, batch_inputs, batch_outputs, epoch, batch_number)
+
+    def training_batch(self, trainer, batch_inputs, batch_outputs, epoch, batch_number) -> None:
+        raise NotImplementedError
+
+
+@TrainerCallback.register("checkpoint_probe")
+class CheckpointProbe(TrainingBatchProbe):
+    def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
+        record = os.environ.get("CHECKPOINT_PROBE_RECORD")
+        if record:
+            torch.save(
+                {name: value.clone() for name, value in trainer.model.state_dict().items()}, record
+            )
+
+    def training_batch(self, trainer, batch_inputs, batch_outputs, epoch, batch_number) -> None:
+        if os.environ.get("CHECKPOINT_PROBE_KILL") and trainer._epochs_completed >= 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+@TrainerCallback.register("target_counter")
+class TargetCounter(TrainingBatchProbe):
+    """With $TARGET_COUNTER_DIR set, each worker writes `rank{R}.json`: the number of training
+    targets (the model's `batch_weight`) it trained on in each epoch."""
+
+    def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
+        self._counts: dict[int, float] = {}
+
+    def training_batch(self, trainer, batch_inputs, batch_outputs, epoch, batch_number) -> None:
+        targets = sum(float(output.get("batch_weight", 0.0)) for output in batch_outputs)
+        self._counts[epoch] = self._counts.get(epoch, 0.0) + targets
 
     def on_end(self, trainer, metrics=None, epoch=None, is_primary=True, **kwargs) -> None:
         folder = os.environ.get("TARGET_COUNTER_DIR")
@@ -78,28 +73,16 @@ class TargetCounter(TrainerCallback):
 
 
 @TrainerCallback.register("batch_recorder")
-class BatchRecorder(TrainerCallback):
+class BatchRecorder(TrainingBatchProbe):
     """With $BATCH_RECORDER_DIR set, each worker appends to `rank{R}.jsonl` one line per training
     batch: epoch, batch number in the epoch, the batch's rows of target ids (padding cut, rows of
     padding alone too) and the shape of its token ids.
     With $BATCH_RECORDER_KILL="E,B", the process kills itself (SIGKILL) at batch B of epoch E,
     before that batch's checkpoint would be saved."""
 
-    def on_batch(
-        self,
-        trainer,
-        batch_inputs,
-        batch_outputs,
-        batch_metrics,
-        epoch,
-        batch_number,
-        is_training,
-        is_primary=True,
-        batch_grad_norm=None,
-        **kwargs,
-    ) -> None:
+    def training_batch(self, trainer, batch_inputs, batch_outputs, epoch, batch_number) -> None:
         folder = os.environ.get("BATCH_RECORDER_DIR")
-        if not (folder and is_training):
+        if not folder:
             return
         tokens = [batch["source"]["tokens"]["tokens"] for batch in batch_inputs]
         rows = [[int(i) for i in row if i] for ids in tokens for row in ids.tolist() if any(row)]

@@ -6,7 +6,15 @@ import json
 
 import pytest
 
-from tests.helpers import CONFIG_DIR, REPO_ROOT, hidden, overrides, run_allennlp_in_process
+from tests.helpers import (
+    CONFIG_DIR,
+    REPO_ROOT,
+    evaluation,
+    hidden,
+    predictions,
+    run_allennlp_in_process,
+    train_args,
+)
 
 DATA = REPO_ROOT / "fixtures" / "classification"
 LABELS = {"conditional", "declarative", "imperative", "negated"}
@@ -26,44 +34,21 @@ def test_elmo_classifier_learns_sentence_forms_and_its_archive_stands_alone(
         "data_loader.batch_sampler.batch_size": 16,
     }
     out = plugin_cwd / "classifier"
-    config = str(CONFIG_DIR / "classifier_elmo.jsonnet")
-    run_allennlp_in_process(
-        ["train", config, "-s", str(out), "-o", overrides(values)], cwd=plugin_cwd
-    )
+    config = CONFIG_DIR / "classifier_elmo.jsonnet"
+    run_allennlp_in_process(train_args(config, out, values), cwd=plugin_cwd)
     metrics = json.loads((out / "metrics.json").read_text())
     # the majority label (declarative) is 46% of the validation sentences
     assert metrics["best_validation_accuracy"] > 0.8
     sentences = ["If the file is open , it may return a line .", "Copy the result ."]
-    (plugin_cwd / "input.jsonl").write_text(
-        "".join(json.dumps({"sentence": sentence}) + "\n" for sentence in sentences)
-    )
+    inputs = plugin_cwd / "input.jsonl"
+    inputs.write_text("".join(json.dumps({"sentence": sentence}) + "\n" for sentence in sentences))
+    archive = out / "model.tar.gz"
     with hidden(tiny_bilm_archive):  # allennlp drops pretrained_file: the archive stands alone
-        run_allennlp_in_process(
-            [
-                "evaluate",
-                str(out / "model.tar.gz"),
-                str(DATA / "valid.jsonl"),
-                "--output-file",
-                "evaluated.json",
-            ],
-            cwd=plugin_cwd,
+        evaluated = evaluation(
+            archive, DATA / "valid.jsonl", plugin_cwd / "evaluated.json", cwd=plugin_cwd
         )
-        run_allennlp_in_process(
-            [
-                "predict",
-                str(out / "model.tar.gz"),
-                "input.jsonl",
-                "--predictor",
-                "text_classifier",
-                "--output-file",
-                "predicted.jsonl",
-                "--silent",
-            ],
-            cwd=plugin_cwd,
-        )
-    evaluated = json.loads((plugin_cwd / "evaluated.json").read_text())
+        predicted = predictions(archive, inputs, "--predictor", "text_classifier", cwd=plugin_cwd)
     assert evaluated["accuracy"] == pytest.approx(metrics["best_validation_accuracy"], abs=1e-6)
-    predicted = [json.loads(line) for line in (plugin_cwd / "predicted.jsonl").open()]
     assert len(predicted) == len(sentences)
     for prediction in predicted:
         assert prediction["label"] in LABELS

@@ -14,7 +14,14 @@ from elmo_plugin.archives.bilm_source import load_bilm_encoder
 from elmo_plugin.data.conllu_tagging_reader import ConlluTaggingReader
 from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
 from elmo_plugin.modules.precomputed_layers import PrecomputedLayers
-from tests.helpers import CONFIG_DIR, hidden, overrides, run_allennlp_in_process
+from tests.helpers import (
+    CONFIG_DIR,
+    evaluation,
+    hidden,
+    predictions,
+    run_allennlp_in_process,
+    train_args,
+)
 
 FAST = {
     "trainer.num_epochs": 6,
@@ -25,17 +32,8 @@ FAST = {
 
 def evaluated_accuracy(archive: str, tagged_data: Path, cwd: Path) -> float:
     """`allennlp evaluate ARCHIVE` on the tiny validation file -> its accuracy."""
-    run_allennlp_in_process(
-        [
-            "evaluate",
-            archive,
-            str(tagged_data / "valid.conllu"),
-            "--output-file",
-            "metrics.json",
-        ],
-        cwd=cwd,
-    )
-    return json.loads((cwd / "metrics.json").read_text())["accuracy"]
+    metrics = evaluation(archive, tagged_data / "valid.conllu", cwd / "metrics.json", cwd=cwd)
+    return metrics["accuracy"]
 
 
 def test_elmo_tagger_learns_the_layer_mix_and_its_archive_stands_alone(
@@ -136,24 +134,10 @@ def test_tagger_scores_a_label_unseen_in_training_as_an_error_with_a_counted_war
     assert f"elmo_evaluator: {summary}'INTJ' in 'labels' x{changed}\n" in log  # after the file
     # each relabelled token is an error: at most `changed` fewer correct tokens than before
     assert scores["valid"] - changed / total - 1e-6 <= scores["unseen"] < scores["valid"]
-    predicted = run_allennlp_in_process(
-        [
-            "predict",
-            str(tiny_elmo_tagger_archive),
-            str(unseen),
-            "--use-dataset-reader",
-            "--predictor",
-            "whitespace_tagger",
-            "--output-file",
-            "tags.jsonl",
-            "--silent",
-        ],
-        cwd=plugin_cwd,
-    )
-    assert predicted.returncode == 0
-    rows = (plugin_cwd / "tags.jsonl").read_text().splitlines()
+    tagger = ("--use-dataset-reader", "--predictor", "whitespace_tagger")
+    rows = predictions(tiny_elmo_tagger_archive, unseen, *tagger, cwd=plugin_cwd)
     assert len(rows) == unseen.read_text().count("# sent_id")
-    assert "INTJ" not in {tag for row in rows for tag in json.loads(row)["tags"]}
+    assert "INTJ" not in {tag for row in rows for tag in row["tags"]}
 
 
 def test_baseline_tagger_has_no_elmo(tiny_tagged_data, plugin_cwd):
@@ -163,15 +147,7 @@ def test_baseline_tagger_has_no_elmo(tiny_tagged_data, plugin_cwd):
         validation_data_path=str(tiny_tagged_data / "valid.conllu"),
     )
     run_allennlp_in_process(
-        [
-            "train",
-            str(CONFIG_DIR / "pos_tagger_baseline.jsonnet"),
-            "-s",
-            "out",
-            "-o",
-            overrides(values),
-        ],
-        cwd=plugin_cwd,
+        train_args(CONFIG_DIR / "pos_tagger_baseline.jsonnet", "out", values), cwd=plugin_cwd
     )
     metrics = json.loads((plugin_cwd / "out" / "metrics.json").read_text())
     assert metrics["best_validation_accuracy"] > 0.9 and metrics["training_reg_loss"] == 0
@@ -196,15 +172,7 @@ def test_dependency_parser_with_elmo(tiny_bilm_archive, tiny_tagged_data, plugin
         },
     )
     run_allennlp_in_process(
-        [
-            "train",
-            str(CONFIG_DIR / "dependency_parser_elmo.jsonnet"),
-            "-s",
-            "out",
-            "-o",
-            overrides(values),
-        ],
-        cwd=plugin_cwd,
+        train_args(CONFIG_DIR / "dependency_parser_elmo.jsonnet", "out", values), cwd=plugin_cwd
     )
     metrics = json.loads((plugin_cwd / "out" / "metrics.json").read_text())
     # Chance (a random head among ~8 words) is ~0.15; the template grammar is easy to learn.

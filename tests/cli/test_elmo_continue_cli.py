@@ -16,7 +16,7 @@ from elmo_plugin.data.elmo_vocab_file import read_elmo_vocab_file
 from elmo_plugin.elmo_files.options import architecture_from_options
 from elmo_plugin.elmo_files.softmax import read_softmax
 from elmo_plugin.elmo_files.weights import read_bilm_encoder
-from tests.helpers import run_allennlp, run_allennlp_in_process
+from tests.helpers import evaluation, run_allennlp, run_allennlp_in_process
 
 PREFIX = "elmo_2x32_16_32cnn_1xhighway_"  # published-style names: PREFIX + options.json, ...
 
@@ -46,6 +46,15 @@ def elmo_continue(source, out: Path, corpus: Path, *extra: str, refused: bool = 
 
 def output(result) -> str:
     return result.stdout + result.stderr
+
+
+def one_line_error(runs, name: str) -> str:
+    """The refused run `name`: exit status 1, its last line `allennlp elmo-continue: error: ...`
+    -> that line."""
+    result = runs["results"][name]
+    error = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 1 and error.startswith("allennlp elmo-continue: error: "), error
+    return error
 
 
 def options_of(folder: Path) -> dict:
@@ -122,13 +131,12 @@ def runs(tiny_bilm_archive, tiny_corpus, tmp_path_factory):
     source_options = options_of(published)
     shutil.rmtree(published)
     archive = root / "counted" / "model.tar.gz"
-    evaluate_args = ["evaluate", str(archive), str(tiny_corpus / "valid.txt")]
-    evaluate_args += ["--output-file", str(root / "evaluated.json")]
-    run_allennlp_in_process(evaluate_args)
+    evaluated = evaluation(archive, tiny_corpus / "valid.txt", root / "evaluated.json")
     run_allennlp_in_process(["elmo-export", str(archive), str(root / "again")])
     return {
         "root": root,
         "results": results,
+        "evaluated": evaluated,
         "source_options": source_options,
         "first_metrics": first_metrics,
         "source_char_cnn": source_char_cnn,
@@ -155,9 +163,8 @@ def test_published_names_need_no_architecture_and_the_vocabulary_is_counted(runs
 def test_the_archive_evaluates_and_exports_the_source_architecture_without_the_source(runs):
     root = runs["root"]
     assert not (root / "published").exists()
-    evaluated = json.loads((root / "evaluated.json").read_text())
-    metrics = json.loads((root / "counted" / "metrics.json").read_text())
-    assert evaluated["perplexity"] == pytest.approx(metrics["best_validation_perplexity"], rel=1e-5)
+    best = json.loads((root / "counted" / "metrics.json").read_text())["best_validation_perplexity"]
+    assert runs["evaluated"]["perplexity"] == pytest.approx(best, rel=1e-5)
     exported = options_of(root / "again")
     for section in ("lstm", "char_cnn"):
         assert exported[section] == runs["source_options"][section]
@@ -211,20 +218,14 @@ def test_the_folders_vocab_txt_is_the_vocabulary_and_its_softmax_is_imported(run
     ],
 )
 def test_an_ambiguous_folder_is_a_one_line_error_naming_it_and_its_files(runs, name, found):
-    result = runs["results"][name]
-    assert result.returncode == 1
-    error = result.stderr.strip().splitlines()[-1]
-    assert error.startswith("allennlp elmo-continue: error: ")
+    error = one_line_error(runs, name)
     assert str(runs["root"] / name) in error and found in error
     assert f"{PREFIX}weights.hdf5" in error  # the files in it
     assert not (runs["root"] / ("bad1" if name == "two_options" else "bad2")).exists()
 
 
 def test_an_architecture_key_in_o_must_equal_the_options_file(runs):
-    result = runs["results"]["mismatch"]
-    assert result.returncode == 1
-    error = result.stderr.strip().splitlines()[-1]
-    assert error.startswith("allennlp elmo-continue: error: ")
+    error = one_line_error(runs, "mismatch")
     assert "lstm.dim: config 64 vs options file 32" in error
     assert not (runs["root"] / "bad3").exists()
 
@@ -239,20 +240,14 @@ def test_an_architecture_key_in_o_must_equal_the_options_file(runs):
 def test_a_run_stopped_in_training_setup_leaves_no_folder_and_the_corrected_command_trains(
     runs, name, folder, message
 ):
-    result = runs["results"][name]
-    error = result.stderr.strip().splitlines()[-1]
-    assert result.returncode == 1 and error.startswith("allennlp elmo-continue: error: ")
-    assert message in error
+    assert message in one_line_error(runs, name)
     run = runs["root"] / folder
     # "counted" is the corrected command's folder: it trained there after the refusal
     assert not run.exists() or (run / "model.tar.gz").is_file()
 
 
 def test_a_trainer_key_allennlp_would_ignore_is_a_one_line_error(runs):
-    result = runs["results"]["misspelt"]
-    assert result.returncode == 1
-    error = result.stderr.strip().splitlines()[-1]
-    assert error == (
+    assert one_line_error(runs, "misspelt") == (
         "allennlp elmo-continue: error: trainer.num_epoch is not a key of allennlp's trainer, "
         "which would ignore it; did you mean trainer.num_epochs?"
     )
@@ -260,9 +255,8 @@ def test_a_trainer_key_allennlp_would_ignore_is_a_one_line_error(runs):
 
 
 def test_an_override_that_does_not_parse_is_a_one_line_error(runs):
-    result = runs["results"]["unparsed"]
-    assert result.returncode == 1 and "Traceback" not in result.stderr
-    error = result.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in runs["results"]["unparsed"].stderr
+    error = one_line_error(runs, "unparsed")
     assert error.startswith("allennlp elmo-continue: error: -o does not parse: "), error
     assert not (runs["root"] / "bad5").exists()
 

@@ -15,7 +15,7 @@ import torch
 from allennlp.data import Instance, Token
 from allennlp.data.data_loaders import MultiProcessDataLoader
 from allennlp.data.fields import TextField
-from allennlp.models.archival import load_archive
+from allennlp.models.archival import Archive, load_archive
 from allennlp.modules.elmo import batch_to_ids
 from allennlp.training.util import evaluate
 
@@ -35,8 +35,8 @@ from tests.helpers import (
     REPO_ROOT,
     TINY_LSTM_OVERRIDES,
     hidden,
-    overrides,
     run_allennlp_in_process,
+    train_args,
 )
 
 TAGGED = REPO_ROOT / "fixtures" / "tagged"
@@ -68,11 +68,8 @@ def tagger_config(embedder: dict, indexer: dict) -> dict:
     }
 
 
-def train(config, out: Path, extra_overrides=None, cwd: Optional[Path] = None) -> Path:
-    args = ["train", str(config), "-s", str(out)]
-    if extra_overrides:
-        args += ["-o", overrides(extra_overrides)]
-    run_allennlp_in_process(args, cwd=cwd)
+def train(config, out: Path, values: Optional[dict] = None) -> Path:
+    run_allennlp_in_process(train_args(config, out, values or {}))
     return out
 
 
@@ -108,7 +105,7 @@ def runs(tiny_bilm_archive, tiny_corpus, tmp_path_factory):
     jobs = {}
     for name, config in configs.items():
         (root / f"{name}.json").write_text(json.dumps(config))
-        jobs[name] = (root / f"{name}.json", root / name, None)
+        jobs[name] = (root / f"{name}.json", root / name)
     jobs["continued"] = (
         CONFIG_DIR / "elmo_lstm_continue.jsonnet",
         root / "continued",
@@ -126,7 +123,6 @@ def runs(tiny_bilm_archive, tiny_corpus, tmp_path_factory):
                 "trainer.optimizer.lr": 0.0,  # nothing changes: validation = the imported model
             },
         ),
-        None,
     )
     outputs = {name: train(*job) for name, job in jobs.items()}
     return {
@@ -210,13 +206,12 @@ def test_an_archive_without_a_biLM_is_refused(runs, tmp_path):
         ElmoBiLmEmbedder(Vocabulary(), pretrained_file=str(tagger))
 
 
-def _evaluate(archive_path: Path, data_path: Path):
-    archive = load_archive(str(archive_path))
-    loader = MultiProcessDataLoader(
-        archive.validation_dataset_reader, str(data_path), batch_size=16
-    )
+def evaluate_archive(archive: Archive, data: Path) -> dict:
+    """allennlp's `evaluate` of the loaded archive's model on `data`, read by its validation
+    reader."""
+    loader = MultiProcessDataLoader(archive.validation_dataset_reader, str(data), batch_size=16)
     loader.index_with(archive.model.vocab)
-    return archive.model, evaluate(archive.model, loader, cuda_device=-1)
+    return evaluate(archive.model, loader, cuda_device=-1)
 
 
 def test_downstream_archives_are_self_contained(runs):
@@ -229,7 +224,8 @@ def test_downstream_archives_are_self_contained(runs):
 
 def check_self_contained(run: Path) -> None:
     """The run's archive evaluates to its recorded accuracy and tags a sentence."""
-    model, metrics = _evaluate(run / "model.tar.gz", TAGGED / "valid_word_tag.txt")
+    archive = load_archive(str(run / "model.tar.gz"))
+    model, metrics = archive.model, evaluate_archive(archive, TAGGED / "valid_word_tag.txt")
     recorded = json.loads((run / "metrics.json").read_text())
     assert metrics["accuracy"] == pytest.approx(recorded["best_validation_accuracy"], abs=1e-9)
     tokens = [Token(t) for t in "The file is open .".split()]
@@ -247,11 +243,7 @@ def test_continued_pretraining_starts_from_the_imported_model(runs, tiny_corpus)
     model = archive.model.eval()
     with torch.no_grad():
         model.softmax_matrices()[1][model.vocab.get_vocab_size() - 1 :] = NO_TOKEN_BIAS
-    loader = MultiProcessDataLoader(
-        archive.validation_dataset_reader, str(tiny_corpus / "valid.txt"), batch_size=16
-    )
-    loader.index_with(model.vocab)
-    expected = evaluate(model, loader, cuda_device=-1)
+    expected = evaluate_archive(archive, tiny_corpus / "valid.txt")
     for name in ("forward_perplexity", "backward_perplexity", "perplexity"):
         assert continued[f"best_validation_{name}"] == pytest.approx(expected[name], rel=1e-5)
     assert (

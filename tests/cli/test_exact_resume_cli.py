@@ -14,8 +14,8 @@ from allennlp.data import DatasetReader, Vocabulary
 from tests.helpers import (
     CONFIG_DIR,
     TINY_CHAR_CNN_OVERRIDES,
+    evaluation,
     free_port,
-    run_allennlp_in_process,
     text_tokens,
     train_with_probes,
 )
@@ -23,6 +23,7 @@ from tests.helpers import (
 CONFIG = str(CONFIG_DIR / "elmo_lstm_original.jsonnet")
 train = functools.partial(train_with_probes, CONFIG)
 KILLED_AT = (1, 11)  # epoch, batch: 2 batches after the checkpoint at batch 9 of the second epoch
+KILL = ",".join(map(str, KILLED_AT))  # train's `kill`
 SAVED_AT = 9
 
 
@@ -73,14 +74,11 @@ def test_killed_then_resumed_epoch_trains_the_uninterrupted_epochs_lines(
     and the resumed run trains nothing of the first epoch again."""
     values = shrunk_original(tiny_corpus, num_workers, processes)
     train(values, tmp_path / "whole", tmp_path / "whole-record")
-    killed = train(
-        values, tmp_path / "cut", tmp_path / "killed-record", kill=",".join(map(str, KILLED_AT))
-    )
+    killed = train(values, tmp_path / "cut", tmp_path / "killed-record", kill=KILL)
     assert killed.returncode != 0
     assert (tmp_path / "cut" / f"model_state_e{KILLED_AT[0]}_b{SAVED_AT}.th").is_file()
-    train(
-        values, tmp_path / "cut", tmp_path / "resumed-record", resume=True
-    )  # -r refuses a changed config
+    # -r refuses a changed config
+    train(values, tmp_path / "cut", tmp_path / "resumed-record", resume=True)
     epoch = KILLED_AT[0]
     for rank in range(processes):
         whole = recorded(tmp_path / "whole-record", rank, epoch)
@@ -98,19 +96,9 @@ def test_killed_then_resumed_epoch_trains_the_uninterrupted_epochs_lines(
     assert trained == corpus_rows(tiny_corpus, tmp_path / "whole" / "vocabulary")
     if num_workers == 0:  # validation and evaluate read with the same loader: the same perplexity
         metrics = json.loads((tmp_path / "cut" / "metrics.json").read_text())
-        output = tmp_path / "evaluated.json"
-        run_allennlp_in_process(
-            [
-                "evaluate",
-                str(tmp_path / "cut" / "model.tar.gz"),
-                str(tiny_corpus / "valid.txt"),
-                "--output-file",
-                str(output),
-            ]
-        )
-        assert json.loads(output.read_text())["perplexity"] == pytest.approx(
-            metrics["validation_perplexity"], rel=1e-5
-        )
+        archive, valid = tmp_path / "cut" / "model.tar.gz", tiny_corpus / "valid.txt"
+        evaluated = evaluation(archive, valid, tmp_path / "evaluated.json")
+        assert evaluated["perplexity"] == pytest.approx(metrics["validation_perplexity"], rel=1e-5)
 
 
 def test_a_checkpoint_cut_short_by_a_kill_mid_save_is_skipped_by_resume(tiny_corpus, tmp_path):
@@ -120,7 +108,7 @@ def test_a_checkpoint_cut_short_by_a_kill_mid_save_is_skipped_by_resume(tiny_cor
     incomplete files."""
     values = shrunk_original(tiny_corpus, 0, 1)
     train(values, tmp_path / "whole", tmp_path / "whole-record")
-    train(values, tmp_path / "cut", tmp_path / "killed-record", kill=",".join(map(str, KILLED_AT)))
+    train(values, tmp_path / "cut", tmp_path / "killed-record", kill=KILL)
     saved = (tmp_path / "cut" / f"model_state_e{KILLED_AT[0]}_b{SAVED_AT}.th").read_bytes()
     cut_short = tmp_path / "cut" / f"model_state_e{KILLED_AT[0]}_b{KILLED_AT[1]}.th"
     cut_short.write_bytes(saved[: len(saved) // 2])
@@ -165,9 +153,7 @@ def test_fixed_shape_trains_the_same_batches_to_the_same_losses_and_resumes_exac
     ]
     for name in ("training_loss", "training_perplexity", "validation_perplexity"):
         assert metrics[1][name] == pytest.approx(metrics[0][name], rel=1e-5), name
-    killed = train(
-        fixed, tmp_path / "cut", tmp_path / "killed-record", kill=",".join(map(str, KILLED_AT))
-    )
+    killed = train(fixed, tmp_path / "cut", tmp_path / "killed-record", kill=KILL)
     assert killed.returncode != 0
     train(fixed, tmp_path / "cut", tmp_path / "resumed-record", resume=True)
     epoch = KILLED_AT[0]

@@ -28,10 +28,10 @@ from tests.helpers import (
     conllu_head,
     copy_archive_with,
     damaged_archive,
-    overrides,
     run_allennlp,
     run_allennlp_in_process,
     tar_member,
+    train_args,
 )
 
 BILM = REPO_ROOT / "fixtures" / "archives_before_layering" / "bilm_lstm.tar.gz"
@@ -150,18 +150,8 @@ def test_the_embedders_pretrained_file_refuses_a_hostile_archive_in_allennlp_tra
         **{"model.text_field_embedder.token_embedders.elmo.pretrained_file": str(archive)},
     )
     before = listing(root)
-    result = run_allennlp(
-        [
-            "train",
-            str(CONFIG_DIR / "pos_tagger_elmo.jsonnet"),
-            "-s",
-            str(root / "run"),
-            "-o",
-            overrides(values),
-        ],
-        cwd=root,
-        check=False,
-    )
+    config = CONFIG_DIR / "pos_tagger_elmo.jsonnet"
+    result = run_allennlp(train_args(config, root / "run", values), cwd=root, check=False)
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]  # allennlp's traceback ends with our error line
     assert "UnsafeArchiveError" in last and str(archive) in last and "escaped" in last
@@ -230,15 +220,11 @@ def test_weights_that_would_run_code_are_refused_without_torchs_advice_to_load_t
     "args, named",
     [
         (["elmo-embed", str(BILM), "in.txt", "missing/out.hdf5"], "missing/out.hdf5"),
-        (
-            ["elmo-embed", str(BILM), "in.txt", "/sys/out.hdf5"],
-            "/sys/out.hdf5",
-        ),  # unwritable, even for root
+        # unwritable, even for root
+        (["elmo-embed", str(BILM), "in.txt", "/sys/out.hdf5"], "/sys/out.hdf5"),
         (["elmo-export", str(BILM), "missing/elmo"], "missing/elmo"),
-        (
-            ["elmo-vocab", "nothing/*.txt", "missing/tokens.txt"],
-            "missing/tokens.txt",
-        ),  # before the corpus
+        # before the corpus
+        (["elmo-vocab", "nothing/*.txt", "missing/tokens.txt"], "missing/tokens.txt"),
         (["elmo-vocab", "in.txt", "."], "it is a folder"),
     ],
 )
@@ -267,7 +253,7 @@ def test_training_or_evaluating_on_a_corpus_without_text_is_an_error_naming_it(
         train_data_path="blank.txt",
         validation_data_path=str(tiny_corpus / "valid.txt"),
     )
-    train = ["train", str(CONFIG_DIR / "elmo_lstm.jsonnet"), "-s", "run", "-o", overrides(values)]
+    train = train_args(CONFIG_DIR / "elmo_lstm.jsonnet", "run", values)
     for args in (train, ["evaluate", str(tiny_bilm_archive), "blank.txt"]):
         result = run_allennlp(args, cwd=root, check=False)
         assert result.returncode != 0
@@ -304,7 +290,7 @@ def test_training_with_a_tokens_file_that_is_not_utf8_is_an_error_naming_its_lin
         validation_data_path=str(tiny_corpus / "valid.txt"),
         vocabulary={"type": "elmo_tokens_file", "tokens_file": "tokens.txt"},
     )
-    train = ["train", str(CONFIG_DIR / "elmo_lstm.jsonnet"), "-s", "run", "-o", overrides(values)]
+    train = train_args(CONFIG_DIR / "elmo_lstm.jsonnet", "run", values)
     result = run_allennlp(train, cwd=root, check=False)
     assert result.returncode != 0
     last = result.stderr.strip().splitlines()[-1]
@@ -326,9 +312,8 @@ def test_skipped_lines_are_counted_and_compressed_shards_read(root):
     )
     assert "invalid UTF-8 at shards/0.txt:5" in log
     tokens = (root / "tokens.txt").read_text(encoding="utf-8").split("\n")
-    assert {"alpha", "\ufffd", "gz1", "gz2", "bz1", "xz1"} <= set(
-        tokens
-    ) and "Heading" not in tokens
+    assert {"alpha", "\ufffd", "gz1", "gz2", "bz1", "xz1"} <= set(tokens)
+    assert "Heading" not in tokens
 
 
 def test_nul_bytes_inside_tokens_are_replaced_and_counted_in_the_vocabulary(root):

@@ -2,6 +2,7 @@
 its own): a tagger trained on one, `elmo-embed`."""
 
 import json
+from pathlib import Path
 
 import h5py
 import numpy
@@ -14,15 +15,26 @@ from tests.elmo_files.manylangs_reference import MAX_CHARS, make_manylangs_folde
 from tests.elmo_files.test_manylangs import assert_same_layers, our_layers
 from tests.helpers import (
     CONFIG_DIR,
+    evaluation,
     hidden,
-    overrides,
+    predictions,
     run_allennlp,
     run_allennlp_in_process,
+    train_args,
 )
 
 # Whitespace-tokenizable text (no U+3000 inside a token): non-ASCII, missing characters and
 # words, a token longer than the character limit.
 LINES = ["the cat sat on the mat", "über 中文 日本語 ßz xyz", "a" * 30 + " the cat" + "b" * 20, "é"]
+
+
+def embedded(model, folder: Path, *options: str) -> list[numpy.ndarray]:
+    """`allennlp elmo-embed MODEL` of LINES (in FOLDER/input.txt) -> each line's layers."""
+    (folder / "input.txt").write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    args = ["elmo-embed", str(model), str(folder / "input.txt"), str(folder / "out.hdf5")]
+    run_allennlp_in_process([*args, *options])
+    with h5py.File(folder / "out.hdf5", "r") as output:
+        return [numpy.array(output[str(index)]) for index in range(len(LINES))]
 
 
 def test_tagger_on_manylangs_elmo_trains_and_its_archive_stands_alone(
@@ -44,15 +56,7 @@ def test_tagger_on_manylangs_elmo_trains_and_its_archive_stands_alone(
         "trainer.optimizer.lr": 0.01,
     }
     run_allennlp_in_process(
-        [
-            "train",
-            str(CONFIG_DIR / "pos_tagger_elmo.jsonnet"),
-            "-s",
-            "out",
-            "-o",
-            overrides(values),
-        ],
-        cwd=plugin_cwd,
+        train_args(CONFIG_DIR / "pos_tagger_elmo.jsonnet", "out", values), cwd=plugin_cwd
     )
     archive = plugin_cwd / "out" / "model.tar.gz"
     metrics = json.loads((plugin_cwd / "out" / "metrics.json").read_text())
@@ -60,39 +64,18 @@ def test_tagger_on_manylangs_elmo_trains_and_its_archive_stands_alone(
     sentences = [line.split() for line in LINES]
     expected = reference_layers(folder, sentences)
     with hidden(folder):  # the archive needs neither the weights nor the dictionaries
-        run_allennlp_in_process(
-            [
-                "evaluate",
-                str(archive),
-                str(tiny_tagged_data / "valid.conllu"),
-                "--output-file",
-                "m.json",
-            ],
-            cwd=plugin_cwd,
-        )
+        valid = tiny_tagged_data / "valid.conllu"
+        evaluated = evaluation(archive, valid, plugin_cwd / "m.json", cwd=plugin_cwd)
         loaded = load_archive(str(archive)).model
         elmo = loaded.text_field_embedder._token_embedders["elmo"]
         assert_same_layers(our_layers(elmo, loaded.vocab, sentences), expected)
-    evaluated = json.loads((plugin_cwd / "m.json").read_text())
     assert evaluated["accuracy"] == pytest.approx(metrics["best_validation_accuracy"], abs=1e-6)
 
 
 @pytest.mark.parametrize("word_dim", [6, 0], ids=["with_word_embedding", "characters_only"])
 def test_elmo_embed_of_manylangs_folder_equals_its_embedder(tmp_path, word_dim):
     folder = make_manylangs_folder(tmp_path / "manylangs", word_dim=word_dim)
-    (tmp_path / "input.txt").write_text("\n".join(LINES) + "\n", encoding="utf-8")
-    run_allennlp_in_process(
-        [
-            "elmo-embed",
-            str(folder),
-            str(tmp_path / "input.txt"),
-            str(tmp_path / "out.hdf5"),
-            "--batch-size",
-            "2",
-        ]
-    )
-    with h5py.File(tmp_path / "out.hdf5", "r") as output:
-        ours = [numpy.array(output[str(index)]) for index in range(len(LINES))]
+    ours = embedded(folder, tmp_path, "--batch-size", "2")
     assert_same_layers(ours, reference_layers(folder, [line.split() for line in LINES]))
 
 
@@ -139,48 +122,22 @@ def test_continued_pretraining_with_learning_rate_0_keeps_the_release_embeddings
         "trainer.optimizer.lr": 0.0,
     }
     run_allennlp_in_process(
-        [
-            "train",
-            str(CONFIG_DIR / "elmo_manylangs_continue.jsonnet"),
-            "-s",
-            "out",
-            "-o",
-            overrides(values),
-        ],
-        cwd=plugin_cwd,
+        train_args(CONFIG_DIR / "elmo_manylangs_continue.jsonnet", "out", values), cwd=plugin_cwd
     )
     archive = plugin_cwd / "out" / "model.tar.gz"
     metrics = json.loads((plugin_cwd / "out" / "metrics.json").read_text())
     assert numpy.isfinite(metrics["best_validation_perplexity"])
     sentences = [line.split() for line in LINES]
     expected = reference_layers(folder, sentences)
-    (tmp_path / "input.txt").write_text("\n".join(LINES) + "\n", encoding="utf-8")
     (tmp_path / "in.jsonl").write_text(
         "".join(json.dumps({"sentence": line}) + "\n" for line in LINES), encoding="utf-8"
     )
     with hidden(folder):  # the archive alone
-        run_allennlp_in_process(
-            ["elmo-embed", str(archive), str(tmp_path / "input.txt"), str(tmp_path / "out.hdf5")]
-        )
-        run_allennlp_in_process(
-            [
-                "predict",
-                str(archive),
-                str(tmp_path / "in.jsonl"),
-                "--silent",
-                "--output-file",
-                str(tmp_path / "predicted.jsonl"),
-            ]
-        )
+        ours = embedded(archive, tmp_path)
+        predicted = predictions(archive, tmp_path / "in.jsonl")
         vocab = Vocabulary()
         embedder = ElmoBiLmEmbedder(vocab, pretrained_file=str(archive))
         downstream = our_layers(embedder, vocab, sentences)
-    with h5py.File(tmp_path / "out.hdf5", "r") as output:
-        assert_same_layers(
-            [numpy.array(output[str(index)]) for index in range(len(LINES))], expected
-        )
+    assert_same_layers(ours, expected)
     assert_same_layers(downstream, expected)
-    predicted = [
-        json.loads(line) for line in (tmp_path / "predicted.jsonl").read_text().splitlines()
-    ]
     assert_same_layers([numpy.array(p["layers"], dtype=numpy.float32) for p in predicted], expected)

@@ -14,23 +14,31 @@ from allennlp.models.archival import load_archive
 from elmo_plugin.models.elmo_bilm import ElmoLanguageModel
 from tests.helpers import (
     CONFIG_DIR,
+    FILTERS_2048,
     REPO_ROOT,
     TINY_LSTM_OVERRIDES,
     TINY_TRANSFORMER_OVERRIDES,
+    evaluation,
     free_port,
     overrides,
     require_shared_file,
     run_allennlp,
     run_allennlp_in_process,
+    train_args,
+    train_with_probes,
 )
+
+DEMO = str(CONFIG_DIR / "elmo_lstm.jsonnet")
+
+
+def demo_callbacks(probe: str) -> list[dict]:
+    """elmo_lstm.jsonnet's trainer callbacks, then the callback `probe` of tests/cli/probes.py."""
+    return [*Params.from_file(DEMO).as_dict()["trainer"]["callbacks"], {"type": probe}]
 
 
 def evaluate(archive, data_file, output_file):
     """`allennlp evaluate` -> its three perplexities, as written to --output-file."""
-    run_allennlp_in_process(
-        ["evaluate", str(archive), str(data_file), "--output-file", str(output_file)]
-    )
-    metrics = json.loads(output_file.read_text())
+    metrics = evaluation(archive, data_file, output_file)
     return {
         name: metrics[name] for name in ("forward_perplexity", "backward_perplexity", "perplexity")
     }
@@ -56,13 +64,8 @@ def test_cpu_loop_reference_or_gpu_from_the_command_line_evaluates_to_the_fast_p
     valid = tiny_corpus / "valid.txt"
     fast = evaluate(tiny_bilm_archive, valid, tmp_path / "fast.json")
     for cpu_loop in ("reference", "gpu"):
-        other_file = tmp_path / f"{cpu_loop}.json"
-        loop = {"model.contextualizer.cpu_loop": cpu_loop}
-        run_allennlp_in_process(
-            ["evaluate", str(tiny_bilm_archive), str(valid), "--output-file", str(other_file)]
-            + ["-o", overrides(loop)]
-        )
-        other = json.loads(other_file.read_text())
+        loop = overrides({"model.contextualizer.cpu_loop": cpu_loop})
+        other = evaluation(tiny_bilm_archive, valid, tmp_path / f"{cpu_loop}.json", "-o", loop)
         for name, value in fast.items():
             assert other[name] == pytest.approx(value, rel=1e-4), (cpu_loop, name)
     unknown = {"model.contextualizer.cpu_loop": "c++"}
@@ -104,9 +107,7 @@ def test_wikitext_validation_perplexity_falls_epoch_over_epoch(config, sizes, tm
         validation_data_path=str(tmp_path / "valid.txt"),
         **{"trainer.num_epochs": 3, "data_loader.batch_size": 32},
     )
-    run_allennlp_in_process(
-        ["train", str(CONFIG_DIR / config), "-s", str(tmp_path / "out"), "-o", overrides(values)]
-    )
+    run_allennlp_in_process(train_args(CONFIG_DIR / config, tmp_path / "out", values))
     perplexities = [
         json.loads((tmp_path / "out" / f"metrics_epoch_{epoch}.json").read_text())[
             "validation_perplexity"
@@ -124,9 +125,6 @@ def test_distributed_cpu_training_over_shards(tiny_corpus, tmp_path):
     """2 DDP workers x 2 loader workers over a folder of 3 shards: both workers train, and
     together they train on every target of the corpus exactly once (counted by a probe
     callback)."""
-    callbacks = Params.from_file(str(CONFIG_DIR / "elmo_lstm.jsonnet")).as_dict()["trainer"][
-        "callbacks"
-    ]
     values = dict(
         TINY_LSTM_OVERRIDES,
         train_data_path=str(tiny_corpus / "train"),
@@ -135,28 +133,12 @@ def test_distributed_cpu_training_over_shards(tiny_corpus, tmp_path):
         **{
             "trainer.num_epochs": 1,
             "data_loader.num_workers": 2,
-            "trainer.callbacks": [*callbacks, {"type": "target_counter"}],
+            "trainer.callbacks": demo_callbacks("target_counter"),
         },
     )
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PYTHONPATH", str(REPO_ROOT))
-        patch.setenv("TARGET_COUNTER_DIR", str(tmp_path))
-        run_allennlp(
-            [
-                "train",
-                str(CONFIG_DIR / "elmo_lstm.jsonnet"),
-                "-s",
-                str(tmp_path / "out"),
-                "-o",
-                overrides(values),
-                "--include-package",
-                "tests.cli.probes",
-            ]
-        )
+    train_with_probes(DEMO, values, tmp_path / "out", tmp_path)
     per_worker = [json.loads((tmp_path / f"rank{rank}.json").read_text())["0"] for rank in range(2)]
-    reader = DatasetReader.from_params(
-        Params.from_file(str(CONFIG_DIR / "elmo_lstm.jsonnet")).pop("dataset_reader")
-    )
+    reader = DatasetReader.from_params(Params.from_file(DEMO).pop("dataset_reader"))
     corpus_targets = sum(
         len(i["source"].tokens) - 1 for i in reader.read(str(tiny_corpus / "train" / "*.txt"))
     )
@@ -170,45 +152,19 @@ def test_original_config_has_the_published_sizes():
     """elmo_lstm_original.jsonnet is Peters et al. (2018)'s biLM and bilm-tf's training setup."""
     params = Params.from_file(str(CONFIG_DIR / "elmo_lstm_original.jsonnet")).as_dict()
     model, trainer = params["model"], params["trainer"]
-    lstm, char_cnn = (
-        model["contextualizer"],
-        model["text_field_embedder"]["token_embedders"]["elmo"],
-    )
-    assert (lstm["type"], lstm["num_layers"], lstm["input_dim"], lstm["cell_size"]) == (
-        "elmo_lstm",
-        2,
-        512,
-        4096,
-    )
-    assert (lstm["cell_clip"], lstm["proj_clip"], lstm["dropout"], model["dropout"]) == (
-        3,
-        3,
-        0.1,
-        0.1,
-    )
-    assert char_cnn["filters"] == [
-        [1, 32],
-        [2, 32],
-        [3, 64],
-        [4, 128],
-        [5, 256],
-        [6, 512],
-        [7, 1024],
-    ]
-    assert (char_cnn["num_highway"], char_cnn["projection_dim"], char_cnn["embedding_dim"]) == (
-        2,
-        512,
-        16,
-    )
+    lstm = model["contextualizer"]
+    char_cnn = model["text_field_embedder"]["token_embedders"]["elmo"]
+    keys = ("type", "num_layers", "input_dim", "cell_size", "cell_clip", "proj_clip", "dropout")
+    assert [lstm[key] for key in keys] == ["elmo_lstm", 2, 512, 4096, 3, 3, 0.1]
+    assert model["dropout"] == 0.1 and char_cnn["filters"] == FILTERS_2048
+    keys = ("num_highway", "projection_dim", "embedding_dim")
+    assert [char_cnn[key] for key in keys] == [2, 512, 16]
     assert model["num_samples"] == 8192 and params["data_loader"]["batch_size"] == 128
     assert model["sparse_embeddings"] is True  # bilm-tf's sparse softmax updates
     assert params["dataset_reader"]["max_sequence_length"] == 20
     # allennlp's adagrad, applying the row gradients too
-    assert trainer["optimizer"] == {
-        "type": "elmo_adagrad",
-        "lr": 0.2,
-        "initial_accumulator_value": 1.0,
-    }
+    optimizer = {"type": "elmo_adagrad", "lr": 0.2, "initial_accumulator_value": 1.0}
+    assert trainer["optimizer"] == optimizer
     assert trainer["grad_norm"] == 10.0 and trainer["cuda_device"] == 0
 
 
@@ -259,16 +215,7 @@ def test_original_config_shrunk_trains_with_sampled_softmax_and_validates_with_t
         "validation_data_path": str(tiny_corpus / "valid.txt"),
     }
     out = tmp_path / "out"
-    run_allennlp_in_process(
-        [
-            "train",
-            str(CONFIG_DIR / "elmo_lstm_original.jsonnet"),
-            "-s",
-            str(out),
-            "-o",
-            overrides(values),
-        ]
-    )
+    run_allennlp_in_process(train_args(CONFIG_DIR / "elmo_lstm_original.jsonnet", out, values))
     validation = json.loads((out / "metrics.json").read_text())["validation_perplexity"]
     assert validation == pytest.approx(
         full_softmax_perplexity(out / "model.tar.gz", tiny_corpus / "valid.txt"), rel=1e-4
@@ -281,28 +228,16 @@ def test_killed_run_resumes_from_its_last_checkpoint_with_recover(tiny_corpus, t
     """A run killed right after epoch 0's checkpoint (by a probe callback, no timing involved)
     resumes with `-r` from exactly that checkpoint's weights and does not train epoch 0 again."""
     out = tmp_path / "out"
-    callbacks = Params.from_file(str(CONFIG_DIR / "elmo_lstm.jsonnet")).as_dict()["trainer"][
-        "callbacks"
-    ]
     values = dict(
         TINY_LSTM_OVERRIDES,
         train_data_path=str(tiny_corpus / "train" / "*.txt"),
         validation_data_path=str(tiny_corpus / "valid.txt"),
         **{
             "trainer.num_epochs": 3,
-            "trainer.callbacks": [*callbacks, {"type": "checkpoint_probe"}],
+            "trainer.callbacks": demo_callbacks("checkpoint_probe"),
         },
     )
-    args = [
-        "train",
-        str(CONFIG_DIR / "elmo_lstm.jsonnet"),
-        "-s",
-        str(out),
-        "-o",
-        overrides(values),
-        "--include-package",
-        "tests.cli.probes",
-    ]
+    args = [*train_args(DEMO, out, values), "--include-package", "tests.cli.probes"]
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("CHECKPOINT_PROBE_KILL", "1")
         killed = run_allennlp(args, check=False)
@@ -339,16 +274,7 @@ def test_bf16_training_through_the_cli_tracks_float32_losses(tiny_corpus, tmp_pa
             validation_data_path=str(tiny_corpus / "valid.txt"),
             **{"trainer.num_epochs": 2, "model.mixed_precision": precision},
         )
-        run_allennlp_in_process(
-            [
-                "train",
-                str(CONFIG_DIR / "elmo_lstm.jsonnet"),
-                "-s",
-                str(out),
-                "-o",
-                overrides(values),
-            ]
-        )
+        run_allennlp_in_process(train_args(DEMO, out, values))
         metrics[precision] = json.loads((out / "metrics.json").read_text())
     for key in ("training_loss", "validation_loss"):
         assert metrics["bf16"][key] == pytest.approx(metrics[None][key], rel=2e-2), key

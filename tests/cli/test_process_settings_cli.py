@@ -12,6 +12,7 @@ from tests.helpers import (
     overrides,
     run_allennlp,
     run_allennlp_in_process,
+    train_args,
 )
 
 OLD_BILM_ARCHIVE = REPO_ROOT / "fixtures" / "archives_before_layering" / "bilm_lstm.tar.gz"
@@ -43,9 +44,7 @@ def test_train_evaluate_predict_and_embed_each_set_the_configured_settings_once(
         validation_data_path=str(tiny_corpus / "valid.txt"),
         **{"trainer.num_epochs": 2, "trainer.callbacks.0.tf32": True},
     )
-    train = run_allennlp(
-        ["train", str(CONFIG_DIR / "elmo_lstm.jsonnet"), "-s", str(out), "-o", overrides(values)]
-    )
+    train = run_allennlp(train_args(CONFIG_DIR / "elmo_lstm.jsonnet", out, values))
     assert settings_lines(train) == [f"process settings: {KEPT}; TF32 on"]
 
     evaluate = run_allennlp(
@@ -111,10 +110,8 @@ def test_train_stops_before_the_first_batch_on_a_trainer_key_allennlp_would_igno
         validation_data_path=str(tiny_corpus / "valid.txt"),
         **{"trainer.num_epoch": 1},
     )
-    config, out = str(CONFIG_DIR / "elmo_lstm.jsonnet"), str(tmp_path / "model")
-    result = run_allennlp_in_process(
-        ["train", config, "-s", out, "-o", overrides(values)], check=False
-    )
+    config, out = CONFIG_DIR / "elmo_lstm.jsonnet", tmp_path / "model"
+    result = run_allennlp_in_process(train_args(config, out, values), check=False)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (
         "allennlp.common.checks.ConfigurationError: trainer.num_epoch is not a key of allennlp's "

@@ -17,7 +17,7 @@ from allennlp.modules.elmo import batch_to_ids
 
 from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
 from tests.elmo_files.elmo_reference import allennlp_elmo, allennlp_layers
-from tests.helpers import ALLENNLP, REPO_ROOT, run_allennlp_in_process
+from tests.helpers import ALLENNLP, REPO_ROOT, predictions, run_allennlp_in_process
 
 SENTENCES = ["The file is open .", "Return the value of the key in the table", "a"]
 
@@ -78,18 +78,7 @@ def test_elmo_embeddings_is_the_bilms_default_predictor(tiny_bilm_archive, tmp_p
     (tmp_path / "in.jsonl").write_text(
         "".join(json.dumps({"sentence": s}) + "\n" for s in SENTENCES)
     )
-    run_allennlp_in_process(
-        [
-            "predict",
-            str(tiny_bilm_archive),
-            str(tmp_path / "in.jsonl"),
-            "--output-file",
-            str(tmp_path / "out.jsonl"),
-            "--silent",
-        ],
-        cwd=plugin_cwd,
-    )
-    outputs = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    outputs = predictions(tiny_bilm_archive, tmp_path / "in.jsonl", cwd=plugin_cwd)
     embedded = embed_all_layers(tiny_bilm_archive, tmp_path, plugin_cwd)
     for line, (sentence, output) in enumerate(zip(SENTENCES, outputs, strict=True)):
         assert output["tokens"] == sentence.split()
@@ -102,20 +91,8 @@ def test_whitespace_tagger_returns_the_models_logits_and_mask(
     tiny_elmo_tagger_archive, tmp_path, plugin_cwd
 ):
     (tmp_path / "in.jsonl").write_text(json.dumps({"sentence": SENTENCES[1]}) + "\n")
-    run_allennlp_in_process(
-        [
-            "predict",
-            str(tiny_elmo_tagger_archive),
-            str(tmp_path / "in.jsonl"),
-            "--predictor",
-            "whitespace_tagger",
-            "--output-file",
-            str(tmp_path / "out.jsonl"),
-            "--silent",
-        ],
-        cwd=plugin_cwd,
-    )
-    output = json.loads((tmp_path / "out.jsonl").read_text())
+    tagger = ("--predictor", "whitespace_tagger")
+    [output] = predictions(tiny_elmo_tagger_archive, tmp_path / "in.jsonl", *tagger, cwd=plugin_cwd)
     words = SENTENCES[1].split()
     archive = load_archive(str(tiny_elmo_tagger_archive))
     model, reader = archive.model.eval(), archive.dataset_reader

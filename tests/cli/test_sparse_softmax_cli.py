@@ -18,10 +18,11 @@ from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder
 from tests.elmo_files.elmo_reference import TOLERANCE, max_diff, with_boundaries
 from tests.helpers import (
     CONFIG_DIR,
+    evaluation,
     free_port,
-    overrides,
     run_allennlp,
     run_allennlp_in_process,
+    train_args,
 )
 from tests.training.test_tensorboard_callbacks import read_scalars
 
@@ -69,7 +70,7 @@ def train(config: str, corpus, out, **values) -> dict:
         **values,
     )
     run = run_allennlp if "distributed" in values else run_allennlp_in_process
-    run(["train", str(CONFIG_DIR / config), "-s", str(out), "-o", overrides(values)])
+    run(train_args(CONFIG_DIR / config, out, values))
     return torch.load(out / "best.th")
 
 
@@ -129,21 +130,9 @@ def test_sparse_softmax_archive_evaluates_exports_imports_and_embeds(
     validation perplexity; `allennlp elmo-export` writes its softmax rows; a fresh sparse model
     imports them and the biLM back; the embedder gives the same vectors from both."""
     archive = one_and_two_processes[0] / "model.tar.gz"
-    recorded = json.loads((one_and_two_processes[0] / "metrics.json").read_text())[
-        "validation_perplexity"
-    ]
-    run_allennlp_in_process(
-        [
-            "evaluate",
-            str(archive),
-            str(equal_length_corpus / "valid.txt"),
-            "--output-file",
-            str(tmp_path / "eval.json"),
-        ]
-    )
-    assert json.loads((tmp_path / "eval.json").read_text())["perplexity"] == pytest.approx(
-        recorded, rel=1e-5
-    )
+    recorded = json.loads((one_and_two_processes[0] / "metrics.json").read_text())
+    evaluated = evaluation(archive, equal_length_corpus / "valid.txt", tmp_path / "eval.json")
+    assert evaluated["perplexity"] == pytest.approx(recorded["validation_perplexity"], rel=1e-5)
 
     files = tmp_path / "elmo"
     run_allennlp_in_process(["elmo-export", str(archive), str(files)])

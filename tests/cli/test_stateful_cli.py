@@ -20,10 +20,12 @@ from tests.helpers import (
     CONFIG_DIR,
     TINY_CHAR_CNN_OVERRIDES,
     TINY_LSTM_OVERRIDES,
+    evaluation,
     free_port,
     overrides,
     run_allennlp_in_process,
     text_tokens,
+    train_args,
     train_with_probes,
 )
 
@@ -81,29 +83,14 @@ def test_stateful_training_predicts_every_token_once_per_epoch_and_evaluates_as_
     batches = [len(recorded(record, rank, 0)) for rank in range(processes)]
     assert len(set(batches)) == 1
     if processes == 1:
-        metrics = json.loads((out / "metrics.json").read_text())
-        evaluated = tmp_path / "evaluated.json"
-        archive, valid = str(out / "model.tar.gz"), str(tiny_corpus / "valid.txt")
-        run_allennlp_in_process(["evaluate", archive, valid, "--output-file", str(evaluated)])
-        assert json.loads(evaluated.read_text())["perplexity"] == pytest.approx(
-            metrics["validation_perplexity"], rel=1e-5
-        )
+        validation = json.loads((out / "metrics.json").read_text())["validation_perplexity"]
+        archive, valid = out / "model.tar.gz", tiny_corpus / "valid.txt"
+        evaluated = evaluation(archive, valid, tmp_path / "evaluated.json")
+        assert evaluated["perplexity"] == pytest.approx(validation, rel=1e-5)
         # The carried state is used: the same windows from zero state score otherwise.
-        stateless = tmp_path / "stateless.json"
-        run_allennlp_in_process(
-            [
-                "evaluate",
-                archive,
-                valid,
-                "--output-file",
-                str(stateless),
-                "-o",
-                overrides({"model.stateful": False}),
-            ]
-        )
-        assert json.loads(stateless.read_text())["perplexity"] != pytest.approx(
-            metrics["validation_perplexity"], rel=1e-3
-        )
+        stateless = overrides({"model.stateful": False})
+        evaluated = evaluation(archive, valid, tmp_path / "stateless.json", "-o", stateless)
+        assert evaluated["perplexity"] != pytest.approx(validation, rel=1e-3)
 
 
 @pytest.mark.parametrize("processes", [1, 2], ids=["1-process", "2-processes"])
@@ -149,7 +136,7 @@ def test_original_stateful_config_is_bilm_tfs_regime_and_trains_when_shrunk(tiny
         "trainer.cuda_device": -1,
     }
     out = tmp_path / "out"
-    run_allennlp_in_process(["train", config, "-s", str(out), "-o", overrides(values)])
+    run_allennlp_in_process(train_args(config, out, values))
     metrics = json.loads((out / "metrics.json").read_text())
     vocab_size = len((out / "vocabulary" / "tokens.txt").read_text().splitlines())
     assert 1 < metrics["validation_perplexity"] < vocab_size

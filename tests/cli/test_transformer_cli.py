@@ -10,10 +10,11 @@ from allennlp.common import Params
 
 from tests.helpers import (
     CONFIG_DIR,
+    FILTERS_2048,
     REPO_ROOT,
     TINY_TRANSFORMER_OVERRIDES,
-    overrides,
     run_allennlp_in_process,
+    train_args,
 )
 
 
@@ -32,20 +33,9 @@ def test_original_config_has_the_published_sizes():
     contextualizer = model["contextualizer"]
     char_cnn = model["text_field_embedder"]["token_embedders"]["elmo"]
     assert contextualizer["type"] == "elmo_transformer"
-    assert (
-        contextualizer["num_layers"],
-        contextualizer["input_dim"],
-        contextualizer["feedforward_hidden_dim"],
-    ) == (6, 512, 2048)
-    assert char_cnn["filters"] == [
-        [1, 32],
-        [2, 32],
-        [3, 64],
-        [4, 128],
-        [5, 256],
-        [6, 512],
-        [7, 1024],
-    ]
+    keys = ("num_layers", "input_dim", "feedforward_hidden_dim")
+    assert [contextualizer[key] for key in keys] == [6, 512, 2048]
+    assert char_cnn["filters"] == FILTERS_2048
     assert (char_cnn["num_highway"], char_cnn["projection_dim"]) == (2, 512)
     assert model["num_samples"] == 8192 and params["trainer"]["cuda_device"] == 0
 
@@ -78,14 +68,7 @@ def test_original_config_trains_through_the_cli_when_shrunk(tmp_path):
     }
     out = tmp_path / "model"
     run_allennlp_in_process(
-        [
-            "train",
-            str(CONFIG_DIR / "elmo_transformer_original.jsonnet"),
-            "-s",
-            str(out),
-            "-o",
-            overrides(values),
-        ]
+        train_args(CONFIG_DIR / "elmo_transformer_original.jsonnet", out, values)
     )
     metrics = json.loads((out / "metrics.json").read_text())
     assert math.isfinite(metrics["training_loss"])
@@ -104,16 +87,7 @@ def test_demo_config_trains_and_evaluates_through_the_cli(tmp_path):
         validation_data_path=str(valid),
         **{"trainer.num_epochs": 2, "trainer.optimizer.lr": 0.003},
     )
-    run_allennlp_in_process(
-        [
-            "train",
-            str(CONFIG_DIR / "elmo_transformer.jsonnet"),
-            "-s",
-            str(out),
-            "-o",
-            overrides(values),
-        ]
-    )
+    run_allennlp_in_process(train_args(CONFIG_DIR / "elmo_transformer.jsonnet", out, values))
     epochs = [json.loads((out / f"metrics_epoch_{epoch}.json").read_text()) for epoch in range(2)]
     assert epochs[1]["validation_perplexity"] < epochs[0]["validation_perplexity"]
 

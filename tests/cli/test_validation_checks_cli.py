@@ -15,12 +15,12 @@ import pytest
 from allennlp.common import Params
 from allennlp.models.archival import archive_model, load_archive
 
-from tests.cli.test_exact_resume_cli import KILLED_AT
+from tests.cli.test_exact_resume_cli import KILL
 from tests.helpers import (
     CONFIG_DIR,
     TINY_LSTM_OVERRIDES,
-    overrides,
     run_allennlp_in_process,
+    train_args,
     train_with_probes,
 )
 from tests.training.test_tensorboard_callbacks import read_scalars
@@ -82,7 +82,7 @@ def test_checks_are_logged_archived_and_resumed_exactly(tiny_corpus, tmp_path):
     assert archived.model is not None
 
     # a run killed mid-epoch after a checkpoint and resumed: the same history
-    killed = train(tmp_path / "cut", tmp_path / "killed", kill=",".join(map(str, KILLED_AT)))
+    killed = train(tmp_path / "cut", tmp_path / "killed", kill=KILL)
     assert killed.returncode == -signal.SIGKILL
     # stopped early: the best check so far archived from the killed run's folder (docs)
     archive_model(str(tmp_path / "cut"), "best_check.th", str(tmp_path / "early.tar.gz"))
@@ -106,9 +106,7 @@ def test_checks_leave_the_training_metrics_alone_and_a_schedule_past_the_epoch_w
         values = deterministic(tiny_corpus, checks)
         values["trainer.num_epochs"] = 1
         values["trainer.callbacks"] = demo_callbacks(checks)
-        result = run_allennlp_in_process(
-            ["train", CONFIG, "-s", str(tmp_path / name), "-o", overrides(values)]
-        )
+        result = run_allennlp_in_process(train_args(CONFIG, tmp_path / name, values))
         outputs.append(result.stdout + result.stderr)
     metrics = [
         json.loads((tmp_path / name / "metrics.json").read_text()) for name in ("with", "beyond")
@@ -127,9 +125,7 @@ def test_checks_leave_the_training_metrics_alone_and_a_schedule_past_the_epoch_w
 def test_a_validation_path_that_does_not_exist_fails_at_the_start_naming_it(tiny_corpus, tmp_path):
     missing = str(tmp_path / "no_such_folder" / "valid*.txt")
     values = {**deterministic(tiny_corpus, CHECKS), "validation_data_path": missing}
-    result = run_allennlp_in_process(
-        ["train", CONFIG, "-s", str(tmp_path / "out"), "-o", overrides(values)], check=False
-    )
+    result = run_allennlp_in_process(train_args(CONFIG, tmp_path / "out", values), check=False)
     output = result.stdout + result.stderr
     assert result.returncode != 0
     assert f"elmo_corpus: no file matches {missing!r}" in output

@@ -23,7 +23,14 @@ from allennlp_models.lm.modules.token_embedders.bidirectional_lm import (
 
 from elmo_plugin.archives.bilm_source import load_bilm_encoder
 from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder
-from tests.helpers import CONFIG_DIR, TINY_TAGGER_OVERRIDES, overrides, run_allennlp_in_process
+from tests.helpers import (
+    CONFIG_DIR,
+    TINY_TAGGER_OVERRIDES,
+    evaluation,
+    predictions,
+    run_allennlp_in_process,
+    train_args,
+)
 
 TOLERANCE = 1e-5
 SENTENCES = ["the cat sat on the mat .", "", "a b", "unseenword and the rest of it"]
@@ -154,19 +161,9 @@ def test_elmo_embed_gives_the_layers_allennlp_models_embedder_mixes(
 ):
     (tmp_path / "input.txt").write_text("\n".join(SENTENCES) + "\n")
     for layers in ("all", "average", "top"):
-        run_allennlp_in_process(
-            [
-                "elmo-embed",
-                str(their_archive),
-                str(tmp_path / "input.txt"),
-                str(tmp_path / f"{layers}.hdf5"),
-                "--layers",
-                layers,
-                "--batch-size",
-                "2",
-            ],
-            cwd=plugin_cwd,
-        )
+        embed = ["elmo-embed", str(their_archive), str(tmp_path / "input.txt")]
+        embed += [str(tmp_path / f"{layers}.hdf5"), "--layers", layers, "--batch-size", "2"]
+        run_allennlp_in_process(embed, cwd=plugin_cwd)
     sentences = [line.split() for line in SENTENCES if line]
     expected = dict(zip(["0", "2", "3"], their_layers(their_archive, sentences), strict=True))
     with (
@@ -201,24 +198,10 @@ def test_predictors_read_their_archive(their_archive, tmp_path, plugin_cwd):
         + json.dumps({"tokens": SENTENCES[2].split()})
         + "\n"
     )
-    outputs = {}
-    for predictor in ("elmo_embeddings", "elmo_lm_scorer"):
-        run_allennlp_in_process(
-            [
-                "predict",
-                str(their_archive),
-                str(inputs),
-                "--predictor",
-                predictor,
-                "--silent",
-                "--output-file",
-                str(tmp_path / f"{predictor}.jsonl"),
-            ],
-            cwd=plugin_cwd,
-        )
-        outputs[predictor] = [
-            json.loads(line) for line in (tmp_path / f"{predictor}.jsonl").read_text().splitlines()
-        ]
+    outputs = {
+        predictor: predictions(their_archive, inputs, "--predictor", predictor, cwd=plugin_cwd)
+        for predictor in ("elmo_embeddings", "elmo_lm_scorer")
+    }
     expected = their_layers(their_archive, [SENTENCES[0].split(), SENTENCES[2].split()])
     for output, layers in zip(outputs["elmo_embeddings"], expected, strict=True):
         assert numpy.abs(numpy.array(output["layers"]) - layers).max() <= TOLERANCE
@@ -247,30 +230,14 @@ def test_elmo_bilm_embedder_over_their_archive_makes_a_tagger_archive_that_stand
         },
     )
     run_allennlp_in_process(
-        [
-            "train",
-            str(CONFIG_DIR / "pos_tagger_elmo.jsonnet"),
-            "-s",
-            "tagger",
-            "-o",
-            overrides(values),
-        ],
-        cwd=plugin_cwd,
+        train_args(CONFIG_DIR / "pos_tagger_elmo.jsonnet", "tagger", values), cwd=plugin_cwd
     )
-    tagger = load_archive(str(plugin_cwd / "tagger" / "model.tar.gz")).model
+    archive = plugin_cwd / "tagger" / "model.tar.gz"
+    tagger = load_archive(str(archive)).model
     copy.unlink()  # the tagger archive rebuilds the biLM from its recorded architecture
-    run_allennlp_in_process(
-        [
-            "evaluate",
-            str(plugin_cwd / "tagger" / "model.tar.gz"),
-            str(tiny_tagged_data / "valid.conllu"),
-            "--output-file",
-            "metrics.json",
-        ],
-        cwd=plugin_cwd,
-    )
+    valid = tiny_tagged_data / "valid.conllu"
+    evaluated = evaluation(archive, valid, plugin_cwd / "metrics.json", cwd=plugin_cwd)
     metrics = json.loads((plugin_cwd / "tagger" / "metrics.json").read_text())
-    evaluated = json.loads((plugin_cwd / "metrics.json").read_text())
     assert evaluated["accuracy"] == pytest.approx(metrics["best_validation_accuracy"], abs=1e-6)
     # Its biLM equals the one elmo-embed loads from their archive.
     bilm = tagger.text_field_embedder._token_embedders["elmo"].bilm
@@ -316,9 +283,6 @@ def test_tagger_trains_with_allennlp_models_embedder_over_our_archive(
             "trainer.optimizer.lr": 0.01,
         },
     )
-    run_allennlp_in_process(
-        ["train", str(tmp_path / "tagger.json"), "-s", "tagger", "-o", overrides(values)],
-        cwd=plugin_cwd,
-    )
+    run_allennlp_in_process(train_args(tmp_path / "tagger.json", "tagger", values), cwd=plugin_cwd)
     metrics = json.loads((plugin_cwd / "tagger" / "metrics.json").read_text())
     assert metrics["best_validation_accuracy"] > 0.9
