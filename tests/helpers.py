@@ -42,7 +42,6 @@ from tests import forked_allennlp
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = REPO_ROOT / "training_config"
-ALLENNLP = str(Path(sys.executable).parent / "allennlp")
 
 
 def text_tokens(instance: Instance, field: str = "source") -> list[Token]:
@@ -319,21 +318,25 @@ def train_args(config: Path | str, out: Path | str, values: dict) -> list[str]:
     return ["train", str(config), "-s", str(out), "-o", overrides(values)]
 
 
-def evaluation(archive: Path | str, data: Path | str, output: Path, *options: str, **run) -> dict:
-    """`allennlp evaluate ARCHIVE DATA --output-file OUTPUT OPTIONS` in this process (`run`:
-    `run_allennlp_in_process`'s keywords) -> the metrics it wrote."""
+def evaluation(
+    archive: Path | str, data: Path | str, output: Path, *options: str, cwd: Optional[Path] = None
+) -> dict:
+    """`allennlp evaluate ARCHIVE DATA --output-file OUTPUT OPTIONS` in this process, from `cwd`
+    (a failed run fails the test) -> the metrics it wrote (OUTPUT absolute)."""
     args = ["evaluate", str(archive), str(data), "--output-file", str(output), *options]
-    run_allennlp_in_process(args, **run)
+    run_allennlp_in_process(args, cwd)
     return json.loads(output.read_text())
 
 
-def predictions(archive: Path | str, inputs: Path, *options: str, **run) -> list[dict]:
-    """`allennlp predict ARCHIVE INPUTS --output-file OUTPUT --silent OPTIONS` in this process
-    (`run`: `run_allennlp_in_process`'s keywords), OUTPUT beside INPUTS -> the JSON lines it
-    wrote."""
+def predictions(
+    archive: Path | str, inputs: Path, *options: str, cwd: Optional[Path] = None
+) -> list[dict]:
+    """`allennlp predict ARCHIVE INPUTS --output-file OUTPUT --silent OPTIONS` in this process,
+    from `cwd` (a failed run fails the test), OUTPUT beside INPUTS (absolute, in the test's own
+    folder) -> the JSON lines it wrote."""
     output = inputs.with_name(f"{inputs.stem}.predicted.jsonl")
     args = ["predict", str(archive), str(inputs), "--output-file", str(output), "--silent"]
-    run_allennlp_in_process([*args, *options], **run)
+    run_allennlp_in_process([*args, *options], cwd)
     return [json.loads(line) for line in output.read_text().splitlines()]
 
 
@@ -383,15 +386,16 @@ TINY_TRANSFORMER_OVERRIDES = {
 
 
 def tiny_model_and_batches(
-    config: str, values: dict, data: Path, sizes: Sequence[int], vocab_of: Optional[int] = None
+    config: str, values: dict, data: Path, sizes: Sequence[int], whole_file_vocab: bool = True
 ) -> tuple[Model, list[dict]]:
-    """training_config/CONFIG with the overrides `values`: its model (seed 0) over the vocabulary
-    of the first `vocab_of` instances (default: all) its reader reads from `data`, and tensor
-    batches of those instances, one after the other, of `sizes` instances each."""
+    """training_config/CONFIG with the overrides `values`: tensor batches of the first instances
+    its reader reads from `data`, one after the other, `sizes` instances each, and its model (seed
+    0) over the vocabulary of every instance read (`whole_file_vocab`) or of the batched ones."""
     params = Params.from_file(str(CONFIG_DIR / config), json.dumps(values))
     reader = DatasetReader.from_params(params.pop("dataset_reader"))
-    instances = list(reader.read(str(data)))[:vocab_of]
-    vocab = Vocabulary.from_instances(instances)
+    instances = list(reader.read(str(data)))
+    assert sum(sizes) <= len(instances), f"{data} has {len(instances)} instances, not {sum(sizes)}"
+    vocab = Vocabulary.from_instances(instances if whole_file_vocab else instances[: sum(sizes)])
     torch.manual_seed(0)
     model = Model.from_params(vocab=vocab, params=params.pop("model"))
     batches = [Batch(instances[sum(sizes[:i]) : sum(sizes[: i + 1])]) for i in range(len(sizes))]

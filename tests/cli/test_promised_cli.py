@@ -15,9 +15,10 @@ from allennlp.data import Token
 from allennlp.models.archival import load_archive
 from allennlp.modules.elmo import batch_to_ids
 
+from benchmarks.support.common import ALLENNLP
 from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
 from tests.elmo_files.elmo_reference import allennlp_elmo, allennlp_layers
-from tests.helpers import ALLENNLP, REPO_ROOT, predictions, run_allennlp_in_process
+from tests.helpers import REPO_ROOT, predictions, run_allennlp_in_process
 
 SENTENCES = ["The file is open .", "Return the value of the key in the table", "a"]
 

@@ -19,7 +19,7 @@ from tests.helpers import (
 
 @pytest.fixture(scope="module")
 def model_and_batches(tiny_corpus):
-    # two batches of very different sizes
+    """The tiny LSTM biLM and two batches of very different sizes (7 and 30 sentences)."""
     valid = tiny_corpus / "valid.txt"
     return tiny_model_and_batches("elmo_lstm.jsonnet", TINY_LSTM_OVERRIDES, valid, [7, 30])
 
@@ -169,7 +169,8 @@ def test_a_fixed_shape_batch_gives_the_unpadded_loss_metrics_gradients_and_targe
     """The loaders' `fixed_shape` padding (3 rows of nothing but padding, 5 more positions)
     changes nothing the model computes for training: the same loss, perplexities, parameter
     gradients and `batch_weight` (the targets `tokens_per_second` counts), nothing NaN."""
-    model, (unpadded,) = tiny_model_and_batches(config, sizes, tiny_corpus / "valid.txt", [7], 7)
+    valid = tiny_corpus / "valid.txt"
+    model, (unpadded,) = tiny_model_and_batches(config, sizes, valid, [7], whole_file_vocab=False)
     rows, timesteps = unpadded["source"]["tokens"]["tokens"].shape
     padded = fixed_shape_batch(unpadded, rows + 3, timesteps + 5)
     results = []

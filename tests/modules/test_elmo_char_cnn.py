@@ -315,7 +315,7 @@ def test_a_bilm_with_the_reference_char_cnn_trains(tiny_corpus, monkeypatch, mix
         "model.mixed_precision": mixed_precision,
     }
     valid = tiny_corpus / "valid.txt"
-    model, (tensors,) = tiny_model_and_batches("elmo_lstm.jsonnet", overrides, valid, [8], 8)
+    model, (tensors,) = tiny_model_and_batches("elmo_lstm.jsonnet", overrides, valid, [8], False)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.02)
     losses = []
     for _ in range(10):

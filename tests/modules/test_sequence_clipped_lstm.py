@@ -240,7 +240,7 @@ def bilm_loss_and_gradients(cpu_loop: str, tiny_corpus) -> list[torch.Tensor]:
         "model.contextualizer.cpu_loop": cpu_loop,
     }
     valid = tiny_corpus / "valid.txt"
-    model, (batch,) = tiny_model_and_batches("elmo_lstm.jsonnet", values, valid, [12], 12)
+    model, (batch,) = tiny_model_and_batches("elmo_lstm.jsonnet", values, valid, [12], False)
     loss = model(**batch)["loss"]
     return [loss, *torch.autograd.grad(loss, list(model.parameters()))]
 
