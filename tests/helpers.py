@@ -68,18 +68,24 @@ def run_allennlp(
     input; fails the test with its output on error (with `check`; otherwise returns the failed
     result too). For what only a process shows: its exit status and stderr, a kill, distributed
     workers, process-wide settings; otherwise `run_allennlp_in_process` costs less still."""
-    argv = [*args, "--include-package", "elmo_plugin"]
+    command, env = allennlp_process(args)
+    result = run_forked(command, cwd or REPO_ROOT, env, timeout, stdin)
+    if check and result.returncode != 0:
+        pytest.fail(
+            f"{' '.join(command)} exited {result.returncode}:\n"
+            f"{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+        )
+    return result
+
+
+def allennlp_process(args: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The command `allennlp ARGS --include-package elmo_plugin` and the environment of every
+    `allennlp` process the suite starts."""
     env = dict(os.environ, PYTHONWARNINGS="ignore", TOKENIZERS_PARALLELISM="false")
     # Tiny models gain nothing from threads, and spinning OpenMP threads on shared cores slow
     # them down by 10x and more (measured: 60 s vs 0.9 s per tagger epoch under load).
     env.setdefault("OMP_NUM_THREADS", "1")
-    result = run_forked(["allennlp", *argv], cwd or REPO_ROOT, env, timeout, stdin)
-    if check and result.returncode != 0:
-        pytest.fail(
-            f"allennlp {' '.join(argv)} exited {result.returncode}:\n"
-            f"{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
-        )
-    return result
+    return ["allennlp", *args, "--include-package", "elmo_plugin"], env
 
 
 def run_forked(
@@ -118,8 +124,7 @@ def lines_done_records(log: str) -> list[int]:
 def killed_after_two_records(args: list[str], cwd: Path) -> str:
     """`allennlp ARGS` (elmo-embed; a process of its own, `start_forked`) killed with SIGKILL once
     its stderr has recorded two chunks as done -> that stderr."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    command = ["allennlp", *args, "--include-package", "elmo_plugin"]
+    command, env = allennlp_process(args)
     popen = dict(stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     killed = start_forked(command, cwd, env, **popen)
     assert killed.stderr is not None
