@@ -5,7 +5,11 @@ curve; everything trained and evaluated through the real `allennlp` CLI.
 Rows: our LSTM biLM stateless (elmo_lstm.jsonnet) and stateful (elmo_lstm_stateful.jsonnet,
 bilm-tf's regime), our transformer (elmo_transformer.jsonnet). Then allennlp-models' transformer
 language model (its `language_model` + `bidirectional_language_model_transformer` at the demo
-width; our reader and character CNN). Then static fastText vectors trained on the same text
+width; our reader and character CNN). Then a small BERT (benchmarks/support/bert_mlm.py: a
+WordPiece vocabulary from `tokenizers`, `transformers`' masked-LM objective) used through
+allennlp's `pretrained_transformer_mismatched` embedder frozen with a learned mix of its layers
+(`bert_mlm_frozen`, its layers computed once per sentence) and fine-tuned (`bert_mlm_finetuned`,
+its last layer, Adam at `BERT_FINETUNE_LR`). Then static fastText vectors trained on the same text
 (gensim), fed to the same models as frozen pretrained word embeddings, and no pretraining.
 
 allennlp-models' transformer returns its intermediate layers without its final layer norm (the
@@ -22,14 +26,17 @@ table). In ud-english-ewt/en_ewt-ud-dev.conllu sentences 1-1,440 train the downs
 1,441-1,600 stop their training (validation), 1,601-2,001 are the test set, used for nothing
 else. The curve trains the tagger on the first 200 / 400 / 800 / all 1,440 training sentences.
 
-Convergence: each biLM trains until its validation perplexity has not improved for
+Convergence: each biLM (the BERT: its validation masked-LM loss) trains until its validation
+perplexity has not improved for
 `--pretrain-patience` epochs, at most `--pretrain-epochs`. Each tagger (UPOS, the `crf_tagger` of
 pos_tagger_elmo.jsonnet) and parser (LAS, dependency_parser_elmo.jsonnet) until its validation
 accuracy / LAS has not improved for `--patience` epochs, at most `--max-epochs`. The test
 figures are the best validation epoch's. One pretraining seed per row; `--seeds` downstream
 seeds per row (mean +- sd). Every biLM is frozen downstream; our biLMs' layers for the EWT
 sentences are computed once per biLM (`allennlp elmo-embed`) and read through
-`elmo_bilm_embedder`'s `precomputed_layers`.
+`elmo_bilm_embedder`'s `precomputed_layers`. Each pretrained LM row is compared with the BERT
+rows, static vectors and no pretraining by a paired t-test over the downstream seeds
+(`paired_comparisons`).
 
 Budget: `--workers` stages side by side, each on one thread; finished stages are kept in
 `--out` (a rerun continues). `--quick`: a small run for checking the pipeline (minutes; rough
@@ -38,7 +45,7 @@ one JSON line (benchmarks/support/common.py).
 
 Usage (from the repo root):
     python -m benchmarks.quality_table --out DIR [--quick] [--seeds 3] [--workers 2]
-        [--pretrain-epochs 10] [--pretrain-patience 1] [--max-epochs 40] [--patience 5]
+        [--pretrain-epochs 10] [--pretrain-patience 1] [--max-epochs 40] [--patience 10]
         [--rows lstm_stateless,...]
 """
 
@@ -47,6 +54,7 @@ import json
 import math
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -76,7 +84,8 @@ BILM_CONFIGS = {
     "transformer": "elmo_transformer.jsonnet",
     "allennlp_models_transformer": "elmo_lstm.jsonnet",  # its model replaced: their_config
 }
-ROWS = [*BILM_CONFIGS, "static_vectors", "no_pretraining"]
+BERT_ROWS = ("bert_mlm_frozen", "bert_mlm_finetuned")  # one BERT, used two ways
+ROWS = [*BILM_CONFIGS, *BERT_ROWS, "static_vectors", "no_pretraining"]
 TASKS = {  # task -> (config, metric in allennlp's metrics)
     "upos": ("pos_tagger_elmo.jsonnet", "accuracy"),
     "las": ("dependency_parser_elmo.jsonnet", "LAS"),
@@ -84,7 +93,15 @@ TASKS = {  # task -> (config, metric in allennlp's metrics)
 WORD_DIM, POS_DIM = 32, 16
 STATIC_NAMESPACE = "static_vectors"
 EWT_SPLITS = {"train": (0, 1440), "validation": (1440, 1600), "test": (1600, None)}
-CURVE_ROWS = ["best_bilm", "static_vectors", "no_pretraining"]
+CURVE_ROWS = ["best_bilm", "best_bert", "static_vectors", "no_pretraining"]
+BEST_OF = {"best_bilm": tuple(BILM_CONFIGS), "best_bert": BERT_ROWS}  # by validation UPOS
+BERT_FINETUNE_LR = 1e-4  # Adam; the downstream model's own layers keep the config's rate
+PACKAGES = (  # what downstream `allennlp` runs import: the BERT rows' indexer and embedder
+    "elmo_plugin",
+    "allennlp_models",
+    "benchmarks.support.transformer_tokenizers",
+    "benchmarks.support.frozen_transformer_layers",
+)
 
 
 @dataclass
@@ -122,7 +139,11 @@ def seeds(seed: int) -> dict:
 
 def allennlp(args: list[str], log: Path) -> Result:
     """`allennlp ARGS` with our plugin and allennlp-models, on one thread -> wall and CPU s."""
-    command = allennlp_command(*args, packages=("elmo_plugin", "allennlp_models"))
+    return one_thread(allennlp_command(*args, packages=PACKAGES), log)
+
+
+def one_thread(command: list[str], log: Path) -> Result:
+    """`command` run on one thread -> its wall and CPU seconds."""
     child = Child(command, log, {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}).check()
     return {"wall_s": round(child.wall_s, 1), "cpu_s": round(child.cpu_s, 1)}
 
@@ -221,6 +242,19 @@ def pretrain(row: str, wiki: dict[str, Path], budget: Budget, folder: Path) -> R
     }
 
 
+def pretrain_bert(wiki: dict[str, Path], budget: Budget, folder: Path) -> Result:
+    """The BERT of the BERT rows (benchmarks/support/bert_mlm.py), stopped as the biLMs are."""
+    command = [sys.executable, "-m", "benchmarks.support.bert_mlm", "--out", str(folder)]
+    for name in ("train", "valid", "heldout"):
+        command += [f"--{name}", str(wiki[name])]
+    command += ["--epochs", str(budget.pretrain_epochs)]
+    command += ["--patience", str(budget.pretrain_patience)]
+    cost = one_thread(command, folder / "train.log")
+    result = json.loads((folder / "result.json").read_text())
+    cpu_s, wall_s = cost["cpu_s"], cost["wall_s"]
+    return dict(result, pretrain_cpu_s=cpu_s, pretrain_wall_s=wall_s, cpu_s=cpu_s)
+
+
 def bilm_width(archive: Path) -> int:
     from elmo_plugin.archives.bilm_source import load_bilm_encoder
 
@@ -316,17 +350,21 @@ def downstream_config(
     """The task's shipped config with the row's pretrained input, otherwise the same model.
     Our biLM through `elmo_bilm_embedder` (its precomputed layers), allennlp-models' LM through
     `elmo_bilm_embedder` with `do_layer_norm` (`their_embedder` normalized) or their
-    `bidirectional_lm_token_embedder` (documented), static vectors as a frozen `embedding`, or
-    none (the ELMo embedder removed)."""
+    `bidirectional_lm_token_embedder` (documented), the BERT through `bert_input`, static
+    vectors as a frozen `embedding`, or none (the ELMo embedder removed)."""
     params = config_dict(CONFIG_DIR / TASKS[task][0])
     model = params["model"]
     embedders = model["text_field_embedder"]["token_embedders"]
     indexers = params["dataset_reader"]["token_indexers"]
     elmo = embedders.pop("elmo")
     width = 0
-    if row in ("no_pretraining", "static_vectors"):
+    if row in ("no_pretraining", "static_vectors", *BERT_ROWS):
         del indexers["elmo"]
-    if row == "static_vectors":
+    if row in BERT_ROWS:
+        assert pretrained is not None
+        bert_input(params, row, pretrained["model"])
+        width = pretrained["width"]
+    elif row == "static_vectors":
         assert pretrained is not None
         indexers["static"] = {
             "type": "single_id",
@@ -372,6 +410,29 @@ def downstream_config(
     model["encoder"]["input_size"] = width + WORD_DIM + extra
     only_process_settings(params["trainer"])
     return params
+
+
+def bert_input(params: dict, row: str, model: str) -> None:
+    """The BERT's wordpieces for every word (allennlp's mismatched indexer, its tokenizer
+    preloaded) into allennlp's `pretrained_transformer_mismatched` embedder: frozen with a
+    learned mix of its layers (computed once per sentence), or fine-tuned (its last layer, its
+    own learning rate `BERT_FINETUNE_LR`)."""
+    indexers = params["dataset_reader"]["token_indexers"]
+    indexers["bert"] = {"type": "pretrained_transformer_mismatched_preloaded", "model_name": model}
+    embedders = params["model"]["text_field_embedder"]["token_embedders"]
+    if row == "bert_mlm_frozen":
+        embedders["bert"] = {
+            "type": "pretrained_transformer_mismatched_frozen",
+            "model_name": model,
+        }
+        return
+    embedders["bert"] = {
+        "type": "pretrained_transformer_mismatched",
+        "model_name": model,
+        "train_parameters": True,
+    }
+    group = [["^text_field_embedder\\.token_embedder_bert\\."], {"lr": BERT_FINETUNE_LR}]
+    params["trainer"]["optimizer"]["parameter_groups"] = [group]
 
 
 def downstream_params(
@@ -435,14 +496,17 @@ class Plan:
         """Pretraining (then elmo-embed) per biLM row and fastText; the table's downstream runs;
         the curve's, whose biLM row is the best by validation UPOS (known once the table's
         biLM taggers are done)."""
-        stages = [stage for row in self.rows for stage in self.pretraining(row)]
+        by_name = {stage.name: stage for row in self.rows for stage in self.pretraining(row)}
+        stages = list(by_name.values())  # the BERT rows share their pretraining
         for row in self.rows:
             for task in TASKS:
                 for seed in range(self.budget.seeds):
                     stages.append(self.downstream(task, row, "train", seed))
-        curve_rows = [row for row in CURVE_ROWS if row in self.rows or row == "best_bilm"]
-        if not any(row in BILM_CONFIGS for row in self.rows):
-            curve_rows.remove("best_bilm")
+        curve_rows = [
+            row
+            for row in CURVE_ROWS
+            if row in self.rows or set(BEST_OF.get(row, ())) & set(self.rows)
+        ]
         for row in curve_rows:
             for size in self.budget.curve_sizes:
                 for seed in range(self.budget.seeds):
@@ -453,20 +517,35 @@ class Plan:
         """The stage whose result holds the row's pretrained input (None: no pretraining)."""
         if row in ("lstm_stateless", "lstm_stateful", "transformer"):
             return f"embed_{row}"
-        return None if row == "no_pretraining" else f"pretrain_{row}"
+        return None if row == "no_pretraining" else pretraining_stage(row)
 
     def pretraining(self, row: str) -> list[Stage]:
         if row == "no_pretraining":
             return []
         folder = self.out / row
-        folder.mkdir(exist_ok=True)
         wiki, sentences = self.data["wiki"], self.data["ewt"]["sentences"]
+        if row not in BERT_ROWS:
+            folder.mkdir(exist_ok=True)
         if row == "static_vectors":
             return [
                 Stage(
                     "pretrain_static_vectors",
                     lambda _: train_static_vectors(wiki, sentences, self.budget, folder),
                     cost=60,
+                )
+            ]
+        if row in BERT_ROWS:
+            bert = self.out / "bert_mlm"
+            bert.mkdir(exist_ok=True)
+            return [
+                Stage(
+                    "pretrain_bert_mlm",
+                    lambda _: pretrain_bert(wiki, self.budget, bert),
+                    cost=3000,
+                    summary=lambda r: (
+                        f"{r['epochs_run']} epochs (best {r['best_epoch']}), held-out masked-LM "
+                        f"loss {r['heldout_mlm_loss']:.3f}, {r['pretrain_cpu_s'] / 60:.1f} CPU min"
+                    ),
                 )
             ]
         stages = [
@@ -496,19 +575,19 @@ class Plan:
         return stages
 
     def downstream(self, task: str, row: str, train: str, seed: int) -> Stage:
-        """One tagger / parser run; `row` best_bilm: the best biLM row's (curve only)."""
+        """One tagger / parser run; `row` best_bilm / best_bert: that of the biLM / BERT rows
+        with the best validation UPOS (curve only)."""
         name = f"{task}_{row}_seed{seed}" if train == "train" else f"curve_{row}_{train}_seed{seed}"
-        if row == "best_bilm":
-            bilm_rows = [r for r in self.rows if r in BILM_CONFIGS]
+        if row in BEST_OF:
+            candidates = [r for r in self.rows if r in BEST_OF[row]]
             needs = tuple(
-                [self.source(r) or "" for r in bilm_rows]
-                + [f"upos_{r}_seed{s}" for r in bilm_rows for s in range(self.budget.seeds)]
-            )
+                dict.fromkeys(self.source(r) or "" for r in candidates)  # once each
+            ) + tuple(f"upos_{r}_seed{s}" for r in candidates for s in range(self.budget.seeds))
         else:
             needs = tuple(filter(None, [self.source(row)]))
 
         def run(results: dict[str, Result]) -> Result:
-            chosen = best_bilm_row(results) if row == "best_bilm" else row
+            chosen = best_row(results, BEST_OF[row]) if row in BEST_OF else row
             source = self.source(chosen)
             pretrained = results[source] if source else None
             params = downstream_params(
@@ -535,12 +614,16 @@ class Plan:
         )
 
 
-def best_bilm_row(results: dict[str, Result]) -> str:
-    """The biLM row with the highest mean validation UPOS in the table (test figures choose
-    nothing)."""
+def pretraining_stage(row: str) -> str:
+    return "pretrain_bert_mlm" if row in BERT_ROWS else f"pretrain_{row}"
+
+
+def best_row(results: dict[str, Result], candidates: tuple[str, ...]) -> str:
+    """The row of `candidates` with the highest mean validation UPOS in the table (test figures
+    choose nothing)."""
     scores: dict[str, list[float]] = {}
     for name, result in results.items():
-        if name.startswith("upos_") and result["row"] in BILM_CONFIGS:
+        if name.startswith("upos_") and result["row"] in candidates:
             scores.setdefault(result["row"], []).append(result["validation"])
     return max(scores, key=lambda row: statistics.mean(scores[row]))
 
@@ -558,12 +641,12 @@ def summarize(rows: list[str], results: dict[str, Result], budget: Budget) -> di
     table: dict[str, Any] = {}
     for row in rows:
         summary: dict[str, Any] = {}
-        pretraining = results.get(f"pretrain_{row}")
+        pretraining = results.get(pretraining_stage(row))
         if pretraining:
             summary["pretraining"] = {
                 key: value
                 for key, value in pretraining.items()
-                if key not in ("archive", "vectors")
+                if key not in ("archive", "vectors", "model")
             }
         for task in TASKS:
             runs = [results[f"{task}_{row}_seed{seed}"] for seed in range(budget.seeds)]
@@ -627,6 +710,8 @@ def pretraining_cells(pretraining: Optional[dict[str, Any]]) -> list[str]:
     if "heldout_perplexity" in pretraining:
         perplexity = f"{pretraining['heldout_perplexity']:.1f} / "
         perplexity += f"{pretraining['heldout_perplexity_stateless']:.1f}"
+    elif "heldout_mlm_loss" in pretraining:  # a masked LM: its own figure, not a perplexity
+        perplexity = f"masked-LM loss {pretraining['heldout_mlm_loss']:.3f}"
     return [epochs, perplexity, f"{pretraining['pretrain_cpu_s'] / 60:.1f}"]
 
 
@@ -650,7 +735,7 @@ def plot_curve(curve: dict[str, dict[str, Any]], path: Path) -> None:
             yerr=[p["test_sd"] for p in points.values()],
             marker="o",
             capsize=3,
-            label=f"{row} (best biLM)" if row in BILM_CONFIGS else row,
+            label=row + curve_label(row),
         )
     axes.set_xscale("log")
     axes.set_xticks(sorted({int(size) for points in curve.values() for size in points}))
@@ -664,6 +749,12 @@ def plot_curve(curve: dict[str, dict[str, Any]], path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path)
     plt.close(figure)
+
+
+def curve_label(row: str) -> str:
+    if row in BILM_CONFIGS:
+        return " (best biLM)"
+    return " (better BERT)" if row in BERT_ROWS else ""
 
 
 def targets(summary: dict[str, Any]) -> dict[str, Any]:
@@ -689,6 +780,51 @@ def targets(summary: dict[str, Any]) -> dict[str, Any]:
                         table[best][task]["test_mean"] - table[other][task]["test_mean"], 4
                     )
     return found
+
+
+def paired_comparisons(summary: dict[str, Any]) -> dict[str, Any]:
+    """Every pretrained LM row against every BERT row, static vectors and no pretraining, per
+    task: the difference of the test means, whether the two rows' mean +- sd ranges overlap,
+    and a two-sided paired t-test over the downstream seeds (run k of both rows has seed k):
+    "ahead" / "behind" at p < 0.05, otherwise "tie"."""
+    table = summary["table"]
+    rows = [row for row in table if row in BILM_CONFIGS or row in BERT_ROWS]
+    found: dict[str, Any] = {}
+    for row in rows:
+        for other in [*BERT_ROWS, "static_vectors", "no_pretraining"]:
+            if other == row or other not in table or (row in BERT_ROWS and other in BERT_ROWS):
+                continue
+            for task in TASKS:
+                ours, theirs = table[row][task], table[other][task]
+                differences = [a - b for a, b in zip(ours["test"], theirs["test"], strict=True)]
+                mean = statistics.mean(differences)
+                p = paired_p(differences) if len(differences) > 1 else None
+                low, high = sorted((ours, theirs), key=lambda f: f["test_mean"])
+                found[f"{row}_vs_{other}_{task}"] = {
+                    "difference": round(mean, 4),
+                    "per_seed": [round(d, 4) for d in differences],
+                    "sds_overlap": low["test_mean"] + low["test_sd"]
+                    >= high["test_mean"] - high["test_sd"],
+                    "paired_p": None if p is None else round(p, 4),
+                    "verdict": verdict(mean, p),
+                }
+    return found
+
+
+def verdict(difference: float, p: Optional[float]) -> str:
+    if p is None or p >= 0.05:
+        return "tie"
+    return "ahead" if difference > 0 else "behind"
+
+
+def paired_p(differences: list[float]) -> float:
+    """Two-sided p of the paired t-test (the per-seed differences against 0); differences all
+    equal: 0 if not zero, else 1."""
+    from scipy.stats import ttest_1samp
+
+    if statistics.pstdev(differences) == 0:
+        return 1.0 if differences[0] == 0 else 0.0
+    return float(ttest_1samp(differences, 0.0).pvalue)
 
 
 def keep_settings(out: Path, settings: dict[str, Any]) -> None:
@@ -726,7 +862,7 @@ def main(argv: list[str]) -> dict[str, Any]:
     parser.add_argument("--pretrain-epochs", type=int, default=10, help="cap on pretraining epochs")
     parser.add_argument("--pretrain-patience", type=int, default=1)
     parser.add_argument("--max-epochs", type=int, default=40, help="cap on downstream epochs")
-    parser.add_argument("--patience", type=int, default=5, help="downstream patience (epochs)")
+    parser.add_argument("--patience", type=int, default=10, help="downstream patience (epochs)")
     parser.add_argument("--rows", default=",".join(ROWS))
     parser.add_argument(
         "--allennlp-models-embedder",
@@ -773,7 +909,18 @@ def main(argv: list[str]) -> dict[str, Any]:
     results = run_stages(stages, out / "stages", args.workers)
     summary = summarize(rows, results, budget)
     print_table(summary)
-    figures: dict[str, Any] = {"headline": ["targets"], **summary, "targets": targets(summary)}
+    comparisons = paired_comparisons(summary)
+    for name, found in comparisons.items():
+        print(
+            f"{name}: {found['difference']:+.4f} (per seed {found['per_seed']}), paired t-test "
+            f"p {found['paired_p']}: {found['verdict']}"
+        )
+    figures: dict[str, Any] = {
+        "headline": ["targets"],
+        **summary,
+        "targets": targets(summary),
+        "comparisons": comparisons,
+    }
     if summary["curve"]:
         plot_curve(summary["curve"], out / "label_efficiency.png")
         print(f"curve: {out / 'label_efficiency.png'}")

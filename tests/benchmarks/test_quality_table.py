@@ -9,21 +9,24 @@ import time
 import pytest
 
 from benchmarks.quality_table import (
+    BERT_FINETUNE_LR,
+    BERT_ROWS,
     BILM_CONFIGS,
     ROWS,
     Budget,
     Plan,
-    best_bilm_row,
+    best_row,
     downstream_params,
     keep_settings,
     plot_curve,
     summarize,
     targets,
+    paired_comparisons,
     write_ewt,
 )
 from benchmarks.support.stages import Stage, run_stages
 
-FULL = Budget(None, 1440, [200, 400, 800], 3, 10, 1, 40, 5)
+FULL = Budget(None, 1440, [200, 400, 800], 3, 10, 1, 40, 10)
 
 
 def conllu(sentences: int) -> str:
@@ -56,11 +59,12 @@ def test_the_plan_has_every_row_task_and_seed_and_the_curve_waits_for_the_biLM_t
     table = [f"{task}_{row}_seed{s}" for task in ("upos", "las") for row in ROWS for s in range(3)]
     curve = [
         f"curve_{row}_train_{size}_seed{s}"
-        for row in ("best_bilm", "static_vectors", "no_pretraining")
+        for row in ("best_bilm", "best_bert", "static_vectors", "no_pretraining")
         for size in (200, 400, 800)
         for s in range(3)
     ]
-    pretraining = [f"pretrain_{row}" for row in ROWS if row != "no_pretraining"]
+    pretraining = [f"pretrain_{row}" for row in ROWS if row not in ("no_pretraining", *BERT_ROWS)]
+    pretraining.append("pretrain_bert_mlm")  # one BERT for both of its rows
     embedding = [f"embed_{row}" for row in ("lstm_stateless", "lstm_stateful", "transformer")]
     assert set(stages) == set(table + curve + pretraining + embedding)
     assert stages["upos_lstm_stateful_seed2"].needs == ("embed_lstm_stateful",)
@@ -68,8 +72,13 @@ def test_the_plan_has_every_row_task_and_seed_and_the_curve_waits_for_the_biLM_t
         "pretrain_allennlp_models_transformer",
     )
     assert stages["upos_no_pretraining_seed0"].needs == ()
+    assert stages["las_bert_mlm_finetuned_seed1"].needs == ("pretrain_bert_mlm",)
     best = set(stages["curve_best_bilm_train_200_seed0"].needs)
     assert {f"upos_{row}_seed{s}" for row in BILM_CONFIGS for s in range(3)} <= best
+    best_bert = stages["curve_best_bert_train_400_seed2"].needs
+    assert best_bert == ("pretrain_bert_mlm",) + tuple(
+        f"upos_{row}_seed{s}" for row in BERT_ROWS for s in range(3)
+    )
 
 
 def test_the_best_biLM_row_is_chosen_by_validation_not_test():
@@ -78,7 +87,10 @@ def test_the_best_biLM_row_is_chosen_by_validation_not_test():
         "upos_transformer_seed0": {"row": "transformer", "validation": 0.85, "test": 0.95},
         "upos_static_vectors_seed0": {"row": "static_vectors", "validation": 0.99, "test": 0.99},
     }
-    assert best_bilm_row(results) == "lstm_stateless"
+    assert best_row(results, tuple(BILM_CONFIGS)) == "lstm_stateless"
+    results["upos_bert_mlm_frozen_seed0"] = {"row": "bert_mlm_frozen", "validation": 0.8}
+    results["upos_bert_mlm_finetuned_seed0"] = {"row": "bert_mlm_finetuned", "validation": 0.7}
+    assert best_row(results, BERT_ROWS) == "bert_mlm_frozen"
 
 
 @pytest.mark.parametrize("row", ROWS)
@@ -90,6 +102,7 @@ def test_every_row_trains_the_same_model_on_training_data_only(row, tmp_path):
         "vectors": "vectors.txt",
         "words": 5000,
         "dim": 100,
+        "model": "bert_folder",
     }
     data = {name: tmp_path / f"{name}.conllu" for name in ("train", "validation", "test")}
     for task, extra in (("upos", 0), ("las", 16)):
@@ -100,7 +113,7 @@ def test_every_row_trains_the_same_model_on_training_data_only(row, tmp_path):
         assert set(embedders) == set(params["dataset_reader"]["token_indexers"])
         assert params["datasets_for_vocab_creation"] == ["train"]
         assert params["test_data_path"] == str(data["test"]) and params["evaluate_on_test"]
-        assert (params["trainer"]["num_epochs"], params["trainer"]["patience"]) == (40, 5)
+        assert (params["trainer"]["num_epochs"], params["trainer"]["patience"]) == (40, 10)
         assert [c["type"] for c in params["trainer"]["callbacks"]] == ["elmo_process_settings"]
         if row == "static_vectors":
             assert embedders["static"]["trainable"] is False
@@ -108,6 +121,22 @@ def test_every_row_trains_the_same_model_on_training_data_only(row, tmp_path):
         elif row in ("lstm_stateless", "lstm_stateful", "transformer"):
             assert embedders["elmo"]["precomputed_layers"] == "layers.hdf5"
             assert embedders["elmo"]["requires_grad"] is False
+        elif row in BERT_ROWS:
+            indexer = params["dataset_reader"]["token_indexers"]["bert"]
+            assert indexer == {
+                "type": "pretrained_transformer_mismatched_preloaded",
+                "model_name": "bert_folder",
+            }
+            groups = params["trainer"]["optimizer"].get("parameter_groups")
+            if row == "bert_mlm_frozen":
+                assert embedders["bert"]["type"] == "pretrained_transformer_mismatched_frozen"
+                assert groups is None
+            else:
+                assert embedders["bert"]["type"] == "pretrained_transformer_mismatched"
+                assert embedders["bert"]["train_parameters"] is True
+                assert groups == [
+                    [["^text_field_embedder\\.token_embedder_bert\\."], {"lr": BERT_FINETUNE_LR}]
+                ]
         elif row == "allennlp_models_transformer":
             assert embedders["elmo"]["type"] == "elmo_bilm_embedder"
             assert embedders["elmo"]["do_layer_norm"] is True  # its layers are not normalized
@@ -161,6 +190,20 @@ def test_summary_targets_and_curve_png(tmp_path):
     assert found["allennlp_models_not_below_no_pretraining_upos"] is True  # 0.865 vs 0.87, sd 0.014
     assert found["allennlp_models_not_below_no_pretraining_las"] is False
     assert found["best_bilm_minus_static_vectors_upos"] == 0.03
+    comparisons = paired_comparisons(summary)
+    assert set(comparisons) == {
+        f"{row}_vs_{other}_{task}"
+        for row in ("lstm_stateless", "allennlp_models_transformer")
+        for other in ("static_vectors", "no_pretraining")
+        for task in ("upos", "las")
+    }
+    las = comparisons["lstm_stateless_vs_static_vectors_las"]
+    assert las["difference"] == 0.02 and las["per_seed"] == [0.01, 0.03]
+    assert las["sds_overlap"] is False  # 0.71 +- 0.014 against 0.69 +- 0
+    assert las["paired_p"] == 0.2952 and las["verdict"] == "tie"  # t = 2 with 1 df
+    upos = comparisons["lstm_stateless_vs_no_pretraining_upos"]
+    assert upos["per_seed"] == [0.04, 0.04] and upos["paired_p"] == 0.0
+    assert upos["verdict"] == "ahead"
     plot_curve(summary["curve"], tmp_path / "curve.png")
     assert (tmp_path / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -1,0 +1,97 @@
+"""benchmarks/support/frozen_transformer_layers.py against allennlp's own embedder, and
+benchmarks/support/bert_mlm.py's vocabulary and blocks, on a tiny BERT."""
+
+import shutil
+
+import pytest
+import torch
+from allennlp.data import Token, Vocabulary
+from allennlp.data.tokenizers import PretrainedTransformerTokenizer
+from allennlp.modules.token_embedders import PretrainedTransformerMismatchedEmbedder
+from transformers import BertConfig, BertForMaskedLM
+
+from benchmarks.support import bert_mlm
+from benchmarks.support.frozen_transformer_layers import FrozenTransformerMismatchedEmbedder
+from benchmarks.support.transformer_tokenizers import PreloadedMismatchedIndexer, preload_tokenizer
+
+TEXT = "the cat sat on the mat .\nthe dog sat on the log .\na cat and a dog met on a mat .\n"
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("bert")
+    (folder / "text.txt").write_text(TEXT * 20)
+    tokenizer = bert_mlm.train_wordpieces(folder / "text.txt", folder / "model")
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+    )
+    BertForMaskedLM(config).save_pretrained(str(folder / "model"))
+    return str(folder / "model")
+
+
+def batch(model_name: str, sentences: list[str]) -> dict:
+    indexer = PreloadedMismatchedIndexer(model_name)
+    vocab = Vocabulary()
+    indexed = [indexer.tokens_to_indices([Token(w) for w in s.split()], vocab) for s in sentences]
+    lengths = {k: max(len(i[k]) for i in indexed) for k in indexed[0]}
+    padded = [indexer.as_padded_tensor_dict(i, lengths) for i in indexed]
+    return {key: torch.stack([p[key] for p in padded]) for key in padded[0]}
+
+
+def test_the_frozen_embedder_equals_allennlps_and_runs_the_transformer_once_per_sentence(
+    tiny_bert,
+):
+    first = batch(tiny_bert, ["the cat sat on the mat .", "a dog met"])  # preloads: built first
+    theirs = PretrainedTransformerMismatchedEmbedder(
+        tiny_bert, train_parameters=False, last_layer_only=False
+    )
+    theirs._matched_embedder.eval_mode = True  # the matched embedder's option, not exposed
+    ours = FrozenTransformerMismatchedEmbedder(tiny_bert)
+    ours.load_state_dict(
+        {
+            k.replace("transformer_model.", "transformer_model.model."): v
+            for k, v in theirs.state_dict().items()
+        }
+    )
+    ours.train(), theirs.train()  # the transformer stays in eval mode, as allennlp's does
+    calls = []
+    ours._matched_embedder.transformer_model.model.register_forward_hook(
+        lambda module, args, output: calls.append(1)
+    )
+    second = batch(tiny_bert, ["a dog met", "the log", "the cat sat on the mat ."])
+    for tensors, runs in ((first, 1), (second, 2), (second, 2)):
+        expected = theirs(**tensors)
+        got = ours(**tensors)
+        assert got.shape == expected.shape == (len(tensors["mask"]), tensors["mask"].size(1), 16)
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+        assert len(calls) == runs  # only "the log" was new in the second batch
+    mix = [p for n, p in ours.named_parameters() if p.requires_grad]
+    assert len(mix) == 3  # the scalar mix's two layer weights and gamma train, nothing else
+    ours(**second).sum().backward()
+    assert all(p.grad is not None for p in mix)
+
+
+def test_allennlps_tokenizer_needs_the_preload_on_this_transformers(tiny_bert, tmp_path):
+    copy = shutil.copytree(tiny_bert, tmp_path / "copy")  # not in allennlp's cache yet
+    with pytest.raises(AttributeError, match="add_special_tokens conflicts"):
+        PretrainedTransformerTokenizer(str(copy))
+    preload_tokenizer(str(copy))
+    assert PretrainedTransformerTokenizer(str(copy)).tokenize("a cat")[1].text == "a"
+
+
+def test_wordpiece_blocks_are_full_and_framed(tiny_bert, tmp_path):
+    from transformers import BertTokenizerFast
+
+    tokenizer = BertTokenizerFast.from_pretrained(tiny_bert)
+    text = tmp_path / "text.txt"
+    text.write_text(TEXT * 30)
+    data = bert_mlm.blocks(tokenizer, text)
+    assert data.shape[1] == bert_mlm.BLOCK
+    assert (data[:, 0] == tokenizer.cls_token_id).all()
+    assert (data[:, -1] == tokenizer.sep_token_id).all()
+    assert tokenizer.unk_token_id not in data.tolist()[0]
