@@ -786,7 +786,7 @@ def paired_comparisons(summary: dict[str, Any]) -> dict[str, Any]:
     """Every pretrained LM row against every BERT row, static vectors and no pretraining, per
     task: the difference of the test means, whether the two rows' mean +- sd ranges overlap,
     and a two-sided paired t-test over the downstream seeds (run k of both rows has seed k):
-    "ahead" / "behind" at p < 0.05, otherwise "tie"."""
+    "ahead" / "behind" at p < 0.05, otherwise "tie" (no test with one seed)."""
     table = summary["table"]
     rows = [row for row in table if row in BILM_CONFIGS or row in BERT_ROWS]
     found: dict[str, Any] = {}
@@ -812,7 +812,9 @@ def paired_comparisons(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def verdict(difference: float, p: Optional[float]) -> str:
-    if p is None or p >= 0.05:
+    if p is None:
+        return "one seed: no test"
+    if p >= 0.05:
         return "tie"
     return "ahead" if difference > 0 else "behind"
 
