@@ -70,6 +70,7 @@ from benchmarks.support.common import (
     Declaration,
     Skip,
     allennlp_command,
+    benchmark_parser,
     config_dict,
     remove_heavy_files,
     run_benchmark,
@@ -470,7 +471,7 @@ DECLARATION = Declaration(quick=None, cheapest=["--dry-run"], cheapest_status="o
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--train-tokens", type=int, default=60_000)
     parser.add_argument("--heldout-tokens", type=int, default=2_000)
     parser.add_argument("--shards", type=int, default=4)

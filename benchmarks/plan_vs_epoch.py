@@ -50,6 +50,7 @@ from benchmarks.support.common import (
     REPO_ROOT,
     Declaration,
     allennlp_command,
+    benchmark_parser,
     config_dict,
     run_benchmark,
 )
@@ -222,7 +223,7 @@ DECLARATION = Declaration(
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--cases", nargs="+", choices=["demo", "original"], default=None)
     parser.add_argument("--train-tokens", type=int, default=100_000)
     parser.add_argument("--heldout-tokens", type=int, default=500)

@@ -42,6 +42,7 @@ from benchmarks.support.common import (
     REPO_ROOT,
     Declaration,
     allennlp_command,
+    benchmark_parser,
     run_benchmark,
     scale_corpus_command,
 )
@@ -262,7 +263,7 @@ DECLARATION = Declaration(quick=None, cheapest=["--dry-run", "--processes"], che
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--tokens", type=int, default=50_000_000)
     parser.add_argument("--shards", type=int, default=100)
     parser.add_argument(

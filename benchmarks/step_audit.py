@@ -16,7 +16,6 @@ sequence; it ends with one JSON line (benchmarks/support/common.py), with `misse
 path that would synchronize or change shapes.
 """
 
-import argparse
 import json
 from collections import Counter
 from collections.abc import Iterator
@@ -29,7 +28,13 @@ from allennlp.models import Model
 from allennlp.training.optimizers import Optimizer
 
 import elmo_plugin  # noqa: F401  (registers components)
-from benchmarks.support.common import CONFIG_DIR, REPO_ROOT, Declaration, run_benchmark
+from benchmarks.support.common import (
+    CONFIG_DIR,
+    REPO_ROOT,
+    Declaration,
+    benchmark_parser,
+    run_benchmark,
+)
 from benchmarks.support.op_audit import OpAudit, host_step_counters
 from elmo_plugin.data.corpus_data_loader import to_device
 
@@ -140,7 +145,7 @@ DECLARATION = Declaration(
 
 
 def main(argv=None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--batches", type=int, default=2, help="steps audited per run")
     parser.add_argument("--show", type=int, default=12, help="syncing places printed per run")
     parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
