@@ -1,6 +1,7 @@
 """benchmarks/support/frozen_transformer_layers.py against allennlp's own embedder, and
 benchmarks/support/bert_mlm.py's vocabulary and blocks, on a tiny BERT."""
 
+import argparse
 import shutil
 
 import pytest
@@ -95,3 +96,23 @@ def test_wordpiece_blocks_are_full_and_framed(tiny_bert, tmp_path):
     assert (data[:, 0] == tokenizer.cls_token_id).all()
     assert (data[:, -1] == tokenizer.sep_token_id).all()
     assert tokenizer.unk_token_id not in data.tolist()[0]
+
+
+def test_bert_pretraining_lowers_the_validation_loss_and_keeps_the_best_epoch(tmp_path):
+    from transformers import BertForMaskedLM, BertTokenizerFast, DataCollatorForLanguageModeling
+
+    text = tmp_path / "text.txt"
+    text.write_text(TEXT * 40)
+    args = argparse.Namespace(
+        train=text, valid=text, heldout=text, out=tmp_path, epochs=3, patience=1, seed=0
+    )
+    result = bert_mlm.pretrain(args)
+    losses = result["validation_losses"]
+    assert len(losses) == result["epochs_run"] == 3 and losses[-1] < losses[0]
+    assert result["best_epoch"] == 1 + losses.index(min(losses))
+    model = BertForMaskedLM.from_pretrained(result["model"])
+    tokenizer = BertTokenizerFast.from_pretrained(result["model"])
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
+    heldout = bert_mlm.masked_loss(model, collator, bert_mlm.blocks(tokenizer, text))
+    assert round(heldout, 4) == result["heldout_mlm_loss"]
+    assert round(min(losses), 4) == result["heldout_mlm_loss"]  # the same text and masks

@@ -18,10 +18,10 @@ from benchmarks.quality_table import (
     best_row,
     downstream_params,
     keep_settings,
+    paired_comparisons,
     plot_curve,
     summarize,
     targets,
-    paired_comparisons,
     write_ewt,
 )
 from benchmarks.support.stages import Stage, run_stages
