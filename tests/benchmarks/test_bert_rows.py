@@ -1,5 +1,6 @@
-"""benchmarks/support/frozen_transformer_layers.py against allennlp's own embedder, and
-benchmarks/support/bert_mlm.py's vocabulary and blocks, on a tiny BERT."""
+"""The quality table's BERT rows on a tiny BERT: benchmarks/support/frozen_transformer_layers.py
+against allennlp's own embedder, benchmarks/support/transformer_tokenizers.py, bert_mlm.py's
+vocabulary, blocks and pretraining, and both rows' taggers trained by `allennlp train`."""
 
 import argparse
 import shutil
@@ -9,8 +10,9 @@ import torch
 from allennlp.data import Token, Vocabulary
 from allennlp.data.tokenizers import PretrainedTransformerTokenizer
 from allennlp.modules.token_embedders import PretrainedTransformerMismatchedEmbedder
-from transformers import BertConfig, BertForMaskedLM
+from transformers import BertConfig, BertForMaskedLM, BertModel
 
+from benchmarks.quality_table import BERT_ROWS, Budget, downstream_params, train_downstream
 from benchmarks.support import bert_mlm
 from benchmarks.support.frozen_transformer_layers import FrozenTransformerMismatchedEmbedder
 from benchmarks.support.transformer_tokenizers import PreloadedMismatchedIndexer, preload_tokenizer
@@ -116,3 +118,48 @@ def test_bert_pretraining_lowers_the_validation_loss_and_keeps_the_best_epoch(tm
     heldout = bert_mlm.masked_loss(model, collator, bert_mlm.blocks(tokenizer, text))
     assert round(heldout, 4) == result["heldout_mlm_loss"]
     assert round(min(losses), 4) == result["heldout_mlm_loss"]  # the same text and masks
+
+
+def tagged(sentences: int) -> str:
+    """CoNLL-U of TEXT's lines in turn, every word tagged by its length."""
+    lines = TEXT.splitlines()
+    blocks = []
+    for i in range(sentences):
+        words = lines[i % len(lines)].split()
+        blocks.append(
+            "".join(
+                f"{k}\t{w}\t{w}\t{'NOUN' if len(w) > 2 else 'DET'}\t_\t_\t{k - 1}\tdep\t_\t_\n"
+                for k, w in enumerate(words, 1)
+            )
+        )
+    return "\n".join(blocks) + "\n"
+
+
+def bert_weights(state: dict) -> dict:
+    """The transformer's own weights in a downstream model's state, by their BertModel name."""
+    marker = "transformer_model."
+    return {
+        key.split(marker, 1)[1].removeprefix("model."): value
+        for key, value in state.items()
+        if marker in key
+    }
+
+
+@pytest.mark.parametrize("row", BERT_ROWS)
+def test_the_bert_rows_train_a_tagger_through_allennlp_train(row, tiny_bert, tmp_path):
+    data = {}
+    for name, sentences in (("train", 8), ("validation", 4), ("test", 4)):
+        data[name] = tmp_path / f"{name}.conllu"
+        data[name].write_text(tagged(sentences))
+    budget = Budget(None, 8, [], 1, 1, 1, 2, 1)
+    params = downstream_params(
+        "upos", row, {"model": tiny_bert, "width": 16}, data, "train", 0, budget
+    )
+    result = train_downstream(params, "upos", tmp_path / row)
+    assert 0.0 <= result["test"] <= 1.0 and result["epochs_run"] == 2
+    trained = bert_weights(torch.load(tmp_path / row / "model" / "best.th", weights_only=True))
+    pretrained = BertModel.from_pretrained(tiny_bert).state_dict()
+    assert set(trained) == set(pretrained)
+    saved = [key for key in pretrained if not key.startswith("pooler.")]  # a masked LM has none
+    changed = {key for key in saved if not torch.equal(trained[key], pretrained[key])}
+    assert changed == (set() if row == "bert_mlm_frozen" else set(saved))
