@@ -7,9 +7,9 @@ bilm-tf's regime), our transformer (elmo_transformer.jsonnet). Then allennlp-mod
 language model (its `language_model` + `bidirectional_language_model_transformer` at the demo
 width; our reader and character CNN). Then a small BERT (benchmarks/support/bert_mlm.py: a
 WordPiece vocabulary from `tokenizers`, `transformers`' masked-LM objective) used through
-allennlp's `pretrained_transformer_mismatched` embedder frozen with a learned mix of its layers
-(`bert_mlm_frozen`, its layers computed once per sentence) and fine-tuned (`bert_mlm_finetuned`,
-its last layer, Adam at `BERT_FINETUNE_LR`). Then static fastText vectors trained on the same text
+allennlp's `pretrained_transformer_mismatched` embedder two ways. `bert_mlm_frozen`: frozen, a
+learned mix of its layers, computed once per sentence. `bert_mlm_finetuned`: fine-tuned, its
+last layer, Adam at `BERT_FINETUNE_LR`. Then static fastText vectors trained on the same text
 (gensim), fed to the same models as frozen pretrained word embeddings, and no pretraining.
 
 allennlp-models' transformer returns its intermediate layers without its final layer norm (the
@@ -784,8 +784,8 @@ def targets(summary: dict[str, Any]) -> dict[str, Any]:
 
 def paired_comparisons(summary: dict[str, Any]) -> dict[str, Any]:
     """Every pretrained LM row against every BERT row, static vectors and no pretraining, per
-    task: the difference of the test means, whether the two rows' mean +- sd ranges overlap,
-    and a two-sided paired t-test over the downstream seeds (run k of both rows has seed k):
+    task: the difference of the test means and whether the two rows' mean +- sd ranges overlap.
+    Then a two-sided paired t-test over the downstream seeds (run k of both rows has seed k):
     "ahead" / "behind" at p < 0.05, otherwise "tie" (no test with one seed)."""
     table = summary["table"]
     rows = [row for row in table if row in BILM_CONFIGS or row in BERT_ROWS]

@@ -1,6 +1,6 @@
 """A small BERT pretrained on the quality table's text the way its users would: a WordPiece
 vocabulary trained with `tokenizers`, `transformers`' `BertForMaskedLM` and its masked-LM
-objective (`DataCollatorForLanguageModeling`, 15% of the wordpieces), saved with
+objective (`DataCollatorForLanguageModeling`, 15% of the wordpieces). It is saved with
 `save_pretrained` for allennlp's `pretrained_transformer_mismatched` indexer and embedder.
 
 Text: every line's wordpieces, concatenated and cut into blocks of `BLOCK` (as `run_mlm`'s

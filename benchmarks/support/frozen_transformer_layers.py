@@ -1,8 +1,9 @@
 """`pretrained_transformer_mismatched_frozen`: allennlp's `pretrained_transformer_mismatched`
-embedder with the transformer frozen (`train_parameters` false) and in eval mode and each sentence's
-layers computed once per process: the quality table's frozen BERT row, costed as its biLM rows
-(their layers computed once, by `elmo-embed`). Only the learned scalar mix trains; a sentence's
-layers are those the transformer gives it in any batch (eval mode, padding masked)."""
+embedder with the transformer frozen (`train_parameters` false) and in eval mode, each
+sentence's layers computed once per process. It is the quality table's frozen BERT row, costed
+as its biLM rows (their layers computed once, by `elmo-embed`). Only the learned scalar mix
+trains; a sentence's layers are those the transformer gives it in any batch (eval mode, padding
+masked)."""
 
 from typing import Any, Optional
 

@@ -1,7 +1,7 @@
 """allennlp 2.10.1's pretrained-transformer tokenizer on the `transformers` this project pins.
 
-allennlp loads every pretrained-transformer tokenizer (for `pretrained_transformer*` indexers and
-embedders) as `AutoTokenizer.from_pretrained(name, add_special_tokens=False / True, ...)`, and
+allennlp loads every pretrained-transformer tokenizer (for `pretrained_transformer*` indexers
+and embedders) as `AutoTokenizer.from_pretrained(name, add_special_tokens=False / True, ...)`.
 `transformers` 4.44 and later refuse that keyword ("add_special_tokens conflicts with the method
 add_special_tokens"): no such indexer or embedder can be built. `preload_tokenizer` puts the
 tokenizer, loaded without that keyword (it configures nothing: allennlp passes it to each call),
