@@ -144,7 +144,8 @@ def allennlp(args: list[str], log: Path) -> Result:
 
 def one_thread(command: list[str], log: Path) -> Result:
     """`command` run on one thread -> its wall and CPU seconds."""
-    child = Child(command, log, {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}).check()
+    one = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "RAYON_NUM_THREADS": "1"}  # tokenizers
+    child = Child(command, log, one).check()
     return {"wall_s": round(child.wall_s, 1), "cpu_s": round(child.cpu_s, 1)}
 
 
@@ -251,8 +252,7 @@ def pretrain_bert(wiki: dict[str, Path], budget: Budget, folder: Path) -> Result
     command += ["--patience", str(budget.pretrain_patience)]
     cost = one_thread(command, folder / "train.log")
     result = json.loads((folder / "result.json").read_text())
-    cpu_s, wall_s = cost["cpu_s"], cost["wall_s"]
-    return dict(result, pretrain_cpu_s=cpu_s, pretrain_wall_s=wall_s, cpu_s=cpu_s)
+    return dict(result, pretrain_cpu_s=cost["cpu_s"], pretrain_wall_s=cost["wall_s"], **cost)
 
 
 def bilm_width(archive: Path) -> int:
@@ -522,18 +522,7 @@ class Plan:
     def pretraining(self, row: str) -> list[Stage]:
         if row == "no_pretraining":
             return []
-        folder = self.out / row
         wiki, sentences = self.data["wiki"], self.data["ewt"]["sentences"]
-        if row not in BERT_ROWS:
-            folder.mkdir(exist_ok=True)
-        if row == "static_vectors":
-            return [
-                Stage(
-                    "pretrain_static_vectors",
-                    lambda _: train_static_vectors(wiki, sentences, self.budget, folder),
-                    cost=60,
-                )
-            ]
         if row in BERT_ROWS:
             bert = self.out / "bert_mlm"
             bert.mkdir(exist_ok=True)
@@ -546,6 +535,16 @@ class Plan:
                         f"{r['epochs_run']} epochs (best {r['best_epoch']}), held-out masked-LM "
                         f"loss {r['heldout_mlm_loss']:.3f}, {r['pretrain_cpu_s'] / 60:.1f} CPU min"
                     ),
+                )
+            ]
+        folder = self.out / row
+        folder.mkdir(exist_ok=True)
+        if row == "static_vectors":
+            return [
+                Stage(
+                    "pretrain_static_vectors",
+                    lambda _: train_static_vectors(wiki, sentences, self.budget, folder),
+                    cost=60,
                 )
             ]
         stages = [
@@ -783,50 +782,65 @@ def targets(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def paired_comparisons(summary: dict[str, Any]) -> dict[str, Any]:
-    """Every pretrained LM row against every BERT row, static vectors and no pretraining, per
-    task: the difference of the test means and whether the two rows' mean +- sd ranges overlap.
-    Then a two-sided paired t-test over the downstream seeds (run k of both rows has seed k):
-    "ahead" / "behind" at p < 0.05, otherwise "tie" (no test with one seed)."""
+    """Each pretrained LM row against each BERT row (the two BERT rows once), static vectors and
+    no pretraining, per task: the difference of the test means, whether the two rows' mean +-
+    sd ranges overlap, and a two-sided paired t-test over the downstream seeds (run k of both
+    rows has seed k). Its p is Holm-adjusted over the task's comparisons: "ahead" / "behind" at
+    an adjusted p < 0.05, otherwise "tie"; one seed: no test."""
     table = summary["table"]
     rows = [row for row in table if row in BILM_CONFIGS or row in BERT_ROWS]
     found: dict[str, Any] = {}
-    for row in rows:
-        for other in [*BERT_ROWS, "static_vectors", "no_pretraining"]:
-            if other == row or other not in table or (row in BERT_ROWS and other in BERT_ROWS):
-                continue
-            for task in TASKS:
+    for task in TASKS:
+        tested = {}
+        for row in rows:
+            for other in [*BERT_ROWS, "static_vectors", "no_pretraining"]:
+                if other in (row, *rows[: rows.index(row)]) or other not in table:
+                    continue  # itself, or a pair already compared
                 ours, theirs = table[row][task], table[other][task]
-                differences = [a - b for a, b in zip(ours["test"], theirs["test"], strict=True)]
-                mean = statistics.mean(differences)
-                p = paired_p(differences) if len(differences) > 1 else None
+                differences = [
+                    round(a - b, 4) for a, b in zip(ours["test"], theirs["test"], strict=True)
+                ]
                 low, high = sorted((ours, theirs), key=lambda f: f["test_mean"])
-                found[f"{row}_vs_{other}_{task}"] = {
-                    "difference": round(mean, 4),
-                    "per_seed": [round(d, 4) for d in differences],
+                tested[f"{row}_vs_{other}_{task}"] = {
+                    "difference": round(statistics.mean(differences), 4),
+                    "per_seed": differences,
                     "sds_overlap": low["test_mean"] + low["test_sd"]
                     >= high["test_mean"] - high["test_sd"],
-                    "paired_p": None if p is None else round(p, 4),
-                    "verdict": verdict(mean, p),
+                    "paired_p": paired_p(differences),
                 }
+        found.update(holm(tested))
     return found
 
 
-def verdict(difference: float, p: Optional[float]) -> str:
-    if p is None:
-        return "one seed: no test"
-    if p >= 0.05:
-        return "tie"
-    return "ahead" if difference > 0 else "behind"
-
-
-def paired_p(differences: list[float]) -> float:
-    """Two-sided p of the paired t-test (the per-seed differences against 0); differences all
-    equal: 0 if not zero, else 1."""
+def paired_p(differences: list[float]) -> Optional[float]:
+    """Two-sided p of the paired t-test (the per-seed differences against 0; all equal: 0 if
+    not zero, else 1); None for one seed."""
     from scipy.stats import ttest_1samp
 
-    if statistics.pstdev(differences) == 0:
+    if len(differences) < 2:
+        return None
+    if len(set(differences)) == 1:
         return 1.0 if differences[0] == 0 else 0.0
-    return float(ttest_1samp(differences, 0.0).pvalue)
+    return round(float(ttest_1samp(differences, 0.0).pvalue), 4)
+
+
+def holm(tested: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each comparison with its Holm-adjusted p (`holm_p`) and its verdict."""
+    order = sorted((c["paired_p"], name) for name, c in tested.items() if c["paired_p"] is not None)
+    adjusted, running = {}, 0.0
+    for rank, (p, name) in enumerate(order):
+        running = max(running, min(1.0, (len(order) - rank) * p))
+        adjusted[name] = round(running, 4)
+    for name, comparison in tested.items():
+        p = adjusted.get(name)
+        comparison["holm_p"] = p
+        if p is None:
+            comparison["verdict"] = "one seed: no test"
+        elif p >= 0.05:
+            comparison["verdict"] = "tie"
+        else:
+            comparison["verdict"] = "ahead" if comparison["difference"] > 0 else "behind"
+    return tested
 
 
 def keep_settings(out: Path, settings: dict[str, Any]) -> None:
@@ -915,7 +929,7 @@ def main(argv: list[str]) -> dict[str, Any]:
     for name, found in comparisons.items():
         print(
             f"{name}: {found['difference']:+.4f} (per seed {found['per_seed']}), paired t-test "
-            f"p {found['paired_p']}: {found['verdict']}"
+            f"p {found['paired_p']}, Holm-adjusted {found['holm_p']}: {found['verdict']}"
         )
     figures: dict[str, Any] = {
         "headline": ["targets"],

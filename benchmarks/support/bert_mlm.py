@@ -18,7 +18,7 @@ perplexity: a different quantity from a biLM's perplexity, not comparable to it.
 import argparse
 import json
 import math
-import time
+import shutil
 from pathlib import Path
 
 SIZE = {  # about the demo biLMs' size: 4 layers of 256 (2 layers x 2 directions of 128)
@@ -92,8 +92,8 @@ def pretrain(args: argparse.Namespace) -> dict:
     )
 
     torch.manual_seed(args.seed)
-    start = time.process_time()
     model_dir = args.out / "model"
+    shutil.rmtree(model_dir, ignore_errors=True)  # left by an interrupted run
     tokenizer = train_wordpieces(args.train, model_dir)
     data = {
         name: blocks(tokenizer, path)
@@ -134,7 +134,6 @@ def pretrain(args: argparse.Namespace) -> dict:
         "validation_losses": losses,
         "heldout_mlm_loss": round(heldout, 4),
         "heldout_mlm_perplexity": round(math.exp(heldout), 2),
-        "process_cpu_s": round(time.process_time() - start, 1),
     }
 
 

@@ -1,9 +1,10 @@
 """`pretrained_transformer_mismatched_frozen`: allennlp's `pretrained_transformer_mismatched`
 embedder with the transformer frozen (`train_parameters` false) and in eval mode, each
-sentence's layers computed once per process. It is the quality table's frozen BERT row, costed
-as its biLM rows (their layers computed once, by `elmo-embed`). Only the learned scalar mix
-trains; a sentence's layers are those the transformer gives it in any batch (eval mode, padding
-masked)."""
+sentence's layers computed once per process (each downstream run computes them once, instead
+of every epoch). It is the quality table's frozen BERT row. Only the learned scalar mix trains;
+a sentence's layers are those the transformer gives it in any batch (eval mode, padding
+masked), for the weights it had when first computed: the cache is for a transformer that no
+longer changes."""
 
 from typing import Any, Optional
 
@@ -63,4 +64,4 @@ class FrozenTransformerMismatchedEmbedder(PretrainedTransformerMismatchedEmbedde
         )
         matched = self._matched_embedder
         matched.eval_mode = True  # no dropout inside: the same layers in every batch
-        matched.transformer_model = LayerCache(matched.transformer_model.eval())
+        matched.transformer_model = LayerCache(matched.transformer_model)

@@ -28,10 +28,13 @@ def preload_tokenizer(model_name: str, tokenizer_kwargs: Optional[dict[str, Any]
     defaults to true there too)."""
     kwargs = dict(tokenizer_kwargs or {})
     kwargs.setdefault("use_fast", True)
-    tokenizer = AutoTokenizer.from_pretrained(model_name, **kwargs)
-    for flag in (False, True):  # it asks with either, and passes the flag to each call anyway
-        key = (model_name, hash_object({"add_special_tokens": flag, **kwargs}))
-        cached_transformers._tokenizer_cache.setdefault(key, tokenizer)
+    # it asks with either flag, and passes the flag to each call anyway
+    keys = [(model_name, hash_object({"add_special_tokens": f, **kwargs})) for f in (False, True)]
+    cache = cached_transformers._tokenizer_cache
+    if any(key not in cache for key in keys):
+        tokenizer = AutoTokenizer.from_pretrained(model_name, **kwargs)
+        for key in keys:
+            cache.setdefault(key, tokenizer)
 
 
 @TokenIndexer.register("pretrained_transformer_mismatched_preloaded")

@@ -3,7 +3,8 @@ N-th unit of work (a chunk's batches) and the main process takes the results in 
 the batches are the same whatever the number of workers. A worker's error is raised again in
 the main process; a worker whose main process died exits. A worker that has not started within
 `START_S` (a fork from a process with other threads running can hang in the child before any
-of its own code runs) is killed and forked again, with a warning, up to `START_ATTEMPTS` times."""
+of its own code runs) is killed and forked again, with a warning: `START_ATTEMPTS` forks in
+all, then an error."""
 
 import logging
 import os
@@ -42,8 +43,8 @@ def worker_results(
     queues, workers = [], []
     try:
         for w in range(num_workers):
-            work = (build, units[w::num_workers], consumed, f"{name} worker {w}", start_s)
-            queue, worker = _started(context, *work)
+            who = f"{name} worker {w}"
+            queue, worker = _started(context, build, units[w::num_workers], consumed, who, start_s)
             queues.append(queue)
             workers.append(worker)
         for i, unit in enumerate(units):

@@ -13,10 +13,13 @@ from benchmarks.quality_table import (
     BERT_ROWS,
     BILM_CONFIGS,
     ROWS,
+    TASKS,
     Budget,
     Plan,
     best_row,
     downstream_params,
+    figures_of,
+    holm,
     keep_settings,
     paired_comparisons,
     plot_curve,
@@ -190,22 +193,71 @@ def test_summary_targets_and_curve_png(tmp_path):
     assert found["allennlp_models_not_below_no_pretraining_upos"] is True  # 0.865 vs 0.87, sd 0.014
     assert found["allennlp_models_not_below_no_pretraining_las"] is False
     assert found["best_bilm_minus_static_vectors_upos"] == 0.03
-    comparisons = paired_comparisons(summary)
-    assert set(comparisons) == {
-        f"{row}_vs_{other}_{task}"
-        for row in ("lstm_stateless", "allennlp_models_transformer")
-        for other in ("static_vectors", "no_pretraining")
-        for task in ("upos", "las")
-    }
-    las = comparisons["lstm_stateless_vs_static_vectors_las"]
-    assert las["difference"] == 0.02 and las["per_seed"] == [0.01, 0.03]
-    assert las["sds_overlap"] is False  # 0.71 +- 0.014 against 0.69 +- 0
-    assert las["paired_p"] == 0.2952 and las["verdict"] == "tie"  # t = 2 with 1 df
-    upos = comparisons["lstm_stateless_vs_no_pretraining_upos"]
-    assert upos["per_seed"] == [0.04, 0.04] and upos["paired_p"] == 0.0
-    assert upos["verdict"] == "ahead"
     plot_curve(summary["curve"], tmp_path / "curve.png")
     assert (tmp_path / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_paired_comparisons_pair_each_lm_row_once_with_the_others_per_seed():
+    tests = {  # row -> (upos, las) test figures of seeds 0-2
+        "lstm_stateless": ([0.90, 0.92, 0.91], [0.78, 0.80, 0.79]),
+        "bert_mlm_frozen": ([0.86, 0.88, 0.87], [0.79, 0.80, 0.81]),
+        "bert_mlm_finetuned": ([0.90, 0.93, 0.91], [0.79, 0.80, 0.80]),
+        "static_vectors": ([0.85, 0.87, 0.86], [0.78, 0.81, 0.78]),
+        "no_pretraining": ([0.80, 0.82, 0.81], [0.70, 0.71, 0.72]),
+    }
+    table = {
+        row: {"upos": figures_of(runs(upos)), "las": figures_of(runs(las))}
+        for row, (upos, las) in tests.items()
+    }
+    found = paired_comparisons({"table": table})
+    pairs = [
+        ("lstm_stateless", "bert_mlm_frozen"),
+        ("lstm_stateless", "bert_mlm_finetuned"),
+        ("lstm_stateless", "static_vectors"),
+        ("lstm_stateless", "no_pretraining"),
+        ("bert_mlm_frozen", "bert_mlm_finetuned"),  # once, not the other way round too
+        ("bert_mlm_frozen", "static_vectors"),
+        ("bert_mlm_frozen", "no_pretraining"),
+        ("bert_mlm_finetuned", "static_vectors"),
+        ("bert_mlm_finetuned", "no_pretraining"),
+    ]
+    assert set(found) == {f"{a}_vs_{b}_{task}" for a, b in pairs for task in ("upos", "las")}
+    upos = found["lstm_stateless_vs_static_vectors_upos"]
+    assert upos["per_seed"] == [0.05, 0.05, 0.05]  # rounded: 0.9 - 0.85 is not 0.05 in floats
+    assert upos["paired_p"] == 0.0 and upos["holm_p"] == 0.0 and upos["verdict"] == "ahead"
+    las = found["lstm_stateless_vs_bert_mlm_frozen_las"]
+    assert las["per_seed"] == [-0.01, 0.0, -0.02] and las["difference"] == -0.01
+    assert las["sds_overlap"] is True and las["verdict"] == "tie"
+    one_seed = paired_comparisons(
+        {
+            "table": {
+                r: {t: figures_of(runs([0.5])) for t in TASKS}
+                for r in ("transformer", "no_pretraining")
+            }
+        }
+    )
+    assert one_seed["transformer_vs_no_pretraining_las"]["paired_p"] is None
+    assert one_seed["transformer_vs_no_pretraining_las"]["verdict"] == "one seed: no test"
+
+
+def test_holm_adjusts_each_p_by_its_rank_and_keeps_the_order():
+    tested = {
+        name: {"paired_p": p, "difference": difference}
+        for name, p, difference in (
+            ("a", 0.01, -0.02),
+            ("b", 0.04, 0.01),
+            ("c", 0.03, 0.02),
+            ("d", None, 0.1),
+        )
+    }
+    found = holm(tested)
+    assert {name: c["holm_p"] for name, c in found.items()} == {
+        "a": 0.03,
+        "b": 0.06,
+        "c": 0.06,
+        "d": None,  # b: 1 x 0.04, raised to c's 2 x 0.03
+    }
+    assert [c["verdict"] for c in found.values()] == ["behind", "tie", "tie", "one seed: no test"]
 
 
 def test_stages_run_after_their_needs_and_a_rerun_skips_finished_ones(tmp_path):

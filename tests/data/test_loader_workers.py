@@ -50,8 +50,8 @@ def test_a_worker_that_does_not_start_is_forked_again(monkeypatch, tmp_path, cap
     units = list(range(4, 10))
     expected = [(unit, item) for unit in units for item in items(unit)]
     with caplog.at_level(logging.WARNING):
-        assert list(worker_results(items, units, 2, "data_loader test", start_s=1.0)) == expected
-    warned = "data_loader test worker 0: not started 1 s after its fork (attempt 1 of 3)"
+        assert list(worker_results(items, units, 2, "data_loader test", start_s=5.0)) == expected
+    warned = "data_loader test worker 0: not started 5 s after its fork (attempt 1 of 3)"
     assert caplog.messages == [warned]
 
 
