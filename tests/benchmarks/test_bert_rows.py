@@ -14,6 +14,7 @@ from transformers import BertConfig, BertForMaskedLM, BertModel
 
 from benchmarks.quality_table import BERT_ROWS, Budget, downstream_params, train_downstream
 from benchmarks.support import bert_mlm
+from benchmarks.support.common import REPO_ROOT
 from benchmarks.support.frozen_transformer_layers import FrozenTransformerMismatchedEmbedder
 from benchmarks.support.transformer_tokenizers import PreloadedMismatchedIndexer, preload_tokenizer
 
@@ -120,21 +121,6 @@ def test_bert_pretraining_lowers_the_validation_loss_and_keeps_the_best_epoch(tm
     assert round(min(losses), 4) == result["heldout_mlm_loss"]  # the same text and masks
 
 
-def tagged(sentences: int) -> str:
-    """CoNLL-U of TEXT's lines in turn, every word tagged by its length."""
-    lines = TEXT.splitlines()
-    blocks = []
-    for i in range(sentences):
-        words = lines[i % len(lines)].split()
-        blocks.append(
-            "".join(
-                f"{k}\t{w}\t{w}\t{'NOUN' if len(w) > 2 else 'DET'}\t_\t_\t{k - 1}\tdep\t_\t_\n"
-                for k, w in enumerate(words, 1)
-            )
-        )
-    return "\n".join(blocks) + "\n"
-
-
 def bert_weights(state: dict) -> dict:
     """The transformer's own weights in a downstream model's state, by their BertModel name."""
     marker = "transformer_model."
@@ -147,10 +133,9 @@ def bert_weights(state: dict) -> dict:
 
 @pytest.mark.parametrize("row", BERT_ROWS)
 def test_the_bert_rows_train_a_tagger_through_allennlp_train(row, tiny_bert, tmp_path):
-    data = {}
-    for name, sentences in (("train", 8), ("validation", 4), ("test", 4)):
-        data[name] = tmp_path / f"{name}.conllu"
-        data[name].write_text(tagged(sentences))
+    tagged = REPO_ROOT / "fixtures" / "tagged"
+    data = {"train": tagged / "train.conllu"}
+    data["validation"] = data["test"] = tagged / "valid.conllu"
     budget = Budget(None, 8, [], 1, 1, 1, 2, 1)
     params = downstream_params(
         "upos", row, {"model": tiny_bert, "width": 16}, data, "train", 0, budget
