@@ -22,9 +22,9 @@ its docs say.
 
 Data ($ELMO_PLUGIN_DATA): wikitext-2/valid.txt, lines in order. The first 90% pretrain, the
 next 5% stop pretraining (validation perplexity), the last 5% are held out (the perplexity in the
-table). In ud-english-ewt/en_ewt-ud-dev.conllu sentences 1-1,440 train the downstream models,
-1,441-1,600 stop their training (validation), 1,601-2,001 are the test set, used for nothing
-else. The curve trains the tagger on the first 200 / 400 / 800 / all 1,440 training sentences.
+table). In ud-english-ewt/en_ewt-ud-dev.conllu sentences 1-1,200 train the downstream models,
+1,201-1,600 stop their training (validation), 1,601-2,001 are the test set, used for nothing
+else. The curve trains the tagger on the first 200 / 400 / 800 / all 1,200 training sentences.
 
 Convergence: each biLM (the BERT: its validation masked-LM loss) trains until its validation
 perplexity has not improved for
@@ -45,7 +45,7 @@ one JSON line (benchmarks/support/common.py).
 
 Usage (from the repo root):
     python -m benchmarks.quality_table --out DIR [--quick] [--seeds 3] [--workers 2]
-        [--pretrain-epochs 10] [--pretrain-patience 1] [--max-epochs 40] [--patience 10]
+        [--pretrain-epochs 10] [--pretrain-patience 1] [--max-epochs 40] [--patience 5]
         [--rows lstm_stateless,...]
 """
 
@@ -92,7 +92,7 @@ TASKS = {  # task -> (config, metric in allennlp's metrics)
 }
 WORD_DIM, POS_DIM = 32, 16
 STATIC_NAMESPACE = "static_vectors"
-EWT_SPLITS = {"train": (0, 1440), "validation": (1440, 1600), "test": (1600, None)}
+EWT_SPLITS = {"train": (0, 1200), "validation": (1200, 1600), "test": (1600, None)}
 CURVE_ROWS = ["best_bilm", "best_bert", "static_vectors", "no_pretraining"]
 BEST_OF = {"best_bilm": tuple(BILM_CONFIGS), "best_bert": BERT_ROWS}  # by validation UPOS
 BERT_FINETUNE_LR = 1e-4  # Adam; the downstream model's own layers keep the config's rate
@@ -107,7 +107,7 @@ PACKAGES = (  # what downstream `allennlp` runs import: the BERT rows' indexer a
 @dataclass
 class Budget:
     wiki_lines: Optional[int]  # the first lines of WikiText-2 used (None: all)
-    train_sentences: int  # EWT training sentences of the main table (at most 1,440)
+    train_sentences: int  # EWT training sentences of the main table (at most 1,200)
     curve_sizes: list[int]  # smaller training sets for the curve
     seeds: int
     pretrain_epochs: int
@@ -125,7 +125,7 @@ def budget_from(args: argparse.Namespace) -> Budget:
     if args.quick:
         return QUICK
     epochs = (args.pretrain_epochs, args.pretrain_patience, args.max_epochs, args.patience)
-    return Budget(None, 1440, [200, 400, 800], args.seeds, *epochs)
+    return Budget(None, 1200, [200, 400, 800], args.seeds, *epochs)
 
 
 def their_config() -> dict:
@@ -878,7 +878,7 @@ def main(argv: list[str]) -> dict[str, Any]:
     parser.add_argument("--pretrain-epochs", type=int, default=10, help="cap on pretraining epochs")
     parser.add_argument("--pretrain-patience", type=int, default=1)
     parser.add_argument("--max-epochs", type=int, default=40, help="cap on downstream epochs")
-    parser.add_argument("--patience", type=int, default=10, help="downstream patience (epochs)")
+    parser.add_argument("--patience", type=int, default=5, help="downstream patience (epochs)")
     parser.add_argument("--rows", default=",".join(ROWS))
     parser.add_argument(
         "--allennlp-models-embedder",

@@ -29,7 +29,7 @@ from benchmarks.quality_table import (
 )
 from benchmarks.support.stages import Stage, run_stages
 
-FULL = Budget(None, 1440, [200, 400, 800], 3, 10, 1, 40, 10)
+FULL = Budget(None, 1200, [200, 400, 800], 3, 10, 1, 40, 5)
 
 
 def conllu(sentences: int) -> str:
@@ -44,7 +44,7 @@ def test_ewt_splits_keep_the_test_sentences_out_of_training_and_stopping(tmp_pat
     source.write_text(conllu(2001))
     data = write_ewt(source, FULL, tmp_path)
     counts = data["counts"]
-    assert (counts["train"], counts["validation"], counts["test"]) == (1440, 160, 401)
+    assert (counts["train"], counts["validation"], counts["test"]) == (1200, 400, 401)
     assert [counts[f"train_{n}"] for n in (200, 400, 800)] == [200, 400, 800]
 
     def words(name: str) -> set[str]:
@@ -116,7 +116,7 @@ def test_every_row_trains_the_same_model_on_training_data_only(row, tmp_path):
         assert set(embedders) == set(params["dataset_reader"]["token_indexers"])
         assert params["datasets_for_vocab_creation"] == ["train"]
         assert params["test_data_path"] == str(data["test"]) and params["evaluate_on_test"]
-        assert (params["trainer"]["num_epochs"], params["trainer"]["patience"]) == (40, 10)
+        assert (params["trainer"]["num_epochs"], params["trainer"]["patience"]) == (40, 5)
         assert [c["type"] for c in params["trainer"]["callbacks"]] == ["elmo_process_settings"]
         if row == "static_vectors":
             assert embedders["static"]["trainable"] is False
