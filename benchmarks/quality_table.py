@@ -96,10 +96,9 @@ EWT_SPLITS = {"train": (0, 1200), "validation": (1200, 1600), "test": (1600, Non
 CURVE_ROWS = ["best_bilm", "best_bert", "static_vectors", "no_pretraining"]
 BEST_OF = {"best_bilm": tuple(BILM_CONFIGS), "best_bert": BERT_ROWS}  # by validation UPOS
 BERT_FINETUNE_LR = 1e-4  # Adam; the downstream model's own layers keep the config's rate
-PACKAGES = (  # what downstream `allennlp` runs import: the BERT rows' indexer and embedder
+PACKAGES = (  # what downstream `allennlp` runs import: the frozen BERT row's embedder
     "elmo_plugin",
     "allennlp_models",
-    "benchmarks.support.transformer_tokenizers",
     "benchmarks.support.frozen_transformer_layers",
 )
 
@@ -413,12 +412,12 @@ def downstream_config(
 
 
 def bert_input(params: dict, row: str, model: str) -> None:
-    """The BERT's wordpieces for every word (allennlp's mismatched indexer, its tokenizer
-    preloaded) into allennlp's `pretrained_transformer_mismatched` embedder: frozen with a
-    learned mix of its layers (computed once per sentence), or fine-tuned (its last layer, its
-    own learning rate `BERT_FINETUNE_LR`)."""
+    """The BERT's wordpieces for every word (allennlp's mismatched indexer) into allennlp's
+    `pretrained_transformer_mismatched` embedder: frozen with a learned mix of its layers
+    (computed once per sentence), or fine-tuned (its last layer, its own learning rate
+    `BERT_FINETUNE_LR`)."""
     indexers = params["dataset_reader"]["token_indexers"]
-    indexers["bert"] = {"type": "pretrained_transformer_mismatched_preloaded", "model_name": model}
+    indexers["bert"] = {"type": "pretrained_transformer_mismatched", "model_name": model}
     embedders = params["model"]["text_field_embedder"]["token_embedders"]
     if row == "bert_mlm_frozen":
         embedders["bert"] = {

@@ -12,8 +12,6 @@ import torch
 from allennlp.modules.token_embedders import PretrainedTransformerMismatchedEmbedder, TokenEmbedder
 from transformers.modeling_outputs import BaseModelOutput
 
-from benchmarks.support.transformer_tokenizers import preload_tokenizer
-
 
 class LayerCache(torch.nn.Module):
     """`model`'s hidden states (embeddings and every layer) per sentence, kept in memory and
@@ -54,11 +52,10 @@ class LayerCache(torch.nn.Module):
 class FrozenTransformerMismatchedEmbedder(PretrainedTransformerMismatchedEmbedder):
     """`pretrained_transformer_mismatched` with `train_parameters` false and the transformer in
     eval mode (fixed), its layers from a `LayerCache`; `last_layer_only` defaults to false (a
-    learned scalar mix over the layers, as the biLMs are used); its tokenizer preloaded
-    (benchmarks/support/transformer_tokenizers.py). Output (batch, words, hidden size)."""
+    learned scalar mix over the layers, as the biLMs are used). Output (batch, words, hidden
+    size)."""
 
     def __init__(self, model_name: str, last_layer_only: bool = False, **kwargs: Any) -> None:
-        preload_tokenizer(model_name, kwargs.get("tokenizer_kwargs"))
         super().__init__(
             model_name, train_parameters=False, last_layer_only=last_layer_only, **kwargs
         )

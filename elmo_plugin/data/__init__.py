@@ -1,3 +1,4 @@
+from elmo_plugin.data import transformer_tokenizers
 from elmo_plugin.data.conllu_tagging_reader import ConlluTaggingReader
 from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer
 from elmo_plugin.data.elmo_corpus_loader import ElmoCorpusLoader
@@ -18,4 +19,5 @@ __all__ = [
     "ElmoStreamsLoader",
     "ElmoTokensVocabulary",
     "UnseenLabelsAsErrors",
+    "transformer_tokenizers",
 ]

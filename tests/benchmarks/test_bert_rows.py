@@ -1,14 +1,13 @@
 """The quality table's BERT rows on a tiny BERT: benchmarks/support/frozen_transformer_layers.py
-against allennlp's own embedder, benchmarks/support/transformer_tokenizers.py, bert_mlm.py's
-vocabulary, blocks and pretraining, and both rows' taggers trained by `allennlp train`."""
+against allennlp's own embedder, bert_mlm.py's vocabulary, blocks and pretraining, and both
+rows' taggers trained by `allennlp train`."""
 
 import argparse
-import shutil
 
 import pytest
 import torch
 from allennlp.data import Token, Vocabulary
-from allennlp.data.tokenizers import PretrainedTransformerTokenizer
+from allennlp.data.token_indexers import PretrainedTransformerMismatchedIndexer
 from allennlp.modules.token_embedders import PretrainedTransformerMismatchedEmbedder
 from transformers import BertConfig, BertForMaskedLM, BertModel
 
@@ -16,7 +15,6 @@ from benchmarks.quality_table import BERT_ROWS, Budget, downstream_params, train
 from benchmarks.support import bert_mlm
 from benchmarks.support.common import REPO_ROOT
 from benchmarks.support.frozen_transformer_layers import FrozenTransformerMismatchedEmbedder
-from benchmarks.support.transformer_tokenizers import PreloadedMismatchedIndexer, preload_tokenizer
 
 TEXT = "the cat sat on the mat .\nthe dog sat on the log .\na cat and a dog met on a mat .\n"
 
@@ -39,7 +37,7 @@ def tiny_bert(tmp_path_factory):
 
 
 def batch(model_name: str, sentences: list[str]) -> dict:
-    indexer = PreloadedMismatchedIndexer(model_name)
+    indexer = PretrainedTransformerMismatchedIndexer(model_name)
     vocab = Vocabulary()
     indexed = [indexer.tokens_to_indices([Token(w) for w in s.split()], vocab) for s in sentences]
     lengths = {k: max(len(i[k]) for i in indexed) for k in indexed[0]}
@@ -50,7 +48,7 @@ def batch(model_name: str, sentences: list[str]) -> dict:
 def test_the_frozen_embedder_equals_allennlps_and_runs_the_transformer_once_per_sentence(
     tiny_bert,
 ):
-    first = batch(tiny_bert, ["the cat sat on the mat .", "a dog met"])  # preloads: built first
+    first = batch(tiny_bert, ["the cat sat on the mat .", "a dog met"])
     theirs = PretrainedTransformerMismatchedEmbedder(
         tiny_bert, train_parameters=False, last_layer_only=False
     )
@@ -78,14 +76,6 @@ def test_the_frozen_embedder_equals_allennlps_and_runs_the_transformer_once_per_
     assert len(mix) == 3  # the scalar mix's two layer weights and gamma train, nothing else
     ours(**second).sum().backward()
     assert all(p.grad is not None for p in mix)
-
-
-def test_allennlps_tokenizer_needs_the_preload_on_this_transformers(tiny_bert, tmp_path):
-    copy = shutil.copytree(tiny_bert, tmp_path / "copy")  # not in allennlp's cache yet
-    with pytest.raises(AttributeError, match="add_special_tokens conflicts"):
-        PretrainedTransformerTokenizer(str(copy))
-    preload_tokenizer(str(copy))
-    assert PretrainedTransformerTokenizer(str(copy)).tokenize("a cat")[1].text == "a"
 
 
 def test_wordpiece_blocks_are_full_and_framed(tiny_bert, tmp_path):

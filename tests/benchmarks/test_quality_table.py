@@ -127,7 +127,7 @@ def test_every_row_trains_the_same_model_on_training_data_only(row, tmp_path):
         elif row in BERT_ROWS:
             indexer = params["dataset_reader"]["token_indexers"]["bert"]
             assert indexer == {
-                "type": "pretrained_transformer_mismatched_preloaded",
+                "type": "pretrained_transformer_mismatched",
                 "model_name": "bert_folder",
             }
             groups = params["trainer"]["optimizer"].get("parameter_groups")
