@@ -96,7 +96,7 @@ EWT_SPLITS = {"train": (0, 1200), "validation": (1200, 1600), "test": (1600, Non
 CURVE_ROWS = ["best_bilm", "best_bert", "static_vectors", "no_pretraining"]
 BEST_OF = {"best_bilm": tuple(BILM_CONFIGS), "best_bert": BERT_ROWS}  # by validation UPOS
 BERT_FINETUNE_LR = 1e-4  # Adam; the downstream model's own layers keep the config's rate
-PACKAGES = (  # what downstream `allennlp` runs import: the frozen BERT row's embedder
+PACKAGES = (  # what downstream `allennlp` runs import (elmo_plugin: the BERT's tokenizer too)
     "elmo_plugin",
     "allennlp_models",
     "benchmarks.support.frozen_transformer_layers",
@@ -899,7 +899,8 @@ def main(argv: list[str]) -> dict[str, Any]:
     out = Path(args.out or tempfile.mkdtemp(prefix="quality_table_")).resolve()
     out.mkdir(parents=True, exist_ok=True)
     print(f"outputs and logs: {out}")
-    keep_settings(out, {**vars(budget), "allennlp_models_embedder": args.allennlp_models_embedder})
+    settings = {"allennlp_models_embedder": args.allennlp_models_embedder, "ewt_splits": EWT_SPLITS}
+    keep_settings(out, {**vars(budget), **settings})
     data = {
         "wiki": write_wikitext(wikitext, budget.wiki_lines, out),
         "ewt": write_ewt(ewt, budget, out),

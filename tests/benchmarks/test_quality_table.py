@@ -167,7 +167,7 @@ def runs(test: list[float], validation: float = 0.5, row: str = "") -> list[dict
 
 
 def test_summary_targets_and_curve_png(tmp_path):
-    budget = Budget(None, 1440, [200], 2, 10, 1, 40, 5)
+    budget = Budget(None, 1200, [200], 2, 10, 1, 40, 5)
     results = {}
     table = {
         "lstm_stateless": ([0.90, 0.92], [0.70, 0.72]),
@@ -187,7 +187,7 @@ def test_summary_targets_and_curve_png(tmp_path):
     summary = summarize(list(table), results, budget)
     assert summary["table"]["lstm_stateless"]["upos"]["test_mean"] == 0.91
     assert summary["curve"]["lstm_stateless"]["200"]["test_mean"] == 0.81
-    assert summary["curve"]["lstm_stateless"]["1440"]["test_mean"] == 0.91
+    assert summary["curve"]["lstm_stateless"]["1200"]["test_mean"] == 0.91
     assert "static_vectors" not in summary["curve"]  # its curve runs are missing
     found = targets(summary)
     assert found["allennlp_models_not_below_no_pretraining_upos"] is True  # 0.865 vs 0.87, sd 0.014

@@ -43,9 +43,15 @@ def test_allennlps_own_loader_refuses_the_pinned_transformers(tiny_bert):
         ALLENNLP_GET_TOKENIZER(tiny_bert, add_special_tokens=False)
 
 
+def test_with_and_without_special_tokens_from_one_cached_tokenizer(tiny_bert):
+    with_them = PretrainedTransformerTokenizer(tiny_bert)
+    without = PretrainedTransformerTokenizer(tiny_bert, add_special_tokens=False)
+    assert with_them.tokenizer is without.tokenizer
+    assert [t.text for t in with_them.tokenize("the cat")] == ["[CLS]", "the", "cat", "[SEP]"]
+    assert [t.text for t in without.tokenize("the cat")] == ["the", "cat"]
+
+
 def test_allennlps_mismatched_indexer_and_embedder_build_and_embed_each_word(tiny_bert):
-    tokenizer = PretrainedTransformerTokenizer(tiny_bert)
-    assert [t.text for t in tokenizer.tokenize("the cat")] == ["[CLS]", "the", "cat", "[SEP]"]
     indexer = PretrainedTransformerMismatchedIndexer(tiny_bert)
     words = [Token(w) for w in "the cate sat".split()]  # "cate": more than one wordpiece
     indexed = indexer.tokens_to_indices(words, Vocabulary())
