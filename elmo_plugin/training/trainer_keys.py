@@ -21,9 +21,10 @@ def refuse_unknown_trainer_keys(trainer: dict[str, Any]) -> None:
     allennlp's trainer would ignore, with the key it resembles; nothing for another trainer."""
     if trainer.get("type", Trainer.default_implementation) != "gradient_descent":
         return
-    unknown = sorted(set(trainer) - set(trainer_keys()))
+    keys = trainer_keys()
+    unknown = sorted(set(trainer) - set(keys))
     if unknown:
-        close = difflib.get_close_matches(unknown[0], trainer_keys(), n=1)
+        close = difflib.get_close_matches(unknown[0], keys, n=1)
         raise ConfigurationError(
             f"trainer.{unknown[0]} is not a key of allennlp's trainer, which would "
             f"ignore it{f'; did you mean trainer.{close[0]}?' if close else ''}"
