@@ -550,3 +550,25 @@ def published_options(dim: int, projection: int, highway: int) -> dict:
             "max_characters_per_token": 50,
         },
     }
+
+
+def save_tiny_bert(text: str, folder: Path, hidden: int) -> str:
+    """A 2-layer `BertForMaskedLM` of width `hidden` (2 heads, seed 0) and its WordPiece
+    tokenizer trained on `text` (benchmarks/support/bert_mlm.py's), saved in `folder/model` ->
+    that path."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    from benchmarks.support import bert_mlm
+
+    (folder / "text.txt").write_text(text)
+    tokenizer = bert_mlm.train_wordpieces(folder / "text.txt", folder / "model")
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=2 * hidden,
+    )
+    BertForMaskedLM(config).save_pretrained(str(folder / "model"))
+    return str(folder / "model")

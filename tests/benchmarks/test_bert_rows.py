@@ -9,31 +9,20 @@ import torch
 from allennlp.data import Token, Vocabulary
 from allennlp.data.token_indexers import PretrainedTransformerMismatchedIndexer
 from allennlp.modules.token_embedders import PretrainedTransformerMismatchedEmbedder
-from transformers import BertConfig, BertForMaskedLM, BertModel
+from transformers import BertForMaskedLM, BertModel
 
 from benchmarks.quality_table import BERT_ROWS, Budget, downstream_params, train_downstream
 from benchmarks.support import bert_mlm
 from benchmarks.support.common import REPO_ROOT
 from benchmarks.support.frozen_transformer_layers import FrozenTransformerMismatchedEmbedder
+from tests.helpers import save_tiny_bert
 
 TEXT = "the cat sat on the mat .\nthe dog sat on the log .\na cat and a dog met on a mat .\n"
 
 
 @pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("bert")
-    (folder / "text.txt").write_text(TEXT * 20)
-    tokenizer = bert_mlm.train_wordpieces(folder / "text.txt", folder / "model")
-    torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
-    )
-    BertForMaskedLM(config).save_pretrained(str(folder / "model"))
-    return str(folder / "model")
+    return save_tiny_bert(TEXT * 20, tmp_path_factory.mktemp("bert"), hidden=16)
 
 
 def batch(model_name: str, sentences: list[str]) -> dict:
@@ -92,7 +81,7 @@ def test_wordpiece_blocks_are_full_and_framed(tiny_bert, tmp_path):
 
 
 def test_bert_pretraining_lowers_the_validation_loss_and_keeps_the_best_epoch(tmp_path):
-    from transformers import BertForMaskedLM, BertTokenizerFast, DataCollatorForLanguageModeling
+    from transformers import BertTokenizerFast, DataCollatorForLanguageModeling
 
     text = tmp_path / "text.txt"
     text.write_text(TEXT * 40)

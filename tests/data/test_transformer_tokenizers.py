@@ -7,35 +7,16 @@ from allennlp.data import Token, Vocabulary
 from allennlp.data.token_indexers import PretrainedTransformerMismatchedIndexer
 from allennlp.data.tokenizers import PretrainedTransformerTokenizer
 from allennlp.modules.token_embedders import PretrainedTransformerMismatchedEmbedder
-from tokenizers import BertWordPieceTokenizer
-from transformers import BertConfig, BertModel, BertTokenizerFast
+from transformers import BertModel
 
 from elmo_plugin.data.transformer_tokenizers import ALLENNLP_GET_TOKENIZER
+from tests.helpers import save_tiny_bert
 
 
 @pytest.fixture
 def tiny_bert(tmp_path):
-    """A saved 2-layer BERT of width 8 and its WordPiece tokenizer, in a folder of its own (so in
-    no tokenizer cache yet)."""
-    text = tmp_path / "text.txt"
-    text.write_text("the cat sat on the mat .\na dog ran to the cat .\n" * 20)
-    wordpieces = BertWordPieceTokenizer(lowercase=False)
-    wordpieces.train([str(text)], vocab_size=60, min_frequency=1)
-    model = tmp_path / "bert"
-    model.mkdir()
-    wordpieces.save_model(str(model))
-    tokenizer = BertTokenizerFast(vocab_file=str(model / "vocab.txt"), do_lower_case=False)
-    tokenizer.save_pretrained(str(model))
-    torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=8,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=16,
-    )
-    BertModel(config).save_pretrained(str(model))
-    return str(model)
+    """A saved 2-layer BERT of width 8, in a folder of its own (so in no tokenizer cache yet)."""
+    return save_tiny_bert("the cat sat on the mat .\na dog ran to the cat .\n" * 20, tmp_path, 8)
 
 
 def test_allennlps_own_loader_refuses_the_pinned_transformers(tiny_bert):
