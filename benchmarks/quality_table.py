@@ -92,7 +92,12 @@ TASKS = {  # task -> (config, metric in allennlp's metrics)
 }
 WORD_DIM, POS_DIM = 32, 16
 STATIC_NAMESPACE = "static_vectors"
-EWT_SPLITS = {"train": (0, 1200), "validation": (1200, 1600), "test": (1600, None)}
+TRAIN_SENTENCES = 1200  # EWT sentences 1-1,200 train the downstream models
+EWT_SPLITS = {
+    "train": (0, TRAIN_SENTENCES),
+    "validation": (TRAIN_SENTENCES, 1600),
+    "test": (1600, None),
+}
 CURVE_ROWS = ["best_bilm", "best_bert", "static_vectors", "no_pretraining"]
 BEST_OF = {"best_bilm": tuple(BILM_CONFIGS), "best_bert": BERT_ROWS}  # by validation UPOS
 BERT_FINETUNE_LR = 1e-4  # Adam; the downstream model's own layers keep the config's rate
@@ -124,7 +129,7 @@ def budget_from(args: argparse.Namespace) -> Budget:
     if args.quick:
         return QUICK
     epochs = (args.pretrain_epochs, args.pretrain_patience, args.max_epochs, args.patience)
-    return Budget(None, 1200, [200, 400, 800], args.seeds, *epochs)
+    return Budget(None, TRAIN_SENTENCES, [200, 400, 800], args.seeds, *epochs)
 
 
 def their_config() -> dict:
