@@ -2,6 +2,7 @@ from elmo_plugin.training.elmo_adagrad import ElmoAdagradOptimizer
 from elmo_plugin.training.elmo_checkpointer import ElmoCheckpointer
 from elmo_plugin.training.elmo_corpus_resume import ElmoCorpusResumeCallback
 from elmo_plugin.training.elmo_evaluator import ElmoEvaluator
+from elmo_plugin.training.elmo_graph_step import ElmoGraphStepTrainer
 from elmo_plugin.training.elmo_mix_weights import ElmoMixWeightsCallback
 from elmo_plugin.training.elmo_peer_watchdog import PeerWatchdogCallback
 from elmo_plugin.training.elmo_process_settings import ElmoProcessSettingsCallback
@@ -16,6 +17,7 @@ __all__ = [
     "ElmoCheckpointer",
     "ElmoCorpusResumeCallback",
     "ElmoEvaluator",
+    "ElmoGraphStepTrainer",
     "ElmoMixWeightsCallback",
     "ElmoProcessSettingsCallback",
     "ElmoTensorBoardCallback",

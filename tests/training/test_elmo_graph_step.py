@@ -1,0 +1,233 @@
+"""`elmo_graph_step` on the CPU: the step function it captures on a GPU trains exactly as
+allennlp's per-batch code, reads nothing on the host and dispatches the same ops for every batch;
+the trainer itself runs eagerly there and says why. (The capture: tests/cuda.)"""
+
+import logging
+
+import pytest
+import torch
+from allennlp.common.checks import ConfigurationError
+from allennlp.training.gradient_descent_trainer import GradientDescentTrainer
+
+from benchmarks.step_audit import (
+    CONFIGS,
+    GPU_PATH,
+    SHRUNK,
+    SHRUNK_CONTEXTUALIZER,
+    AuditedStep,
+)
+from benchmarks.support.op_audit import OpAudit
+from elmo_plugin.data.corpus_data_loader import to_device
+from elmo_plugin.training import elmo_graph_step
+from elmo_plugin.training.elmo_graph_step import ElmoGraphStepTrainer, host_step_counters
+from elmo_plugin.training.lagged_readback import LaggedReadback
+from elmo_plugin.training.step_graph import batch_layout
+from elmo_plugin.training.trainer_keys import refuse_unknown_trainer_keys
+
+
+def trainer_for(run: AuditedStep, folder, trainer_class=ElmoGraphStepTrainer, **options):
+    return trainer_class(
+        run.model,
+        run.optimizer,
+        run.loader,
+        serialization_dir=str(folder),
+        grad_norm=run.grad_norm,
+        cuda_device=-1,
+        **options,
+    )
+
+
+def shrunk(name: str) -> AuditedStep:
+    return AuditedStep(CONFIGS[name], {**SHRUNK, **SHRUNK_CONTEXTUALIZER[name], **GPU_PATH[name]})
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_the_captured_step_trains_as_allenlps_per_batch_code(name, tmp_path):
+    """Three batches through `_step` (what a GPU captures) and through allennlp's own
+    batch_outputs / backward / rescale_gradients / clip_gradient / optimizer.step, the same
+    random draws: the same losses, gradient norms, parameters and optimizer state."""
+    runs = [shrunk(name), shrunk(name)]
+    graph = trainer_for(runs[0], tmp_path / "graph")
+    plain = trainer_for(runs[1], tmp_path / "plain", GradientDescentTrainer)
+    for _ in range(3):
+        batch = next(runs[0].batches)
+        next(runs[1].batches)
+        torch.manual_seed(1)
+        scalars = graph._step(batch)
+        torch.manual_seed(1)
+        runs[1].optimizer.zero_grad(set_to_none=True)
+        outputs = plain.batch_outputs(batch, for_training=True)
+        outputs["loss"].backward()
+        norm = plain.rescale_gradients()
+        plain.clip_gradient()
+        runs[1].optimizer.step()
+        assert float(scalars["loss"]) == pytest.approx(outputs["loss"].item(), rel=1e-6)
+        assert float(scalars["grad_norm"]) == pytest.approx(norm, rel=1e-5)
+    assert all(p.grad is None for p in runs[0].model.parameters())
+    pairs = zip(runs[0].model.parameters(), runs[1].model.parameters(), strict=True)
+    for ours, theirs in pairs:
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+    assert [float(c) for c in host_step_counters(runs[0].optimizer)] == [
+        float(c) for c in host_step_counters(runs[1].optimizer)
+    ]
+    assert graph.model.get_metrics() == pytest.approx(plain.model.get_metrics(), rel=1e-6)
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_the_captured_step_reads_nothing_on_the_host_and_keeps_its_shapes(name, tmp_path):
+    """On what a GPU runs (benchmarks.step_audit's GPU path): the step has no host read and no
+    data-dependent shape, and two batches dispatch the same ops on the same shapes."""
+    run = shrunk(name)
+    trainer = trainer_for(run, tmp_path)
+    trainer._step(next(run.batches))  # the optimizer's state and the sampler's table
+    audits = []
+    for _ in range(2):
+        audit = OpAudit()
+        audit.on_host(host_step_counters(run.optimizer))
+        batch = next(run.batches)
+        audit.run("step", lambda batch=batch: trainer._step(batch))
+        audits.append(audit)
+    assert audits[0].syncs() == []
+    assert audits[1].trace() == audits[0].trace()
+
+
+def test_on_the_cpu_it_trains_eagerly_and_says_why(tmp_path, caplog):
+    run = shrunk("lstm")
+    with caplog.at_level(logging.INFO, "elmo_plugin.training.elmo_graph_step"):
+        trainer = trainer_for(run, tmp_path)
+    assert trainer._eager_reason == "the device is cpu, not CUDA"
+    assert "elmo_graph_step: eager steps: the device is cpu, not CUDA" in caplog.messages
+    batch = next(run.batches)
+    assert trainer._graph_for(batch) is None and trainer._graph is None
+
+
+def test_fewer_than_one_warmup_batch_is_refused_in_one_line(tmp_path):
+    with pytest.raises(
+        ConfigurationError, match="trainer.warmup_batches must be at least 1, got 0"
+    ):
+        trainer_for(shrunk("transformer"), tmp_path, warmup_batches=0)
+
+
+def test_a_batch_of_another_shape_does_not_fit_the_captured_layout():
+    batch = {"source": {"tokens": {"tokens": torch.zeros(8, 22, dtype=torch.long)}}}
+    same = {"source": {"tokens": {"tokens": torch.ones(8, 22, dtype=torch.long)}}}
+    shorter = {"source": {"tokens": {"tokens": torch.zeros(8, 21, dtype=torch.long)}}}
+    other_dtype = {"source": {"tokens": {"tokens": torch.zeros(8, 22, dtype=torch.int)}}}
+    other_key = {"source": {"chars": {"tokens": torch.zeros(8, 22, dtype=torch.long)}}}
+    assert batch_layout(batch) == batch_layout(same)
+    for other in (shorter, other_dtype, other_key):
+        assert batch_layout(other) != batch_layout(batch)
+
+
+def test_a_lagged_readback_of_a_cpu_tensor_is_a_copy_of_its_values_now():
+    readback, tensor = LaggedReadback(), torch.tensor([1.0, 2.0])
+    read = readback.read(tensor)
+    tensor.add_(1)
+    assert read.tolist() == [1.0, 2.0] and readback.read(tensor).tolist() == [2.0, 3.0]
+
+
+def test_the_perplexity_totals_stay_in_one_buffer_across_resets():
+    """A captured step keeps adding into the buffer it captured: reset zeroes it in place."""
+    run = shrunk("lstm")
+    run.model(**to_device(next(run.batches), torch.device("cpu")))
+    metric = run.model._token_weighted_perplexity
+    buffer = metric._totals
+    before = metric.get_metric(reset=True)
+    assert before["perplexity"] > 1 and metric._totals is buffer and buffer.abs().sum() == 0
+    run.model(**next(run.batches))
+    assert metric._totals is buffer and metric.get_metric()["perplexity"] > 1
+
+
+class EagerStepGraph:
+    """`StepGraph` on the CPU: each replay runs the step on the batch (the host's step counters
+    advance in the step itself here: a capture would find none to advance)."""
+
+    def __init__(self, step, batch) -> None:
+        self.step, self.layout = step, batch_layout(batch)
+
+    def fits(self, batch) -> bool:
+        return batch_layout(batch) == self.layout
+
+    def replay(self, batch):
+        return self.step(batch)
+
+
+class OneLateReadback(LaggedReadback):
+    """`LaggedReadback` as on a GPU, on the CPU: the previous read's values (the first read its
+    own)."""
+
+    def read(self, tensor):
+        previous, self._pending = self._pending, (tensor.detach().clone(), None)
+        return (previous or self._pending)[0]
+
+
+@pytest.fixture
+def replays_on_the_cpu(monkeypatch):
+    """`elmo_graph_step` taking its GPU path on the CPU, with the stand-ins above."""
+    monkeypatch.setattr(elmo_graph_step, "StepGraph", EagerStepGraph)
+    monkeypatch.setattr(elmo_graph_step, "LaggedReadback", OneLateReadback)
+    monkeypatch.setattr(ElmoGraphStepTrainer, "_why_eager", lambda self: None)
+
+
+def train_batch(trainer: GradientDescentTrainer, batch: dict) -> list:
+    """One batch as allennlp's `_train_epoch` trains it -> [loss, gradient norm] it hands on."""
+    trainer.optimizer.zero_grad()
+    outputs = trainer.batch_outputs(batch, for_training=True)
+    if not any(callback.on_backward(trainer, outputs, False) for callback in trainer._callbacks):
+        outputs["loss"].backward()
+    norm = trainer.rescale_gradients()
+    trainer.clip_gradient()
+    trainer.optimizer.step()
+    return [outputs["loss"].item(), norm]
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_replays_hand_on_the_batch_befores_values_and_train_as_eager_steps(
+    name, tmp_path, replays_on_the_cpu, caplog
+):
+    """The trainer's replay path (tests/cuda runs it on a captured graph): 2 eager warm-up
+    batches, 3 replays, a halved learning rate (captured again), 2 more, against allennlp's
+    trainer on the same batches and random draws: each replay hands on the loss and norm of the
+    batch before, the host's step counters advance once per batch, the parameters agree."""
+    runs = [shrunk(name), shrunk(name)]
+    graph = trainer_for(runs[0], tmp_path / "graph", warmup_batches=2)
+    plain = trainer_for(runs[1], tmp_path / "plain", GradientDescentTrainer)
+    handed, eager = [], []
+    with caplog.at_level(logging.INFO, "elmo_plugin.training.elmo_graph_step"):
+        for index in range(7):
+            if index == 5:
+                for run in runs:
+                    for group in run.optimizer.param_groups:
+                        group["lr"] /= 2
+            batch = next(runs[0].batches)
+            for trainer, out in zip((graph, plain), (handed, eager), strict=True):
+                torch.manual_seed(index)
+                out.append(train_batch(trainer, batch))
+    assert sum(handed[:3], []) == pytest.approx(sum(eager[:3], []), rel=1e-6)
+    for index in range(3, 7):
+        assert handed[index] == pytest.approx(eager[index - 1], rel=1e-6), index
+    assert (
+        caplog.messages.count("elmo_graph_step: the training step is captured in a CUDA graph") == 2
+    )
+    assert (
+        "elmo_graph_step: the optimizer's options changed; capturing the step again"
+        in caplog.messages
+    )
+    assert float(graph._exact["loss"]) == pytest.approx(
+        sum(pair[0] for pair in eager[2:]), rel=1e-6
+    )
+    assert graph._lagged["loss"] == pytest.approx(sum(pair[0] for pair in handed[2:]), rel=1e-6)
+    pairs = zip(runs[0].model.parameters(), runs[1].model.parameters(), strict=True)
+    for ours, theirs in pairs:
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+    assert [float(c) for c in host_step_counters(runs[0].optimizer)] == [
+        float(c) for c in host_step_counters(runs[1].optimizer)
+    ]
+
+
+def test_a_key_the_trainer_would_ignore_is_refused_and_its_own_key_is_not():
+    refuse_unknown_trainer_keys({"type": "elmo_graph_step", "warmup_batches": 2, "grad_norm": 1})
+    with pytest.raises(ConfigurationError, match="did you mean trainer.warmup_batches"):
+        refuse_unknown_trainer_keys({"type": "elmo_graph_step", "warmup_batch": 2})
+    with pytest.raises(ConfigurationError, match="trainer.warmup_batches is not a key"):
+        refuse_unknown_trainer_keys({"warmup_batches": 2})
