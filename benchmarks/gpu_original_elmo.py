@@ -20,6 +20,12 @@ batch size and precision (fp32: TF32 off; tf32: TF32 matmuls and convolutions; b
   (kernel time over wall time), GPU kernel time vs waiting for the data loader vs the rest
   (launch gaps, Python, host syncs), the kernels and the host's waits for the GPU per step,
   and the costliest kernels and host operators.
+Each run is made with each of `--steppers`: `eager`, the step above; `graph`, allennlp's
+per-batch calls on the `elmo_graph_step` trainer (one eager warm-up batch, then the step
+captured in a CUDA graph and replayed; eager with its log line on a CPU). Per config and
+precision, `graph_vs_eager` trains 5 batches (dropout off, the same batches and random draws) on
+both steppers from the same weights: the largest relative difference between a loss the graph's
+trainer hands on and the eager loss of the same batch (its values come one step late).
 `--dense-softmax` adds the LSTM at the largest batch and the first precision with a dense
 softmax and dense Adagrad (`sparse_embeddings: false`): against the config's row gradients,
 the faster for one GPU.
@@ -68,12 +74,15 @@ from benchmarks.support.common import (
     run_benchmark,
     scale_corpus_command,
 )
+from benchmarks.support.trainer_batch import handed_on, train_batch
 from elmo_plugin.data.corpus_data_loader import to_device
+from elmo_plugin.training.elmo_graph_step import ElmoGraphStepTrainer
 from elmo_plugin.training.process_settings import ProcessSettings
 from elmo_plugin.training.sparse_gradient_sync import unclippable_sparse_parameters
 
 NAME = "gpu_original_elmo"
 CONFIGS = {"lstm": "elmo_lstm_original.jsonnet", "transformer": "elmo_transformer_original.jsonnet"}
+STEPPERS = ("eager", "graph")
 # The softmax's gradient: the config's fixed-shape row gradients, or a dense softmax (dense
 # Adagrad over every row).
 SOFTMAXES: dict[str, dict[str, Any]] = {
@@ -87,6 +96,11 @@ PRECISIONS: dict[
     "tf32": {},
     "bf16": {"model.mixed_precision": "bf16"},
 }
+NO_DROPOUT = {  # graph_vs_eager
+    "model.dropout": 0.0,
+    "model.contextualizer.dropout": 0.0,
+}
+NO_TRANSFORMER_DROPOUT = {**NO_DROPOUT, "model.contextualizer.input_dropout": 0.0}
 SHRUNK: dict[str, Any] = {  # --dry-run: every size down, same code paths
     "model.text_field_embedder.token_embedders.elmo.filters": [[1, 8], [2, 8], [3, 16]],
     "model.text_field_embedder.token_embedders.elmo.projection_dim": 16,
@@ -124,7 +138,13 @@ class TrainingRun:
     """A config's model, data loader and optimizer, built as `allennlp train` builds them."""
 
     def __init__(
-        self, config: str, values: dict, corpus: Path, vocab: Vocabulary, device: torch.device
+        self,
+        config: str,
+        values: dict,
+        corpus: Path,
+        vocab: Vocabulary,
+        device: torch.device,
+        stepper: str = "eager",
     ) -> None:
         params = Params.from_file(str(CONFIG_DIR / config), json.dumps(values))
         reader = DatasetReader.from_params(params.pop("dataset_reader"))
@@ -150,6 +170,17 @@ class TrainingRun:
         self.device = device
         self.batches = endless(self.loader)
         self.data_seconds = 0.0
+        self.trainer = None
+        if stepper == "graph":
+            self.trainer = ElmoGraphStepTrainer(
+                self.model,
+                self.optimizer,
+                self.loader,
+                serialization_dir=str(corpus / "graph_step"),
+                grad_norm=self.grad_norm if self.clips else False,
+                cuda_device=device,
+                warmup_batches=1,
+            )
 
     def next_batch(self) -> dict:
         """The loader's next batch on the device, copied as the loader copies it (pinned,
@@ -160,8 +191,12 @@ class TrainingRun:
         return to_device(batch, self.device)
 
     def step(self) -> torch.Tensor:
-        """One optimizer step as allennlp's trainer takes it; returns the number of targets."""
+        """One optimizer step as allennlp's trainer takes it (without its host reads, or through
+        `elmo_graph_step`'s per-batch calls); returns the number of targets."""
         batch = self.next_batch()
+        if self.trainer is not None:
+            outputs, _ = train_batch(self.trainer, batch)
+            return outputs["batch_weight"].detach().clone()  # a replay overwrites its outputs
         self.optimizer.zero_grad(set_to_none=True)
         output = self.model(**batch)
         output["loss"].backward()
@@ -266,6 +301,7 @@ def measure_training(
     precision: str,
     batch_size: int,
     softmax: str,
+    stepper: str,
     args,
     corpus: Path,
     vocab,
@@ -282,7 +318,7 @@ def measure_training(
     if args.dry_run:
         values.update(SHRUNK, **(SHRUNK_TRANSFORMER if name == "transformer" else SHRUNK_LSTM))
         values["data_loader.batch_size"] = batch_size // 16
-    run = TrainingRun(CONFIGS[name], values, corpus, vocab, device)
+    run = TrainingRun(CONFIGS[name], values, corpus, vocab, device, stepper)
     run.model.train()
     flops = run.flops_per_step()
     for _ in range(args.warmup):
@@ -302,6 +338,7 @@ def measure_training(
         "precision": precision,
         "batch_size": batch_size,
         "softmax": softmax,
+        "stepper": stepper,
         "steps": args.steps,
         "gradient_clipping": run.clips,
         "tokens_per_s": round(tokens / seconds, 1),
@@ -480,30 +517,81 @@ def measure_embedding(args, corpus: Path, device: torch.device, precisions: list
     return result
 
 
-def training_runs(args, precisions: list[str]) -> list[tuple[str, str, int, str]]:
-    """(config, precision, batch size, softmax) of every training measurement asked for."""
+def training_runs(args, precisions: list[str]) -> list[tuple[str, str, int, str, str]]:
+    """(config, precision, batch size, softmax, stepper) of every training measurement asked
+    for."""
     batch_sizes = [int(size) for size in args.batch_sizes.split(",") if size]
+    steppers = [stepper for stepper in args.steppers.split(",") if stepper]
     runs = [
-        (name, precision, batch_size, "rows")
+        (name, precision, batch_size, "rows", stepper)
         for name in args.configs.split(",")
         if name
         for batch_size in batch_sizes
         for precision in precisions
+        for stepper in steppers
     ]
     if args.dense_softmax:
-        runs.append(("lstm", precisions[0], max(batch_sizes), "dense"))
+        runs.append(("lstm", precisions[0], max(batch_sizes), "dense", steppers[0]))
     return runs
+
+
+def graph_vs_eager(name: str, precision: str, args, corpus: Path, vocab, device) -> dict:
+    """5 batches without dropout on both steppers from the same weights, the same batches and
+    random draws: the losses each hands on, whether the graph stepper captured its step, and
+    the largest relative difference of a graph loss (one batch late where captured) to the
+    eager loss of its batch, over batches 1-3."""
+    values = {
+        "data_loader.num_workers": 0,
+        **PRECISIONS[precision],
+        **(NO_TRANSFORMER_DROPOUT if name == "transformer" else NO_DROPOUT),
+    }
+    ProcessSettings(tf32=precision != "fp32").apply()
+    if args.dry_run:
+        values.update(SHRUNK, **(SHRUNK_TRANSFORMER if name == "transformer" else SHRUNK_LSTM))
+    runs = [TrainingRun(CONFIGS[name], values, corpus, vocab, device, s) for s in STEPPERS]
+    eager_trainer = ElmoGraphStepTrainer(  # eager throughout: it never reaches its capture
+        runs[0].model,
+        runs[0].optimizer,
+        runs[0].loader,
+        serialization_dir=str(corpus / "eager_step"),
+        grad_norm=runs[0].grad_norm if runs[0].clips else False,
+        cuda_device=device,
+        warmup_batches=10**9,
+    )
+    losses: dict[str, list[float]] = {stepper: [] for stepper in STEPPERS}
+    for index in range(5):
+        batch = runs[0].next_batch()
+        for stepper, trainer in zip(STEPPERS, (eager_trainer, runs[1].trainer), strict=True):
+            torch.manual_seed(index)
+            losses[stepper].append(handed_on(trainer, batch)[0])
+    captured = runs[1].trainer is not None and runs[1].trainer._graph is not None
+    # batch 0 eager, 1 captured (handing on its own values), then one late; eager throughout
+    # where it could not capture (a CPU)
+    graph = losses["graph"][2:] if captured else losses["graph"][1:4]
+    differences = [abs(g - e) / abs(e) for g, e in zip(graph, losses["eager"][1:4], strict=True)]
+    del runs, eager_trainer
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return {
+        "graph_vs_eager": CONFIGS[name],
+        "precision": precision,
+        "captured": captured,
+        "losses": losses,
+        "max_relative_difference": max(differences),
+    }
 
 
 def against_baseline(result: dict[str, Any], baseline: list[dict[str, Any]]) -> str:
     """`result`'s tokens/s over the baseline run's of the same config, precision, batch size
-    (128 where a run does not name one) and softmax ("rows": the config's own), e.g. "11.2x"."""
+    (128 where a run does not name one), softmax ("rows": the config's own) and stepper
+    ("eager" where a run does not name one), e.g. "11.2x"."""
     for other in baseline:
         if (
             other.get("config") == result["config"]
             and other.get("precision") == result["precision"]
             and other.get("batch_size", 128) == result["batch_size"]
             and other.get("softmax", "rows") == result["softmax"]
+            and other.get("stepper", "eager") == result["stepper"]
         ):
             return f"{result['tokens_per_s'] / other['tokens_per_s']:.2f}x"
     return "-"
@@ -533,6 +621,9 @@ def main(argv: list[str]) -> dict[str, Any]:
     )
     parser.add_argument(
         "--batch-sizes", default="128", help="comma-separated windows per step, e.g. 128,384"
+    )
+    parser.add_argument(
+        "--steppers", default="eager,graph", help="comma-separated: eager, graph (elmo_graph_step)"
     )
     parser.add_argument(
         "--dense-softmax",
@@ -586,15 +677,33 @@ def main(argv: list[str]) -> dict[str, Any]:
         vocab = Vocabulary.from_params(
             Params({"type": "elmo_tokens_file", "tokens_file": str(tokens_file)})
         )
-        for name_, precision, batch_size, softmax in training_runs(args, precisions):
+        for name_, precision, batch_size, softmax, stepper in training_runs(args, precisions):
             result = measure_training(
-                name_, precision, batch_size, softmax, args, Path(folder), vocab, device, peaks
+                name_,
+                precision,
+                batch_size,
+                softmax,
+                stepper,
+                args,
+                Path(folder),
+                vocab,
+                device,
+                peaks,
             )
             print(json.dumps(result), flush=True)
             results.append(result)
             key = f"{name_}_{precision}_b{batch_size}{'_dense' if softmax == 'dense' else ''}"
+            key += "_graph" if stepper == "graph" else ""
             figures[f"{key}_tokens_per_s"] = result["tokens_per_s"]
             figures["headline"].append(f"{key}_tokens_per_s")
+        if "graph" in args.steppers.split(","):
+            for name_ in [name for name in args.configs.split(",") if name]:
+                for precision in precisions:
+                    result = graph_vs_eager(name_, precision, args, Path(folder), vocab, device)
+                    print(json.dumps(result), flush=True)
+                    results.append(result)
+                    key = f"{name_}_{precision}_graph_vs_eager_max_relative_difference"
+                    figures[key] = result["max_relative_difference"]
         if not args.no_embed:
             result = measure_embedding(args, Path(folder), device, precisions)
             print(json.dumps(result), flush=True)
@@ -608,7 +717,8 @@ def main(argv: list[str]) -> dict[str, Any]:
         )
     baseline = json.loads(Path(args.baseline).read_text())["results"] if args.baseline else []
     print(
-        f"\n{'config':34} {'prec':5} {'batch':>5} {'softmax':7} {'tokens/s':>10} {'s/step':>7} "
+        f"\n{'config':34} {'prec':5} {'batch':>5} {'softmax':7} {'stepper':7} {'tokens/s':>10} "
+        f"{'s/step':>7} "
         f"{'TFLOP/s':>8} {'of matmul':>9} {'GPU busy':>8} {'kernels':>8} {'syncs':>6} "
         f"{'peak GiB':>8} {'vs baseline':>11}"
     )
@@ -617,11 +727,17 @@ def main(argv: list[str]) -> dict[str, Any]:
             profile = r.get("profile", {})
             print(
                 f"{r['config']:34} {r['precision']:5} {r['batch_size']:>5} {r['softmax']:7} "
-                f"{r['tokens_per_s']:>10} {r['s_per_step']:>7} {r['achieved_tflop_s']:>8} "
+                f"{r['stepper']:7} {r['tokens_per_s']:>10} {r['s_per_step']:>7} "
+                f"{r['achieved_tflop_s']:>8} "
                 f"{r['fraction_of_matmul_rate']:>9} {profile.get('gpu_busy_share', '-'):>8} "
                 f"{profile.get('kernels_per_step', '-'):>8} "
                 f"{profile.get('host_syncs_per_step', '-'):>6} "
                 f"{str(r['peak_memory_gib']):>8} {against_baseline(r, baseline):>11}"
+            )
+        elif "graph_vs_eager" in r:
+            print(
+                f"{r['graph_vs_eager']} {r['precision']}: graph vs eager losses on the same "
+                f"batches, max relative difference {r['max_relative_difference']:.2e}"
             )
         else:
             print(

@@ -5,12 +5,14 @@
 #   tests: the CUDA tests (tests/cuda: components, the CLI on cuda:0, a step under
 #          set_sync_debug_mode("error")) and the step audit on this torch;
 #   bench: python -m benchmarks.gpu_original_elmo at full size, TF32 and bf16, batches of 128
-#          and 384 windows, the dense softmax beside the row gradients, elmo-embed vs Elmo; first
+#          and 384 windows, each eager and on elmo_graph_step's CUDA graph (with the graph's
+#          losses against eager ones on the same batches), the dense softmax beside the row
+#          gradients, elmo-embed vs Elmo; first
 #          the same benchmark of the code in .gpu_baseline/ (the step before, made by
 #          scripts/gpu_bundle.sh) at 128, so each run prints its speed against it;
-#   train: `allennlp train elmo_lstm_original.jsonnet` at full size on ~150 batches of 1B
-#          Word-shaped text with the 793,471-word tokens.txt, then `allennlp evaluate` on a
-#          held-out shard, both on cuda:0.
+#   train: `allennlp train elmo_lstm_original.jsonnet` with the elmo_graph_step trainer at full
+#          size on ~150 batches of 1B Word-shaped text with the 793,471-word tokens.txt, then
+#          `allennlp evaluate` on a held-out shard, both on cuda:0.
 # Logs and results go to $OUT (default gpu_out/); the end of each log is printed. Scratch data and
 # the training run go to $SCRATCH (default $OUT/scratch); the venv to $GPU_VENV (default .venv-gpu/).
 # TEST_PATHS picks the tests (default the two above), TRAIN_TOKENS the training text's size
@@ -75,11 +77,11 @@ if stage train; then
   python scripts/make_scale_corpus.py --tokens 20000 --shards 1 --out "$data/heldout" --seed 2 > /dev/null
   run=$SCRATCH/elmo_original_run && rm -rf "$run"
   values=$(printf '{"train_data_path": "%s/train/*.txt", "validation_data_path": "%s/heldout/*.txt", "vocabulary": {"type": "elmo_tokens_file", "tokens_file": "%s/tokens.txt"}, "trainer.num_epochs": 1, "data_loader.num_workers": 2, %s}' \
-    "$data" "$data" "$data" "${TRAIN_MODEL_ARGS:-\"trainer.callbacks.0.tf32\": true, \"evaluation.tf32\": true, \"model.mixed_precision\": \"bf16\"}")
+    "$data" "$data" "$data" "${TRAIN_MODEL_ARGS:-\"trainer.type\": \"elmo_graph_step\", \"trainer.callbacks.0.tf32\": true, \"evaluation.tf32\": true, \"model.mixed_precision\": \"bf16\"}")
   start=$(date +%s)
   allennlp train training_config/elmo_lstm_original.jsonnet -s "$run" -o "$values" > "$OUT/train.log" 2>&1 || status=1
   echo "train wall s: $(( $(date +%s) - start ))"
-  grep -E "Epoch 0|accuracy|perplexity|batch_loss" "$OUT/train.log" | tail -5
+  grep -E "elmo_graph_step|Epoch 0|accuracy|perplexity|batch_loss" "$OUT/train.log" | tail -6
   cp "$run/metrics.json" "$OUT/train_metrics.json" 2>/dev/null && cat "$OUT/train_metrics.json"
   allennlp evaluate "$run/model.tar.gz" "$data/heldout/*.txt" --cuda-device 0 --output-file "$OUT/evaluate.json" \
     > "$OUT/evaluate.log" 2>&1 || status=1

@@ -71,6 +71,8 @@
     num_workers: 1,
     fixed_shape: true,  // padded to 128 x 22 (20 tokens + <S> </S>): no new shape on a GPU
   },
+  // On a GPU, -o '{"trainer.type": "elmo_graph_step"}' captures each training step in one CUDA
+  // graph and replays it (docs/gpu.md, "One CUDA graph per step").
   trainer: {
     num_epochs: 10,
     // allennlp's adagrad, applying the softmax's row gradients too (docs/pretraining.md)

@@ -1,7 +1,9 @@
 """Trainer `elmo_graph_step`: allennlp's trainer with each training step replayed as one CUDA
 graph."""
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from typing import Any, Optional
 
 import torch
@@ -19,9 +21,13 @@ logger = logging.getLogger(__name__)
 READ_ON_HOST = ("loss", "reg_loss")
 
 
-def optimizer_options(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
-    """Each parameter group's options (learning rate, ...): what a captured step has built in."""
-    return [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
+def optimizer_options(optimizer: torch.optim.Optimizer, but: tuple[str, ...]) -> list[dict]:
+    """Each parameter group's options (learning rate, ...) but `but`: what a captured step has
+    built in."""
+    return [
+        {k: v for k, v in group.items() if k != "params" and k not in but}
+        for group in optimizer.param_groups
+    ]
 
 
 def host_step_counters(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
@@ -45,13 +51,17 @@ class ElmoGraphStepTrainer(GradientDescentTrainer):
     batch of another shape runs eagerly). What allennlp reads on the host after a step comes one
     step late (`LaggedReadback`), so the host never waits for the step it just queued: the
     batch loss and gradient norm that the progress bar, callbacks and TensorBoard get are the
-    previous batch's; an epoch's `loss` is exact. An optimizer option changed since the capture
+    previous batch's; an epoch's `loss` is exact. With a `learning_rate_scheduler` the captured
+    step reads each group's learning rate from a device tensor, set before each replay to the
+    rate the scheduler gives that batch (its `step_batch` with the batch number allennlp then
+    gives it too); without one, an optimizer option changed since the capture
     (`elmo_validation_checks`' `lr_patience`) is captured again.
 
     It runs eagerly, as `gradient_descent`, and says why in one log line: on a CPU, under
-    distributed training, with `num_gradient_accumulation_steps` > 1, a learning-rate or
-    momentum scheduler (a new rate every batch), `use_amp`, an optimizer `lr_decay` (counted on
-    the host), or a step that cannot be captured (the error's first line).
+    distributed training, with `num_gradient_accumulation_steps` > 1, a momentum scheduler,
+    `use_amp`, an optimizer `lr_decay` (counted on the host), or a step that cannot be captured
+    (the error's first line: an optimizer that takes no learning rate as a tensor, with a
+    scheduler).
 
     # Parameters
 
@@ -75,6 +85,8 @@ class ElmoGraphStepTrainer(GradientDescentTrainer):
             logger.info("elmo_graph_step: eager steps: %s", self._eager_reason)
         self._graph: Optional[StepGraph] = None
         self._captured_options: list[dict[str, Any]] = []
+        # with a scheduler: each group's learning rate as the captured step reads it
+        self._learning_rates: list[torch.Tensor] = []
         self._host_counters: list[torch.Tensor] = []
         self._other_shapes_logged = False
         self._replayed = False
@@ -89,10 +101,7 @@ class ElmoGraphStepTrainer(GradientDescentTrainer):
             (self.cuda_device.type != "cuda", f"the device is {self.cuda_device}, not CUDA"),
             (self._distributed, "distributed training"),
             (self._num_gradient_accumulation_steps > 1, "num_gradient_accumulation_steps > 1"),
-            (
-                self._learning_rate_scheduler is not None or self._momentum_scheduler is not None,
-                "a learning-rate or momentum scheduler changes the optimizer every batch",
-            ),
+            (self._momentum_scheduler is not None, "a momentum scheduler"),
             (self._use_amp, "use_amp"),
             (
                 any(group.get("lr_decay") for group in self.optimizer.param_groups),
@@ -119,6 +128,11 @@ class ElmoGraphStepTrainer(GradientDescentTrainer):
         graph = self._graph_for(batch) if for_training else None
         if graph is None:
             return super().batch_outputs(batch, for_training)
+        if self._learning_rate_scheduler is not None:
+            self._learning_rate_scheduler.step_batch(self._total_batches_completed + 1)
+            groups = self.optimizer.param_groups
+            for rate, group in zip(self._learning_rates, groups, strict=True):
+                rate.fill_(group["lr"])
         outputs = dict(graph.replay(batch))
         for counter in self._host_counters:
             counter += 1
@@ -146,7 +160,7 @@ class ElmoGraphStepTrainer(GradientDescentTrainer):
         if self._eager_reason is not None or self._eager_batches < self._warmup_batches:
             self._eager_batches += 1
             return None
-        if self._graph is not None and self._captured_options != optimizer_options(self.optimizer):
+        if self._graph is not None and self._captured_options != self._options():
             logger.info(
                 "elmo_graph_step: the optimizer's options changed; capturing the step again"
             )
@@ -169,6 +183,12 @@ class ElmoGraphStepTrainer(GradientDescentTrainer):
         counters = host_step_counters(self.optimizer)
         before = [counter.clone() for counter in counters]
         self.optimizer.zero_grad(set_to_none=True)
+        self._learning_rates = []
+        if self._learning_rate_scheduler is not None:
+            self._learning_rates = [
+                torch.tensor(float(group["lr"]), device=self.cuda_device)
+                for group in self.optimizer.param_groups
+            ]
         try:
             self._graph = StepGraph(self._step, batch)
         except Exception as error:  # noqa: BLE001  (whatever cannot be captured runs eagerly)
@@ -182,8 +202,27 @@ class ElmoGraphStepTrainer(GradientDescentTrainer):
             for counter, value in zip(counters, before, strict=True):
                 counter.copy_(value)
         self._host_counters = advanced
-        self._captured_options = optimizer_options(self.optimizer)
+        self._captured_options = self._options()
         logger.info("elmo_graph_step: the training step is captured in a CUDA graph")
+
+    def _options(self) -> list[dict[str, Any]]:
+        return optimizer_options(self.optimizer, but=("lr",) if self._learning_rates else ())
+
+    @contextlib.contextmanager
+    def _rates_on_the_device(self) -> Iterator[None]:
+        """Inside: each group's learning rate is its device tensor (with a scheduler)."""
+        if not self._learning_rates:
+            yield
+            return
+        groups = self.optimizer.param_groups
+        rates = [group["lr"] for group in groups]
+        for group, rate in zip(groups, self._learning_rates, strict=True):
+            group["lr"] = rate
+        try:
+            yield
+        finally:
+            for group, rate in zip(groups, rates, strict=True):
+                group["lr"] = rate
 
     def _step(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         """One training step as allennlp's trainer takes it, without its host reads: forward,
@@ -200,7 +239,8 @@ class ElmoGraphStepTrainer(GradientDescentTrainer):
             norms = torch.stack([torch.linalg.vector_norm(gradient) for gradient in gradients])
             scalars["grad_norm"] = torch.linalg.vector_norm(norms)
         super().clip_gradient()
-        self.optimizer.step()
+        with self._rates_on_the_device():
+            self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return scalars
 

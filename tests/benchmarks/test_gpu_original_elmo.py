@@ -36,8 +36,9 @@ def test_help_names_every_measurement():
 
 
 def test_dry_run_trains_both_configs_and_embeds_on_cpu_and_leaves_no_temporary_files(tmp_path):
-    """Both configs at two batch sizes, the dense softmax at the larger, every run profiled,
-    each compared with a baseline run of the same config, precision and batch size."""
+    """Both configs at two batch sizes with both steppers, the dense softmax at the larger, every
+    run profiled, each compared with a baseline run of the same config, precision, batch size
+    and stepper; the graph stepper's losses (eager here, on a CPU) against the eager ones."""
     temporary = tmp_path / "tmp"
     temporary.mkdir()
     baseline = tmp_path / "baseline.json"
@@ -61,23 +62,39 @@ def test_dry_run_trains_both_configs_and_embeds_on_cpu_and_leaves_no_temporary_f
     report = json.loads((tmp_path / "out" / "results.json").read_text())
     training = [r for r in report["results"] if "config" in r]
     configs = ("elmo_lstm_original.jsonnet", "elmo_transformer_original.jsonnet")
-    assert {(r["config"], r["batch_size"], r["softmax"]) for r in training} == {
-        *((config, batch, "rows") for config in configs for batch in (128, 384)),
-        ("elmo_lstm_original.jsonnet", 384, "dense"),
-    }
+    assert sorted(
+        (r["config"], r["batch_size"], r["softmax"], r["stepper"]) for r in training
+    ) == sorted(
+        [
+            *(
+                (config, batch, "rows", stepper)
+                for config in configs
+                for batch in (128, 384)
+                for stepper in ("eager", "graph")
+            ),
+            ("elmo_lstm_original.jsonnet", 384, "dense", "eager"),
+        ]
+    )
     for r in training:
         assert r["tokens_per_s"] > 0 and r["flops_per_step"] > 0 and r["tokens_per_step"] > 0
     (line,) = [
-        line for line in result.stdout.splitlines() if " 128 rows " in line and "lstm" in line
+        line
+        for line in result.stdout.splitlines()
+        if " 128 rows    eager " in line and "lstm" in line
     ]
     assert line.split()[-1] == f"{training[0]['tokens_per_s']:.2f}x"  # against tokens/s 1.0
     profiles = [r["profile"] for r in training]
-    assert len(profiles) == 5 and all(0 <= p["gpu_busy_share"] <= 1 for p in profiles)
+    assert len(profiles) == 9 and all(0 <= p["gpu_busy_share"] <= 1 for p in profiles)
     for profile in profiles:  # where a step's time goes, host operators first on a CPU
         assert profile["top_host_operators"][0][0].startswith("aten::")
         assert {"kernels_per_step", "host_syncs_per_step", "host_sync_wait_s_per_step"} <= set(
             profile
         )
+    checks = [r for r in report["results"] if "graph_vs_eager" in r]
+    assert sorted(check["graph_vs_eager"] for check in checks) == sorted(configs)
+    for check in checks:  # no CUDA graph on a CPU: both steppers eager, the same losses
+        assert not check["captured"] and check["max_relative_difference"] == 0
+        assert len(check["losses"]["graph"]) == 5
     (embedding,) = [r for r in report["results"] if "speedup" in r]
     rates = ("fp32", "bf16", "float16", "pool_mean", "computation_only", "allennlp_elmo")
     assert all(embedding[f"{rate}_tokens_per_s"] > 0 for rate in rates)

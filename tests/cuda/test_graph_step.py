@@ -6,12 +6,16 @@ parameters on the same batches and random draws), a changed learning rate is cap
 
 import json
 import os
+from typing import Optional
 
 import pytest
 import torch
+from allennlp.common import Params
 from allennlp.training.gradient_descent_trainer import GradientDescentTrainer
+from allennlp.training.learning_rate_schedulers import LearningRateScheduler
 
 from benchmarks.step_audit import CONFIGS, SHRUNK, SHRUNK_CONTEXTUALIZER, AuditedStep
+from benchmarks.support.trainer_batch import handed_on
 from elmo_plugin.data.corpus_data_loader import to_device
 from elmo_plugin.training.elmo_graph_step import ElmoGraphStepTrainer, host_step_counters
 from tests.helpers import CONFIG_DIR, TINY_CHAR_CNN_OVERRIDES, overrides, run_allennlp
@@ -30,23 +34,21 @@ NO_DROPOUT = {
 }
 
 
-def train_batch(trainer: GradientDescentTrainer, batch: dict) -> list:
-    """One batch as allennlp's `_train_epoch` trains it -> [loss, gradient norm] it hands on."""
-    trainer.optimizer.zero_grad()
-    outputs = trainer.batch_outputs(batch, for_training=True)
-    if not any(callback.on_backward(trainer, outputs, False) for callback in trainer._callbacks):
-        outputs["loss"].backward()
-    norm = trainer.rescale_gradients()
-    trainer.clip_gradient()
-    trainer.optimizer.step()
-    return [outputs["loss"].item(), norm]
+def schedule(name: str, optimizer: torch.optim.Optimizer) -> Optional[LearningRateScheduler]:
+    """The transformer config's noam schedule, shrunk; none for the LSTM."""
+    if name != "transformer":
+        return None
+    params = Params({"type": "noam", "model_size": 16, "warmup_steps": 4})
+    return LearningRateScheduler.from_params(optimizer=optimizer, params=params)
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_replayed_steps_train_as_eager_steps(name, tmp_path):
-    """Warm-up, capture and 3 replays, then a halved learning rate (captured again) and 2 more,
-    against allennlp's eager trainer on a copy: each lagged loss and norm is the eager one of the
-    batch before, and the parameters agree at the end."""
+    """Warm-up, capture and 5 replays against allennlp's eager trainer on a copy: each lagged
+    loss and norm is the eager one of the batch before, the parameters and the host's step
+    counters agree at the end. The LSTM's learning rate is halved before the fifth batch (the
+    step captured again), the transformer's follows its config's noam schedule (read from a
+    device tensor by the captured step)."""
     values = {**SHRUNK, **SHRUNK_CONTEXTUALIZER[name], **NO_DROPOUT[name]}
     runs = [AuditedStep(CONFIGS[name], values, GPU) for _ in range(2)]
     trainers = [
@@ -57,6 +59,7 @@ def test_replayed_steps_train_as_eager_steps(name, tmp_path):
             serialization_dir=str(tmp_path / cls.__name__),
             grad_norm=run.grad_norm,
             cuda_device=GPU,
+            learning_rate_scheduler=schedule(name, run.optimizer),
             **options,
         )
         for cls, run, options in [
@@ -66,14 +69,14 @@ def test_replayed_steps_train_as_eager_steps(name, tmp_path):
     ]
     handed, eager = [], []
     for index in range(7):
-        if index == 5:
+        if index == 5 and name == "lstm":
             for run in runs:
                 for group in run.optimizer.param_groups:
                     group["lr"] /= 2
         batch = to_device(next(runs[0].batches), GPU)
         for trainer, out in zip(trainers, (handed, eager), strict=True):
             torch.manual_seed(index)
-            out.append(train_batch(trainer, batch))
+            out.append(handed_on(trainer, batch))
     assert trainers[0]._graph is not None and trainers[0]._replayed
     # batch 0 eager, batch 1 captured: its first replay hands on its own values, then one late
     assert sum(handed[:2], []) == pytest.approx(sum(eager[:2], []), rel=1e-5)

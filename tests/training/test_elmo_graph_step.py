@@ -6,8 +6,10 @@ import logging
 
 import pytest
 import torch
+from allennlp.common import Params
 from allennlp.common.checks import ConfigurationError
 from allennlp.training.gradient_descent_trainer import GradientDescentTrainer
+from allennlp.training.learning_rate_schedulers import LearningRateScheduler
 
 from benchmarks.step_audit import (
     CONFIGS,
@@ -17,6 +19,7 @@ from benchmarks.step_audit import (
     AuditedStep,
 )
 from benchmarks.support.op_audit import OpAudit
+from benchmarks.support.trainer_batch import handed_on, train_batch
 from elmo_plugin.data.corpus_data_loader import to_device
 from elmo_plugin.training import elmo_graph_step
 from elmo_plugin.training.elmo_graph_step import ElmoGraphStepTrainer, host_step_counters
@@ -169,18 +172,6 @@ def replays_on_the_cpu(monkeypatch):
     monkeypatch.setattr(ElmoGraphStepTrainer, "_why_eager", lambda self: None)
 
 
-def train_batch(trainer: GradientDescentTrainer, batch: dict) -> list:
-    """One batch as allennlp's `_train_epoch` trains it -> [loss, gradient norm] it hands on."""
-    trainer.optimizer.zero_grad()
-    outputs = trainer.batch_outputs(batch, for_training=True)
-    if not any(callback.on_backward(trainer, outputs, False) for callback in trainer._callbacks):
-        outputs["loss"].backward()
-    norm = trainer.rescale_gradients()
-    trainer.clip_gradient()
-    trainer.optimizer.step()
-    return [outputs["loss"].item(), norm]
-
-
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_replays_hand_on_the_batch_befores_values_and_train_as_eager_steps(
     name, tmp_path, replays_on_the_cpu, caplog
@@ -202,7 +193,7 @@ def test_replays_hand_on_the_batch_befores_values_and_train_as_eager_steps(
             batch = next(runs[0].batches)
             for trainer, out in zip((graph, plain), (handed, eager), strict=True):
                 torch.manual_seed(index)
-                out.append(train_batch(trainer, batch))
+                out.append(handed_on(trainer, batch))
     assert sum(handed[:3], []) == pytest.approx(sum(eager[:3], []), rel=1e-6)
     for index in range(3, 7):
         assert handed[index] == pytest.approx(eager[index - 1], rel=1e-6), index
@@ -231,3 +222,41 @@ def test_a_key_the_trainer_would_ignore_is_refused_and_its_own_key_is_not():
         refuse_unknown_trainer_keys({"type": "elmo_graph_step", "warmup_batch": 2})
     with pytest.raises(ConfigurationError, match="trainer.warmup_batches is not a key"):
         refuse_unknown_trainer_keys({"warmup_batches": 2})
+
+
+@pytest.mark.usefixtures("replays_on_the_cpu")
+def test_with_a_scheduler_each_replay_reads_the_batchs_learning_rate(tmp_path):
+    """The original transformer's noam schedule: the captured step reads the learning rates
+    from device tensors, set before each replay to the batch's rate; the parameters and rates
+    follow allennlp's trainer with the same schedule."""
+    runs = [shrunk("transformer"), shrunk("transformer")]
+    schedule = {"type": "noam", "model_size": 16, "warmup_steps": 4}
+    trainers = [
+        trainer_for(
+            run,
+            tmp_path / str(index),
+            trainer_class,
+            learning_rate_scheduler=LearningRateScheduler.from_params(
+                optimizer=run.optimizer, params=Params(dict(schedule))
+            ),
+            **options,
+        )
+        for index, (run, trainer_class, options) in enumerate(
+            [
+                (runs[0], ElmoGraphStepTrainer, {"warmup_batches": 2}),
+                (runs[1], GradientDescentTrainer, {}),
+            ]
+        )
+    ]
+    rates = []
+    for index in range(7):
+        batch = next(runs[0].batches)
+        for trainer in trainers:
+            torch.manual_seed(index)
+            train_batch(trainer, batch)
+        rates.append([group["lr"] for run in runs for group in run.optimizer.param_groups])
+    assert trainers[0]._replayed and len(trainers[0]._learning_rates) == 1
+    assert all(rate[0] == rate[1] for rate in rates) and len({rate[0] for rate in rates}) == 7
+    pairs = zip(runs[0].model.parameters(), runs[1].model.parameters(), strict=True)
+    for ours, theirs in pairs:
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
