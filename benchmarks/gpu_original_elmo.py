@@ -62,6 +62,7 @@ import torch
 from allennlp.common import Params
 from allennlp.data import DataLoader, DatasetReader, Vocabulary
 from allennlp.models import Model
+from allennlp.training.gradient_descent_trainer import GradientDescentTrainer
 from allennlp.training.optimizers import Optimizer
 
 import elmo_plugin  # noqa: F401  (registers components)
@@ -170,17 +171,23 @@ class TrainingRun:
         self.device = device
         self.batches = endless(self.loader)
         self.data_seconds = 0.0
-        self.trainer = None
-        if stepper == "graph":
-            self.trainer = ElmoGraphStepTrainer(
-                self.model,
-                self.optimizer,
-                self.loader,
-                serialization_dir=str(corpus / "graph_step"),
-                grad_norm=self.grad_norm if self.clips else False,
-                cuda_device=device,
-                warmup_batches=1,
-            )
+        self.trainer = self.trainer_of(ElmoGraphStepTrainer, corpus) if stepper == "graph" else None
+
+    def trainer_of(
+        self, trainer: type[GradientDescentTrainer], folder: Path
+    ) -> GradientDescentTrainer:
+        """An allennlp trainer of this run's model, optimizer, loader and clipping, on its
+        device (`elmo_graph_step` after one eager warm-up batch)."""
+        options: dict[str, Any] = {"warmup_batches": 1} if trainer is ElmoGraphStepTrainer else {}
+        return trainer(
+            self.model,
+            self.optimizer,
+            self.loader,
+            serialization_dir=str(folder / trainer.__name__),
+            grad_norm=self.grad_norm if self.clips else False,
+            cuda_device=self.device,
+            **options,
+        )
 
     def next_batch(self) -> dict:
         """The loader's next batch on the device, copied as the loader copies it (pinned,
@@ -548,28 +555,23 @@ def graph_vs_eager(name: str, precision: str, args, corpus: Path, vocab, device)
     ProcessSettings(tf32=precision != "fp32").apply()
     if args.dry_run:
         values.update(SHRUNK, **(SHRUNK_TRANSFORMER if name == "transformer" else SHRUNK_LSTM))
-    runs = [TrainingRun(CONFIGS[name], values, corpus, vocab, device, s) for s in STEPPERS]
-    eager_trainer = ElmoGraphStepTrainer(  # eager throughout: it never reaches its capture
-        runs[0].model,
-        runs[0].optimizer,
-        runs[0].loader,
-        serialization_dir=str(corpus / "eager_step"),
-        grad_norm=runs[0].grad_norm if runs[0].clips else False,
-        cuda_device=device,
-        warmup_batches=10**9,
-    )
+    runs = [TrainingRun(CONFIGS[name], values, corpus, vocab, device) for _ in STEPPERS]
+    trainers = [
+        run.trainer_of(trainer, corpus)
+        for run, trainer in zip(runs, (GradientDescentTrainer, ElmoGraphStepTrainer), strict=True)
+    ]
     losses: dict[str, list[float]] = {stepper: [] for stepper in STEPPERS}
     for index in range(5):
         batch = runs[0].next_batch()
-        for stepper, trainer in zip(STEPPERS, (eager_trainer, runs[1].trainer), strict=True):
+        for stepper, trainer in zip(STEPPERS, trainers, strict=True):
             torch.manual_seed(index)
             losses[stepper].append(handed_on(trainer, batch)[0])
-    captured = runs[1].trainer is not None and runs[1].trainer._graph is not None
+    captured = getattr(trainers[1], "_graph", None) is not None
     # batch 0 eager, 1 captured (handing on its own values), then one late; eager throughout
     # where it could not capture (a CPU)
     graph = losses["graph"][2:] if captured else losses["graph"][1:4]
     differences = [abs(g - e) / abs(e) for g, e in zip(graph, losses["eager"][1:4], strict=True)]
-    del runs, eager_trainer
+    del runs, trainers
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return {

@@ -15,7 +15,7 @@ from elmo_plugin.training.elmo_graph_step import ElmoGraphStepTrainer
 
 def own_keys(trainer: type) -> list[str]:
     """The keyword-only parameters a trainer adds to `gradient_descent`'s."""
-    parameters = inspect.signature(trainer.__init__).parameters.values()
+    parameters = inspect.signature(trainer).parameters.values()
     return [p.name for p in parameters if p.kind == inspect.Parameter.KEYWORD_ONLY]
 
 
