@@ -15,6 +15,7 @@ from tests.cli.test_exact_resume_cli import (
     train,
 )
 from tests.training.test_elmo_graph_step import replays_on_the_cpu  # noqa: F401  (a fixture)
+from tests.training.test_tensorboard_callbacks import read_scalars
 
 GRAPH_STEP = {"trainer.type": "elmo_graph_step", "trainer.warmup_batches": 2}
 
@@ -53,15 +54,33 @@ def test_graph_step_trains_as_gradient_descent_on_the_cpu_and_resumes_exactly(
 
 
 @pytest.mark.usefixtures("replays_on_the_cpu")
-def test_replayed_steps_report_the_epochs_exact_loss(tiny_corpus, tmp_path):
+def test_replayed_steps_report_the_epochs_exact_loss_beside_the_shipped_callbacks(
+    tiny_corpus, tmp_path
+):
     """The trainer's GPU path on the CPU (tests/training's stand-ins for the graph and the lagged
-    host reads): the batches it hands on one late, an epoch's loss and perplexities are still
-    those of allennlp's `gradient_descent`."""
+    host reads), with the original config's callbacks and validation checks that halve the
+    learning rate: the batch values it hands on come one late, yet TensorBoard gets every
+    batch's, the rate changes are captured again, and an epoch's loss and perplexities are those
+    of allennlp's `gradient_descent`."""
     plain = shrunk_original(tiny_corpus, num_workers=0, processes=1)
+    callbacks = [
+        {"type": "elmo_process_settings", "keep_freed_heap": True},
+        {"type": "elmo_tensorboard", "summary_interval": 2},
+        {"type": "tokens_per_second", "summary_interval": 2},
+        {"type": "elmo_corpus_resume"},
+        {  # "+perplexity": no check after the first is a best one: the rate halves every check
+            "type": "elmo_validation_checks",
+            "every_num_batches": 8,
+            "validation_metric": "+perplexity",
+            "lr_patience": 1,
+        },
+    ]
+    plain["trainer.callbacks"] = callbacks
     train(plain, tmp_path / "plain", tmp_path / "plain-record")
     train({**plain, **GRAPH_STEP}, tmp_path / "graph", tmp_path / "graph-record")
     log = (tmp_path / "graph" / "out.log").read_text()
-    assert log.count("the training step is captured in a CUDA graph") == 1
+    assert log.count("the training step is captured in a CUDA graph") >= 2
+    assert "the optimizer's options changed; capturing the step again" in log
     metrics = [
         json.loads((tmp_path / run / "metrics.json").read_text()) for run in ("plain", "graph")
     ]
@@ -72,3 +91,10 @@ def test_replayed_steps_report_the_epochs_exact_loss(tiny_corpus, tmp_path):
         "validation_perplexity",
     ):
         assert metrics[1][name] == pytest.approx(metrics[0][name], rel=1e-6), name
+    scalars = [read_scalars(tmp_path / run / "log" / "train") for run in ("plain", "graph")]
+    for tag in ("train/batch_loss", "train/tokens_per_second"):
+        assert scalars[1][tag].keys() == scalars[0][tag].keys() and scalars[1][tag], tag
+    checks = [
+        (tmp_path / run / "validation_checks.jsonl").read_text() for run in ("plain", "graph")
+    ]
+    assert checks[0].count("\n") == checks[1].count("\n") > 2

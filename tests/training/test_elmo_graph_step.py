@@ -260,3 +260,22 @@ def test_with_a_scheduler_each_replay_reads_the_batchs_learning_rate(tmp_path):
     pairs = zip(runs[0].model.parameters(), runs[1].model.parameters(), strict=True)
     for ours, theirs in pairs:
         torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_each_reason_to_train_eagerly_is_named(tmp_path):
+    """On a CUDA device nothing keeps the original LSTM from its capture; each of these does."""
+    trainer = trainer_for(shrunk("lstm"), tmp_path)
+    trainer.cuda_device = torch.device("cuda", 0)
+    assert trainer._why_eager() is None
+    for attribute, value, reason in [
+        ("_distributed", True, "distributed training"),
+        ("_num_gradient_accumulation_steps", 2, "num_gradient_accumulation_steps > 1"),
+        ("_momentum_scheduler", object(), "a momentum scheduler"),
+        ("_use_amp", True, "use_amp"),
+    ]:
+        saved = getattr(trainer, attribute)
+        setattr(trainer, attribute, value)
+        assert trainer._why_eager() == reason
+        setattr(trainer, attribute, saved)
+    trainer.optimizer.param_groups[0]["lr_decay"] = 0.1
+    assert trainer._why_eager() == "the optimizer's lr_decay counts steps on the host"
