@@ -44,24 +44,26 @@ def host_step_counters(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
 class ElmoGraphStepTrainer(GradientDescentTrainer):
     """
     allennlp's `gradient_descent` trainer (the same options, callbacks, checkpoints and `-r`)
-    whose training step runs as one CUDA graph on a CUDA device: after `warmup_batches` eager
+    whose training step runs as one CUDA graph on a CUDA device. After `warmup_batches` eager
     batches it captures forward, backward, the gradient clipping of `grad_norm` and
-    `grad_clipping` and the optimizer step on one batch (`StepGraph`), then replays that graph
-    for every batch of the same shapes (`data_loader.fixed_shape: true` makes them one shape; a
-    batch of another shape runs eagerly). What allennlp reads on the host after a step comes one
-    step late (`LaggedReadback`), so the host never waits for the step it just queued: the
-    batch loss and gradient norm that the progress bar, callbacks and TensorBoard get are the
-    previous batch's; an epoch's `loss` is exact. With a `learning_rate_scheduler` the captured
-    step reads each group's learning rate from a device tensor, set before each replay to the
-    rate the scheduler gives that batch (its `step_batch` with the batch number allennlp then
-    gives it too); without one, an optimizer option changed since the capture
-    (`elmo_validation_checks`' `lr_patience`) is captured again.
+    `grad_clipping` and the optimizer step on one batch (`StepGraph`). It then replays that
+    graph for every batch of the same shapes (`data_loader.fixed_shape: true` makes them one
+    shape; a batch of another shape runs eagerly). What allennlp reads on the host after a step
+    comes one step late (`LaggedReadback`), so the host never waits for the step it just
+    queued: the batch loss and gradient norm that the progress bar, callbacks and TensorBoard
+    get are the previous batch's; an epoch's `loss` is exact.
+
+    With a `learning_rate_scheduler` the captured step reads each group's learning rate from a
+    device tensor. Before each replay it is set to the rate the scheduler gives that batch (its
+    `step_batch` with the batch number allennlp then gives it too). Without one, an optimizer
+    option changed since the capture (`elmo_validation_checks`' `lr_patience`) is captured
+    again.
 
     It runs eagerly, as `gradient_descent`, and says why in one log line: on a CPU, under
     distributed training, with `num_gradient_accumulation_steps` > 1, a momentum scheduler,
-    `use_amp`, an optimizer `lr_decay` (counted on the host), or a step that cannot be captured
-    (the error's first line: an optimizer that takes no learning rate as a tensor, with a
-    scheduler).
+    `use_amp` or an optimizer `lr_decay` (counted on the host). So does a step that cannot be
+    captured (the line gives the error's first line), e.g. with a scheduler and an optimizer
+    that takes no learning rate as a tensor.
 
     # Parameters
 
