@@ -1,6 +1,7 @@
 """`trainer.type: "elmo_graph_step"` through `allennlp train` on the CPU: eager steps (one log
-line), the same batches, losses and perplexities as allennlp's `gradient_descent`, and exact
-mid-epoch resume with `-r`."""
+line) with the same batches, losses and perplexities as allennlp's `gradient_descent` (the
+shrunk original config and the demo configs), exact mid-epoch resume with `-r`, and its GPU path
+(stand-ins for the graph) beside the shipped callbacks."""
 
 import json
 
@@ -13,6 +14,13 @@ from tests.cli.test_exact_resume_cli import (
     recorded,
     shrunk_original,
     train,
+)
+from tests.helpers import (
+    CONFIG_DIR,
+    TINY_LSTM_OVERRIDES,
+    TINY_TRANSFORMER_OVERRIDES,
+    run_allennlp_in_process,
+    train_args,
 )
 from tests.training.test_elmo_graph_step import replays_on_the_cpu  # noqa: F401  (a fixture)
 from tests.training.test_tensorboard_callbacks import read_scalars
@@ -98,3 +106,33 @@ def test_replayed_steps_report_the_epochs_exact_loss_beside_the_shipped_callback
         (tmp_path / run / "validation_checks.jsonl").read_text() for run in ("plain", "graph")
     ]
     assert checks[0].count("\n") == checks[1].count("\n") > 2
+
+
+@pytest.mark.parametrize(
+    "config, values",
+    [
+        ("elmo_lstm.jsonnet", TINY_LSTM_OVERRIDES),
+        ("elmo_transformer.jsonnet", TINY_TRANSFORMER_OVERRIDES),
+    ],
+    ids=["lstm", "transformer"],
+)
+def test_the_demo_configs_train_eagerly_with_it_on_the_cpu(config, values, tiny_corpus, tmp_path):
+    """`make demo`'s configs, tiny, one epoch: with `elmo_graph_step` one log line says why it is
+    eager, and the metrics are `gradient_descent`'s."""
+    values = {
+        **values,
+        "train_data_path": str(tiny_corpus / "train" / "*.txt"),
+        "validation_data_path": str(tiny_corpus / "valid.txt"),
+        "trainer.num_epochs": 1,
+    }
+    for run, extra in (("plain", {}), ("graph", {"trainer.type": "elmo_graph_step"})):
+        run_allennlp_in_process(
+            train_args(CONFIG_DIR / config, tmp_path / run, {**values, **extra})
+        )
+    log = (tmp_path / "graph" / "out.log").read_text()
+    assert log.count("elmo_graph_step: eager steps: the device is cpu, not CUDA") == 1
+    metrics = [
+        json.loads((tmp_path / run / "metrics.json").read_text()) for run in ("plain", "graph")
+    ]
+    for name in ("training_loss", "training_perplexity", "validation_perplexity"):
+        assert metrics[1][name] == pytest.approx(metrics[0][name], rel=1e-6), name
