@@ -62,16 +62,17 @@ def fixed_shape_batch(batch: TensorDict, rows: int, timesteps: int) -> TensorDic
 
 
 def to_device(batch: TensorDict, device: torch.device) -> TensorDict:
-    """`batch` on `device`. To a CUDA device each tensor is pinned (page-locked, here in the
+    """`batch` on `device`. To a CUDA device each CPU tensor is pinned (page-locked, here in the
     main process) and copied with `non_blocking=True`, so the host does not wait for the copy;
-    elsewhere `Tensor.to` as is (a tensor already there is kept)."""
+    elsewhere `Tensor.to` as is. A tensor already on `device` is kept."""
     cuda = device.type == "cuda"
 
     def moved(value: Any) -> Any:
         if isinstance(value, dict):
             return {key: moved(item) for key, item in value.items()}
         if isinstance(value, torch.Tensor):
-            return (value.pin_memory() if cuda else value).to(device, non_blocking=cuda)
+            pinned = value.pin_memory() if cuda and value.device.type == "cpu" else value
+            return pinned.to(device, non_blocking=cuda)
         return value
 
     return moved(batch)

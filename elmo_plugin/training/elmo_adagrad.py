@@ -70,4 +70,6 @@ class ElmoAdagradOptimizer(AdagradOptimizer, AppliesTableRows):
         # A row's repeated slots carry no gradient: they add nothing.
         state["sum"].index_add_(0, rows.ids, gradient * gradient)
         deviation = state["sum"].index_select(0, rows.ids).sqrt_().add_(group["eps"])
-        rows.table.index_add_(0, rows.ids, gradient / deviation, alpha=-learning_rate)
+        # the rate as a factor, not index_add_'s alpha: a tensor rate (elmo_graph_step with a
+        # scheduler) stays on the device
+        rows.table.index_add_(0, rows.ids, (gradient / deviation).mul_(-learning_rate))

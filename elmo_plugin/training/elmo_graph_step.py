@@ -40,6 +40,21 @@ def host_step_counters(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     ]
 
 
+@contextlib.contextmanager
+def fused_groups_capturable(optimizer: torch.optim.Optimizer) -> Iterator[None]:
+    """Inside: the parameter groups of torch's fused kernels (`fused_adam`) say `capturable`,
+    which lets torch's check allow their capture; the fused kernels ignore the flag otherwise."""
+    fused = [group for group in optimizer.param_groups if group.get("fused")]
+    before = [group.get("capturable") for group in fused]
+    for group in fused:
+        group["capturable"] = True
+    try:
+        yield
+    finally:
+        for group, value in zip(fused, before, strict=True):
+            group["capturable"] = value
+
+
 @Trainer.register("elmo_graph_step", constructor="from_partial_objects")
 class ElmoGraphStepTrainer(GradientDescentTrainer):
     """
@@ -135,7 +150,8 @@ class ElmoGraphStepTrainer(GradientDescentTrainer):
             groups = self.optimizer.param_groups
             for rate, group in zip(self._learning_rates, groups, strict=True):
                 rate.fill_(group["lr"])
-        outputs = dict(graph.replay(batch))
+        # copies: the next replay overwrites the graph's outputs, and callbacks keep them
+        outputs = {key: value.clone() for key, value in graph.replay(batch).items()}
         for counter in self._host_counters:
             counter += 1
         norm = outputs.pop("grad_norm", None)
@@ -192,11 +208,15 @@ class ElmoGraphStepTrainer(GradientDescentTrainer):
                 for group in self.optimizer.param_groups
             ]
         try:
-            self._graph = StepGraph(self._step, batch)
+            with fused_groups_capturable(self.optimizer):
+                self._graph = StepGraph(self._step, batch)
         except Exception as error:  # noqa: BLE001  (whatever cannot be captured runs eagerly)
+            while error.__context__ is not None:  # the first error, not the failed capture's end
+                error = error.__context__  # type: ignore[assignment]
             lines = str(error).splitlines() or [type(error).__name__]
             self._eager_reason = f"the step could not be captured: {lines[0]}"
             logger.warning("elmo_graph_step: eager steps: %s", self._eager_reason)
+            torch.cuda.set_stream(torch.cuda.default_stream(self.cuda_device))
             self.model.zero_grad(set_to_none=True)
             return
         finally:

@@ -259,7 +259,7 @@ def first_batches(trainer, count: int) -> list:
 
 def validation_metrics(trainer, batches) -> dict[str, float]:
     """The model's metrics over `batches`, in eval mode without gradients; the model's running
-    training metrics are left as they were."""
+    training metrics are put back as they were, in place (`restored`)."""
     model = trainer.model
     running = {name: value for name, value in vars(model).items() if isinstance(value, Metric)}
     saved = copy.deepcopy(running)
@@ -275,4 +275,15 @@ def validation_metrics(trainer, batches) -> dict[str, float]:
     finally:
         model.train(was_training)
         for name, metric in saved.items():
-            setattr(model, name, metric)
+            restored(running[name], metric)
+
+
+def restored(metric: Metric, saved: Metric) -> None:
+    """`metric`'s state set back to `saved`'s: its tensors copied into its own buffers (a step
+    captured in a CUDA graph keeps adding into them), the rest of its attributes replaced."""
+    for name, value in vars(saved).items():
+        current = getattr(metric, name, None)
+        if torch.is_tensor(current) and torch.is_tensor(value) and current.shape == value.shape:
+            current.copy_(value)
+        else:
+            setattr(metric, name, value)

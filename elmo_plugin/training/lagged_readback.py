@@ -18,6 +18,11 @@ class LaggedReadback:
     def __init__(self) -> None:
         self._pending: Optional[tuple[torch.Tensor, torch.cuda.Event]] = None
 
+    def __deepcopy__(self, memo: dict) -> "LaggedReadback":
+        """A copy without the pending read (a CUDA event cannot be copied): its first read
+        waits."""
+        return LaggedReadback()
+
     def read(self, tensor: torch.Tensor) -> torch.Tensor:
         tensor = tensor.detach()
         if tensor.device.type != "cuda":

@@ -94,7 +94,7 @@ def test_dry_run_trains_both_configs_and_embeds_on_cpu_and_leaves_no_temporary_f
     assert sorted(check["graph_vs_eager"] for check in checks) == sorted(configs)
     for check in checks:  # no CUDA graph on a CPU: both steppers eager, the same losses
         assert not check["captured"] and check["max_relative_difference"] == 0
-        assert len(check["losses"]["graph"]) == 5
+        assert len(check["losses"]["graph"]) == 6
     (embedding,) = [r for r in report["results"] if "speedup" in r]
     rates = ("fp32", "bf16", "float16", "pool_mean", "computation_only", "allennlp_elmo")
     assert all(embedding[f"{rate}_tokens_per_s"] > 0 for rate in rates)

@@ -2,7 +2,9 @@
 allennlp's per-batch code, reads nothing on the host and dispatches the same ops for every batch;
 the trainer itself runs eagerly there and says why. (The capture: tests/cuda.)"""
 
+import copy
 import logging
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -22,7 +24,12 @@ from benchmarks.support.op_audit import OpAudit
 from benchmarks.support.trainer_batch import handed_on, train_batch
 from elmo_plugin.data.corpus_data_loader import to_device
 from elmo_plugin.training import elmo_graph_step
-from elmo_plugin.training.elmo_graph_step import ElmoGraphStepTrainer, host_step_counters
+from elmo_plugin.training.elmo_graph_step import (
+    ElmoGraphStepTrainer,
+    fused_groups_capturable,
+    host_step_counters,
+)
+from elmo_plugin.training.elmo_validation_checks import validation_metrics
 from elmo_plugin.training.lagged_readback import LaggedReadback
 from elmo_plugin.training.step_graph import batch_layout
 from elmo_plugin.training.trainer_keys import refuse_unknown_trainer_keys
@@ -224,12 +231,14 @@ def test_a_key_the_trainer_would_ignore_is_refused_and_its_own_key_is_not():
         refuse_unknown_trainer_keys({"warmup_batches": 2})
 
 
+@pytest.mark.parametrize("name", list(CONFIGS))
 @pytest.mark.usefixtures("replays_on_the_cpu")
-def test_with_a_scheduler_each_replay_reads_the_batchs_learning_rate(tmp_path):
-    """The original transformer's noam schedule: the captured step reads the learning rates
-    from device tensors, set before each replay to the batch's rate; the parameters and rates
-    follow allennlp's trainer with the same schedule."""
-    runs = [shrunk("transformer"), shrunk("transformer")]
+def test_with_a_scheduler_each_replay_reads_the_batchs_learning_rate(name, tmp_path):
+    """A noam schedule (the original transformer's) over either config's optimizer
+    (`elmo_adagrad`, `fused_adam`): the captured step reads the learning rates from device
+    tensors, set before each replay to the batch's rate; the parameters and rates follow
+    allennlp's trainer with the same schedule."""
+    runs = [shrunk(name), shrunk(name)]
     schedule = {"type": "noam", "model_size": 16, "warmup_steps": 4}
     trainers = [
         trainer_for(
@@ -279,3 +288,44 @@ def test_each_reason_to_train_eagerly_is_named(tmp_path):
         setattr(trainer, attribute, saved)
     trainer.optimizer.param_groups[0]["lr_decay"] = 0.1
     assert trainer._why_eager() == "the optimizer's lr_decay counts steps on the host"
+
+
+def test_fused_groups_say_capturable_during_the_capture_only(tmp_path):
+    """torch refuses to capture an optimizer whose groups are not `capturable`; `fused_adam`'s
+    fused kernel ignores the flag, so the capture sets it and puts it back."""
+    optimizer = shrunk("transformer").optimizer
+    assert [group["capturable"] for group in optimizer.param_groups] == [False]
+    with fused_groups_capturable(optimizer):
+        assert [group["capturable"] for group in optimizer.param_groups] == [True]
+    assert [group["capturable"] for group in optimizer.param_groups] == [False]
+    adagrad = shrunk("lstm").optimizer
+    with fused_groups_capturable(adagrad):
+        assert not any(group.get("capturable") for group in adagrad.param_groups)
+
+
+def test_a_copied_readback_drops_its_pending_read():
+    """A pending CUDA event cannot be copied (`elmo_validation_checks` copies the metrics)."""
+    readback = LaggedReadback()
+    readback._pending = (torch.ones(1), object())
+    assert copy.deepcopy(readback)._pending is None
+
+
+def test_validation_puts_the_training_metric_back_into_its_own_buffer():
+    """`elmo_validation_checks` measures the model in the middle of an epoch: the training
+    perplexity's totals come back in the same buffer (a captured step adds into it)."""
+    run = shrunk("lstm")
+    run.model(**next(run.batches))
+    metric = run.model._token_weighted_perplexity
+    buffer, totals = metric._totals, metric._totals.clone()
+    trainer = SimpleNamespace(model=run.model, batch_outputs=run_model(run.model))
+    validation = validation_metrics(trainer, [next(run.batches)])
+    assert validation["perplexity"] > 1
+    assert metric._totals is buffer and torch.equal(buffer, totals)
+    assert run.model._token_weighted_perplexity is metric
+
+
+def run_model(model):
+    def batch_outputs(batch, for_training):
+        return model(**batch)
+
+    return batch_outputs
