@@ -172,6 +172,9 @@ class TrainingRun:
         self.batches = endless(self.loader)
         self.data_seconds = 0.0
         self.trainer = self.trainer_of(ElmoGraphStepTrainer, corpus) if stepper == "graph" else None
+        # batches on the host, copied by `next_batch` as for the eager stepper (a trainer
+        # points the loader at its device)
+        self.loader.set_target_device(torch.device("cpu"))
 
     def trainer_of(
         self, trainer: type[GradientDescentTrainer], folder: Path
@@ -328,11 +331,11 @@ def measure_training(
         values["data_loader.batch_size"] = batch_size // 16
     run = TrainingRun(CONFIGS[name], values, corpus, vocab, device, stepper)
     run.model.train()
+    if device.type == "cuda":  # from here: a graph's capture happens in the warm-up
+        torch.cuda.reset_peak_memory_stats(device)
     flops = run.flops_per_step()
     for _ in range(args.warmup):
         run.step()
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
     synchronize(device)
     run.data_seconds, targets = 0.0, []
     start = time.perf_counter()
@@ -361,6 +364,9 @@ def measure_training(
         if device.type == "cuda"
         else None,
     }
+    if run.trainer is not None:  # whether the graph ran, or why not
+        result["captured"] = run.trainer._graph is not None
+        result["eager_reason"] = run.trainer._eager_reason
     if args.profile_steps:
         result["profile"] = profile_steps(run, args.profile_steps)
     del run
@@ -584,6 +590,11 @@ def graph_vs_eager(name: str, precision: str, args, corpus: Path, vocab, device)
     }
 
 
+def stepper_label(result: dict[str, Any]) -> str:
+    """ "graph (eager)" for a graph run that could not capture its step."""
+    return result["stepper"] + ("" if result.get("captured", True) else " (eager)")
+
+
 def against_baseline(result: dict[str, Any], baseline: list[dict[str, Any]]) -> str:
     """`result`'s tokens/s over the baseline run's of the same config, precision, batch size
     (128 where a run does not name one), softmax ("rows": the config's own) and stepper
@@ -671,6 +682,15 @@ def main(argv: list[str]) -> dict[str, Any]:
         precisions = [p for p in precisions if p != "tf32"]
     peaks = {p: matmul_rate(device, p, 512 if args.dry_run else 8192) for p in precisions}
     results: list[dict] = []
+
+    def save() -> None:
+        """results.json in --out after each measurement: a run cut short keeps what it made."""
+        if args.out:
+            os.makedirs(args.out, exist_ok=True)
+            Path(args.out, "results.json").write_text(
+                json.dumps({"device": name, "results": results}, indent=2)
+            )
+
     figures: dict[str, Any] = {"headline": [], "device": name}
     with tempfile.TemporaryDirectory(prefix="elmo_gpu_bench_") as folder:
         # The loader cycles over the corpus: it need not hold every step's tokens.
@@ -695,6 +715,7 @@ def main(argv: list[str]) -> dict[str, Any]:
             )
             print(json.dumps(result), flush=True)
             results.append(result)
+            save()
             key = f"{name_}_{precision}_b{batch_size}{'_dense' if softmax == 'dense' else ''}"
             key += "_graph" if stepper == "graph" else ""
             figures[f"{key}_tokens_per_s"] = result["tokens_per_s"]
@@ -705,22 +726,19 @@ def main(argv: list[str]) -> dict[str, Any]:
                     result = graph_vs_eager(name_, precision, args, Path(folder), vocab, device)
                     print(json.dumps(result), flush=True)
                     results.append(result)
+                    save()
                     key = f"{name_}_{precision}_graph_vs_eager_max_relative_difference"
                     figures[key] = result["max_relative_difference"]
         if not args.no_embed:
             result = measure_embedding(args, Path(folder), device, precisions)
             print(json.dumps(result), flush=True)
             results.append(result)
+            save()
             figures["embed_speedup"] = result["speedup"]
             figures["headline"].append("embed_speedup")
-    if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        Path(args.out, "results.json").write_text(
-            json.dumps({"device": name, "results": results}, indent=2)
-        )
     baseline = json.loads(Path(args.baseline).read_text())["results"] if args.baseline else []
     print(
-        f"\n{'config':34} {'prec':5} {'batch':>5} {'softmax':7} {'stepper':7} {'tokens/s':>10} "
+        f"\n{'config':34} {'prec':5} {'batch':>5} {'softmax':7} {'stepper':13} {'tokens/s':>10} "
         f"{'s/step':>7} "
         f"{'TFLOP/s':>8} {'of matmul':>9} {'GPU busy':>8} {'kernels':>8} {'syncs':>6} "
         f"{'peak GiB':>8} {'vs baseline':>11}"
@@ -730,7 +748,7 @@ def main(argv: list[str]) -> dict[str, Any]:
             profile = r.get("profile", {})
             print(
                 f"{r['config']:34} {r['precision']:5} {r['batch_size']:>5} {r['softmax']:7} "
-                f"{r['stepper']:7} {r['tokens_per_s']:>10} {r['s_per_step']:>7} "
+                f"{stepper_label(r):13} {r['tokens_per_s']:>10} {r['s_per_step']:>7} "
                 f"{r['achieved_tflop_s']:>8} "
                 f"{r['fraction_of_matmul_rate']:>9} {profile.get('gpu_busy_share', '-'):>8} "
                 f"{profile.get('kernels_per_step', '-'):>8} "
@@ -741,6 +759,7 @@ def main(argv: list[str]) -> dict[str, Any]:
             print(
                 f"{r['graph_vs_eager']} {r['precision']}: graph vs eager losses on the same "
                 f"batches, max relative difference {r['max_relative_difference']:.2e}"
+                f"{'' if r['captured'] else ' (not captured: both eager)'}"
             )
         else:
             print(
