@@ -364,9 +364,9 @@ def measure_training(
         if device.type == "cuda"
         else None,
     }
-    if run.trainer is not None:  # whether the graph ran, or why not
-        result["captured"] = run.trainer._graph is not None
-        result["eager_reason"] = run.trainer._eager_reason
+    if isinstance(run.trainer, ElmoGraphStepTrainer):  # whether the graph ran, or why not
+        result["captured"] = run.trainer.captured
+        result["eager_reason"] = run.trainer.eager_reason
     if args.profile_steps:
         result["profile"] = profile_steps(run, args.profile_steps)
     del run
@@ -573,7 +573,7 @@ def graph_vs_eager(name: str, precision: str, args, corpus: Path, vocab, device)
         for stepper, trainer in zip(STEPPERS, trainers, strict=True):
             torch.manual_seed(index)
             losses[stepper].append(handed_on(trainer, batch)[0])
-    captured = getattr(trainers[1], "_graph", None) is not None
+    captured = isinstance(trainers[1], ElmoGraphStepTrainer) and trainers[1].captured
     # batches 0-1 eager, 2 captured (handing on its own values), then one late; eager
     # throughout where it could not capture (a CPU)
     graph = losses["graph"][3:] if captured else losses["graph"][2:5]

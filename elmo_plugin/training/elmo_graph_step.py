@@ -113,6 +113,16 @@ class ElmoGraphStepTrainer(GradientDescentTrainer):
         self._lagged: dict[str, float] = {}  # what the trainer was handed for them
         self._callbacks.append(ReplayedBackward(self._serialization_dir))  # type: ignore[has-type]
 
+    @property
+    def captured(self) -> bool:
+        """Whether the training step is captured now."""
+        return self._graph is not None
+
+    @property
+    def eager_reason(self) -> Optional[str]:
+        """Why every training step runs eagerly; None where the step is or will be captured."""
+        return self._eager_reason
+
     def _why_eager(self) -> Optional[str]:
         reasons = [
             (self.cuda_device.type != "cuda", f"the device is {self.cuda_device}, not CUDA"),

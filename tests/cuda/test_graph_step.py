@@ -77,7 +77,7 @@ def test_replayed_steps_train_as_eager_steps(name, tmp_path):
         for trainer, out in zip(trainers, (handed, eager), strict=True):
             torch.manual_seed(index)
             out.append(handed_on(trainer, batch))
-    assert trainers[0]._graph is not None and trainers[0]._replayed
+    assert trainers[0].captured and trainers[0]._replayed
     # batch 0 eager, batch 1 captured: its first replay hands on its own values, then one late
     assert sum(handed[:2], []) == pytest.approx(sum(eager[:2], []), rel=1e-5)
     for index in range(2, 7):

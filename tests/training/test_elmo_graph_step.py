@@ -105,10 +105,10 @@ def test_on_the_cpu_it_trains_eagerly_and_says_why(tmp_path, caplog):
     run = shrunk("lstm")
     with caplog.at_level(logging.INFO, "elmo_plugin.training.elmo_graph_step"):
         trainer = trainer_for(run, tmp_path)
-    assert trainer._eager_reason == "the device is cpu, not CUDA"
+    assert trainer.eager_reason == "the device is cpu, not CUDA"
     assert "elmo_graph_step: eager steps: the device is cpu, not CUDA" in caplog.messages
     batch = next(run.batches)
-    assert trainer._graph_for(batch) is None and trainer._graph is None
+    assert trainer._graph_for(batch) is None and not trainer.captured
 
 
 def test_fewer_than_one_warmup_batch_is_refused_in_one_line(tmp_path):
