@@ -41,18 +41,25 @@ def host_step_counters(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
 
 
 @contextlib.contextmanager
-def fused_groups_capturable(optimizer: torch.optim.Optimizer) -> Iterator[None]:
-    """Inside: the parameter groups of torch's fused kernels (`fused_adam`) say `capturable`,
-    which lets torch's check allow their capture; the fused kernels ignore the flag otherwise."""
-    fused = [group for group in optimizer.param_groups if group.get("fused")]
-    before = [group.get("capturable") for group in fused]
-    for group in fused:
-        group["capturable"] = True
+def options_set(groups: list[dict[str, Any]], key: str, values: list[Any]) -> Iterator[None]:
+    """Inside: each parameter group's option `key` is its value in `values`; after: as before."""
+    before = [group.get(key) for group in groups]
+    for group, value in zip(groups, values, strict=True):
+        group[key] = value
     try:
         yield
     finally:
-        for group, value in zip(fused, before, strict=True):
-            group["capturable"] = value
+        for group, value in zip(groups, before, strict=True):
+            group[key] = value
+
+
+def fused_groups_capturable(
+    optimizer: torch.optim.Optimizer,
+) -> contextlib.AbstractContextManager[None]:
+    """Inside: the parameter groups of torch's fused kernels (`fused_adam`) say `capturable`,
+    which lets torch's check allow their capture; the fused kernels ignore the flag otherwise."""
+    fused = [group for group in optimizer.param_groups if group.get("fused")]
+    return options_set(fused, "capturable", [True] * len(fused))
 
 
 @Trainer.register("elmo_graph_step", constructor="from_partial_objects")
@@ -240,21 +247,10 @@ class ElmoGraphStepTrainer(GradientDescentTrainer):
     def _options(self) -> list[dict[str, Any]]:
         return optimizer_options(self.optimizer, but=("lr",) if self._learning_rates else ())
 
-    @contextlib.contextmanager
-    def _rates_on_the_device(self) -> Iterator[None]:
+    def _rates_on_the_device(self) -> contextlib.AbstractContextManager[None]:
         """Inside: each group's learning rate is its device tensor (with a scheduler)."""
-        if not self._learning_rates:
-            yield
-            return
-        groups = self.optimizer.param_groups
-        rates = [group["lr"] for group in groups]
-        for group, rate in zip(groups, self._learning_rates, strict=True):
-            group["lr"] = rate
-        try:
-            yield
-        finally:
-            for group, rate in zip(groups, rates, strict=True):
-                group["lr"] = rate
+        groups = self.optimizer.param_groups if self._learning_rates else []
+        return options_set(groups, "lr", self._learning_rates)
 
     def _step(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         """One training step as allennlp's trainer takes it, without its host reads: forward,

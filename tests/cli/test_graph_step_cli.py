@@ -4,6 +4,7 @@ shrunk original config and the demo configs), exact mid-epoch resume with `-r`, 
 (stand-ins for the graph) beside the shipped callbacks."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +27,14 @@ from tests.training.test_elmo_graph_step import replays_on_the_cpu  # noqa: F401
 from tests.training.test_tensorboard_callbacks import read_scalars
 
 GRAPH_STEP = {"trainer.type": "elmo_graph_step", "trainer.warmup_batches": 2}
+METRICS = ("training_loss", "training_perplexity", "validation_loss", "validation_perplexity")
+
+
+def assert_same_metrics(plain: Path, graph: Path, names: tuple[str, ...] = METRICS) -> None:
+    """The two runs' metrics.json agree on `names` (to float32 rounding)."""
+    metrics = [json.loads((run / "metrics.json").read_text()) for run in (plain, graph)]
+    for name in names:
+        assert metrics[1][name] == pytest.approx(metrics[0][name], rel=1e-6), name
 
 
 def test_graph_step_trains_as_gradient_descent_on_the_cpu_and_resumes_exactly(
@@ -37,16 +46,7 @@ def test_graph_step_trains_as_gradient_descent_on_the_cpu_and_resumes_exactly(
     train(graph, tmp_path / "whole", tmp_path / "whole-record")
     log = (tmp_path / "whole" / "out.log").read_text()
     assert log.count("elmo_graph_step: eager steps: the device is cpu, not CUDA") == 1
-    metrics = [
-        json.loads((tmp_path / run / "metrics.json").read_text()) for run in ("plain", "whole")
-    ]
-    for name in (
-        "training_loss",
-        "training_perplexity",
-        "validation_loss",
-        "validation_perplexity",
-    ):
-        assert metrics[1][name] == pytest.approx(metrics[0][name], rel=1e-6), name
+    assert_same_metrics(tmp_path / "plain", tmp_path / "whole")
     for epoch in range(2):
         assert recorded(tmp_path / "whole-record", 0, epoch) == recorded(
             tmp_path / "plain-record", 0, epoch
@@ -89,16 +89,7 @@ def test_replayed_steps_report_the_epochs_exact_loss_beside_the_shipped_callback
     log = (tmp_path / "graph" / "out.log").read_text()
     assert log.count("the training step is captured in a CUDA graph") >= 2
     assert "the optimizer's options changed; capturing the step again" in log
-    metrics = [
-        json.loads((tmp_path / run / "metrics.json").read_text()) for run in ("plain", "graph")
-    ]
-    for name in (
-        "training_loss",
-        "training_perplexity",
-        "validation_loss",
-        "validation_perplexity",
-    ):
-        assert metrics[1][name] == pytest.approx(metrics[0][name], rel=1e-6), name
+    assert_same_metrics(tmp_path / "plain", tmp_path / "graph")
     scalars = [read_scalars(tmp_path / run / "log" / "train") for run in ("plain", "graph")]
     for tag in ("train/batch_loss", "train/tokens_per_second"):
         assert scalars[1][tag].keys() == scalars[0][tag].keys() and scalars[1][tag], tag
@@ -131,8 +122,5 @@ def test_the_demo_configs_train_eagerly_with_it_on_the_cpu(config, values, tiny_
         )
     log = (tmp_path / "graph" / "out.log").read_text()
     assert log.count("elmo_graph_step: eager steps: the device is cpu, not CUDA") == 1
-    metrics = [
-        json.loads((tmp_path / run / "metrics.json").read_text()) for run in ("plain", "graph")
-    ]
-    for name in ("training_loss", "training_perplexity", "validation_perplexity"):
-        assert metrics[1][name] == pytest.approx(metrics[0][name], rel=1e-6), name
+    names = ("training_loss", "training_perplexity", "validation_perplexity")
+    assert_same_metrics(tmp_path / "plain", tmp_path / "graph", names)
