@@ -134,6 +134,7 @@ def main(argv: list[str]) -> dict[str, Any]:
         "runs": results,
         "config": str(config),
         "tiny": args.tiny,
+        "out": str(out),
     }
     if not figures["bf16_within_seed_spread"] and not args.tiny:
         summary["missed"] = f"bf16 within float32's mean +- {SPREAD_SDS:g} sd"

@@ -7,6 +7,7 @@ smallest run takes minutes on a loaded machine)."""
 import json
 import os
 import re
+import statistics
 import subprocess
 from pathlib import Path
 
@@ -138,7 +139,26 @@ def check_step_audit(last: dict) -> None:
     assert last["transformer_cpu_defaults_syncs"] > 0
 
 
+def check_bf16_vs_float32(last: dict) -> None:
+    """The tiny runs: each trained in its precision with its seed, and the figures from them."""
+    runs = last["runs"]
+    assert sorted(runs) == ["bf16_seed0", "float32_seed0", "float32_seed1"]
+    for name in runs:
+        precision, seed = name.split("_seed")
+        config = json.loads((Path(last["out"]) / name / "run" / "config.json").read_text())
+        assert config["model"].get("mixed_precision") == ("bf16" if precision == "bf16" else None)
+        assert config["pytorch_seed"] == config["random_seed"] == int(seed)
+    float32 = [runs["float32_seed0"]["perplexity"], runs["float32_seed1"]["perplexity"]]
+    mean, sd = statistics.mean(float32), statistics.stdev(float32)
+    bf16 = runs["bf16_seed0"]["perplexity"]
+    assert last["float32_perplexity_mean"] == round(mean, 2) and last["bf16_perplexity"] == [bf16]
+    assert last["bf16_within_seed_spread"] == (abs(bf16 - mean) <= 2 * sd)
+    assert last["bf16_over_float32_perplexity"] == round(bf16 / mean, 3)
+    assert "missed" not in last  # --tiny: rough numbers, no verdict on them
+
+
 CHECK_OK = {
+    "bf16_vs_float32": check_bf16_vs_float32,
     "step_audit": check_step_audit,
     "multi_node": check_multi_node,
     "scale_rehearsal": check_scale_rehearsal,
