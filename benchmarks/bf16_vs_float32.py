@@ -1,20 +1,20 @@
 """bf16 training against float32 at demo size: does `model.mixed_precision: "bf16"` reach the
-perplexity float32 reaches? The demo config (`--config`, default elmo_lstm.jsonnet, as shipped:
-4 epochs of the bundled corpus) trained through `allennlp train`, --float32-seeds times in
-float32 and --bf16-seeds times in bf16 (seed k: allennlp's random, numpy and torch seeds all k,
-so a seed's initial weights and batches are the same in both), two runs side by side, each on one
-thread. A run's figure is its best validation perplexity on the bundled valid shard (the shard
-`make demo` evaluates as held out). A bf16 run is within float32's seed spread when it lies
+perplexity float32 reaches? The demo config (`--config`, default elmo_lstm.jsonnet as shipped:
+4 epochs of the bundled corpus) is trained through `allennlp train`, --float32-seeds times in
+float32 and --bf16-seeds times in bf16. Seed k sets allennlp's random, numpy and torch seeds to
+k, so a seed's initial weights and batches are the same in both. Two runs go side by side, each
+on one thread. A run's figure is its best validation perplexity on the bundled valid shard (the
+shard `make demo` evaluates as held out). A bf16 run is within float32's seed spread when it lies
 within float32's mean +- 2 sd. Usage:
 
     python -m benchmarks.bf16_vs_float32 [--out runs/bf16_vs_float32] [--float32-seeds 3]
         [--bf16-seeds 1] [--tiny]
 
-On a CPU without native bf16 (AVX2 only) a bf16 run costs about ten times a float32 one: the
-run takes about an hour there. Finished runs are kept in --out: the same command continues an
-interrupted run. `--tiny` shrinks the model and the corpus (seconds per run, rough numbers).
-Ends with one JSON line (benchmarks/support/common.py): each run's perplexity, epochs and CPU
-minutes, float32's mean and sd, each bf16 run's distance from that mean in float32 sds,
+On a CPU without native bf16 (AVX2 only) a bf16 run costs several float32 runs: the whole run
+takes over an hour there (docs/benchmarks.md). Finished runs are kept in --out: the same command
+continues an interrupted run. `--tiny` shrinks the model and the corpus (seconds per run, rough
+numbers). Ends with one JSON line (benchmarks/support/common.py): each run's perplexity, epochs
+and CPU seconds, float32's mean and sd, each bf16 run's distance from that mean in float32 sds,
 `bf16_within_seed_spread`, and bf16 over float32 in mean perplexity and in CPU time.
 """
 
