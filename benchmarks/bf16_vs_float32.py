@@ -1,24 +1,26 @@
 """bf16 training against float32 at demo size: does `model.mixed_precision: "bf16"` reach the
-perplexity float32 reaches? The demo config (`--config`, default elmo_lstm.jsonnet as shipped:
-4 epochs of the bundled corpus) is trained through `allennlp train`, --float32-seeds times in
-float32 and --bf16-seeds times in bf16. Seed k sets allennlp's random, numpy and torch seeds to
-k, so a seed's initial weights and batches are the same in both. Two runs go side by side, each
-on one thread. A run's figure is its best validation perplexity on the bundled valid shard (the
-shard `make demo` evaluates as held out). A bf16 run is within float32's seed spread when it lies
+perplexity float32 reaches? A config (`--config`, default the demo's elmo_lstm.jsonnet as
+shipped: 4 epochs of the bundled corpus) is trained through `allennlp train`, --float32-seeds
+times in float32 and --bf16-seeds times in bf16. Seed k sets allennlp's random, numpy and torch
+seeds to k, so a seed's initial weights and batches are the same in both. --workers runs go side
+by side, each on one thread. A run's figure is its best validation perplexity (the demo config
+validates on the bundled valid shard). A bf16 run is within float32's seed spread when it lies
 within float32's mean +- 2 sd. Usage:
 
-    python -m benchmarks.bf16_vs_float32 [--out runs/bf16_vs_float32] [--float32-seeds 3]
-        [--bf16-seeds 1] [--tiny]
+    python -m benchmarks.bf16_vs_float32 [--out runs/bf16] [--config CONFIG]
+        [--float32-seeds 3] [--bf16-seeds 1] [--workers 2] [--tiny]
 
 On a CPU without native bf16 (AVX2 only) a bf16 run costs several float32 runs: the whole run
 takes over an hour there (docs/benchmarks.md). Finished runs are kept in --out: the same command
-continues an interrupted run. `--tiny` shrinks the model and the corpus (seconds per run, rough
-numbers). Ends with one JSON line (benchmarks/support/common.py): each run's perplexity, epochs
-and CPU seconds, float32's mean and sd, each bf16 run's distance from that mean in float32 sds,
+continues an interrupted run (more seeds extend it; another config or --tiny is refused). `--tiny`
+shrinks the model and the corpus (seconds per run, rough numbers). Ends with one JSON line
+(benchmarks/support/common.py): each run's perplexity, epochs and CPU seconds, float32's mean and
+sd, each bf16 run's distance from that mean in float32 sds and from float32's run of its seed,
 `bf16_within_seed_spread`, and bf16 over float32 in mean perplexity and in CPU time.
 """
 
 import json
+import shutil
 import statistics
 import tempfile
 from pathlib import Path
@@ -33,12 +35,13 @@ from benchmarks.support.common import (
     benchmark_parser,
     run_benchmark,
 )
-from benchmarks.support.stages import Result, Stage, run_stages
+from benchmarks.support.stages import Result, Stage, keep_settings, run_stages
 
 NAME = "bf16_vs_float32"
 PRECISIONS = {"float32": {}, "bf16": {"model.mixed_precision": "bf16"}}
 SPREAD_SDS = 2.0  # within float32's mean +- this many sds
-BF16_COST = 10.0  # a bf16 run's cost in float32 runs (the longest stages start first)
+# a demo run's CPU seconds on a 2-core AVX2 machine (the longest stages start first)
+COST_S = {"float32": 600.0, "bf16": 3700.0}
 
 DECLARATION = Declaration(
     quick=["--tiny"], cheapest=["--tiny", "--float32-seeds", "2"], cheapest_status="ok"
@@ -51,6 +54,8 @@ def train(config: Path, overrides: dict, folder: Path) -> Result:
     command = allennlp_command(
         "train", str(config), "-s", str(folder / "run"), "-o", json.dumps(overrides)
     )
+    if (folder / "run").exists():  # left by a run that stopped before this stage finished
+        shutil.rmtree(folder / "run")
     one = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     child = Child(command, folder / "train.log", one).check()
     metrics = json.loads((folder / "run" / "metrics.json").read_text())
@@ -68,28 +73,34 @@ def run_stage(config: Path, precision: str, seed: int, base: dict, out: Path) ->
     return Stage(
         name,
         lambda _: train(config, overrides, out / name),
-        cost=BF16_COST if precision == "bf16" else 1.0,
+        cost=COST_S[precision],
         summary=lambda result: f"perplexity {result['perplexity']}",
     )
 
 
 def compare(results: dict[str, Result], float32_seeds: int, bf16_seeds: int) -> dict[str, Any]:
-    """The figures: float32's mean and sd over its seeds, each bf16 run against them."""
-    float32 = [results[f"float32_seed{seed}"]["perplexity"] for seed in range(float32_seeds)]
-    bf16 = [results[f"bf16_seed{seed}"]["perplexity"] for seed in range(bf16_seeds)]
-    mean, sd = statistics.mean(float32), statistics.stdev(float32)
-    sds = [round((value - mean) / sd, 2) if sd else None for value in bf16]
-    cpu = {
-        precision: statistics.mean(
-            result["cpu_s"] for name, result in results.items() if name.startswith(precision)
-        )
-        for precision in PRECISIONS
+    """float32's perplexity mean and sd over its seeds; per bf16 run its perplexity, its distance
+    from that mean in sds and its difference from float32's run of the same seed; whether every
+    bf16 run is within the spread; bf16 over float32 in mean perplexity and mean CPU seconds."""
+    runs = {
+        "float32": [results[f"float32_seed{seed}"] for seed in range(float32_seeds)],
+        "bf16": [results[f"bf16_seed{seed}"] for seed in range(bf16_seeds)],
     }
+    float32 = [run["perplexity"] for run in runs["float32"]]
+    bf16 = [run["perplexity"] for run in runs["bf16"]]
+    mean, sd = statistics.mean(float32), statistics.stdev(float32)
+    cpu = {name: statistics.mean(run["cpu_s"] for run in group) for name, group in runs.items()}
     return {
         "float32_perplexity_mean": round(mean, 2),
         "float32_perplexity_sd": round(sd, 2),
         "bf16_perplexity": bf16,
-        "bf16_sds_from_float32_mean": sds,
+        "bf16_sds_from_float32_mean": [
+            round((value - mean) / sd, 2) if sd else None for value in bf16
+        ],
+        "bf16_minus_float32_same_seed": [
+            round(value - float32[seed], 2) if seed < float32_seeds else None
+            for seed, value in enumerate(bf16)
+        ],
         "bf16_within_seed_spread": all(abs(value - mean) <= SPREAD_SDS * sd for value in bf16),
         "bf16_over_float32_perplexity": round(statistics.mean(bf16) / mean, 3),
         "bf16_over_float32_cpu_time": round(cpu["bf16"] / cpu["float32"], 2),
@@ -112,8 +123,9 @@ def main(argv: list[str]) -> dict[str, Any]:
     out = Path(args.out or tempfile.mkdtemp(prefix=f"{NAME}_")).resolve()
     out.mkdir(parents=True, exist_ok=True)
     print(f"runs and logs: {out}", flush=True)
+    config = Path(args.config).resolve()
+    keep_settings(out, {"config": str(config), "tiny": args.tiny})
     base = {**TINY_MODEL, **tiny_demo_corpus(out)} if args.tiny else {}
-    config = Path(args.config)
     stages = [
         run_stage(config, precision, seed, base, out)
         for precision, count in (("float32", args.float32_seeds), ("bf16", args.bf16_seeds))
@@ -123,10 +135,19 @@ def main(argv: list[str]) -> dict[str, Any]:
     figures = compare(results, args.float32_seeds, args.bf16_seeds)
     for name, result in results.items():
         print(f"{name}: perplexity {result['perplexity']}, {result['cpu_s'] / 60:.1f} CPU min")
+    bf16 = ", ".join(
+        f"{value} ({sds} sds" + ("" if same is None else f", {same:+} on float32's run") + ")"
+        for value, sds, same in zip(
+            figures["bf16_perplexity"],
+            figures["bf16_sds_from_float32_mean"],
+            figures["bf16_minus_float32_same_seed"],
+            strict=True,
+        )
+    )
+    spread = "within" if figures["bf16_within_seed_spread"] else "outside"
     print(
         f"float32 {figures['float32_perplexity_mean']} +- {figures['float32_perplexity_sd']}; "
-        f"bf16 {figures['bf16_perplexity']} ({figures['bf16_sds_from_float32_mean']} sds): "
-        f"{'within' if figures['bf16_within_seed_spread'] else 'outside'} float32's seed spread"
+        f"bf16 {bf16}: {spread} float32's mean +- {SPREAD_SDS:g} sd"
     )
     summary: dict[str, Any] = {
         "headline": ["bf16_within_seed_spread", "bf16_over_float32_perplexity"],

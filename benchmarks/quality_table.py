@@ -74,7 +74,7 @@ from benchmarks.support.common import (
     run_benchmark,
     shared_data_dir,
 )
-from benchmarks.support.stages import Result, Stage, run_stages
+from benchmarks.support.stages import Result, Stage, keep_settings, run_stages
 from benchmarks.support.wikitext_data import EWT, WIKITEXT, wikitext_file
 
 NAME = "quality_table"
@@ -845,18 +845,6 @@ def holm(tested: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         else:
             comparison["verdict"] = "ahead" if comparison["difference"] > 0 else "behind"
     return tested
-
-
-def keep_settings(out: Path, settings: dict[str, Any]) -> None:
-    """Records the settings in OUT/settings.json; stops if OUT holds stages made with others
-    (their results would be mixed into this run's)."""
-    path = out / "settings.json"
-    if path.is_file() and json.loads(path.read_text()) != json.loads(json.dumps(settings)):
-        raise SystemExit(
-            f"{out} holds stages made with other settings ({path}: "
-            f"{path.read_text().strip()}); use another --out"
-        )
-    path.write_text(json.dumps(settings))
 
 
 DECLARATION = Declaration(

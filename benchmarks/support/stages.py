@@ -78,3 +78,15 @@ def run_stages(stages: list[Stage], folder: Path, workers: int) -> dict[str, Res
     if failure is not None:
         raise failure
     return results
+
+
+def keep_settings(out: Path, settings: dict[str, Any]) -> None:
+    """Records the settings in OUT/settings.json; stops if OUT holds stages made with others
+    (their results would be mixed into this run's)."""
+    path = out / "settings.json"
+    if path.is_file() and json.loads(path.read_text()) != json.loads(json.dumps(settings)):
+        raise SystemExit(
+            f"{out} holds stages made with other settings ({path}: "
+            f"{path.read_text().strip()}); use another --out"
+        )
+    path.write_text(json.dumps(settings))

@@ -37,6 +37,8 @@ def run_module(name: str, options: list[str], tmp_path: Path) -> subprocess.Comp
     )
     if name in ("scale_rehearsal", "plan_vs_epoch", "multi_node"):
         options = [*options, "--workdir", str(tmp_path / "work")]
+    if name == "bf16_vs_float32":
+        options = [*options, "--out", str(tmp_path / "work")]
     return run_forked(["-m", f"benchmarks.{name}", *options], REPO_ROOT, env)
 
 
@@ -152,6 +154,7 @@ def check_bf16_vs_float32(last: dict) -> None:
     mean, sd = statistics.mean(float32), statistics.stdev(float32)
     bf16 = runs["bf16_seed0"]["perplexity"]
     assert last["float32_perplexity_mean"] == round(mean, 2) and last["bf16_perplexity"] == [bf16]
+    assert last["bf16_minus_float32_same_seed"] == [round(bf16 - float32[0], 2)]
     assert last["bf16_within_seed_spread"] == (abs(bf16 - mean) <= 2 * sd)
     assert last["bf16_over_float32_perplexity"] == round(bf16 / mean, 3)
     assert "missed" not in last  # --tiny: rough numbers, no verdict on them

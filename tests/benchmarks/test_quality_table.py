@@ -20,14 +20,13 @@ from benchmarks.quality_table import (
     downstream_params,
     figures_of,
     holm,
-    keep_settings,
     paired_comparisons,
     plot_curve,
     summarize,
     targets,
     write_ewt,
 )
-from benchmarks.support.stages import Stage, run_stages
+from benchmarks.support.stages import Stage, keep_settings, run_stages
 
 FULL = Budget(None, 1200, [200, 400, 800], 3, 10, 1, 40, 5)
 
