@@ -28,7 +28,10 @@ def test_a_failed_build_is_one_warning_naming_the_cause_and_no_loops(monkeypatch
     monkeypatch.setattr(cpp_extension, "load", no_compiler)
     with caplog.at_level(logging.WARNING):
         assert compiled_module.compiled_steps.__wrapped__() is None
-    assert [record.getMessage() for record in caplog.records] == [
+    # torch's own import-time notice ("No CUDA runtime is found") lands here when this test is
+    # the first to import cpp_extension: only the plugin's lines count
+    ours = [record for record in caplog.records if record.name.startswith("elmo_plugin")]
+    assert [record.getMessage() for record in ours] == [
         "The C++ LSTM loops could not be built (Ninja is required to load C++ extensions): "
         "the reference loop runs instead, slower"
     ]
