@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.plan_vs_epoch import TINY_MODEL, tiny_demo_corpus
-from benchmarks.support.child import Child
+from benchmarks.support.child import one_thread
 from benchmarks.support.common import (
     CONFIG_DIR,
     Declaration,
@@ -56,13 +56,12 @@ def train(config: Path, overrides: dict, folder: Path) -> Result:
     )
     if (folder / "run").exists():  # left by a run that stopped before this stage finished
         shutil.rmtree(folder / "run")
-    one = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    child = Child(command, folder / "train.log", one).check()
+    cost = one_thread(command, folder / "train.log")
     metrics = json.loads((folder / "run" / "metrics.json").read_text())
     return {
         "perplexity": round(metrics["best_validation_perplexity"], 2),
         "epochs": metrics["epoch"] + 1,
-        "cpu_s": round(child.cpu_s, 1),
+        "cpu_s": cost["cpu_s"],
     }
 
 

@@ -63,7 +63,7 @@ from typing import Any, Optional
 
 from benchmarks.lstm_vs_allennlp_models_transformer import their_model_config
 from benchmarks.pos_tagger_elmo_vs_baseline import conllu_blocks, words_and_tags, write_conllu
-from benchmarks.support.child import Child
+from benchmarks.support.child import one_thread
 from benchmarks.support.common import (
     CONFIG_DIR,
     Declaration,
@@ -144,13 +144,6 @@ def seeds(seed: int) -> dict:
 def allennlp(args: list[str], log: Path) -> Result:
     """`allennlp ARGS` with our plugin and allennlp-models, on one thread -> wall and CPU s."""
     return one_thread(allennlp_command(*args, packages=PACKAGES), log)
-
-
-def one_thread(command: list[str], log: Path) -> Result:
-    """`command` run on one thread -> its wall and CPU seconds."""
-    one = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "RAYON_NUM_THREADS": "1"}  # tokenizers
-    child = Child(command, log, one).check()
-    return {"wall_s": round(child.wall_s, 1), "cpu_s": round(child.cpu_s, 1)}
 
 
 def only_process_settings(trainer: dict) -> None:

@@ -127,3 +127,10 @@ def wait(children: list[Child], timeout: float) -> None:
             logs = ", ".join(str(child.log) for child in children)
             raise TimeoutError(f"still running after {timeout:.0f} s, stopped (stacks in {logs})")
         time.sleep(POLL_S)
+
+
+def one_thread(command: list[str], log: Path) -> dict[str, float]:
+    """`command` run on one thread -> its wall and CPU seconds."""
+    one = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "RAYON_NUM_THREADS": "1"}  # tokenizers
+    child = Child(command, log, one).check()
+    return {"wall_s": round(child.wall_s, 1), "cpu_s": round(child.cpu_s, 1)}
