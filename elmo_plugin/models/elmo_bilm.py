@@ -15,9 +15,10 @@ from allennlp.nn.util import get_text_field_mask
 from allennlp_models.lm.models.language_model import LanguageModel
 
 from elmo_plugin.elmo_files.pretrained import load_pretrained_files
+from elmo_plugin.models.carried_state import CarriedState
 from elmo_plugin.models.language_model_encoder import language_model_encoder
 from elmo_plugin.models.language_model_softmax import softmax_matrices
-from elmo_plugin.modules.bilm_contextualizer import BiLmContextualizer, LayerState
+from elmo_plugin.modules.bilm_contextualizer import BiLmContextualizer
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 from elmo_plugin.modules.chunked_sampled_softmax_loss import ChunkedSampledSoftmaxLoss
 from elmo_plugin.modules.weighted_softmax_loss import WeightedSoftmaxLoss
@@ -100,8 +101,9 @@ class ElmoLanguageModel(LanguageModel):
         With `elmo_streams` batches and `elmo_lstm`: every row's LSTM state (all layers, both
         directions) is carried from one batch to the next, detached (truncated backpropagation
         through time), and reset to zero where `stream_start` is set; training and evaluation
-        carry separate states. A resumed run (`-r`) starts from zero state. Without `stateful`
-        every window starts from zero.
+        carry separate states, each in buffers overwritten in place (`CarriedState`), as a
+        step captured in a CUDA graph needs. A resumed run (`-r`) starts from zero state.
+        Without `stateful` every window starts from zero.
     row_gradients : `bool`, optional (default = `False`)
         With `sparse_embeddings`: the softmax rows a training step reads (its targets and
         negatives) get their gradient as one dense parameter of fixed shape per matrix
@@ -177,8 +179,8 @@ class ElmoLanguageModel(LanguageModel):
             )
         self.stateful = stateful
         # The carried LSTM state of each mode (key: self.training), so validation between
-        # training epochs keeps its own streams; None: zero state.
-        self._stream_state: dict[bool, Optional[list[LayerState]]] = {True: None, False: None}
+        # training epochs keeps its own streams.
+        self._stream_state = {True: CarriedState(), False: CarriedState()}
         self._token_weighted_perplexity = TokenWeightedPerplexity()
         if mixed_precision not in MIXED_PRECISION:
             raise ConfigurationError(
@@ -301,10 +303,11 @@ class ElmoLanguageModel(LanguageModel):
             torch.nn.functional.pad(tokens[:, 1:], (0, reads + 1 - tokens.size(1)))
             for tokens in (text["tokens"]["tokens"] for text in (source, backward_source))
         ]
-        state = self._carried_state(stream_start, mask.size(0)) if self.stateful else None
+        carried = self._stream_state[self.training]
+        state = carried.state(stream_start, mask.size(0), mask.device) if self.stateful else None
         layers, final = self._contextualizer.stream_layers(embeddings, mask, state)
         if self.stateful:
-            self._stream_state[self.training] = [(h.detach(), c.detach()) for h, c in final]
+            carried.update(final)
         output = {
             "lm_embeddings": layers[-1],
             "noncontextual_token_embeddings": embeddings[0],
@@ -314,16 +317,3 @@ class ElmoLanguageModel(LanguageModel):
         # so backward (and DDP's all-reduce, which waits for every parameter) runs as on the
         # other processes.
         return {**output, **self._losses(self._dropout(layers[-1]), torch.stack(targets))}
-
-    def _carried_state(
-        self, stream_start: Optional[torch.BoolTensor], batch: int
-    ) -> Optional[list[LayerState]]:
-        """This mode's carried state, zero in the rows whose stream starts (all rows when the
-        batch size changed); None when nothing is carried."""
-        state = self._stream_state[self.training]
-        if state is None or state[0][0].size(1) != batch:
-            return None
-        if stream_start is None:
-            return state
-        keep = (~stream_start.bool()).view(1, -1, 1)
-        return [(h * keep.to(h.dtype), c * keep.to(c.dtype)) for h, c in state]

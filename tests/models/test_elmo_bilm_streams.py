@@ -56,7 +56,7 @@ def test_stateful_state_is_carried_detached_and_reset_where_a_stream_starts(
         fresh = stateless(**batches[1])["lm_embeddings"]
     assert not torch.allclose(carried, fresh)
     assert all(
-        not h.requires_grad and not c.requires_grad for h, c in stateful._stream_state[False]
+        not h.requires_grad and not c.requires_grad for h, c in stateful._stream_state[False].layers
     )
     # Row 1 restarts: its outputs are those of zero state, the others' still carried.
     restart = dict(batches[1], stream_start=torch.tensor([False, True, False, False]))
@@ -98,7 +98,7 @@ def test_no_leak_of_the_predicted_token_across_two_consecutive_batches(loader_an
     model = build("elmo_lstm.jsonnet", TINY, vocab, stateful=True)
     with torch.no_grad():
         base = model(**batches[0])["lm_embeddings"]
-        base_state = model._stream_state[False]
+        base_state = [(h.clone(), c.clone()) for h, c in model._stream_state[False].layers]
         for name in ("source", "backward_source"):
             changed = {**batches[0], name: {k: dict(v) for k, v in batches[0][name].items()}}
             chars = changed[name]["elmo"]["elmo_tokens"].clone()
@@ -107,7 +107,7 @@ def test_no_leak_of_the_predicted_token_across_two_consecutive_batches(loader_an
             # Float noise only (1e-8: the character CNN's matmuls see other rows); a leak
             # would move the outputs by about their size (1e-2).
             assert torch.allclose(model(**changed)["lm_embeddings"], base, rtol=0, atol=1e-7)
-            for (h, c), (h2, c2) in zip(base_state, model._stream_state[False], strict=True):
+            for (h, c), (h2, c2) in zip(base_state, model._stream_state[False].layers, strict=True):
                 assert torch.allclose(h, h2, rtol=0, atol=1e-7) and torch.allclose(
                     c, c2, rtol=0, atol=1e-7
                 )
@@ -129,7 +129,8 @@ def test_training_and_evaluation_carry_separate_states(loader_and_vocab, batches
     model.train()
     model(**batches[0])
     model.eval()
-    assert model._stream_state[False] is None and model._stream_state[True] is not None
+    assert model._stream_state[False].layers is None
+    assert model._stream_state[True].layers is not None
 
 
 def test_stateful_transformer_is_a_configuration_error(loader_and_vocab):
@@ -232,7 +233,7 @@ def test_fixed_shape_windows_give_the_stateful_lstm_the_same_losses_gradients_an
                 padded_parameters[name].grad, parameter.grad, rtol=1e-5, atol=1e-7
             ), name
         if k % per_epoch != per_epoch - 1:
-            states = [model._stream_state[True] for model in models]
+            states = [model._stream_state[True].layers for model in models]
             for (h, c), (padded_h, padded_c) in zip(*states, strict=True):
                 assert torch.allclose(padded_h, h, atol=1e-6)
                 assert torch.allclose(padded_c, c, atol=1e-6)
