@@ -13,7 +13,7 @@ from allennlp.training.gradient_descent_trainer import GradientDescentTrainer
 from allennlp.training.trainer import Trainer
 
 from elmo_plugin.training.lagged_readback import LaggedReadback
-from elmo_plugin.training.step_graph import StepGraph
+from elmo_plugin.training.step_graph import CaptureStream, StepGraph, WarmupStep
 
 logger = logging.getLogger(__name__)
 
@@ -84,14 +84,15 @@ class ElmoGraphStepTrainer(GradientDescentTrainer):
     It runs eagerly, as `gradient_descent`, and says why in one log line: on a CPU, under
     distributed training, with `num_gradient_accumulation_steps` > 1, a momentum scheduler,
     `use_amp` or an optimizer `lr_decay` (counted on the host). So does a step that cannot be
-    captured (the line gives the error's first line), e.g. with a scheduler and an optimizer
-    that takes no learning rate as a tensor.
+    captured (one warning with the error's first line; training goes on), e.g. with a scheduler
+    and an optimizer that takes no learning rate as a tensor.
 
     # Parameters
 
     warmup_batches : `int`, optional (default = `3`)
         Eager training batches before the capture: the optimizer's state, compiled kernels and
-        whatever else is made once are made there. At least 1.
+        whatever else is made once are made there, the last one on the stream that the capture
+        then runs on (`CaptureStream`). At least 1.
     **kwargs :
         allennlp's `gradient_descent` trainer's parameters.
     """
@@ -108,6 +109,7 @@ class ElmoGraphStepTrainer(GradientDescentTrainer):
         if self._eager_reason is not None:
             logger.info("elmo_graph_step: eager steps: %s", self._eager_reason)
         self._graph: Optional[StepGraph] = None
+        self._stream: Optional[CaptureStream] = None
         self._captured_options: list[dict[str, Any]] = []
         # with a scheduler: each group's learning rate as the captured step reads it
         self._learning_rates: list[torch.Tensor] = []
@@ -162,9 +164,9 @@ class ElmoGraphStepTrainer(GradientDescentTrainer):
         graph = self._graph_for(batch) if for_training else None
         if graph is None:
             return super().batch_outputs(batch, for_training)
-        if self._learning_rate_scheduler is not None:
+        if self._learning_rate_scheduler is not None:  # the rate allennlp would set first
             self._learning_rate_scheduler.step_batch(self._total_batches_completed + 1)
-            groups = self.optimizer.param_groups
+            groups = self.optimizer.param_groups if self._learning_rates else []
             for rate, group in zip(self._learning_rates, groups, strict=True):
                 rate.fill_(group["lr"])
         # copies: the next replay overwrites the graph's outputs, and callbacks keep them
@@ -190,11 +192,16 @@ class ElmoGraphStepTrainer(GradientDescentTrainer):
         if not self._replayed:
             super().clip_gradient()
 
-    def _graph_for(self, batch: dict[str, Any]) -> Optional[StepGraph]:
-        """The captured step for this training batch, captured now if due; None: eager."""
-        if self._eager_reason is not None or self._eager_batches < self._warmup_batches:
-            self._eager_batches += 1
+    def _graph_for(self, batch: dict[str, Any]) -> Optional[StepGraph | WarmupStep]:
+        """The captured step for this training batch (captured now if due), the last warm-up
+        batch's step on the capture stream, or None: allennlp's eager step."""
+        if self._eager_reason is not None:
             return None
+        if self._eager_batches < self._warmup_batches:
+            self._eager_batches += 1
+            if self._eager_batches < self._warmup_batches:
+                return None
+            return WarmupStep(self._step, self._capture_stream())
         if self._graph is not None and self._captured_options != self._options():
             logger.info(
                 "elmo_graph_step: the optimizer's options changed; capturing the step again"
@@ -226,14 +233,14 @@ class ElmoGraphStepTrainer(GradientDescentTrainer):
             ]
         try:
             with fused_groups_capturable(self.optimizer):
-                self._graph = StepGraph(self._step, batch)
+                self._graph = StepGraph(self._step, batch, self._capture_stream())
         except Exception as error:  # noqa: BLE001  (whatever cannot be captured runs eagerly)
             while error.__context__ is not None:  # the first error, not the failed capture's end
                 error = error.__context__  # type: ignore[assignment]
             lines = str(error).splitlines() or [type(error).__name__]
             self._eager_reason = f"the step could not be captured: {lines[0]}"
             logger.warning("elmo_graph_step: eager steps: %s", self._eager_reason)
-            torch.cuda.set_stream(torch.cuda.default_stream(self.cuda_device))
+            self._capture_stream().reset()
             self.model.zero_grad(set_to_none=True)
             return
         finally:
@@ -243,6 +250,11 @@ class ElmoGraphStepTrainer(GradientDescentTrainer):
         self._host_counters = advanced
         self._captured_options = self._options()
         logger.info("elmo_graph_step: the training step is captured in a CUDA graph")
+
+    def _capture_stream(self) -> CaptureStream:
+        if self._stream is None:
+            self._stream = CaptureStream(self.cuda_device)
+        return self._stream
 
     def _options(self) -> list[dict[str, Any]]:
         return optimizer_options(self.optimizer, but=("lr",) if self._learning_rates else ())

@@ -152,14 +152,29 @@ class EagerStepGraph:
     """`StepGraph` on the CPU: each replay runs the step on the batch (the host's step counters
     advance in the step itself here: a capture would find none to advance)."""
 
-    def __init__(self, step, batch) -> None:
-        self.step, self.layout = step, batch_layout(batch)
+    def __init__(self, step, batch, stream) -> None:
+        self.step, self.layout, self.stream = step, batch_layout(batch), stream
+        stream.captures += 1
 
     def fits(self, batch) -> bool:
         return batch_layout(batch) == self.layout
 
     def replay(self, batch):
         return self.step(batch)
+
+
+class CpuCaptureStream:
+    """`CaptureStream` on the CPU: runs the function, counting what ran on it."""
+
+    def __init__(self, device) -> None:
+        self.runs, self.captures, self.resets = 0, 0, 0
+
+    def run(self, function, *args):
+        self.runs += 1
+        return function(*args)
+
+    def reset(self) -> None:
+        self.resets += 1
 
 
 class OneLateReadback(LaggedReadback):
@@ -175,6 +190,7 @@ class OneLateReadback(LaggedReadback):
 def replays_on_the_cpu(monkeypatch):
     """`elmo_graph_step` taking its GPU path on the CPU, with the stand-ins above."""
     monkeypatch.setattr(elmo_graph_step, "StepGraph", EagerStepGraph)
+    monkeypatch.setattr(elmo_graph_step, "CaptureStream", CpuCaptureStream)
     monkeypatch.setattr(elmo_graph_step, "LaggedReadback", OneLateReadback)
     monkeypatch.setattr(ElmoGraphStepTrainer, "_why_eager", lambda self: None)
 
@@ -184,9 +200,10 @@ def test_replays_hand_on_the_batch_befores_values_and_train_as_eager_steps(
     name, tmp_path, replays_on_the_cpu, caplog
 ):
     """The trainer's replay path (tests/cuda runs it on a captured graph): 2 eager warm-up
-    batches, 3 replays, a halved learning rate (captured again), 2 more, against allennlp's
-    trainer on the same batches and random draws: each replay hands on the loss and norm of the
-    batch before, the host's step counters advance once per batch, the parameters agree."""
+    batches (the second on the capture stream), 3 replays, a halved learning rate (captured
+    again), 2 more, against allennlp's trainer on the same batches and random draws: from the
+    warm-up's last batch on each hands on the loss and norm of the batch before (the first its
+    own), the host's step counters advance once per batch, the parameters agree."""
     runs = [shrunk(name), shrunk(name)]
     graph = trainer_for(runs[0], tmp_path / "graph", warmup_batches=2)
     plain = trainer_for(runs[1], tmp_path / "plain", GradientDescentTrainer)
@@ -201,8 +218,8 @@ def test_replays_hand_on_the_batch_befores_values_and_train_as_eager_steps(
             for trainer, out in zip((graph, plain), (handed, eager), strict=True):
                 torch.manual_seed(index)
                 out.append(handed_on(trainer, batch))
-    assert sum(handed[:3], []) == pytest.approx(sum(eager[:3], []), rel=1e-6)
-    for index in range(3, 7):
+    assert sum(handed[:2], []) == pytest.approx(sum(eager[:2], []), rel=1e-6)
+    for index in range(2, 7):
         assert handed[index] == pytest.approx(eager[index - 1], rel=1e-6), index
     assert (
         caplog.messages.count("elmo_graph_step: the training step is captured in a CUDA graph") == 2
@@ -212,9 +229,9 @@ def test_replays_hand_on_the_batch_befores_values_and_train_as_eager_steps(
         in caplog.messages
     )
     assert float(graph._exact["loss"]) == pytest.approx(
-        sum(pair[0] for pair in eager[2:]), rel=1e-6
+        sum(pair[0] for pair in eager[1:]), rel=1e-6
     )
-    assert graph._lagged["loss"] == pytest.approx(sum(pair[0] for pair in handed[2:]), rel=1e-6)
+    assert graph._lagged["loss"] == pytest.approx(sum(pair[0] for pair in handed[1:]), rel=1e-6)
     pairs = zip(runs[0].model.parameters(), runs[1].model.parameters(), strict=True)
     for ours, theirs in pairs:
         torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
@@ -329,3 +346,59 @@ def run_model(model):
         return model(**batch)
 
     return batch_outputs
+
+
+@pytest.mark.usefixtures("replays_on_the_cpu")
+def test_the_last_warmup_batch_runs_on_the_stream_the_capture_runs_on(tmp_path):
+    """3 warm-up batches: the first two allennlp's, the third the step on the capture stream;
+    the capture on that same stream; the trained parameters those of allennlp's trainer."""
+    runs = [shrunk("lstm"), shrunk("lstm")]
+    graph = trainer_for(runs[0], tmp_path / "graph", warmup_batches=3)
+    plain = trainer_for(runs[1], tmp_path / "plain", GradientDescentTrainer)
+    streams = []
+    for index in range(5):
+        batch = next(runs[0].batches)
+        for trainer in (graph, plain):
+            torch.manual_seed(index)
+            train_batch(trainer, batch)
+        stream = graph._stream
+        streams.append(None if stream is None else (stream.runs, stream.captures))
+    assert streams == [None, None, (1, 0), (1, 1), (1, 1)]
+    assert graph._graph.stream is graph._stream
+    pairs = zip(runs[0].model.parameters(), runs[1].model.parameters(), strict=True)
+    for ours, theirs in pairs:
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+class FailingCapture:
+    def __init__(self, step, batch, stream) -> None:
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing\nmore")
+
+
+@pytest.mark.usefixtures("replays_on_the_cpu")
+def test_a_capture_that_fails_is_one_warning_and_training_goes_on_eagerly(
+    tmp_path, monkeypatch, caplog
+):
+    monkeypatch.setattr(elmo_graph_step, "StepGraph", FailingCapture)
+    runs = [shrunk("transformer"), shrunk("transformer")]
+    graph = trainer_for(runs[0], tmp_path / "graph", warmup_batches=1)
+    plain = trainer_for(runs[1], tmp_path / "plain", GradientDescentTrainer)
+    with caplog.at_level(logging.INFO, "elmo_plugin.training.elmo_graph_step"):
+        for index in range(4):
+            batch = next(runs[0].batches)
+            losses = []
+            for trainer in (graph, plain):
+                torch.manual_seed(index)
+                losses.append(handed_on(trainer, batch)[0])
+            if index != 0:  # the warm-up batch (on the capture stream) hands on its own loss
+                assert losses[0] == pytest.approx(losses[1], rel=1e-6)
+    reason = (
+        "the step could not be captured: "
+        "CUDA error: operation not permitted when stream is capturing"
+    )
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [f"elmo_graph_step: eager steps: {reason}"]
+    assert graph.eager_reason == reason and not graph.captured and graph._stream.resets == 1
+    pairs = zip(runs[0].model.parameters(), runs[1].model.parameters(), strict=True)
+    for ours, theirs in pairs:
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
