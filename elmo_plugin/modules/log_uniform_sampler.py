@@ -68,12 +68,13 @@ class LogUniformSampler:
         return torch.log1p(1.0 / (ids + 1.0)) / math.log(self.num_words + 1.0)
 
     def sample(self, device: torch.device, sets: int = 1) -> torch.Tensor:
-        """(sets, num_samples): `sets` independent draws of distinct ids (int64) on `device`,
-        from torch's generator there."""
+        """(sets, num_samples): `sets` independent draws of distinct ids (int64, in no
+        particular order: `topk` unsorted) on `device`, from torch's generator there."""
         # The top of log q + Gumbel noise = log q - log E (E ~ Exponential(1) = -log U) is the
         # top of q / E: one logarithm over the vocabulary.
         exponential = torch.rand(sets, self.num_words, device=device).log_().neg_()
-        return (self.probabilities(device) / exponential).topk(self.num_samples).indices
+        keys = self.probabilities(device) / exponential
+        return keys.topk(self.num_samples, sorted=False).indices
 
     def expected_count(self, ids: torch.Tensor) -> torch.Tensor:
         """ids (...) -> (...) float: 1 - (1 - q(id))^tries."""

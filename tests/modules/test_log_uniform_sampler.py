@@ -6,6 +6,7 @@ import pytest
 import torch
 from allennlp.modules.sampled_softmax_loss import _choice
 from scipy.stats import chi2_contingency  # type: ignore[import-untyped]
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from benchmarks.support.op_audit import OpAudit
 from elmo_plugin.modules.log_uniform_sampler import LogUniformSampler, expected_tries
@@ -71,3 +72,23 @@ def test_expected_counts_match_empirical_inclusion_rates_as_closely_as_allennlps
     allennlps = numpy.mean([-torch.expm1(t * keep).numpy() for t in tries], axis=0)
     assert numpy.abs(ours - rates).max() < 0.015
     assert numpy.abs(ours - rates).mean() <= 1.1 * numpy.abs(allennlps - rates).mean()
+
+
+class TopkCalls(TorchDispatchMode):
+    """Records the `sorted` argument of every aten.topk."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sorted: list[bool] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket is torch.ops.aten.topk:
+            self.sorted.append(bool(args[4]) if len(args) > 4 else kwargs.get("sorted", True))
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_draw_does_not_sort_what_it_draws():
+    """A set of negatives has no order: the GPU step does not pay for sorting one."""
+    with TopkCalls() as calls:
+        LogUniformSampler(1000, 64).sample(CPU, sets=2)
+    assert calls.sorted == [False]
