@@ -19,10 +19,16 @@ batch size and precision (fp32: TF32 off; tf32: TF32 matmuls and convolutions; b
 - a profile of `--profile-steps` steps of every run: the share of the step the GPU is busy
   (kernel time over wall time), GPU kernel time vs waiting for the data loader vs the rest
   (launch gaps, Python, host syncs), the kernels and the host's waits for the GPU per step,
-  and the costliest kernels and host operators.
+  and the costliest kernels and host operators;
+- torch.compile: each run (and each measurement below) starts from a reset dynamo, so the
+  precisions, batch sizes and grad modes of the runs before it never pile up to dynamo's
+  recompile limit (where it would fall back to eager); `compiled_lstm_steps` says whether the
+  LSTM ran its compiled steps, `dynamo_graphs` how many graphs dynamo compiled in the run, and
+  every recompile is logged with its reason (stderr).
 Each run is made with each of `--steppers`: `eager`, the step above; `graph`, allennlp's
 per-batch calls on the `elmo_graph_step` trainer (one eager warm-up batch, then the step
-captured in a CUDA graph and replayed; eager with its log line on a CPU). Per config and
+captured in a CUDA graph and replayed; eager on a CPU): `captured`, or `eager_reason`, printed
+under the table. Per config and
 precision, `graph_vs_eager` trains 6 batches (dropout off, the same batches and random draws) on
 both steppers from the same weights: the largest relative difference between a loss the graph's
 trainer hands on and the eager loss of the same batch (its values come one step late).
@@ -77,6 +83,7 @@ from benchmarks.support.common import (
 )
 from benchmarks.support.trainer_batch import handed_on, train_batch
 from elmo_plugin.data.corpus_data_loader import to_device
+from elmo_plugin.modules import sequence_clipped_lstm
 from elmo_plugin.training.elmo_graph_step import ElmoGraphStepTrainer
 from elmo_plugin.training.process_settings import ProcessSettings
 from elmo_plugin.training.sparse_gradient_sync import unclippable_sparse_parameters
@@ -123,6 +130,24 @@ def make_corpus(folder: Path, tokens: int) -> Path:
     command = scale_corpus_command(folder / "train", tokens, 4)
     Child(command, folder / "corpus.log").check()
     return folder / "tokens.txt"
+
+
+def fresh_compilation() -> None:
+    """Forgets every torch.compile'd function, its guards and dynamo's counters: each run
+    compiles the LSTM's steps for itself instead of piling its precision, batch size and grad
+    mode onto the runs before (dynamo's recompile limit would make them eager unseen)."""
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    sequence_clipped_lstm.compiled_steps.cache_clear()
+
+
+def compilation() -> dict[str, Any]:
+    """Since `fresh_compilation`: whether the LSTM ran its compiled steps, and how many graphs
+    dynamo compiled (more than the steps' first compilations: recompiles, logged)."""
+    return {
+        "compiled_lstm_steps": sequence_clipped_lstm.compiled_steps.cache_info().currsize > 0,
+        "dynamo_graphs": torch._dynamo.utils.counters["stats"]["unique_graphs"],
+    }
 
 
 def synchronize(device: torch.device) -> None:
@@ -326,6 +351,7 @@ def measure_training(
         **SOFTMAXES[softmax],
     }
     ProcessSettings(tf32=precision != "fp32").apply()
+    fresh_compilation()
     if args.dry_run:
         values.update(SHRUNK, **(SHRUNK_TRANSFORMER if name == "transformer" else SHRUNK_LSTM))
         values["data_loader.batch_size"] = batch_size // 16
@@ -369,6 +395,7 @@ def measure_training(
         result["eager_reason"] = run.trainer.eager_reason
     if args.profile_steps:
         result["profile"] = profile_steps(run, args.profile_steps)
+    result.update(compilation())
     del run
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -438,6 +465,7 @@ def measure_embedding(args, corpus: Path, device: torch.device, precisions: list
     from elmo_plugin.elmo_files.weights import write_bilm_encoder
     from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 
+    fresh_compilation()
     options = original_options(args.dry_run)
     sentences = corpus_sentences(corpus, args.embed_tokens)
     tokens = sum(len(s) for s in sentences)
@@ -560,6 +588,7 @@ def graph_vs_eager(name: str, precision: str, args, corpus: Path, vocab, device)
         **(NO_TRANSFORMER_DROPOUT if name == "transformer" else NO_DROPOUT),
     }
     ProcessSettings(tf32=precision != "fp32").apply()
+    fresh_compilation()
     if args.dry_run:
         values.update(SHRUNK, **(SHRUNK_TRANSFORMER if name == "transformer" else SHRUNK_LSTM))
     runs = [TrainingRun(CONFIGS[name], values, corpus, vocab, device) for _ in STEPPERS]
@@ -573,21 +602,26 @@ def graph_vs_eager(name: str, precision: str, args, corpus: Path, vocab, device)
         for stepper, trainer in zip(STEPPERS, trainers, strict=True):
             torch.manual_seed(index)
             losses[stepper].append(handed_on(trainer, batch)[0])
-    captured = isinstance(trainers[1], ElmoGraphStepTrainer) and trainers[1].captured
+    graph_trainer = trainers[1]
+    assert isinstance(graph_trainer, ElmoGraphStepTrainer)
+    captured = graph_trainer.captured
     # batches 0-1 eager, 2 captured (handing on its own values), then one late; eager
     # throughout where it could not capture (a CPU)
     graph = losses["graph"][3:] if captured else losses["graph"][2:5]
     differences = [abs(g - e) / abs(e) for g, e in zip(graph, losses["eager"][2:5], strict=True)]
-    del runs, trainers
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    return {
+    result = {
         "graph_vs_eager": CONFIGS[name],
         "precision": precision,
         "captured": captured,
+        "eager_reason": graph_trainer.eager_reason,
         "losses": losses,
         "max_relative_difference": max(differences),
+        **compilation(),
     }
+    del runs, trainers, graph_trainer
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return result
 
 
 def stepper_label(result: dict[str, Any]) -> str:
@@ -628,7 +662,9 @@ def main(argv: list[str]) -> dict[str, Any]:
         "--warmup", type=int, default=20, help="untimed steps first (compilation, allocator)"
     )
     parser.add_argument(
-        "--configs", default="lstm,transformer", help="comma-separated: lstm, transformer"
+        "--configs",
+        default="lstm,transformer",
+        help="comma-separated: lstm, transformer (empty: the embedding only)",
     )
     parser.add_argument(
         "--precisions", default="fp32,tf32,bf16", help="comma-separated: fp32, tf32, bf16"
@@ -671,6 +707,7 @@ def main(argv: list[str]) -> dict[str, Any]:
         args.steps, args.warmup, args.profile_steps, args.embed_tokens = 3, 1, 2, 300
         args.embed_check_tokens = 100
         args.num_workers = 0
+    torch._logging.set_logs(recompiles=True)
     device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
     if device.type == "cpu" and not args.dry_run:
         raise Skip("no CUDA device here (--dry-run runs the shrunk version on the CPU)")
@@ -741,7 +778,7 @@ def main(argv: list[str]) -> dict[str, Any]:
         f"\n{'config':34} {'prec':5} {'batch':>5} {'softmax':7} {'stepper':13} {'tokens/s':>10} "
         f"{'s/step':>7} "
         f"{'TFLOP/s':>8} {'of matmul':>9} {'GPU busy':>8} {'kernels':>8} {'syncs':>6} "
-        f"{'peak GiB':>8} {'vs baseline':>11}"
+        f"{'compiled':>8} {'peak GiB':>8} {'vs baseline':>11}"
     )
     for r in results:
         if "config" in r:
@@ -752,14 +789,16 @@ def main(argv: list[str]) -> dict[str, Any]:
                 f"{r['achieved_tflop_s']:>8} "
                 f"{r['fraction_of_matmul_rate']:>9} {profile.get('gpu_busy_share', '-'):>8} "
                 f"{profile.get('kernels_per_step', '-'):>8} "
-                f"{profile.get('host_syncs_per_step', '-'):>6} "
+                f"{profile.get('host_syncs_per_step', '-'):>6} {r['dynamo_graphs']:>8} "
                 f"{str(r['peak_memory_gib']):>8} {against_baseline(r, baseline):>11}"
             )
+            if not r.get("captured", True):
+                print(f"  {r['stepper']} ran eagerly: {r['eager_reason']}")
         elif "graph_vs_eager" in r:
             print(
                 f"{r['graph_vs_eager']} {r['precision']}: graph vs eager losses on the same "
                 f"batches, max relative difference {r['max_relative_difference']:.2e}"
-                f"{'' if r['captured'] else ' (not captured: both eager)'}"
+                f"{'' if r['captured'] else ' (both eager: ' + r['eager_reason'] + ')'}"
             )
         else:
             print(

@@ -1,10 +1,14 @@
 """`python -m benchmarks.gpu_original_elmo` (a process forked from the tests' warm server):
-`--help` and the shrunk `--dry-run` work on any machine."""
+`--help` and the shrunk `--dry-run` work on any machine; each run compiles afresh."""
 
 import json
 import os
 import subprocess
 
+import torch
+
+from benchmarks.gpu_original_elmo import compilation, fresh_compilation
+from elmo_plugin.modules import sequence_clipped_lstm
 from tests.helpers import REPO_ROOT, run_forked
 
 
@@ -75,10 +79,12 @@ def test_dry_run_trains_both_configs_and_embeds_on_cpu_and_leaves_no_temporary_f
             ("elmo_lstm_original.jsonnet", 384, "dense", "eager"),
         ]
     )
-    for r in training:  # no CUDA graph on a CPU: the graph runs say so
+    for r in training:  # no CUDA graph and nothing compiled on a CPU: the runs say so
         if r["stepper"] == "graph":
             assert not r["captured"] and r["eager_reason"] == "the device is cpu, not CUDA"
         assert r["tokens_per_s"] > 0 and r["flops_per_step"] > 0 and r["tokens_per_step"] > 0
+        assert not r["compiled_lstm_steps"] and r["dynamo_graphs"] == 0
+    assert result.stdout.count("  graph ran eagerly: the device is cpu, not CUDA\n") == 4
     (line,) = [
         line
         for line in result.stdout.splitlines()
@@ -96,6 +102,7 @@ def test_dry_run_trains_both_configs_and_embeds_on_cpu_and_leaves_no_temporary_f
     assert sorted(check["graph_vs_eager"] for check in checks) == sorted(configs)
     for check in checks:  # no CUDA graph on a CPU: both steppers eager, the same losses
         assert not check["captured"] and check["max_relative_difference"] == 0
+        assert check["eager_reason"] == "the device is cpu, not CUDA"
         assert len(check["losses"]["graph"]) == 6
     (embedding,) = [r for r in report["results"] if "speedup" in r]
     rates = ("fp32", "bf16", "float16", "pool_mean", "computation_only", "allennlp_elmo")
@@ -104,3 +111,19 @@ def test_dry_run_trains_both_configs_and_embeds_on_cpu_and_leaves_no_temporary_f
     # on a CPU the float32 run is the CPU's own path: the same vectors; bf16 close to them
     differences = embedding["max_abs_diff_vs_cpu"]
     assert differences["fp32"] == 0 and 0 < differences["bf16"] < 0.1
+
+
+def test_fresh_compilation_makes_a_compiled_function_compile_again_and_new_lstm_steps():
+    """Each run starts from a reset dynamo: a function compiled before compiles again (a kept
+    cache would count no graph), and the LSTM's compiled steps are made anew."""
+    double = torch.compile(lambda x: x * 2, backend="eager")
+    steps = sequence_clipped_lstm.compiled_steps()
+    fresh_compilation()
+    double(torch.ones(3))
+    double(torch.ones(3))
+    assert compilation() == {"compiled_lstm_steps": False, "dynamo_graphs": 1}
+    fresh_compilation()
+    assert double(torch.ones(3)).tolist() == [2.0, 2.0, 2.0]
+    assert compilation() == {"compiled_lstm_steps": False, "dynamo_graphs": 1}
+    assert sequence_clipped_lstm.compiled_steps() is not steps
+    assert compilation()["compiled_lstm_steps"]
