@@ -5,8 +5,8 @@ dispatches and where it would wait for the host.
 
 The configs: `elmo_lstm_original.jsonnet` and `elmo_transformer_original.jsonnet` at shrunk
 widths (their structure: clips, dropout, sampled sparse softmax, Adagrad / fused Adam, gradient
-clipping), built as `allennlp train` builds them. With the settings a GPU runs (`GPU_PATH`) and
-with the CPU's defaults, it runs `--batches` steps on the bundled demo corpus under `OpAudit`
+clipping), built as `allennlp train` builds them. On the paths a GPU runs (`gpu_path_on_cpu`) and
+on the CPU's own, it runs `--batches` steps on the bundled demo corpus under `OpAudit`
 (benchmarks/support/op_audit.py). Before them, one step makes what is made once (optimizer state).
 A step: the loader's batch moved to the device, forward, backward, gradient clipping (torch's
 `clip_grad_norm_`, as allennlp's trainer, without the trainer's own `.item()`) and the optimizer
@@ -16,6 +16,7 @@ sequence; it ends with one JSON line (benchmarks/support/common.py), with `misse
 path that would synchronize or change shapes.
 """
 
+import contextlib
 import json
 from collections import Counter
 from collections.abc import Iterator
@@ -37,6 +38,7 @@ from benchmarks.support.common import (
 )
 from benchmarks.support.op_audit import OpAudit, host_step_counters
 from elmo_plugin.data.corpus_data_loader import to_device
+from elmo_plugin.modules.device_paths import gpu_path_on_cpu
 
 NAME = "step_audit"
 CONFIGS = {"lstm": "elmo_lstm_original.jsonnet", "transformer": "elmo_transformer_original.jsonnet"}
@@ -58,13 +60,6 @@ SHRUNK_CONTEXTUALIZER = {
         "model.contextualizer.num_layers": 2,
         "model.contextualizer.num_attention_heads": 2,
     },
-}
-# What a GPU runs, chosen on the CPU: the character CNN's fixed-shape reference and the LSTM's
-# whole-sequence function (its pointwise steps compiled there).
-CHAR_CNN_REFERENCE = {"model.text_field_embedder.token_embedders.elmo.cpu_path": "reference"}
-GPU_PATH = {
-    "lstm": {**CHAR_CNN_REFERENCE, "model.contextualizer.cpu_loop": "gpu"},
-    "transformer": CHAR_CNN_REFERENCE,
 }
 PHASES = ("batch", "forward", "backward", "clip", "optimizer")
 CPU = torch.device("cpu")
@@ -112,15 +107,17 @@ class AuditedStep:
 
 
 def audit_steps(name: str, gpu_path: bool, batches: int) -> list[OpAudit]:
-    """One `OpAudit` per step of config `name` (a key of CONFIGS)."""
-    values = {**SHRUNK, **SHRUNK_CONTEXTUALIZER[name], **(GPU_PATH[name] if gpu_path else {})}
-    run = AuditedStep(CONFIGS[name], values)
-    run.step(OpAudit())  # first: the optimizer's state and the sampler's table, made once
-    audits = []
-    for _ in range(batches):
-        audit = OpAudit()
-        run.step(audit)
-        audits.append(audit)
+    """One `OpAudit` per step of config `name` (a key of CONFIGS), on the paths a GPU runs
+    (the character CNN's fixed-shape reference, the LSTM's whole-sequence function) where
+    `gpu_path`."""
+    run = AuditedStep(CONFIGS[name], {**SHRUNK, **SHRUNK_CONTEXTUALIZER[name]})
+    with gpu_path_on_cpu() if gpu_path else contextlib.nullcontext():
+        run.step(OpAudit())  # first: the optimizer's state and the sampler's table, made once
+        audits = []
+        for _ in range(batches):
+            audit = OpAudit()
+            run.step(audit)
+            audits.append(audit)
     return audits
 
 

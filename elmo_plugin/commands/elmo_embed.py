@@ -39,6 +39,7 @@ from elmo_plugin.data.corpus_stats import CorpusStats
 from elmo_plugin.data.full_disk import DiskFull, check_room
 from elmo_plugin.elmo_files.source import local_path
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
+from elmo_plugin.modules.device_paths import takes_cpu_path
 from elmo_plugin.modules.sentence_pooling import POOL_CHOICES, check_pool, pool_tokens
 from elmo_plugin.modules.token_vector_cache import TokenVectorCache
 from elmo_plugin.training.process_settings import ProcessSettings
@@ -601,12 +602,12 @@ def embed_chunk(
     write: Callable[..., None],
     progress,
     precision: str = "fp32",
-    fixed_shapes: bool = False,
 ) -> None:
-    """(line number, tokens) pairs -> batches (`fixed_shape_batches` or `cpu_batches`) -> each
-    batch's `write(batch, vectors on the host, ready)`: `_Writer.write_batch`'s arguments, the
-    copy from a GPU not waited for."""
-    path = fixed_shape_batches if fixed_shapes else cpu_batches
+    """(line number, tokens) pairs -> batches (`cpu_batches` where the encoder's device runs the
+    CPU's paths, else `fixed_shape_batches`) -> each batch's `write(batch, vectors on the host,
+    ready)`: `_Writer.write_batch`'s arguments, the copy from a GPU not waited for."""
+    device = next(encoder.parameters()).device
+    path = cpu_batches if takes_cpu_path(device) else fixed_shape_batches
     with torch.no_grad():
         for batch, vectors in path(encoder, token_ids, chunk, batching, form, precision):
             write(batch, *to_host(vectors))
@@ -664,7 +665,6 @@ def embed_file(
     shard: Shard = WHOLE_INPUT,
     mix: Optional[LearnedMix] = None,
     precision: str = "fp32",
-    fixed_shapes: Optional[bool] = None,
 ) -> None:
     """Streams INPUT in windows of `batching.sort_window` sentences, sorts each window by length,
     embeds it in batches of at most `batching.batch_tokens` padded tokens (each sentence as
@@ -682,9 +682,9 @@ def embed_file(
 
     Two paths, the same vectors within float rounding: the CPU's (`cpu_batches`:
     character-encoder outputs cached by token within the window), and the fixed-shape one
-    (`fixed_shape_batches`), which every other device takes; `fixed_shapes` True or False
-    chooses (for tests on a CPU). Either way the writes run on a `WriterThread` while the next
-    batches are computed, and a GPU's results are copied back without waiting for them."""
+    (`fixed_shape_batches`), which every other device takes (`takes_cpu_path`). Either way the
+    writes run on a `WriterThread` while the next batches are computed, and a GPU's results are
+    copied back without waiting for them."""
     check_arguments(input_file, output_file, layers, batching, resume, output_format)
     if precision not in PRECISION_CHOICES:
         raise ConfigurationError(
@@ -695,7 +695,6 @@ def embed_file(
         mix.check_fits(encoder, "the biLM")
     encoder.eval()
     device = next(encoder.parameters()).device
-    fixed = device.type != "cpu" if fixed_shapes is None else fixed_shapes
     form = vector_form(layers, mix, output_format, device)
     token_ids = encoder_token_ids(encoder)
     empty_shape = (
@@ -721,7 +720,7 @@ def embed_file(
                 def embed(chunk: list[tuple[int, list[str]]]) -> None:
                     background.submit(writer.check_room_for, chunk)
                     write = functools.partial(background.submit, writer.write_batch)
-                    args = (chunk, batching, form, write, progress, precision, fixed)
+                    args = (chunk, batching, form, write, progress, precision)
                     embed_chunk(encoder, token_ids, *args)
 
                 chunk: list[tuple[int, list[str]]] = []

@@ -23,17 +23,23 @@ class BiLmContextualizer(Seq2SeqEncoder):
     `forward`: the top layer only (a list of all of them with `return_all_layers`, as
     allennlp-models' transformer contextualizer). Padding positions are zero.
 
-    A subclass lists the constructor keys it renamed in `renamed_keys` (old -> current): configs,
-    archives and recorded architectures that use an old key keep loading.
+    A subclass lists the constructor keys it renamed in `renamed_keys` (old -> current) and the
+    values no longer read in `dropped_values` (key -> value; dropped, the default applies):
+    configs, archives and recorded architectures that use them keep loading.
     """
 
     renamed_keys: dict[str, str] = {}
+    dropped_values: dict[str, Any] = {}
 
     @classmethod
     def with_current_keys(cls, params: dict[str, Any]) -> dict[str, Any]:
-        """The same params with every old key under its current name; an error where both are
-        given. The one place that reads renamed keys."""
-        current = dict(params)
+        """The same params with every old key under its current name, without dropped values; an
+        error where a key is given under both names. The one place that reads renamed keys."""
+        current = {
+            key: value
+            for key, value in params.items()
+            if (key, value) not in cls.dropped_values.items()
+        }
         for old, new in cls.renamed_keys.items():
             if old in current:
                 if new in current:

@@ -22,15 +22,22 @@ Architecture = dict[str, Any]
 
 # The key of an `elmo_char_cnn`'s arguments in architectures recorded before the one form.
 OLD_CHAR_CNN_KEY = "char_cnn"
+# An `elmo_char_cnn` key no longer read (it chose the GPU's computation on a CPU).
+DROPPED_CHAR_CNN_KEY = "cpu_path"
 
 
 def current_architecture(architecture: Architecture) -> Architecture:
     """An architecture as recorded on any day -> the current form: `char_cnn` read as an
-    `elmo_char_cnn` token embedder, our contextualizers' renamed keys under their current
-    names."""
+    `elmo_char_cnn` token embedder (without `cpu_path`), our contextualizers' renamed keys under
+    their current names."""
     current = dict(architecture)
     if OLD_CHAR_CNN_KEY in current:
         current["token_embedder"] = {"type": "elmo_char_cnn", **current.pop(OLD_CHAR_CNN_KEY)}
+    token_embedder = current.get("token_embedder")
+    if isinstance(token_embedder, dict) and token_embedder.get("type") == "elmo_char_cnn":
+        current["token_embedder"] = {
+            key: value for key, value in token_embedder.items() if key != DROPPED_CHAR_CNN_KEY
+        }
     contextualizer = current.get("contextualizer")
     if isinstance(contextualizer, dict) and contextualizer.get("type"):
         registered = Seq2SeqEncoder.resolve_class_name(contextualizer["type"])[0]

@@ -13,6 +13,7 @@ from allennlp.modules.token_embedders import TokenEmbedder
 from elmo_plugin.cpu.distinct_rows import distinct_rows
 from elmo_plugin.cpu.onednn_matmul import RightMatrix, linear, uses_onednn
 from elmo_plugin.modules.character_encoder import ElmoCharacterIds
+from elmo_plugin.modules.device_paths import takes_cpu_path
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": torch.nn.functional.relu,
@@ -21,7 +22,6 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 PADDING_CHAR_ID = ELMoCharacterMapper.padding_character + 1
 # Upper bounds of token lengths (characters up to the last non-padding one) encoded together.
 LENGTH_GROUPS = (5, 7, 9, 12, 16, 24, 50)
-CPU_PATHS = ("fast", "reference")
 
 
 def token_lengths(char_ids: torch.Tensor) -> torch.Tensor:
@@ -58,9 +58,9 @@ class ElmoCharCnn(TokenEmbedder, ElmoCharacterIds):
     zero vectors.
 
     `reference` computes it over fixed shapes (every token, every character position, all filters
-    in one matmul), with no host reads: it runs on every device but the CPU. On the CPU
-    `cpu_fast_path` gives the same numbers with less work (unless `cpu_path` is "reference"):
-    each distinct token of the batch is encoded once, tokens are grouped by length, and each
+    in one matmul), with no host reads: it runs wherever the CPU's paths do not
+    (`takes_cpu_path`). On the CPU `cpu_fast_path` gives the same numbers with less work: each
+    distinct token of the batch is encoded once, tokens are grouped by length, and each
     convolution runs only over the character prefix that can matter. A token of length L is
     followed by padding characters, so every window starting at or after L sees only padding and
     has one value per filter, computed once per batch: the max over positions is the max over
@@ -82,10 +82,6 @@ class ElmoCharCnn(TokenEmbedder, ElmoCharacterIds):
         `char_cnn.activation`).
     num_characters : `int`, optional (default = `262`)
         Rows of the character embedding: ELMo's 261 character ids + 1 (id 0 is padding).
-    cpu_path : `str`, optional (default = `"fast"`)
-        On CPU tensors: "fast", the CPU fast path, or "reference", the fixed-shape computation
-        other devices run (slower on a CPU; for checking). Not part of the weights or of
-        options.json.
     """
 
     _widths: torch.Tensor  # buffer (total filters,): each filter's width
@@ -98,20 +94,14 @@ class ElmoCharCnn(TokenEmbedder, ElmoCharacterIds):
         embedding_dim: int = 16,
         activation: str = "relu",
         num_characters: int = 262,
-        cpu_path: str = "fast",
     ) -> None:
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ConfigurationError(
                 f"elmo_char_cnn: activation must be one of {list(ACTIVATIONS)}"
             )
-        if cpu_path not in CPU_PATHS:
-            raise ConfigurationError(
-                f'elmo_char_cnn: cpu_path must be "fast" or "reference", got {cpu_path!r}'
-            )
         self.filters = [(int(width), int(count)) for width, count in filters]
         self.activation = activation
-        self.cpu_path = cpu_path
         self._architecture: dict[str, Any] = {
             "type": "elmo_char_cnn",
             "filters": [[width, count] for width, count in self.filters],
@@ -121,8 +111,6 @@ class ElmoCharCnn(TokenEmbedder, ElmoCharacterIds):
             "activation": activation,
             "num_characters": num_characters,
         }
-        if cpu_path != "fast":  # as `elmo_lstm`'s `cpu_loop`, recorded where configured; the
-            self._architecture["cpu_path"] = cpu_path  # default keeps older architectures equal
         self.char_embedding = torch.nn.Embedding(num_characters, embedding_dim, padding_idx=0)
         self.convolutions = torch.nn.ModuleList(
             torch.nn.Conv1d(embedding_dim, count, kernel_size=width)
@@ -327,9 +315,9 @@ class ElmoCharCnn(TokenEmbedder, ElmoCharacterIds):
         return torch.where(is_token, vectors, 0).view(*elmo_tokens.shape[:-1], self._output_dim)
 
     def forward(self, elmo_tokens: torch.Tensor) -> torch.Tensor:
-        """(..., chars) ids -> (..., projection_dim): `cpu_fast_path` on CPU tensors (with
-        `cpu_path: "fast"`), `reference` everywhere else."""
-        if elmo_tokens.device.type == "cpu" and self.cpu_path == "fast":
+        """(..., chars) ids -> (..., projection_dim): `cpu_fast_path` where the CPU's paths run
+        (`takes_cpu_path`), `reference` everywhere else."""
+        if takes_cpu_path(elmo_tokens.device):
             return self.cpu_fast_path(elmo_tokens)
         return self.reference(elmo_tokens)
 

@@ -11,10 +11,11 @@ from elmo_plugin.cpu import packed_clipped_lstm as cpu_fast_path
 from elmo_plugin.cpu.lstm_tensors import Clips, LstmState, stacked_weights
 from elmo_plugin.modules.bilm_contextualizer import BiLmContextualizer, LayerState
 from elmo_plugin.modules.clipped_lstm import clipped_lstm, initial_state
+from elmo_plugin.modules.device_paths import takes_cpu_path, takes_gpu_path
 from elmo_plugin.modules.directions import both_directions, join_directions, reverse_within_length
 from elmo_plugin.modules.sequence_clipped_lstm import pointwise_steps, sequence_clipped_lstm
 
-CPU_LOOPS = ("fast", "reference", "gpu")
+CPU_LOOPS = ("fast", "reference")
 
 
 @Seq2SeqEncoder.register("elmo_lstm")
@@ -64,12 +65,12 @@ class ElmoLstmContextualizer(BiLmContextualizer):
     cpu_loop : `str`, optional (default = `"fast"`)
         The clipped LSTM on CPU tensors: "fast", the C++ fast path for float32 outside autocast
         (the reference loop for other dtypes, under autocast, or where it cannot be built);
-        "reference", the plain PyTorch loop that defines it (slower; for checking); "gpu", the
-        whole-sequence function that CUDA runs (for checking it on a CPU). CUDA always runs the
-        whole-sequence function, other devices the reference loop.
+        "reference", the plain PyTorch loop that defines it (slower; for checking). CUDA always
+        runs the whole-sequence function, other devices the reference loop.
     """
 
     renamed_keys = {"hidden_dim": "cell_size"}
+    dropped_values = {"cpu_loop": "gpu"}  # it ran the GPU's function on a CPU
 
     def __init__(
         self,
@@ -86,7 +87,7 @@ class ElmoLstmContextualizer(BiLmContextualizer):
         super().__init__(input_dim, num_layers, return_all_layers)
         if cpu_loop not in CPU_LOOPS:
             raise ConfigurationError(
-                f'elmo_lstm: cpu_loop must be "fast", "reference" or "gpu", got {cpu_loop!r}'
+                f'elmo_lstm: cpu_loop must be "fast" or "reference", got {cpu_loop!r}'
             )
         self.cell_size = cell_size
         self.cell_clip = cell_clip
@@ -110,7 +111,11 @@ class ElmoLstmContextualizer(BiLmContextualizer):
 
     def _runs_fast(self, inputs: torch.Tensor) -> bool:
         """Whether the clipped LSTM runs the CPU fast path on these inputs."""
-        return self.cpu_loop == "fast" and cpu_fast_path.runs_fast(inputs)
+        return (
+            self.cpu_loop == "fast"
+            and takes_cpu_path(inputs.device)
+            and cpu_fast_path.runs_fast(inputs)
+        )
 
     def _reference(
         self,
@@ -119,12 +124,11 @@ class ElmoLstmContextualizer(BiLmContextualizer):
         lengths: torch.Tensor,
         initial: Optional[LstmState] = None,
     ) -> tuple[torch.Tensor, LstmState]:
-        """Where the CPU fast path does not run: on CUDA (and with `cpu_loop: "gpu"`) the
-        whole-sequence function, its pointwise steps compiled where they can be; elsewhere the
-        reference loop."""
+        """Where the CPU fast path does not run: where the GPU's path runs (`takes_gpu_path`)
+        the whole-sequence function, its pointwise steps compiled where they can be; elsewhere
+        the reference loop."""
         weights = stacked_weights(lstms)
-        device = inputs.device.type
-        if device == "cuda" or (device == "cpu" and self.cpu_loop == "gpu"):
+        if takes_gpu_path(inputs.device):
             steps = pointwise_steps(inputs.device, self.compile_on_gpu)
             return sequence_clipped_lstm(inputs, weights, lengths, self._clips(), initial, steps)
         return clipped_lstm(inputs, weights, lengths, self._clips(), initial)

@@ -12,6 +12,8 @@ from allennlp.data import Batch, DatasetReader, TextFieldTensors
 from allennlp.models.archival import load_archive
 
 from elmo_plugin.models.elmo_bilm import ElmoLanguageModel
+from elmo_plugin.modules import elmo_lstm as elmo_lstm_module
+from elmo_plugin.modules.device_paths import gpu_path_on_cpu
 from tests.helpers import (
     CONFIG_DIR,
     FILTERS_2048,
@@ -55,25 +57,36 @@ def test_train_archive_load_evaluate_gives_identical_perplexities(
         assert value == pytest.approx(metrics[f"best_validation_{name}"], rel=1e-4)
 
 
-def test_cpu_loop_reference_or_gpu_from_the_command_line_evaluates_to_the_fast_paths_perplexities(
-    tiny_bilm_archive, tiny_corpus, tmp_path
+def test_cpu_loop_reference_or_the_gpu_path_evaluates_to_the_fast_paths_perplexities(
+    tiny_bilm_archive, tiny_corpus, tmp_path, monkeypatch
 ):
     """`-o '{"model.contextualizer.cpu_loop": "reference"}'` loads the archive (trained with the
-    CPU fast path) with the reference loop, `"gpu"` with the GPU's whole-sequence function: the
-    same perplexities within float32 rounding; an unknown loop is an error naming the key."""
+    CPU fast path) with the reference loop, and `gpu_path_on_cpu` evaluates it on the GPU's
+    paths (the LSTM's whole-sequence function): the same perplexities within float32 rounding;
+    an unknown loop is an error naming the key."""
+    whole_sequence, ran = elmo_lstm_module.sequence_clipped_lstm, []
+    monkeypatch.setattr(
+        elmo_lstm_module,
+        "sequence_clipped_lstm",
+        lambda *args: ran.append(1) or whole_sequence(*args),
+    )
     valid = tiny_corpus / "valid.txt"
     fast = evaluate(tiny_bilm_archive, valid, tmp_path / "fast.json")
-    for cpu_loop in ("reference", "gpu"):
-        loop = overrides({"model.contextualizer.cpu_loop": cpu_loop})
-        other = evaluation(tiny_bilm_archive, valid, tmp_path / f"{cpu_loop}.json", "-o", loop)
-        for name, value in fast.items():
-            assert other[name] == pytest.approx(value, rel=1e-4), (cpu_loop, name)
+    loop = overrides({"model.contextualizer.cpu_loop": "reference"})
+    reference = evaluation(tiny_bilm_archive, valid, tmp_path / "reference.json", "-o", loop)
+    assert not ran
+    with gpu_path_on_cpu():
+        gpu = evaluation(tiny_bilm_archive, valid, tmp_path / "gpu.json")
+    assert ran
+    for name, value in fast.items():
+        assert reference[name] == pytest.approx(value, rel=1e-4), name
+        assert gpu[name] == pytest.approx(value, rel=1e-4), name
     unknown = {"model.contextualizer.cpu_loop": "c++"}
     failed = run_allennlp_in_process(
         ["evaluate", str(tiny_bilm_archive), str(valid), "-o", overrides(unknown)], check=False
     )
     assert failed.returncode != 0
-    assert 'cpu_loop must be "fast", "reference" or "gpu"' in failed.stdout + failed.stderr
+    assert 'cpu_loop must be "fast" or "reference"' in failed.stdout + failed.stderr
 
 
 def test_evaluate_without_an_output_file_logs_the_metrics_it_would_write(

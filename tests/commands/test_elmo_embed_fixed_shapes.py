@@ -3,8 +3,9 @@ bucket's vectors equal each sentence embedded alone, its computation reads nothi
 and runs one op trace per bucket, and whole files equal the CPU path's (options, shards, a
 resumed run); `--precision bf16` against float32; the writer thread's errors."""
 
-import copy
+import contextlib
 import os
+from collections.abc import Callable
 
 import h5py
 import numpy
@@ -29,6 +30,7 @@ from elmo_plugin.commands.writer_thread import WriterThread
 from elmo_plugin.data.full_disk import DiskFull
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 from elmo_plugin.modules.bilm_sentence_layers import sentence_layers
+from elmo_plugin.modules.device_paths import gpu_path_on_cpu
 from tests.elmo_files.elmo_reference import random_encoder
 
 WORDS = ["the", "file", "is", "open", "x" * 70, "caf\u00e9", ".", "a"]
@@ -47,14 +49,10 @@ def encoder() -> BiLmEncoder:
     return random_encoder(3.0)
 
 
-@pytest.fixture(scope="module")
-def gpu_paths(encoder) -> BiLmEncoder:
-    """The same weights with the components' CUDA paths on the CPU (their config keys for
-    checking): the character CNN's fixed-shape `reference`, the LSTM's whole-sequence function."""
-    copied = copy.deepcopy(encoder)
-    copied.char_cnn.cpu_path = "reference"
-    copied.contextualizer.cpu_loop = "gpu"
-    return copied
+def on_path(fixed: bool) -> contextlib.AbstractContextManager:
+    """Where `fixed`, the GPU's paths on the CPU (`gpu_path_on_cpu`): `embed_file` takes the
+    fixed-shape path, the character CNN its `reference`, the LSTM its whole-sequence function."""
+    return gpu_path_on_cpu() if fixed else contextlib.nullcontext()
 
 
 def alone(encoder: BiLmEncoder, tokens: list[str]) -> torch.Tensor:
@@ -89,18 +87,17 @@ def host_ids(encoder: BiLmEncoder, bucket: Bucket) -> torch.Tensor:
 
 
 def embed(encoder: BiLmEncoder, ids: torch.Tensor, form=DEFAULT_FORM, precision="fp32"):
-    with torch.no_grad():
+    """A bucket through `embed_bucket` on the GPU's paths."""
+    with torch.no_grad(), gpu_path_on_cpu():
         return elmo_embed.embed_bucket(encoder, ids, form, precision)
 
 
 @pytest.mark.parametrize("width", BUCKET_WIDTHS[:7])
-def test_every_bucket_shape_equals_each_sentence_embedded_alone_with_zero_padding(
-    encoder, gpu_paths, width
-):
+def test_every_bucket_shape_equals_each_sentence_embedded_alone_with_zero_padding(encoder, width):
     lengths = bucket_lengths(width)
     assert {bucket_width(n + 2) for n in lengths} == {width}
     bucket = bucket_of(lengths, width, rows=len(lengths) + 2)  # two padding rows
-    vectors = embed(gpu_paths, host_ids(gpu_paths, bucket))
+    vectors = embed(encoder, host_ids(encoder, bucket))
     assert vectors.shape == (len(lengths) + 2, 3, width - 2, 32)
     for row, (_, tokens) in enumerate(bucket.batch):
         torch.testing.assert_close(
@@ -120,11 +117,9 @@ def test_every_bucket_shape_equals_each_sentence_embedded_alone_with_zero_paddin
     ],
     ids=["all", "average-mean-float16", "top-max", "mix-mean"],
 )
-def test_pooling_layers_and_casts_on_the_device_equal_numpy_over_each_sentence_alone(
-    encoder, gpu_paths, form
-):
+def test_pooling_layers_and_casts_on_the_device_equal_numpy_over_each_sentence_alone(encoder, form):
     bucket = bucket_of([1, 3, 6], 8, rows=5)
-    vectors = embed(gpu_paths, host_ids(gpu_paths, bucket), form)
+    vectors = embed(encoder, host_ids(encoder, bucket), form)
     assert vectors.dtype == getattr(torch, form.dtype)
     for row, (_, tokens) in enumerate(bucket.batch):
         layers = alone(encoder, tokens).numpy()
@@ -146,16 +141,16 @@ def test_pooling_layers_and_casts_on_the_device_equal_numpy_over_each_sentence_a
     ids=["all-fp32", "average-mean-float16-bf16"],
 )
 def test_a_bucket_computation_reads_nothing_on_the_host_and_runs_one_op_trace(
-    gpu_paths, form, precision
+    encoder, form, precision
 ):
     """What runs on the GPU between the ids' copy in and the vectors' copy out, recorded on CPU
     tensors: no op that syncs or makes a data-dependent shape, and the same ops on the same
     shapes for two batches of one bucket (other sentences, other lengths, other padding)."""
     audits = []
     for lengths in ([1, 3, 6, 6], [2, 5]):
-        ids = host_ids(gpu_paths, bucket_of(lengths, 8, rows=4))
+        ids = host_ids(encoder, bucket_of(lengths, 8, rows=4))
         with OpAudit() as audit:
-            embed(gpu_paths, ids, form, precision)
+            embed(encoder, ids, form, precision)
         audits.append(audit)
     assert audits[0].syncs() == [] and audits[1].syncs() == []
     assert audits[0].trace() == audits[1].trace() and len(audits[0].trace()) > 50
@@ -170,6 +165,16 @@ def test_buckets_hold_each_sentence_once_within_the_token_budget():
         assert bucket.rows * bucket.width <= 40 or bucket.rows == 1
         assert {bucket_width(len(tokens) + 2) for _, tokens in bucket.batch} == {bucket.width}
     assert bucket_width(52) == 64 and bucket_width(513) == 768 and bucket_width(1) == 8
+
+
+def recording(calls: list, function: Callable) -> Callable:
+    """`function`, appending its name to `calls` on every call."""
+
+    def run(*args, **kwargs):
+        calls.append(function.__name__)
+        return function(*args, **kwargs)
+
+    return run
 
 
 def read(path):
@@ -208,34 +213,40 @@ SMALL = elmo_embed.Batching(batch_size=4, batch_tokens=64, sort_window=6)
     ids=["all", "average-mean", "max-float16", "top-float16-shard"],
 )
 def test_embed_file_on_the_fixed_shape_path_equals_the_cpu_path(
-    gpu_paths, encoder, text_file, tmp_path, layers, output_format, shard
+    encoder, text_file, tmp_path, layers, output_format, shard, monkeypatch
 ):
     """Every dataset (empty lines, a one-token line, a 50-token one), its attributes and
     sentence_to_index; float16 values within one float16 step."""
+    ran = []
+    for path in ("cpu_batches", "fixed_shape_batches"):
+        monkeypatch.setattr(elmo_embed, path, recording(ran, getattr(elmo_embed, path)))
     outputs = {}
-    for name, model, fixed in (("cpu", encoder, False), ("fixed", gpu_paths, True)):
+    for name, fixed in (("cpu", False), ("fixed", True)):
         path = tmp_path / f"{name}.hdf5"
-        elmo_embed.embed_file(
-            model,
-            str(text_file),
-            str(path),
-            layers,
-            SMALL,
-            output_format=output_format,
-            shard=shard,
-            fixed_shapes=fixed,
-        )
+        with on_path(fixed):
+            elmo_embed.embed_file(
+                encoder,
+                str(text_file),
+                str(path),
+                layers,
+                SMALL,
+                output_format=output_format,
+                shard=shard,
+            )
         outputs[name] = read(path)
+        assert set(ran) == {"fixed_shape_batches" if fixed else "cpu_batches"}
+        ran.clear()
     atol = 1e-5 if output_format.dtype == "float32" else 4e-3
     assert_same_file(outputs["fixed"], outputs["cpu"], atol)
     assert len(outputs["cpu"]) == 1 + len(list(shard.owned(text_file.read_bytes().splitlines())))
 
 
 def test_a_resumed_fixed_shape_run_equals_the_uninterrupted_one_bit_for_bit(
-    gpu_paths, text_file, tmp_path, monkeypatch
+    encoder, text_file, tmp_path, monkeypatch
 ):
     whole = tmp_path / "whole.hdf5"
-    elmo_embed.embed_file(gpu_paths, str(text_file), str(whole), "all", SMALL, fixed_shapes=True)
+    with gpu_path_on_cpu():
+        elmo_embed.embed_file(encoder, str(text_file), str(whole), "all", SMALL)
     calls = []
     embed_chunk = elmo_embed.embed_chunk
 
@@ -247,16 +258,13 @@ def test_a_resumed_fixed_shape_run_equals_the_uninterrupted_one_bit_for_bit(
 
     monkeypatch.setattr(elmo_embed, "embed_chunk", fail_on_second_chunk)
     output = tmp_path / "out.hdf5"
-    with pytest.raises(KeyboardInterrupt):
-        elmo_embed.embed_file(
-            gpu_paths, str(text_file), str(output), "all", SMALL, fixed_shapes=True
-        )
+    with pytest.raises(KeyboardInterrupt), gpu_path_on_cpu():
+        elmo_embed.embed_file(encoder, str(text_file), str(output), "all", SMALL)
     with h5py.File(str(output) + elmo_embed.PARTIAL_SUFFIX, "r") as partial:
         assert partial.attrs[elmo_embed.LINES_DONE] == 8  # the first window (6 sentences)
     monkeypatch.setattr(elmo_embed, "embed_chunk", embed_chunk)
-    elmo_embed.embed_file(
-        gpu_paths, str(text_file), str(output), "all", SMALL, resume=True, fixed_shapes=True
-    )
+    with gpu_path_on_cpu():
+        elmo_embed.embed_file(encoder, str(text_file), str(output), "all", SMALL, resume=True)
     resumed, uninterrupted = read(output), read(whole)
     assert resumed.keys() == uninterrupted.keys()
     for name, (value, _) in uninterrupted.items():
@@ -265,15 +273,15 @@ def test_a_resumed_fixed_shape_run_equals_the_uninterrupted_one_bit_for_bit(
 
 @pytest.mark.parametrize("fixed", [False, True], ids=["cpu", "fixed"])
 def test_bf16_is_within_two_percent_of_the_largest_value_of_float32_and_tf32_is_float32(
-    encoder, gpu_paths, text_file, tmp_path, fixed
+    encoder, text_file, tmp_path, fixed
 ):
-    model = gpu_paths if fixed else encoder
     outputs = {}
     for precision in ("fp32", "tf32", "bf16"):
         path = tmp_path / f"{precision}.hdf5"
-        elmo_embed.embed_file(
-            model, str(text_file), str(path), "all", SMALL, precision=precision, fixed_shapes=fixed
-        )
+        with on_path(fixed):
+            elmo_embed.embed_file(
+                encoder, str(text_file), str(path), "all", SMALL, precision=precision
+            )
         outputs[precision] = read(path)
     numbers = [name for name in outputs["fp32"] if name != "sentence_to_index"]
     largest = max(float(numpy.abs(outputs["fp32"][n][0]).max(initial=0)) for n in numbers)

@@ -4,6 +4,7 @@
 otherwise. `ELMO_CUDA_TESTS_DEVICE=cpu` runs them with the CPU in the GPU's place, to check the
 tests' own logic on a machine without a GPU (it proves nothing about CUDA)."""
 
+import contextlib
 import copy
 import json
 import os
@@ -17,6 +18,7 @@ from allennlp.predictors import Predictor
 
 from elmo_plugin.data.elmo_corpus_loader import ElmoCorpusLoader
 from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
+from elmo_plugin.modules.device_paths import gpu_path_on_cpu
 from elmo_plugin.modules.elmo_lstm import ElmoLstmContextualizer
 from elmo_plugin.modules.log_uniform_sampler import LogUniformSampler
 from elmo_plugin.token_embedders.elmo_bilm_embedder import ElmoBiLmEmbedder
@@ -149,7 +151,7 @@ def test_every_layer_on_gpu_equals_cpu_in_eval_mode(config, tiny_corpus):
 def test_gpu_clipped_lstm_equals_cpu_in_values_and_gradients(compile_on_gpu):
     """The GPU's whole-sequence function (fixed shapes; its pointwise steps compiled by
     torch.compile where Triton is installed) against the CPU fast path, with padding and a
-    length-1 sentence, clips binding. (`cpu_loop: "gpu"` makes the CPU stand-in run it too.)"""
+    length-1 sentence, clips binding. (`gpu_path_on_cpu` makes the CPU stand-in run it too.)"""
     torch.manual_seed(0)
     lstm = ElmoLstmContextualizer(
         8,
@@ -163,15 +165,16 @@ def test_gpu_clipped_lstm_equals_cpu_in_values_and_gradients(compile_on_gpu):
     for parameter in lstm.parameters():
         torch.nn.init.normal_(parameter, std=0.5)
     gpu_lstm = copy.deepcopy(lstm).to(GPU)
-    gpu_lstm.cpu_loop = "gpu"
     lengths = torch.tensor([6, 1, 4, 6, 3])
     mask = torch.arange(6) < lengths.unsqueeze(1)
     inputs = torch.randn(5, 6, 8)
     weights = [torch.randn(5, 6, 16) for _ in range(2)]
     results = []
-    for module, device in ((lstm, "cpu"), (gpu_lstm, GPU)):
+    paths = ((lstm, "cpu", contextlib.nullcontext()), (gpu_lstm, GPU, gpu_path_on_cpu()))
+    for module, device, path in paths:
         leaf = inputs.to(device).requires_grad_()
-        layers = module(leaf, mask.to(device))
+        with path:
+            layers = module(leaf, mask.to(device))
         loss = sum(
             (layer * weight.to(device)).sum() for layer, weight in zip(layers, weights, strict=True)
         )

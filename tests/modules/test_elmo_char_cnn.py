@@ -1,15 +1,15 @@
 from collections.abc import Callable
 from functools import partial
-from typing import cast
 
 import pytest
 import torch
 from allennlp.common import Params
-from allennlp.common.checks import ConfigurationError
 from allennlp.modules.elmo import batch_to_ids
 from allennlp.modules.token_embedders import TokenEmbedder
 
 from benchmarks.support.op_audit import OpAudit
+from elmo_plugin.modules.bilm_encoder import BiLmEncoder, current_architecture
+from elmo_plugin.modules.device_paths import gpu_path_on_cpu
 from elmo_plugin.modules.elmo_char_cnn import ACTIVATIONS, PADDING_CHAR_ID, ElmoCharCnn
 from tests.helpers import TINY_LSTM_OVERRIDES, tiny_model_and_batches
 
@@ -253,76 +253,71 @@ def forward_and_backward_ops(cnn: ElmoCharCnn, batches: list[torch.Tensor]) -> O
 
 
 def test_reference_dispatches_no_syncing_op_and_the_same_ops_for_every_batch_of_one_shape():
-    """With `cpu_path: "reference"` on CPU tensors (what every other device runs), forward and
+    """Where the CPU runs the GPU's paths (`gpu_path_on_cpu`: `reference`), forward and
     backward dispatch no op that makes a GPU wait for the host (`.item()`, unique, nonzero,
     a tensor from a Python list, ...), no convolution (no cuDNN plan per shape), and the same
     ops on the same shapes for two different batches of one shape. The CPU fast path, audited
     the same way, has syncs (unique, equal, int(...), tolist): the audit sees them."""
     torch.manual_seed(0)
     filters = [[1, 4], [2, 6], [3, 8], [7, 5]]
-    cnn = ElmoCharCnn(filters=filters, num_highway=2, projection_dim=5, cpu_path="reference")
+    cnn = ElmoCharCnn(filters=filters, num_highway=2, projection_dim=5)
     ids = awkward_tokens()
     other = torch.randint(1, 262, ids.shape, generator=torch.Generator().manual_seed(1))
     other[0, :5] = 0  # padding tokens elsewhere
-    audit = forward_and_backward_ops(cnn, [ids, other])
+    with gpu_path_on_cpu():
+        audit = forward_and_backward_ops(cnn, [ids, other])
     assert audit.syncs() == []
     assert not any("convolution" in op for op, _ in audit.trace())
     assert audit.trace("forward 0", "backward 0") == audit.trace("forward 1", "backward 1")
-    cnn.cpu_path = "fast"
     fast = forward_and_backward_ops(cnn, [ids])
     assert {"_unique2", "equal", "_local_scalar_dense", "tolist"} <= {
         op.sync for op in fast.syncs()
     }
 
 
-def test_an_unknown_cpu_path_is_a_one_line_configuration_error():
-    params = {"type": "elmo_char_cnn", "filters": [[1, 4]], "num_highway": 1, "projection_dim": 3}
-    with pytest.raises(ConfigurationError) as error:
-        TokenEmbedder.from_params(Params({**params, "cpu_path": "gpu"}))
-    assert str(error.value) == (
-        'elmo_char_cnn: cpu_path must be "fast" or "reference", got \'gpu\''
-    )
-
-
-def test_cpu_path_is_recorded_in_the_architecture_only_where_not_the_default():
-    """As `elmo_lstm`'s `cpu_loop`: the default leaves the architecture as recorded before the
-    key existed; "reference" is recorded, and the encoder rebuilt from it runs the reference."""
-    params = {"type": "elmo_char_cnn", "filters": [[1, 4]], "num_highway": 1, "projection_dim": 3}
-    default = cast(ElmoCharCnn, TokenEmbedder.from_params(Params(dict(params))))
-    assert "cpu_path" not in default.architecture
-    reference = cast(
-        ElmoCharCnn, TokenEmbedder.from_params(Params({**params, "cpu_path": "reference"}))
-    )
-    assert reference.architecture == {**default.architecture, "cpu_path": "reference"}
-    rebuilt = cast(ElmoCharCnn, TokenEmbedder.from_params(Params(reference.architecture)))
-    assert rebuilt.cpu_path == "reference"
-    assert set(rebuilt.state_dict()) == set(default.state_dict())  # no new state
+def test_an_architecture_recorded_with_cpu_path_builds_the_same_encoder_without_it():
+    """Older versions recorded `cpu_path` (it chose the GPU's computation on a CPU) in the
+    architecture: it is dropped on reading, the old `char_cnn` form and the current one alike,
+    and the encoder built from it has the same architecture and state."""
+    params = {"filters": [[1, 4]], "num_highway": 1, "projection_dim": 3}
+    contextualizer = {"type": "elmo_lstm", "input_dim": 3, "cell_size": 4}
+    current = {
+        "token_embedder": {"type": "elmo_char_cnn", **params},
+        "contextualizer": contextualizer,
+    }
+    built = BiLmEncoder.from_architecture(current)
+    for token_embedder in (
+        {"token_embedder": {"type": "elmo_char_cnn", **params, "cpu_path": "reference"}},
+        {"char_cnn": {**params, "cpu_path": "fast"}},
+    ):
+        old = {**token_embedder, "contextualizer": contextualizer}
+        assert current_architecture(old) == current
+        rebuilt = BiLmEncoder.from_architecture(old)
+        assert rebuilt.characters.architecture == built.characters.architecture
+        assert set(rebuilt.state_dict()) == set(built.state_dict())
 
 
 @pytest.mark.parametrize("mixed_precision", [None, "bf16"])
 def test_a_bilm_with_the_reference_char_cnn_trains(tiny_corpus, monkeypatch, mixed_precision):
-    """An `elmo_bilm` built from params with `cpu_path: "reference"` runs the reference (never
-    the CPU fast path) and its loss goes down over a few steps on one tiny batch, in float32 and
-    under bf16 autocast."""
+    """An `elmo_bilm` where the CPU runs the GPU's paths (`gpu_path_on_cpu`) runs the reference
+    (never the CPU fast path) and its loss goes down over a few steps on one tiny batch, in
+    float32 and under bf16 autocast."""
 
     def no_fast_path(self, elmo_tokens):
         raise AssertionError("the CPU fast path ran")
 
     monkeypatch.setattr(ElmoCharCnn, "cpu_fast_path", no_fast_path)
-    overrides = {
-        **TINY_LSTM_OVERRIDES,
-        "model.text_field_embedder.token_embedders.elmo.cpu_path": "reference",
-        "model.mixed_precision": mixed_precision,
-    }
+    overrides = {**TINY_LSTM_OVERRIDES, "model.mixed_precision": mixed_precision}
     valid = tiny_corpus / "valid.txt"
     model, (tensors,) = tiny_model_and_batches("elmo_lstm.jsonnet", overrides, valid, [8], False)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.02)
     losses = []
-    for _ in range(10):
-        optimizer.zero_grad()
-        loss = model(**tensors)["loss"]
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    with gpu_path_on_cpu():
+        for _ in range(10):
+            optimizer.zero_grad()
+            loss = model(**tensors)["loss"]
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
     assert all(later < earlier for earlier, later in zip(losses, losses[1:], strict=False))
     assert losses[-1] < 0.95 * losses[0]

@@ -1,3 +1,4 @@
+import contextlib
 import logging
 from typing import Any, Optional, cast
 
@@ -9,6 +10,7 @@ from elmo_plugin.cpu import packed_clipped_lstm as packed_module
 from elmo_plugin.cpu.lstm_tensors import stacked_weights
 from elmo_plugin.modules import elmo_lstm as elmo_lstm_module
 from elmo_plugin.modules.clipped_lstm import initial_state
+from elmo_plugin.modules.device_paths import gpu_path_on_cpu
 from elmo_plugin.modules.directions import gather_timesteps, reverse_within_length
 from elmo_plugin.modules.elmo_lstm import ElmoLstmContextualizer
 
@@ -132,15 +134,22 @@ def reference_layers(
     return layers
 
 
-@pytest.mark.parametrize("cpu_loop", ["fast", "reference", "gpu"])
+def on_path(path: str) -> contextlib.AbstractContextManager:
+    """Where the CPU runs the GPU's paths ("gpu"), else nothing changed."""
+    return gpu_path_on_cpu() if path == "gpu" else contextlib.nullcontext()
+
+
+@pytest.mark.parametrize("path", ["fast", "reference", "gpu"])
 @pytest.mark.parametrize(
     "clips", [{}, {"cell_clip": 0.5, "proj_clip": 0.3}, {"cell_clip": 0.5}, {"proj_clip": 0.3}]
 )
-def test_equals_the_straightforward_computation_in_values_and_gradients(clips, cpu_loop):
+def test_equals_the_straightforward_computation_in_values_and_gradients(clips, path):
     """Both directions in one loop, batch sorted by length, through the CPU fast path, the
-    reference loop or the GPU's whole-sequence function: the same layers and gradients (inputs
-    and every parameter) as each direction's LSTM step by step, with padding and an empty row."""
+    reference loop (`cpu_loop: "reference"`) or the GPU's whole-sequence function: the same layers
+    and gradients (inputs and every parameter) as each direction's LSTM step by step, with
+    padding and an empty row."""
     torch.manual_seed(0)
+    cpu_loop = "reference" if path == "reference" else "fast"
     lstm = ElmoLstmContextualizer(
         DIM, 10, 3, return_all_layers=True, cpu_loop=cpu_loop, **clips
     ).train()  # dropout 0
@@ -149,7 +158,9 @@ def test_equals_the_straightforward_computation_in_values_and_gradients(clips, c
     inputs = torch.randn(5, 7, DIM, requires_grad=True)
     lengths = torch.tensor([3, 7, 0, 5, 3])
     mask = torch.arange(7) < lengths.unsqueeze(1)
-    actual, expected = lstm(inputs, mask), reference_layers(lstm, inputs, mask)
+    with on_path(path):
+        actual = lstm(inputs, mask)
+    expected = reference_layers(lstm, inputs, mask)
     for got, want in zip(actual, expected, strict=False):
         assert torch.allclose(got, want, atol=1e-6)
     weights = [torch.randn_like(layer) for layer in actual]
@@ -290,19 +301,20 @@ def layers_and_gradients(lstm: ElmoLstmContextualizer) -> list[torch.Tensor]:
     return [*layers, *torch.autograd.grad(loss, [inputs, *lstm.parameters()])]
 
 
-def test_cpu_loop_in_a_config_runs_the_reference_loop_or_the_gpus_function_with_the_same_numbers(
+def test_cpu_loop_in_a_config_runs_the_reference_loop_or_the_fast_path_with_the_same_numbers(
     monkeypatch,
 ):
-    """`cpu_loop: "reference"` runs the reference loop for every layer, "gpu" the GPU's
-    whole-sequence function; the default, "fast", the CPU fast path; the same layers and
-    gradients within float32 rounding."""
+    """`cpu_loop: "reference"` runs the reference loop for every layer, the default, "fast", the
+    CPU fast path; where the CPU runs the GPU's paths, either runs the GPU's whole-sequence
+    function. The same layers and gradients within float32 rounding."""
     ran = counting_paths(monkeypatch)
     reference = layers_and_gradients(from_config(cpu_loop="reference"))
     assert ran == ["reference"] * 2
-    for cpu_loop in ("fast", "gpu"):
+    for cpu_loop, path in [("fast", "fast"), ("fast", "gpu"), ("reference", "gpu")]:
         ran.clear()
-        other = layers_and_gradients(from_config(cpu_loop=cpu_loop))
-        assert ran == [cpu_loop] * 2
+        with on_path(path):
+            other = layers_and_gradients(from_config(cpu_loop=cpu_loop))
+        assert ran == [path] * 2
         for got, want in zip(other, reference, strict=True):
             assert torch.allclose(got, want, atol=1e-5, rtol=1e-4)
 
@@ -310,10 +322,14 @@ def test_cpu_loop_in_a_config_runs_the_reference_loop_or_the_gpus_function_with_
 def test_an_unknown_cpu_loop_is_a_configuration_error():
     from allennlp.common.checks import ConfigurationError
 
-    with pytest.raises(
-        ConfigurationError, match='cpu_loop must be "fast", "reference" or "gpu", got'
-    ):
+    with pytest.raises(ConfigurationError, match='cpu_loop must be "fast" or "reference", got'):
         from_config(cpu_loop="c++")
+
+
+def test_the_dropped_cpu_loop_gpu_reads_as_the_default():
+    """`cpu_loop: "gpu"` (it ran the GPU's function on a CPU) in an older config or archive: the
+    default, the CPU fast path."""
+    assert from_config(cpu_loop="gpu").cpu_loop == "fast"
 
 
 def test_a_failed_cpp_build_warns_once_and_runs_the_reference_loop_with_its_numbers(

@@ -2,10 +2,14 @@
 whole window (values and gradients within it), and the state carried out never holds a token
 after the window, in either direction."""
 
+import contextlib
+
 import pytest
 import torch
 
 from elmo_plugin.cpu import packed_clipped_lstm as packed_module
+from elmo_plugin.modules import elmo_lstm as elmo_lstm_module
+from elmo_plugin.modules.device_paths import gpu_path_on_cpu
 from elmo_plugin.modules.elmo_lstm import ElmoLstmContextualizer
 
 DIM = 6
@@ -189,14 +193,25 @@ def test_packed_final_state_is_each_rows_state_at_its_last_position(clips):
         assert torch.allclose(whole[-1][:, length:], rest[-1], atol=1e-6)
 
 
-def test_gpu_path_stream_layers_equal_the_reference_with_a_carried_state_that_needs_a_gradient():
-    """`cpu_loop: "gpu"` (the GPU's whole-sequence function) against the reference loop, clips
+def test_gpu_path_stream_layers_equal_the_reference_with_a_carried_state_that_needs_a_gradient(
+    monkeypatch,
+):
+    """The GPU's whole-sequence function (`gpu_path_on_cpu`) against the reference loop, clips
     binding: rows of lengths 5, 7, 0 and 1 from a random carried state that needs a gradient;
     the outputs, every row's final state and the gradients w.r.t. the inputs, every parameter
     and the carried state."""
+    ran = []
+    whole_sequence = elmo_lstm_module.sequence_clipped_lstm
+    monkeypatch.setattr(
+        elmo_lstm_module,
+        "sequence_clipped_lstm",
+        lambda *args: ran.append("gpu") or whole_sequence(*args),
+    )
     results = []
-    for cpu_loop in ("gpu", "reference"):
-        lstm = make_lstm(cell_clip=0.5, proj_clip=0.3, cpu_loop=cpu_loop)
+    for path in ("gpu", "reference"):
+        lstm = make_lstm(
+            cell_clip=0.5, proj_clip=0.3, cpu_loop="fast" if path == "gpu" else "reference"
+        )
         torch.manual_seed(2)
         inputs = torch.randn(2, 4, 7, DIM, requires_grad=True)
         mask = torch.arange(7) < torch.tensor([5, 7, 0, 1]).unsqueeze(1)
@@ -204,10 +219,12 @@ def test_gpu_path_stream_layers_equal_the_reference_with_a_carried_state_that_ne
             (torch.randn(2, 4, DIM).requires_grad_(), torch.randn(2, 4, 10).requires_grad_())
             for _ in range(2)
         ]
-        layers, final = lstm.stream_layers(inputs, mask, state)
+        with gpu_path_on_cpu() if path == "gpu" else contextlib.nullcontext():
+            layers, final = lstm.stream_layers(inputs, mask, state)
         values = [*layers, *(part for layer in final for part in layer)]
         loss = sum((value * torch.linspace(-1, 1, value.size(-1))).sum() for value in values)
         wrt = [inputs, *lstm.parameters(), *(part for layer in state for part in layer)]
         results.append([*values, *torch.autograd.grad(loss, wrt)])
+    assert ran == ["gpu"] * 2
     for index, (got, want) in enumerate(zip(*results, strict=True)):
         assert torch.allclose(got, want, atol=1e-5, rtol=1e-4), index

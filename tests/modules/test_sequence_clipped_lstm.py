@@ -2,6 +2,7 @@
 reference loop (`modules/clipped_lstm.py`): float64 gradcheck, float32 values, final states and
 every gradient, bf16 autocast, no host reads and fixed shapes, and a whole `elmo_bilm` step."""
 
+from collections.abc import Callable
 from typing import Optional
 
 import pytest
@@ -11,7 +12,10 @@ from torch._dynamo.testing import CompileCounterWithBackend
 
 from benchmarks.support.op_audit import OpAudit
 from elmo_plugin.cpu.lstm_tensors import Clips, LstmState, LstmWeights
+from elmo_plugin.modules import elmo_lstm as elmo_lstm_module
 from elmo_plugin.modules.clipped_lstm import clipped_lstm
+from elmo_plugin.modules.device_paths import gpu_path_on_cpu
+from elmo_plugin.modules.elmo_char_cnn import ElmoCharCnn
 from elmo_plugin.modules.sequence_clipped_lstm import (
     PLAIN_STEPS,
     PointwiseSteps,
@@ -245,12 +249,35 @@ def bilm_loss_and_gradients(cpu_loop: str, tiny_corpus) -> list[torch.Tensor]:
     return [loss, *torch.autograd.grad(loss, list(model.parameters()))]
 
 
-def test_an_elmo_bilm_with_the_gpu_path_equals_the_reference_loop_in_loss_and_gradients(
-    tiny_corpus,
+def test_an_elmo_bilm_on_the_gpu_path_equals_the_reference_loop_in_loss_and_gradients(
+    tiny_corpus, monkeypatch
 ):
-    """`contextualizer.cpu_loop: "gpu"` runs on the CPU what a GPU runs: a whole `elmo_bilm`
-    (character CNN, both LSTM layers with clips that bind, full softmax) on a padded batch gives
-    the reference loop's loss and every parameter's gradient."""
-    ours = bilm_loss_and_gradients("gpu", tiny_corpus)
+    """`gpu_path_on_cpu` runs on the CPU what a GPU runs: a whole `elmo_bilm` (the character
+    CNN's `reference`, both LSTM layers' whole-sequence function with clips that bind, full
+    softmax) on a padded batch gives the CPU reference loop's loss and every parameter's
+    gradient."""
+    ran = []
+    for name in ("reference", "cpu_fast_path"):
+        path = getattr(ElmoCharCnn, name)
+        monkeypatch.setattr(ElmoCharCnn, name, recording(ran, name, path))
+    whole_sequence = elmo_lstm_module.sequence_clipped_lstm
+    monkeypatch.setattr(
+        elmo_lstm_module, "sequence_clipped_lstm", recording(ran, "gpu", whole_sequence)
+    )
+    with gpu_path_on_cpu():
+        ours = bilm_loss_and_gradients("fast", tiny_corpus)
+    assert ran == ["reference", "gpu", "gpu"]
+    ran.clear()
     reference = bilm_loss_and_gradients("reference", tiny_corpus)
+    assert ran == ["cpu_fast_path"]
     assert_all_close(ours, reference, 1e-5)
+
+
+def recording(calls: list, name: str, function: Callable) -> Callable:
+    """`function`, appending `name` to `calls` on every call."""
+
+    def run(*args, **kwargs):
+        calls.append(name)
+        return function(*args, **kwargs)
+
+    return run

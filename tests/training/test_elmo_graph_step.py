@@ -13,16 +13,11 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.training.gradient_descent_trainer import GradientDescentTrainer
 from allennlp.training.learning_rate_schedulers import LearningRateScheduler
 
-from benchmarks.step_audit import (
-    CONFIGS,
-    GPU_PATH,
-    SHRUNK,
-    SHRUNK_CONTEXTUALIZER,
-    AuditedStep,
-)
+from benchmarks.step_audit import CONFIGS, SHRUNK, SHRUNK_CONTEXTUALIZER, AuditedStep
 from benchmarks.support.op_audit import OpAudit
 from benchmarks.support.trainer_batch import handed_on, train_batch
 from elmo_plugin.data.corpus_data_loader import to_device
+from elmo_plugin.modules.device_paths import gpu_path_on_cpu
 from elmo_plugin.training import elmo_graph_step
 from elmo_plugin.training.elmo_graph_step import (
     ElmoGraphStepTrainer,
@@ -47,8 +42,16 @@ def trainer_for(run: AuditedStep, folder, trainer_class=ElmoGraphStepTrainer, **
     )
 
 
+@pytest.fixture(autouse=True)
+def on_the_gpu_path():
+    """Every test here on the paths a GPU runs (`gpu_path_on_cpu`): the character CNN's
+    fixed-shape reference, the LSTM's whole-sequence function."""
+    with gpu_path_on_cpu():
+        yield
+
+
 def shrunk(name: str) -> AuditedStep:
-    return AuditedStep(CONFIGS[name], {**SHRUNK, **SHRUNK_CONTEXTUALIZER[name], **GPU_PATH[name]})
+    return AuditedStep(CONFIGS[name], {**SHRUNK, **SHRUNK_CONTEXTUALIZER[name]})
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
