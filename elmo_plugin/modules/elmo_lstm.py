@@ -61,7 +61,9 @@ class ElmoLstmContextualizer(BiLmContextualizer):
         Return every layer's output instead of the top one.
     compile_on_gpu : `bool`, optional (default = `True`)
         On CUDA with Triton, fuse the clipped LSTM's pointwise step work (forward and backward)
-        with torch.compile; the first batches compile.
+        with torch.compile; the first batches compile. Where a compiled step fails (Triton
+        cannot build it, or it recompiles past torch._dynamo's `recompile_limit`), one warning
+        names the error and the plain steps run from then on.
     cpu_loop : `str`, optional (default = `"fast"`)
         The clipped LSTM on CPU tensors: "fast", the C++ fast path for float32 outside autocast
         (the reference loop for other dtypes, under autocast, or where it cannot be built);

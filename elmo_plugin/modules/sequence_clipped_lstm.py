@@ -4,9 +4,13 @@ computes, with the backward of cuDNN and bilm-tf: the data gradients step by ste
 then one matmul per weight over all timesteps and rows. (Autograd through the reference loop
 makes a full W_hh and W_hr gradient at every step and sums them.) The step's pointwise work,
 forward and backward, is four plain functions (`PLAIN_STEPS`), each fused by torch.compile on
-CUDA with Triton (`compiled_steps`)."""
+CUDA with Triton (`compiled_steps`). Where a compiled step raises (Inductor or Triton cannot
+build it: no C compiler, a ptxas that does not match the driver, ...), one warning names the
+error and the plain steps run from then on, in this process."""
 
 import functools
+import logging
+import threading
 from collections.abc import Callable
 from typing import Any, NamedTuple, Optional
 
@@ -15,6 +19,8 @@ from torch.autograd.function import once_differentiable
 
 from elmo_plugin.cpu.lstm_tensors import Clips, LstmState, LstmWeights
 from elmo_plugin.modules.clipped_lstm import initial_state, input_gates
+
+logger = logging.getLogger(__name__)
 
 
 def cell_forward(
@@ -141,15 +147,52 @@ class PointwiseSteps(NamedTuple):
 
 
 PLAIN_STEPS = PointwiseSteps(cell_forward, state_forward, state_backward, cell_backward)
+# `dynamic=None`: a second batch size or number of timesteps switches a step to dynamic sizes and
+# strides. `fullgraph`: a graph break, or more recompilations than dynamo's `recompile_limit`,
+# raises (and the plain steps run, `FallingBack`) instead of running uncompiled unseen.
+COMPILE_OPTIONS: dict[str, Any] = {"dynamic": None, "fullgraph": True}
+# Set by the first compiled step that raised: the plain steps run from then on.
+COMPILE_FAILED = threading.Event()
 
 
 @functools.cache
 def compiled_steps() -> PointwiseSteps:
-    """`PLAIN_STEPS`, each fused by torch.compile (CUDA with Triton only), made on first use;
-    `dynamic=None` lets a second batch size or number of timesteps switch them to dynamic sizes
-    and strides. Every step of a batch calls them with the same shapes and strides (each step's
-    saved rows are contiguous, time-major): one compilation serves them all."""
-    return PointwiseSteps(*(torch.compile(step, dynamic=None) for step in PLAIN_STEPS))
+    """`PLAIN_STEPS`, each fused by torch.compile (CUDA with Triton only), made on first use.
+    Every step of a batch calls them with the same shapes and strides (each step's saved rows
+    are contiguous, time-major): one compilation serves them all."""
+    return PointwiseSteps(*(torch.compile(step, **COMPILE_OPTIONS) for step in PLAIN_STEPS))
+
+
+class FallingBack:
+    """A compiled step that, where it raises, warns once (`fall_back`) and runs its plain step
+    on the same arguments instead, as every step does from then on. The steps write only their
+    `*_out` tensors, whole: what a failed call left there is overwritten."""
+
+    def __init__(self, compiled: Callable[..., Any], plain: Callable[..., Any]) -> None:
+        self.compiled, self.plain = compiled, plain
+
+    def __call__(self, *args: Any) -> Any:
+        if not COMPILE_FAILED.is_set():
+            try:
+                return self.compiled(*args)
+            except Exception as error:  # noqa: BLE001  (Inductor, Triton, ptxas, a C compiler)
+                fall_back(error)
+        return self.plain(*args)
+
+
+def fall_back(error: Exception) -> None:
+    """The plain steps from now on, with one warning naming the error (its type and first line;
+    a backend's failure by its inner error's)."""
+    from torch._dynamo.exc import BackendCompilerFailed  # imports dynamo: only on a failure
+
+    if isinstance(error, BackendCompilerFailed):
+        error = error.inner_exception
+    lines = str(error).strip().splitlines()
+    cause = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+    COMPILE_FAILED.set()
+    logger.warning(
+        "The LSTM's compiled steps failed (%s): the plain steps run instead, slower", cause
+    )
 
 
 @functools.cache
@@ -168,8 +211,11 @@ def can_compile_step(device: torch.device) -> bool:
 
 
 def pointwise_steps(device: torch.device, compile_on_gpu: bool) -> PointwiseSteps:
-    """The compiled steps where `compile_on_gpu` and `can_compile_step` say so, else the plain."""
-    return compiled_steps() if compile_on_gpu and can_compile_step(device) else PLAIN_STEPS
+    """The compiled steps, each `FallingBack`, where `compile_on_gpu` and `can_compile_step` say
+    so and none has failed in this process; else the plain."""
+    if not compile_on_gpu or not can_compile_step(device) or COMPILE_FAILED.is_set():
+        return PLAIN_STEPS
+    return PointwiseSteps(*map(FallingBack, compiled_steps(), PLAIN_STEPS))
 
 
 def sequence_clipped_lstm(

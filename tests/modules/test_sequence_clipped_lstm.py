@@ -2,6 +2,8 @@
 reference loop (`modules/clipped_lstm.py`): float64 gradcheck, float32 values, final states and
 every gradient, bf16 autocast, no host reads and fixed shapes, and a whole `elmo_bilm` step."""
 
+import logging
+import threading
 from collections.abc import Callable
 from typing import Optional
 
@@ -13,10 +15,13 @@ from torch._dynamo.testing import CompileCounterWithBackend
 from benchmarks.support.op_audit import OpAudit
 from elmo_plugin.cpu.lstm_tensors import Clips, LstmState, LstmWeights
 from elmo_plugin.modules import elmo_lstm as elmo_lstm_module
+from elmo_plugin.modules import sequence_clipped_lstm as sequence_module
 from elmo_plugin.modules.clipped_lstm import clipped_lstm
 from elmo_plugin.modules.device_paths import gpu_path_on_cpu
 from elmo_plugin.modules.elmo_char_cnn import ElmoCharCnn
+from elmo_plugin.modules.elmo_lstm import ElmoLstmContextualizer
 from elmo_plugin.modules.sequence_clipped_lstm import (
+    COMPILE_OPTIONS,
     PLAIN_STEPS,
     PointwiseSteps,
     sequence_clipped_lstm,
@@ -212,7 +217,7 @@ def test_compiled_steps_trace_whole_once_for_every_timestep_with_the_plain_steps
     counters = [CompileCounterWithBackend("aot_eager") for _ in PLAIN_STEPS]
     compiled = PointwiseSteps(
         *(
-            torch.compile(step, backend=counter, dynamic=None, fullgraph=True)
+            torch.compile(step, backend=counter, **COMPILE_OPTIONS)
             for step, counter in zip(PLAIN_STEPS, counters, strict=True)
         )
     )
@@ -281,3 +286,97 @@ def recording(calls: list, name: str, function: Callable) -> Callable:
         return function(*args, **kwargs)
 
     return run
+
+
+def lstm_values_and_gradients(compile_on_gpu: bool, dtype=torch.float32) -> list[torch.Tensor]:
+    """A two-layer clipped `elmo_lstm` on the GPU's path (on the CPU): every layer and the
+    gradients of the inputs and every parameter, with padding."""
+    torch.manual_seed(0)
+    lstm = ElmoLstmContextualizer(
+        4, 6, 2, cell_clip=0.5, proj_clip=0.3, return_all_layers=True, compile_on_gpu=compile_on_gpu
+    ).to(dtype)
+    inputs = torch.randn(3, 5, 4, dtype=dtype, requires_grad=True)
+    mask = torch.arange(5) < torch.tensor([5, 2, 4]).unsqueeze(1)
+    with gpu_path_on_cpu():
+        layers = lstm(inputs, mask)
+    loss = sum(
+        (layer * torch.linspace(-1, 1, layer.size(-1), dtype=dtype)).sum() for layer in layers
+    )
+    return [*layers, *torch.autograd.grad(loss, [inputs, *lstm.parameters()])]
+
+
+def compiled_on_the_cpu(monkeypatch, steps: PointwiseSteps) -> None:
+    """`steps` as the compiled steps, on the CPU, none failed yet."""
+    monkeypatch.setattr(sequence_module, "can_compile_step", lambda device: True)
+    monkeypatch.setattr(sequence_module, "compiled_steps", lambda: steps)
+    monkeypatch.setattr(sequence_module, "COMPILE_FAILED", threading.Event())
+
+
+def our_warnings(caplog) -> list[str]:
+    return [
+        record.getMessage()
+        for record in caplog.records
+        if record.name.startswith("elmo_plugin") and record.levelno == logging.WARNING
+    ]
+
+
+PTXAS = "ptxas fatal   : Unsupported .version 8.7; current version is '8.4'"
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["raised", "backend_compiler_failed"])
+@pytest.mark.parametrize("failing", ["cell_forward", "state_backward"])
+def test_a_compiled_step_that_fails_is_one_warning_and_the_plain_steps_numbers(
+    monkeypatch, caplog, failing, wrapped
+):
+    """A compiled step that raises at its first use (in the forward, or in the backward after a
+    forward that ran compiled; raised as is or wrapped by dynamo): one warning naming the error,
+    the same layers and gradients as the plain steps, the plain steps from then on."""
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    calls = []
+
+    def fails(*args):
+        calls.append(failing)
+        error = RuntimeError(f"{PTXAS}\nthe rest of the log")
+        raise BackendCompilerFailed(fails, error, None) if wrapped else error
+
+    compiled_on_the_cpu(monkeypatch, PLAIN_STEPS._replace(**{failing: fails}))
+    plain = lstm_values_and_gradients(compile_on_gpu=False)
+    assert not calls
+    with caplog.at_level(logging.WARNING):
+        ours = lstm_values_and_gradients(compile_on_gpu=True)
+        again = lstm_values_and_gradients(compile_on_gpu=True)
+    assert calls == [failing]
+    assert our_warnings(caplog) == [
+        f"The LSTM's compiled steps failed (RuntimeError: {PTXAS}): the plain steps run "
+        "instead, slower"
+    ]
+    assert_all_close(ours, plain, 0.0)
+    assert_all_close(again, plain, 0.0)
+
+
+def test_past_dynamos_recompile_limit_a_compiled_step_is_one_warning_not_an_unseen_eager_run(
+    monkeypatch, caplog
+):
+    """With `COMPILE_OPTIONS`, a step compiled more often than `recompile_limit` raises (where
+    without `fullgraph` dynamo would run it uncompiled): here float32 then float64 with a limit
+    of 1. One warning, the plain steps' numbers."""
+    steps = PointwiseSteps(
+        *(torch.compile(step, backend="eager", **COMPILE_OPTIONS) for step in PLAIN_STEPS)
+    )
+    compiled_on_the_cpu(monkeypatch, steps)
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    try:
+        with caplog.at_level(logging.WARNING):
+            float32 = lstm_values_and_gradients(compile_on_gpu=True)
+            assert our_warnings(caplog) == []
+            float64 = lstm_values_and_gradients(compile_on_gpu=True, dtype=torch.float64)
+    finally:
+        torch._dynamo.reset()
+    assert our_warnings(caplog) == [
+        "The LSTM's compiled steps failed (FailOnRecompileLimitHit: Hard failure due to "
+        "fullgraph=True): the plain steps run instead, slower"
+    ]
+    assert_all_close(float32, lstm_values_and_gradients(compile_on_gpu=False), 0.0)
+    plain64 = lstm_values_and_gradients(compile_on_gpu=False, dtype=torch.float64)
+    assert_all_close(float64, plain64, 0.0)
