@@ -22,8 +22,8 @@ batch size and precision (fp32: TF32 off; tf32: TF32 matmuls and convolutions; b
   and the costliest kernels and host operators;
 - torch.compile: each run (and each measurement below) starts from a reset dynamo, so the
   precisions, batch sizes and grad modes of the runs before it never pile up to dynamo's
-  recompile limit (where it would fall back to eager); `compiled_lstm_steps` says whether the
-  LSTM ran its compiled steps, `dynamo_graphs` how many graphs dynamo compiled in the run, and
+  recompile limit (where it would fall back to eager). `compiled_lstm_steps` says whether the
+  LSTM ran its compiled steps, `dynamo_graphs` how many graphs dynamo compiled in the run;
   every recompile is logged with its reason (stderr).
 Each run is made with each of `--steppers`: `eager`, the step above; `graph`, allennlp's
 per-batch calls on the `elmo_graph_step` trainer (one eager warm-up batch, then the step
