@@ -101,8 +101,8 @@ class ElmoLanguageModel(LanguageModel):
         With `elmo_streams` batches and `elmo_lstm`: every row's LSTM state (all layers, both
         directions) is carried from one batch to the next, detached (truncated backpropagation
         through time), and reset to zero where `stream_start` is set; training and evaluation
-        carry separate states, each in buffers overwritten in place (`CarriedState`), as a
-        step captured in a CUDA graph needs. A resumed run (`-r`) starts from zero state.
+        carry separate states. Each is kept in buffers overwritten in place (`CarriedState`),
+        as a step captured in a CUDA graph needs. A resumed run (`-r`) starts from zero state.
         Without `stateful` every window starts from zero.
     row_gradients : `bool`, optional (default = `False`)
         With `sparse_embeddings`: the softmax rows a training step reads (its targets and
