@@ -22,7 +22,7 @@ batch size and precision (fp32: TF32 off; tf32: TF32 matmuls and convolutions; b
   and the costliest kernels and host operators;
 - torch.compile: each run (and each measurement below) starts from a reset dynamo, so the
   precisions, batch sizes and grad modes of the runs before it never pile up to dynamo's
-  recompile limit (where it would fall back to eager). `compiled_lstm_steps` says whether the
+  recompile limit (past it the LSTM runs its plain steps). `compiled_lstm_steps` says whether the
   LSTM ran its compiled steps, `dynamo_graphs` how many graphs dynamo compiled in the run;
   every recompile is logged with its reason (stderr).
 Each run is made with each of `--steppers`: `eager`, the step above; `graph`, allennlp's
@@ -142,10 +142,12 @@ def fresh_compilation() -> None:
 
 
 def compilation() -> dict[str, Any]:
-    """Since `fresh_compilation`: whether the LSTM ran its compiled steps, and how many graphs
-    dynamo compiled (more than the steps' first compilations: recompiles, logged)."""
+    """Since `fresh_compilation`: whether the LSTM ran its compiled steps (none failed in this
+    process: after a failure it runs the plain ones, warned), and how many graphs dynamo
+    compiled (more than the steps' first compilations: recompiles, logged)."""
+    made = sequence_clipped_lstm.compiled_steps.cache_info().currsize > 0
     return {
-        "compiled_lstm_steps": sequence_clipped_lstm.compiled_steps.cache_info().currsize > 0,
+        "compiled_lstm_steps": made and not sequence_clipped_lstm.COMPILE_FAILED.is_set(),
         "dynamo_graphs": torch._dynamo.utils.counters["stats"]["unique_graphs"],
     }
 

@@ -4,6 +4,7 @@
 import json
 import os
 import subprocess
+import threading
 
 import torch
 
@@ -113,9 +114,13 @@ def test_dry_run_trains_both_configs_and_embeds_on_cpu_and_leaves_no_temporary_f
     assert differences["fp32"] == 0 and 0 < differences["bf16"] < 0.1
 
 
-def test_fresh_compilation_makes_a_compiled_function_compile_again_and_new_lstm_steps():
+def test_fresh_compilation_makes_a_compiled_function_compile_again_and_new_lstm_steps(
+    monkeypatch,
+):
     """Each run starts from a reset dynamo: a function compiled before compiles again (a kept
-    cache would count no graph), and the LSTM's compiled steps are made anew."""
+    cache would count no graph), and the LSTM's compiled steps are made anew; once a compiled
+    step failed in the process, the runs say the LSTM ran the plain ones."""
+    monkeypatch.setattr(sequence_clipped_lstm, "COMPILE_FAILED", threading.Event())
     double = torch.compile(lambda x: x * 2, backend="eager")
     steps = sequence_clipped_lstm.compiled_steps()
     fresh_compilation()
@@ -127,3 +132,5 @@ def test_fresh_compilation_makes_a_compiled_function_compile_again_and_new_lstm_
     assert compilation() == {"compiled_lstm_steps": False, "dynamo_graphs": 1}
     assert sequence_clipped_lstm.compiled_steps() is not steps
     assert compilation()["compiled_lstm_steps"]
+    sequence_clipped_lstm.COMPILE_FAILED.set()
+    assert not compilation()["compiled_lstm_steps"]
