@@ -631,6 +631,12 @@ def stepper_label(result: dict[str, Any]) -> str:
     return result["stepper"] + ("" if result.get("captured", True) else " (eager)")
 
 
+def compiled_label(result: dict[str, Any]) -> str:
+    """The graphs dynamo compiled in a run where its LSTM ran compiled steps, else "-" (plain
+    steps: on a CPU, without Triton, after a compiled step failed; or no LSTM)."""
+    return str(result["dynamo_graphs"]) if result["compiled_lstm_steps"] else "-"
+
+
 def against_baseline(result: dict[str, Any], baseline: list[dict[str, Any]]) -> str:
     """`result`'s tokens/s over the baseline run's of the same config, precision, batch size
     (128 where a run does not name one), softmax ("rows": the config's own) and stepper
@@ -791,7 +797,7 @@ def main(argv: list[str]) -> dict[str, Any]:
                 f"{r['achieved_tflop_s']:>8} "
                 f"{r['fraction_of_matmul_rate']:>9} {profile.get('gpu_busy_share', '-'):>8} "
                 f"{profile.get('kernels_per_step', '-'):>8} "
-                f"{profile.get('host_syncs_per_step', '-'):>6} {r['dynamo_graphs']:>8} "
+                f"{profile.get('host_syncs_per_step', '-'):>6} {compiled_label(r):>8} "
                 f"{str(r['peak_memory_gib']):>8} {against_baseline(r, baseline):>11}"
             )
             if not r.get("captured", True):

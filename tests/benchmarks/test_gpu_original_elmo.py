@@ -92,6 +92,7 @@ def test_dry_run_trains_both_configs_and_embeds_on_cpu_and_leaves_no_temporary_f
         if " 128 rows    eager " in line and "lstm" in line
     ]
     assert line.split()[-1] == f"{training[0]['tokens_per_s']:.2f}x"  # against tokens/s 1.0
+    assert line.split()[-3] == "-"  # compiled: the plain LSTM steps ran
     profiles = [r["profile"] for r in training]
     assert len(profiles) == 9 and all(0 <= p["gpu_busy_share"] <= 1 for p in profiles)
     for profile in profiles:  # where a step's time goes, host operators first on a CPU
