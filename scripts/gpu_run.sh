@@ -172,13 +172,17 @@ run_stage() {  # STAGE: run where its estimate fits in the budget left, logged a
   echo "== $name (estimate ${ESTIMATE[$name]} s)"
   "stage_$name" > "$OUT/$name.log" 2>&1
   rc=$?
+  # a benchmark that found no GPU ends well, with a JSON line saying it skipped
+  (( rc == 0 )) && grep -q '^{"name": .*"status": "skipped"' "$OUT/$name.log" && rc=skipped
   case $rc in
     0) result=ok ;;
+    skipped) result="skipped by the benchmark" && status=1 ;;
     124 | 130 | 137) result="interrupted at the budget's end" && status=1 ;;
     *) result="failed (exit status $rc)" && status=1 ;;
   esac
   record "$name" $(( SECONDS - start )) "$result"
-  grep -v '^{' "$OUT/$name.log" | tail -n 14  # not the benchmark's JSON lines
+  grep -v '^{' "$OUT/$name.log" | tail -n 14  # the benchmark's JSON lines: the last one's start
+  grep '^{"name": ' "$OUT/$name.log" | tail -n 1 | cut -c 1-400
   warnings_in "$OUT/$name.log"
   echo "== $name: $result, $(( SECONDS - start )) s (estimate ${ESTIMATE[$name]} s)"
 }

@@ -1,6 +1,7 @@
 """scripts/gpu_run.sh --dry-run: the stages of one GPU call in order with estimates that fit its
 600 s, the smoke's command run shrunk on the CPU (its results where the GPU call writes them),
-stages that would overrun the budget skipped with a line, and warnings left visible."""
+stages that would overrun the budget skipped with a line, warnings left visible; and the call
+itself on a machine without CUDA ends failed, saying why."""
 
 import json
 import os
@@ -132,3 +133,38 @@ def test_stages_show_pythons_warnings_but_allennlps_three_import_notices():
         check=True,
     ).stderr
     assert len(re.findall(r": (UserWarning|FutureWarning): ", stderr)) == 2
+
+
+def test_a_machine_without_cuda_ends_the_call_failed_with_the_benchmarks_reason(tmp_path):
+    """The GPU call itself (not a dry run) where CUDA is missing: setup recorded, the smoke's
+    full-size command parsed and skipped by the benchmark, said so, and the exit status 1."""
+    tools, venv = tmp_path / "tools", tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    tools.mkdir()
+    (tools / "nvidia-smi").write_text("#!/bin/sh\necho 'name'\necho 'no GPU'\n")
+    (tools / "nvidia-smi").chmod(0o755)
+    (venv / ".ready").touch()  # a warm machine's venv: no install
+    (venv / "bin" / "activate").write_text(f'PATH="{Path(sys.executable).parent}:$PATH"\n')
+    out = tmp_path / "out"
+    result = subprocess.run(
+        ["bash", str(SCRIPT), "smoke"],
+        env={
+            **os.environ,
+            "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}",
+            "GPU_VENV": str(venv),
+            "OUT": str(out),
+            "CUDA_VISIBLE_DEVICES": "",
+        },
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert (out / "gpu.txt").read_text() == "name\nno GPU\n"
+    assert '"status": "skipped", "reason": "no CUDA device here' in result.stdout
+    assert "== smoke: skipped by the benchmark" in result.stdout
+    rows = [line.split("\t") for line in (out / "stages.tsv").read_text().splitlines()[1:]]
+    assert [(row[0], row[3]) for row in rows] == [
+        ("setup", "ok"),
+        ("smoke", "skipped by the benchmark"),
+    ]
