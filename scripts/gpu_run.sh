@@ -181,7 +181,8 @@ run_stage() {  # STAGE: run where its estimate fits in the budget left, logged a
     *) result="failed (exit status $rc)" && status=1 ;;
   esac
   record "$name" $(( SECONDS - start )) "$result"
-  grep -v '^{' "$OUT/$name.log" | tail -n 14  # the benchmark's JSON lines: the last one's start
+  # the log's end but the benchmark's JSON lines, then the start of its last one (its status)
+  grep -v '^{' "$OUT/$name.log" | tail -n 14
   grep '^{"name": ' "$OUT/$name.log" | tail -n 1 | cut -c 1-400
   warnings_in "$OUT/$name.log"
   echo "== $name: $result, $(( SECONDS - start )) s (estimate ${ESTIMATE[$name]} s)"
