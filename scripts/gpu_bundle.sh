@@ -160,7 +160,7 @@ done
 count=$(ls "$BUNDLE"/*.whl | wc -l)
 echo "gpu_bundle: $count wheels, $(du -sh "$BUNDLE" | cut -f1) in $BUNDLE ($(du -sb "$BUNDLE" | cut -f1) bytes)"
 
-# The code to measure the training step against, in the same GPU call (gpu_run.sh's bench):
+# The code to measure the training step against, in the same GPU call (gpu_run.sh's baseline):
 # .gpu_baseline/ holds BASELINE_REF's files (default: the last commit before the training step
 # had fixed shapes and no host reads). BASELINE_REF= (empty) leaves it out.
 BASELINE_REF=${BASELINE_REF-91960a3}
