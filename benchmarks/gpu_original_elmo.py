@@ -607,8 +607,9 @@ def graph_vs_eager(name: str, precision: str, args, corpus: Path, vocab, device)
     graph_trainer = trainers[1]
     assert isinstance(graph_trainer, ElmoGraphStepTrainer)
     captured = graph_trainer.captured
-    # batches 0-1 eager, 2 captured (handing on its own values), then one late; eager
-    # throughout where it could not capture (a CPU)
+    # batch 0 eager, 1 the warm-up on the capture stream (handing on its own values), 2
+    # captured, each from 2 on handing on the batch before's; eager throughout where it
+    # could not capture (a CPU)
     graph = losses["graph"][3:] if captured else losses["graph"][2:5]
     differences = [abs(g - e) / abs(e) for g, e in zip(graph, losses["eager"][2:5], strict=True)]
     result = {
