@@ -32,11 +32,22 @@ from elmo_plugin.commands.embed_input import (
 )
 from elmo_plugin.commands.learned_mix import LearnedMix, mix_archive, read_learned_mix
 from elmo_plugin.commands.line_vectors import VectorForm, line_vectors
-from elmo_plugin.commands.output_lock import LOCK_SUFFIX, output_lock
 from elmo_plugin.commands.output_paths import check_not_an_input, check_output_file
 from elmo_plugin.commands.writer_thread import WriterThread
 from elmo_plugin.data.corpus_stats import CorpusStats
 from elmo_plugin.data.full_disk import DiskFull, check_room
+from elmo_plugin.data.output_file import (
+    LOCK_SUFFIX,
+    OutputRefused,
+    exclusive_hdf5,
+    hdf5_identity,
+    lock_holder,
+    output_lock,
+    plain_own_file,
+    reopened_hdf5,
+    replace_whole,
+    user_output,
+)
 from elmo_plugin.elmo_files.source import local_path
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
 from elmo_plugin.modules.device_paths import takes_cpu_path
@@ -410,21 +421,24 @@ class ResumePoint(NamedTuple):
 
 
 def open_partial(
-    partial: str, settings: dict[str, object], resume: bool, input_file: str
+    partial: str, settings: dict[str, object], resume: bool, input_file: str, shown: str = ""
 ) -> tuple[h5py.File, Optional[ResumePoint]]:
     """The partial output and where it stopped: with `resume`, the file an interrupted run left
     (made with the same `settings`, else an error naming the first that differs), without what
-    it wrote after its last record; otherwise a new file (and None)."""
-    if not resume or not os.path.isfile(partial):
+    it wrote after its last record; otherwise a new file (and None), created exclusively once an
+    interrupted run's is removed (`remove_interrupted`). Either is locked until closed."""
+    shown = shown or partial
+    if not resume or not os.path.lexists(partial):
         if resume:
             logger.warning(
                 "elmo-embed --resume: no %s to resume; starting from the first line", partial
             )
-        output = h5py.File(partial, "w")
+        remove_interrupted(partial, shown)
+        output = exclusive_hdf5(partial, shown)
         output.attrs.update({**settings, LINES_DONE: 0})
         return output, None
     try:
-        output = h5py.File(partial, "a")
+        output = reopened_hdf5(partial, shown)
     except OSError as error:
         raise ConfigurationError(
             f"elmo-embed --resume: cannot reopen {partial} ({error}); delete it to start over"
@@ -445,6 +459,27 @@ def open_partial(
         if not name.isdigit() or int(name) >= done:  # written after the last record
             del output[name]
     return output, ResumePoint(done, str(output.attrs.get(LINES_SHA256, "")), input_file)
+
+
+def remove_interrupted(partial: str, shown: str) -> None:
+    """Removes the partial file an interrupted run left at `partial` (an HDF5 file of this user
+    that records lines done, held by no process); refuses anything else there, leaving it."""
+    if not os.path.lexists(partial):
+        return
+    plain_own_file(partial, shown)
+    holder = lock_holder(partial)
+    try:
+        with h5py.File(partial, "r") as interrupted:
+            resumable = LINES_DONE in interrupted.attrs
+    except OSError:
+        resumable = False
+    if holder is not None or not resumable:
+        raise OutputRefused(
+            f"cannot write {shown}: {partial} is not the partial file of an interrupted "
+            f"elmo-embed run{f' (held by {holder})' if holder else ''}; it was left as it is: "
+            "remove it or write to another path"
+        )
+    os.remove(partial)
 
 
 @contextlib.contextmanager
@@ -666,19 +701,19 @@ def embed_file(
     mix: Optional[LearnedMix] = None,
     precision: str = "fp32",
 ) -> None:
-    """Streams INPUT in windows of `batching.sort_window` sentences, sorts each window by length,
-    embeds it in batches of at most `batching.batch_tokens` padded tokens (each sentence as
-    `<S> w1 .. wn </S>` from zero state). It writes each line's vectors, boundaries removed,
-    into OUTPUT.partial as dataset "line number", recording after each window how many lines
-    are done. It renames it to OUTPUT when complete; OUTPUT.lock is held meanwhile
-    (`output_lock`). The order of computation changes nothing in the output. `resume`
-    continues from the last record (windows start at the same lines as in an uninterrupted run,
-    so the batches and the vectors are the same). `output_format` pools, casts and compresses
-    each line's dataset; `shard` embeds only its lines (keys stay global line numbers);
-    `layers` = `mix:ARCHIVE` applies `mix` (read from ARCHIVE when not given). `precision` is
-    fp32, tf32 (the same here: TF32 is a process setting) or bf16 (`encoder_precision`).
-    INPUT `-` is standard input; it and other streams (`is_stream`) have no progress total and
-    no `resume`.
+    """Streams INPUT in windows of `batching.sort_window` sentences, sorts each window by
+    length, embeds it in batches of at most `batching.batch_tokens` padded tokens (each sentence
+    as `<S> w1 .. wn </S>` from zero state). It writes each line's vectors, boundaries removed,
+    into OUTPUT.partial as dataset "line number", recording after each window how many lines are
+    done. It renames it to OUTPUT when complete (`replace_whole`); OUTPUT.lock is held meanwhile
+    (`output_lock`); an OUTPUT that is a link is resolved once (`user_output`). The order of
+    computation changes nothing in the output. `resume` continues from the last record (windows
+    start at the same lines as in an uninterrupted run, so the batches and the vectors are the
+    same). `output_format` pools, casts and compresses each line's dataset; `shard` embeds only
+    its lines (keys stay global line numbers); `layers` = `mix:ARCHIVE` applies `mix` (read from
+    ARCHIVE when not given). `precision` is fp32, tf32 (the same here: TF32 is a process
+    setting) or bf16 (`encoder_precision`). INPUT `-` is standard input; it and other streams
+    (`is_stream`) have no progress total and no `resume`.
 
     Two paths, the same vectors within float rounding: the CPU's (`cpu_batches`:
     character-encoder outputs cached by token within the window), and the fixed-shape one
@@ -702,14 +737,15 @@ def embed_file(
         if layers == "all"
         else (0, encoder.get_output_dim())
     )
-    with output_lock(output_file, output_file + LOCK_SUFFIX):
+    target = user_output(output_file)
+    with output_lock(output_file, target + LOCK_SUFFIX):
         settings = run_settings(input_file, layers, mix, batching, output_format, shard, encoder)
         settings["elmo_embed_precision"] = precision
-        partial = output_file + PARTIAL_SUFFIX
+        partial = target + PARTIAL_SUFFIX
         stats = CorpusStats(files=1)
         lines = numbered_lines(input_file, stats, shard)  # a stream: checked to be text now
         total = None if is_stream(input_file) else count_tokens(input_file, shard)
-        output, resumed = open_partial(partial, settings, resume, input_file)
+        output, resumed = open_partial(partial, settings, resume, input_file, output_file)
         done = resumed.lines_done if resumed is not None else 0
         with resumable_when_full(partial, input_file), output:
             writer = _Writer(output, empty_shape, output_format, output_file)
@@ -745,7 +781,8 @@ def embed_file(
                     embed(chunk)
             progress.close()
             writer.close()
-        os.replace(partial, output_file)
+            identity = hdf5_identity(output)
+        replace_whole(partial, identity, target, output_file)
     stats.report(input_file, prefix="elmo-embed: ")
     if shard.parts > 1:
         logger.info(

@@ -11,8 +11,8 @@ from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.archives.bilm_archive import load_bilm_model
 from elmo_plugin.commands.cli_errors import reports_errors
-from elmo_plugin.commands.output_lock import output_lock
 from elmo_plugin.commands.output_paths import check_not_an_input, check_output_dir
+from elmo_plugin.data.output_file import output_lock
 from elmo_plugin.elmo_files.layout import OPTIONS_FILE, SOFTMAX_FILE, VOCAB_FILE, WEIGHTS_FILE
 from elmo_plugin.elmo_files.options import encoder_options
 from elmo_plugin.elmo_files.softmax import export_softmax

@@ -7,7 +7,12 @@ from collections.abc import Iterable
 
 from allennlp.common.checks import ConfigurationError
 
-from elmo_plugin.commands.output_lock import LOCK_SUFFIX
+from elmo_plugin.data.output_file import (
+    LOCK_SUFFIX,
+    TEMPORARY_SUFFIX,
+    check_output_target,
+    user_output,
+)
 
 
 def _require_writable_folder(folder: str, output: str) -> None:
@@ -23,10 +28,10 @@ def _require_writable_folder(folder: str, output: str) -> None:
 
 
 def check_output_file(path: str) -> None:
-    """`path` can be written: its folder exists and is writable, and it is not a folder."""
-    if os.path.isdir(path):
-        raise ConfigurationError(f"cannot write {path}: it is a folder")
-    _require_writable_folder(os.path.dirname(os.path.abspath(path)), path)
+    """`path` can be written: its folder exists and is writable, and it (or the file its link
+    names) is no folder, device or locked file (`check_output_target`)."""
+    check_output_target(user_output(path), path)
+    _require_writable_folder(os.path.dirname(os.path.abspath(user_output(path))), path)
 
 
 def check_output_dir(path: str) -> None:
@@ -58,7 +63,8 @@ def check_not_an_input(outputs: Iterable[str], inputs: dict[str, str]) -> None:
                     )
             elif any(
                 os.path.exists(path) and os.path.samefile(path, source)
-                for path in (output, output + ".partial", output + LOCK_SUFFIX)
+                for written in (output, user_output(output))
+                for path in (written, written + TEMPORARY_SUFFIX, written + LOCK_SUFFIX)
             ):
                 raise ConfigurationError(
                     f"cannot write {output}: it is the {role} {source}, which writing it would "

@@ -3,7 +3,6 @@ refuses named by file:line: `PartialOutputPredictManager`, which importing elmo_
 place of allennlp's `_PredictManager` (allennlp binds `predict` before it imports plugins, so no
 registered subcommand can replace it). Listed in docs/security.md."""
 
-import os
 import sys
 from collections.abc import Iterator
 from typing import Any, Optional
@@ -14,9 +13,11 @@ from allennlp.common.file_utils import cached_path, open_compressed
 from allennlp.common.util import JsonDict
 from allennlp.predictors.predictor import Predictor
 
+from elmo_plugin.data.output_file import OutputFile, user_output
+
 
 class PartialOutputPredictManager(predict._PredictManager):
-    """allennlp's manager, but the predictions go to `OUTPUT.partial`, renamed to `OUTPUT` once
+    """allennlp's manager, but the predictions go to an `OutputFile`, renamed to `OUTPUT` once
     every input line is predicted and removed when the command stops first. A `ConfigurationError`
     from the predictor's `load_line` (ours: a line that is not a sentence) ends the command with
     `allennlp predict: error: FILE:LINE: ...`, exit status 1."""
@@ -24,9 +25,11 @@ class PartialOutputPredictManager(predict._PredictManager):
     def __init__(
         self, predictor: Predictor, input_file: str, output_file: Optional[str], *args: Any
     ) -> None:
-        self._final_output = output_file
-        self._partial = None if output_file is None else output_file + ".partial"
-        super().__init__(predictor, input_file, self._partial, *args)
+        super().__init__(predictor, input_file, None, *args)
+        self._output = None
+        if output_file is not None:
+            self._output = OutputFile(user_output(output_file), output_file)
+            self._output_file = self._output.file  # type: ignore[assignment]  # a text file
 
     def _get_json_data(self) -> Iterator[JsonDict]:
         if self._input_file == "-":
@@ -46,15 +49,11 @@ class PartialOutputPredictManager(predict._PredictManager):
             yield json_dict
 
     def run(self) -> None:
-        try:
+        if self._output is None:
             super().run()
-        except BaseException:
-            if self._output_file is not None and self._partial is not None:
-                self._output_file.close()
-                os.remove(self._partial)
-            raise
-        if self._partial is not None and self._final_output is not None:
-            os.replace(self._partial, self._final_output)
+            return
+        with self._output:  # committed when every line is predicted, else removed
+            super().run()
 
 
 predict._PredictManager = PartialOutputPredictManager  # type: ignore[assignment, misc]

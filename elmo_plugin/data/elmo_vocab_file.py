@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from allennlp.common.checks import ConfigurationError
 from allennlp.data.vocabulary import DEFAULT_OOV_TOKEN
 
-from elmo_plugin.data.full_disk import removed_when_full
+from elmo_plugin.data.output_file import OutputFile
 
 logger = logging.getLogger(__name__)
 
@@ -68,11 +68,8 @@ def published_tokens(tokens: Sequence[str]) -> list[str]:
     return [PUBLISHED_UNKNOWN if token == DEFAULT_OOV_TOKEN else token for token in tokens]
 
 
-def write_elmo_vocab_file(path: str, tokens: Sequence[str]) -> None:
-    """One token per line, written as `path.partial` and renamed when complete. A plain `open`
-    makes it, so its mode follows the umask as every other output's does. A full disk is a
-    DiskFull naming `path` (`removed_when_full`)."""
-    partial = path + ".partial"
-    with removed_when_full(partial, path), open(partial, "w", encoding="utf-8") as out:
-        out.write("".join(token + "\n" for token in tokens))
-    os.replace(partial, path)
+def write_elmo_vocab_file(path: str, tokens: Sequence[str], shown: str = "") -> None:
+    """One token per line, written whole (`OutputFile`); a full disk is a DiskFull naming
+    `shown` (default `path`)."""
+    with OutputFile(path, shown) as out:
+        out.file.write("".join(token + "\n" for token in tokens))

@@ -1,14 +1,11 @@
 """A full disk while a command writes: one error naming the output (and the room needed where it
-is known), its partial file removed; never a traceback or a crash. A write that fails inside
-HDF5 cannot be recovered from (closing the file then crashes the process), so HDF5 writers
-check for room before they write (`check_room`); plain writers catch the failed write
-(`removed_when_full`)."""
+is known); never a traceback or a crash. A write that fails inside HDF5 cannot be recovered from
+(closing the file then crashes the process), so HDF5 writers check for room before they write
+(`check_room`); `output_file.OutputFile` turns a failed plain write into a DiskFull."""
 
-import contextlib
 import errno
 import os
 import resource
-from collections.abc import Iterator
 
 from allennlp.common.checks import ConfigurationError
 
@@ -42,25 +39,3 @@ def check_room(path: str, needed: int, output: str) -> None:
             f"{(needed + HEADROOM) / 1e6:.1f} MB more, {max(left, 0) / 1e6:.1f} MB left); "
             "free some space or write elsewhere"
         )
-
-
-@contextlib.contextmanager
-def removed_when_full(partial: str, output: str) -> Iterator[None]:
-    """Runs a block that writes `partial` (later renamed to `output`): when the disk is full
-    (a DiskFull, or an OSError with a `FULL_DISK` errno) `partial` is removed and a DiskFull names
-    `output`."""
-    try:
-        yield
-    except OSError as error:
-        if error.errno not in FULL_DISK:
-            raise
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(partial)
-        raise DiskFull(
-            f"cannot write {output}: the disk is full ({error.strerror}); free some space or "
-            "write elsewhere"
-        ) from None
-    except DiskFull:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(partial)
-        raise

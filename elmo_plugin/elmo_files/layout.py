@@ -13,7 +13,8 @@ import numpy
 import torch
 from allennlp.common.checks import ConfigurationError
 
-from elmo_plugin.data.full_disk import check_room, removed_when_full
+from elmo_plugin.data.full_disk import check_room
+from elmo_plugin.data.output_file import OutputFile, hdf5_file
 
 OPTIONS_FILE, WEIGHTS_FILE = "options.json", "weights.hdf5"
 SOFTMAX_FILE, VOCAB_FILE = "softmax.hdf5", "vocab.txt"
@@ -94,12 +95,12 @@ def copy_into(parameter: torch.Tensor, value: numpy.ndarray) -> None:
 
 
 def write_hdf5(path: str, arrays: dict[str, numpy.ndarray]) -> None:
-    """The arrays (checked finite) as datasets of `path`, written as `path.partial` and renamed
-    when complete; a DiskFull naming `path`, before HDF5 writes, when the disk has no room."""
+    """The arrays (checked finite) as datasets of `path`, written whole (`OutputFile`: a killed
+    export leaves no weights.hdf5); a DiskFull naming `path`, before HDF5 writes, when the disk
+    has no room."""
     checked = {name: finite(name, array, path) for name, array in arrays.items()}
-    partial = path + ".partial"  # renamed when complete: a killed export leaves no weights.hdf5
-    check_room(partial, sum(array.nbytes for array in checked.values()), path)
-    with removed_when_full(partial, path), h5py.File(partial, "w") as out:
-        for name, array in checked.items():
-            out.create_dataset(name, data=array)
-    os.replace(partial, path)
+    with OutputFile(path, mode="wb") as output:
+        check_room(output.temporary, sum(array.nbytes for array in checked.values()), path)
+        with hdf5_file(output) as out:
+            for name, array in checked.items():
+                out.create_dataset(name, data=array)

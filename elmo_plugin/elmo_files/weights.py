@@ -13,14 +13,13 @@ expects them:
 """
 
 import json
-import os
 from collections.abc import Iterator
 from typing import Any, Optional, cast
 
 import numpy
 import torch
 
-from elmo_plugin.data.full_disk import removed_when_full
+from elmo_plugin.data.output_file import OutputFile
 from elmo_plugin.elmo_files.layout import (
     ElmoFilesError,
     Hdf5Reader,
@@ -190,9 +189,7 @@ def write_bilm_encoder(
     options = encoder_options(encoder)
     options.update(extra_options or {})
     write_hdf5(weights_file, weight_arrays(encoder))
-    partial = options_file + ".partial"
-    with removed_when_full(partial, options_file), open(partial, "w", encoding="utf-8") as out:
-        json.dump(options, out, indent=2)
-        out.write("\n")
-    os.replace(partial, options_file)
+    with OutputFile(options_file) as out:
+        json.dump(options, out.file, indent=2)
+        out.file.write("\n")
     return options

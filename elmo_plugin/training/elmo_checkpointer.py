@@ -16,6 +16,7 @@ from allennlp.nn import util as nn_util
 from allennlp.training.checkpointer import Checkpointer
 from allennlp.training.trainer import TrainerCheckpoint
 
+from elmo_plugin.data.output_file import create_exclusively
 from elmo_plugin.training.nodes import node_of, writes_node_folder
 
 logger = logging.getLogger(__name__)
@@ -121,7 +122,7 @@ class ElmoCheckpointer(Checkpointer):
         token = secrets.token_hex(8)
         marker = os.path.join(self._serialization_dir, f".node_marker_{token}")
         if self._is_primary:
-            open(marker, "w").close()
+            create_exclusively(marker)
         gathered: list = [None] * dist.get_world_size()
         dist.all_gather_object(gathered, (token, sorted(here)))
         seen = [rank for rank, (other, _) in enumerate(gathered) if self._sees(other)]

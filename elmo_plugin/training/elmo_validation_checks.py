@@ -20,6 +20,7 @@ from allennlp.models.archival import archive_model
 from allennlp.training.callbacks.callback import TrainerCallback
 from allennlp.training.metrics.metric import Metric
 
+from elmo_plugin.data.output_file import OutputFile, open_to_append
 from elmo_plugin.training.scalar_events import ScalarEvents
 
 logger = logging.getLogger(__name__)
@@ -137,8 +138,8 @@ class ValidationChecksCallback(TrainerCallback):
         )
         if is_global_primary():  # once per run, not once per node
             # A resumed run's history is the checkpoint's: checks written after it are dropped.
-            with open(self.path(CHECKS_FILE), "w", encoding="utf-8") as out:
-                out.writelines(json.dumps(asdict(check)) + "\n" for check in self.history)
+            with OutputFile(self.path(CHECKS_FILE)) as out:
+                out.file.writelines(json.dumps(asdict(check)) + "\n" for check in self.history)
 
     def on_batch(
         self,
@@ -225,15 +226,14 @@ class ValidationChecksCallback(TrainerCallback):
         return check
 
     def record(self, check: Check, trainer) -> None:
-        with open(self.path(CHECKS_FILE), "a", encoding="utf-8") as out:
+        with open_to_append(self.path(CHECKS_FILE)) as out:
             out.write(json.dumps(asdict(check)) + "\n")
         for name, value in check.metrics.items():
             self._events.add_scalar(name, value, check.batch)
         self._events.add_scalar("learning_rate", check.learning_rate, check.batch)
         if check.best and self.keep_best:
-            partial = self.path(BEST_WEIGHTS) + ".partial"  # renamed when complete
-            torch.save(trainer.model.state_dict(), partial)
-            os.replace(partial, self.path(BEST_WEIGHTS))
+            with OutputFile(self.path(BEST_WEIGHTS), mode="wb") as best:
+                torch.save(trainer.model.state_dict(), best.file)
 
     def path(self, name: str) -> str:
         return os.path.join(self.serialization_dir, name)

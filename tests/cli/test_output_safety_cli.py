@@ -23,7 +23,7 @@ import pytest
 from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.commands.elmo_export import export_archive
-from elmo_plugin.commands.output_lock import output_lock
+from elmo_plugin.data.output_file import output_lock
 from tests.helpers import REPO_ROOT, run_allennlp, run_forked
 
 BILM = REPO_ROOT / "fixtures" / "archives_before_layering" / "bilm_lstm.tar.gz"
