@@ -1,18 +1,24 @@
 """Evaluator `elmo_evaluator`: allennlp's `simple` evaluator that applies `ProcessSettings` once,
 when `allennlp evaluate` builds it (after loading the archive, before the first batch). It logs the
-metrics of each evaluation file when no `--output-file` is given (allennlp's shows them only in
-its progress bar), and the total of labels unseen in training."""
+metrics of each evaluation file (allennlp's shows them only in its progress bar) and writes
+`--output-file` whole (`OutputFile`), refusing one that is the evaluation data; and the total of
+labels unseen in training."""
 
+import glob
+import json
 import logging
+import os
 from typing import Any, Optional, Union
 
 import torch
+from allennlp.common.checks import ConfigurationError
 from allennlp.common.util import dump_metrics
 from allennlp.data import DataLoader
 from allennlp.evaluation.evaluator import Evaluator, SimpleEvaluator
 from allennlp.evaluation.serializers.serializers import Serializer
 from allennlp.models import Model
 
+from elmo_plugin.data.output_file import OutputFile, check_output_target, user_output
 from elmo_plugin.data.unseen_labels_vocabulary import UnseenLabelsAsErrors
 from elmo_plugin.training.process_settings import ProcessSettings
 
@@ -27,8 +33,9 @@ class ElmoEvaluator(SimpleEvaluator):
     `evaluation: {type: "elmo_evaluator"}` sets the process settings for evaluate; an archive
     without it gets them with `-o '{"evaluation": {"type": "elmo_evaluator"}}'`. With the
     `unseen_labels_as_errors` vocabulary, each evaluation file ends with one warning giving the
-    total of its gold labels unseen in training. Without `--output-file`, the metrics of each
-    file are logged (`Metrics: {...}`), as allennlp logs them when it writes that file.
+    total of its gold labels unseen in training. The metrics of each file are logged
+    (`Metrics: {...}`); `--output-file` is written whole, and refused before the evaluation when
+    it is a folder, a device or the evaluation data file.
 
     # Parameters
 
@@ -53,11 +60,28 @@ class ElmoEvaluator(SimpleEvaluator):
         self.settings.apply()
 
     def __call__(self, model: Model, data_loader: DataLoader, *args, **kwargs) -> dict[str, Any]:
+        output = kwargs.pop("metrics_output_file", None)
+        if output is not None:  # allennlp's data loaders keep the path they read
+            check_metrics_file(str(output), getattr(data_loader, "data_path", ""))
         metrics = super().__call__(model, data_loader, *args, **kwargs)
-        if kwargs.get("metrics_output_file") is None:  # with it, allennlp logs them as it writes
-            dump_metrics(None, metrics, log=True)
+        if output is not None:
+            with OutputFile(user_output(str(output)), str(output)) as out:
+                out.file.write(json.dumps(metrics, indent=2))
+        dump_metrics(None, metrics, log=True)
         if isinstance(model.vocab, UnseenLabelsAsErrors):
             summary = model.vocab.take_unseen_labels_summary()
             if summary:
                 logger.warning("elmo_evaluator: %s", summary)
         return metrics
+
+
+def check_metrics_file(output: str, data_path: str) -> None:
+    """Before the evaluation: an error when `--output-file` is a folder or device
+    (`check_output_target`) or one of the files `data_path` (a path or glob) names."""
+    check_output_target(user_output(output), output)
+    for data in glob.glob(data_path) or [data_path]:
+        if os.path.isfile(data) and os.path.exists(output) and os.path.samefile(data, output):
+            raise ConfigurationError(
+                f"cannot write {output}: it is the evaluation data file {data}, which writing the "
+                "metrics would destroy; choose another --output-file"
+            )

@@ -1,0 +1,106 @@
+"""`allennlp predict --output-file` with the plugin imported, through the real CLI: the output
+checked before the model loads (a folder, the input itself, a device), locked (a second run on it
+refused, naming the process), and the input read as our commands read text; `allennlp evaluate`'s
+`--output-file` with `elmo_evaluator`."""
+
+import fcntl
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO_ROOT, conllu_head, predict_args, run_allennlp
+
+BILM = REPO_ROOT / "fixtures" / "archives_before_layering" / "bilm_lstm.tar.gz"
+SENTENCE = b'{"sentence": "the file is open ."}\n'
+
+
+@pytest.fixture
+def root(plugin_cwd) -> Path:
+    predict_args(BILM, plugin_cwd, SENTENCE.decode(), "elmo_embeddings")  # writes in.jsonl
+    return plugin_cwd
+
+
+def args_to(output: str) -> list[str]:
+    args = predict_args(BILM, Path("."), SENTENCE.decode(), "elmo_embeddings")
+    return [output if arg == "out.jsonl" else arg for arg in args]
+
+
+def one_error_line(result) -> str:
+    output = result.stdout + result.stderr
+    assert result.returncode == 1 and "Traceback" not in output, output[-3000:]
+    errors = [line for line in output.splitlines() if ": error: " in line]
+    assert len(errors) == 1, output[-3000:]
+    assert "loading archive" not in output  # refused before the model loads
+    return errors[0]
+
+
+@pytest.mark.parametrize(
+    "output, named",
+    [
+        ("folder", "cannot write folder: it is a folder"),
+        ("in.jsonl", "cannot write in.jsonl: it is the input file in.jsonl"),
+        ("linked.jsonl", "cannot write linked.jsonl: it is the input file in.jsonl"),
+        ("null.jsonl", "cannot write null.jsonl: it is a device, pipe or socket"),
+    ],
+    ids=["folder", "input", "hard-link-to-input", "link-to-a-device"],
+)
+def test_a_bad_output_file_is_one_line_before_the_model_loads(root, output, named):
+    os.chdir(root)
+    (root / "folder").mkdir()
+    os.link(root / "in.jsonl", root / "linked.jsonl")
+    os.symlink("/dev/null", root / "null.jsonl")
+    os.chdir(REPO_ROOT)
+    args = args_to(output)
+    assert "--silent" in args
+    line = one_error_line(run_allennlp(args, cwd=root, check=False))
+    assert named in line, line
+    assert (root / "in.jsonl").read_bytes() == SENTENCE
+
+
+def test_a_second_predict_on_one_output_file_is_refused_naming_the_first(root):
+    with open(root / "out.jsonl.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        held.write(f"{os.getpid()}\n")
+        held.flush()
+        line = one_error_line(run_allennlp(args_to("out.jsonl"), cwd=root, check=False))
+    assert f"out.jsonl is being written by process {os.getpid()}" in line, line
+    assert not (root / "out.jsonl").exists()
+
+
+def test_invalid_utf8_in_a_predict_input_is_replaced_with_a_warning_naming_its_line(root):
+    (root / "in.jsonl").write_bytes(SENTENCE + b'{"sentence": "caf\xe9 ."}\n')
+    result = run_allennlp(args_to("out.jsonl"), cwd=root, check=False)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert "allennlp predict: invalid UTF-8 at in.jsonl:2, replaced" in result.stderr
+    assert len((root / "out.jsonl").read_text().splitlines()) == 2
+
+
+def test_a_predict_input_that_is_not_text_is_one_line_naming_it(root):
+    (root / "in.jsonl").write_bytes(bytes(range(256)) * 40)
+    result = run_allennlp(args_to("out.jsonl"), cwd=root, check=False)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1 and "Traceback" not in output, output[-3000:]
+    assert "allennlp predict: error: allennlp predict: in.jsonl is not text" in output
+    assert sorted(os.listdir(root)) == [".allennlp_plugins", "in.jsonl"]
+
+
+TAGGER = REPO_ROOT / "fixtures" / "archives_before_layering" / "tagger.tar.gz"
+ELMO_EVALUATOR = '{"evaluation": {"type": "elmo_evaluator"}}'
+
+
+def test_evaluate_refuses_an_output_file_that_is_its_data_and_writes_metrics_whole(root):
+    (root / "data.conllu").write_text(
+        conllu_head(REPO_ROOT / "fixtures/tagged/valid.conllu", 5), encoding="utf-8"
+    )
+    os.link(root / "data.conllu", root / "linked.json")
+    data = (root / "data.conllu").read_bytes()
+    evaluate = ["evaluate", str(TAGGER), "data.conllu", "-o", ELMO_EVALUATOR, "--output-file"]
+    result = run_allennlp([*evaluate, "linked.json"], cwd=root, check=False)
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "cannot write linked.json: it is the evaluation data file data.conllu" in last, last
+    assert (root / "data.conllu").read_bytes() == data
+    run_allennlp([*evaluate, "metrics.json"], cwd=root)
+    assert "accuracy" in json.loads((root / "metrics.json").read_text())
