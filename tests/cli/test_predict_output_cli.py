@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO_ROOT, conllu_head, predict_args, run_allennlp
+from tests.helpers import REPO_ROOT, conllu_head, run_allennlp
 
 BILM = REPO_ROOT / "fixtures" / "archives_before_layering" / "bilm_lstm.tar.gz"
 SENTENCE = b'{"sentence": "the file is open ."}\n'
@@ -18,13 +18,16 @@ SENTENCE = b'{"sentence": "the file is open ."}\n'
 
 @pytest.fixture
 def root(plugin_cwd) -> Path:
-    predict_args(BILM, plugin_cwd, SENTENCE.decode(), "elmo_embeddings")  # writes in.jsonl
+    (plugin_cwd / "in.jsonl").write_bytes(SENTENCE)
     return plugin_cwd
 
 
 def args_to(output: str) -> list[str]:
-    args = predict_args(BILM, Path("."), SENTENCE.decode(), "elmo_embeddings")
-    return [output if arg == "out.jsonl" else arg for arg in args]
+    """`allennlp predict` of in.jsonl into `output` (run in the test's folder)."""
+    return [
+        *("predict", str(BILM), "in.jsonl", "--predictor", "elmo_embeddings", "--silent"),
+        *("--output-file", output),
+    ]
 
 
 def one_error_line(result) -> str:
@@ -47,14 +50,10 @@ def one_error_line(result) -> str:
     ids=["folder", "input", "hard-link-to-input", "link-to-a-device"],
 )
 def test_a_bad_output_file_is_one_line_before_the_model_loads(root, output, named):
-    os.chdir(root)
     (root / "folder").mkdir()
     os.link(root / "in.jsonl", root / "linked.jsonl")
     os.symlink("/dev/null", root / "null.jsonl")
-    os.chdir(REPO_ROOT)
-    args = args_to(output)
-    assert "--silent" in args
-    line = one_error_line(run_allennlp(args, cwd=root, check=False))
+    line = one_error_line(run_allennlp(args_to(output), cwd=root, check=False))
     assert named in line, line
     assert (root / "in.jsonl").read_bytes() == SENTENCE
 
