@@ -1,15 +1,18 @@
-"""The replay contract of `elmo_graph_step`, checked on the CPU for every shipped pretraining
-config: a step captured in a CUDA graph reads, at every replay, the memory its capture read. So
-state that crosses training steps must be updated in place: a tensor that one step rebinds
-(stores a new tensor where the model, optimizer, metrics or trainer keep it) and the next step
-reads is read at its old, freed address by every replay. The CPU stand-in for the graph runs the
-Python of every step again and cannot show this; this test looks for it directly."""
+"""The replay contract of `elmo_graph_step`, checked on the CPU for every shipped config: a
+step captured in a CUDA graph reads, at every replay, the memory its capture read. So state that
+crosses training steps must be updated in place: a tensor that one step rebinds (stores a new
+tensor where the model, optimizer, metrics or trainer keep it) and the next step reads is read at
+its old, freed address by every replay. The CPU stand-in for the graph runs the Python of every
+step again and cannot show this; this test looks for it directly."""
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
+from allennlp.commands.train import TrainModel
+from allennlp.common import Params
 from allennlp.data import DataLoader, DatasetReader, Vocabulary
 from allennlp.data.data_loaders import SimpleDataLoader
 from allennlp.models import Model
@@ -20,7 +23,7 @@ from benchmarks.step_audit import SHRUNK, SHRUNK_CONTEXTUALIZER, AuditedStep
 from elmo_plugin.modules.device_paths import gpu_path_on_cpu
 from elmo_plugin.training.elmo_graph_step import ElmoGraphStepTrainer
 from tests.elmo_files.manylangs_reference import MAX_CHARS, make_manylangs_folder
-from tests.helpers import CONFIG_DIR
+from tests.helpers import CONFIG_DIR, TINY_TAGGER_OVERRIDES
 
 # What holds data, not step state: not walked.
 NOT_STATE = (DataLoader, DatasetReader, Vocabulary)
@@ -149,9 +152,9 @@ def test_an_elmo_for_many_langs_model_continued_keeps_the_contract(tmp_path):
     assert rebound_then_read(graph_step_trainer(run, tmp_path), run.batches) == []
 
 
-def test_every_shipped_pretraining_config_is_checked():
-    shipped = {path.name for path in CONFIG_DIR.glob("elmo_*.jsonnet")}
-    assert shipped == {*CONFIGS, MANYLANGS}
+def test_every_shipped_config_is_checked():
+    shipped = {path.name for path in CONFIG_DIR.glob("*.jsonnet")}
+    assert shipped == {*CONFIGS, MANYLANGS, *downstream_sizes("")}
 
 
 class Rebinding(torch.nn.Module):
@@ -194,3 +197,45 @@ def test_the_check_finds_a_rebound_total_and_passes_one_updated_in_place(module,
     batches = iter([{"x": torch.full((3,), float(k))} for k in range(3)])
     paths = rebound_then_read(trainer, batches)
     assert [path[path.rindex(".") :] for path in paths] == found
+
+
+def downstream_trainer(config: str, values: dict, folder) -> ElmoGraphStepTrainer:
+    """`config` as `allennlp train` builds it, with the `elmo_graph_step` trainer."""
+    overrides = json.dumps({**values, "trainer.type": "elmo_graph_step"})
+    params = Params.from_file(str(CONFIG_DIR / config), overrides)
+    params.pop("evaluation", None)  # `allennlp evaluate`'s, not the training's
+    folder.mkdir()
+    return TrainModel.from_params(
+        params=params, serialization_dir=str(folder), local_rank=0
+    ).trainer
+
+
+def downstream_sizes(archive: str) -> dict[str, dict]:
+    """The downstream configs at the tiny biLM's widths (its layers 2 x 16, words 32)."""
+    elmo = {"model.text_field_embedder.token_embedders.elmo.pretrained_file": archive}
+    return {
+        "pos_tagger_baseline.jsonnet": {},
+        "pos_tagger_elmo.jsonnet": {**elmo, **TINY_TAGGER_OVERRIDES},
+        "dependency_parser_elmo.jsonnet": {
+            **elmo,
+            "model.encoder.input_size": 2 * 16 + 32 + 16,
+            "model.encoder.hidden_size": 32,
+            "model.arc_representation_dim": 32,
+            "model.tag_representation_dim": 16,
+        },
+        "classifier_elmo.jsonnet": {
+            **elmo,
+            "model.seq2vec_encoder.input_size": 2 * 16 + 32,
+            "model.seq2vec_encoder.hidden_size": 32,
+        },
+    }
+
+
+@pytest.mark.parametrize("config", sorted(downstream_sizes("")))
+def test_no_downstream_step_reads_what_the_step_before_rebound(config, tiny_bilm_archive, tmp_path):
+    """allennlp-models' taggers, parser and classifier over the tiny biLM. (Their metrics read
+    every batch on the host, which a CUDA graph cannot capture: `elmo_graph_step` then trains
+    them eagerly, with one warning.)"""
+    values = downstream_sizes(str(tiny_bilm_archive))[config]
+    trainer = downstream_trainer(config, values, tmp_path / "run")
+    assert rebound_then_read(trainer, iter(trainer.data_loader)) == []
