@@ -11,8 +11,10 @@ ARGS...`, or `TIMEOUT -m MODULE ARGS...` for `python -m MODULE ARGS...`, hands t
 arguments, working directory, environment and standard streams, and ends as the command ended:
 its exit status, or the signal that killed it; a client killed takes its command and what that
 started with it, as a killed process would. A fork starts from a clean copy of the server:
-nothing a command does reaches the next one. Without a server (SOCKET_ENV unset) the client
-runs the command as a fresh process instead. Two variables of the client's environment change
+nothing a command does reaches the next one. A command's `torch.multiprocessing.spawn`
+(`allennlp train`'s distributed workers) forks them from the command where it can
+(`spawn_or_fork`). Without a server (SOCKET_ENV unset) the client runs the command as a fresh
+process instead. Two variables of the client's environment change
 what it does, both for the documented commands: TINY_SIZES_ENV (`with_tiny_sizes`) and
 FAILURES_ENV (a file each failed command is appended to, seen even where the shell ignores an
 exit status: `&`).
@@ -163,6 +165,7 @@ def run_command(request: dict, streams: list[int]) -> None:
     import torch
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1))
+    start_workers_as_forks()
     if request["module"]:
         status = exit_status_of_module(request["module"], request["argv"])
     else:
@@ -171,6 +174,42 @@ def run_command(request: dict, streams: list[int]) -> None:
     sys.stderr.flush()
     atexit._run_exitfuncs()
     os._exit(status)
+
+
+def start_workers_as_forks() -> None:
+    """In a command's fork: `torch.multiprocessing.spawn`, how `allennlp train` starts its
+    distributed workers, is `spawn_or_fork`, and a forked worker's `import_plugins()` (which
+    would only walk every allennlp module again) is skipped as the command's is
+    (`exit_status_of_allennlp`): the worker is a copy of the command, plugins imported (a
+    spawned worker imports the module afresh, and them with it). Fresh processes (no server,
+    `run_forked(..., fresh=True)`) keep torch's spawn."""
+    import allennlp.commands.train
+    import torch.multiprocessing
+
+    torch.multiprocessing.spawn = spawn_or_fork
+    allennlp.commands.train.import_plugins = lambda: None
+
+
+def spawn_or_fork(
+    fn: Callable[..., object],
+    args: tuple = (),
+    nprocs: int = 1,
+    join: bool = True,
+    daemon: bool = False,
+    start_method: str = "spawn",
+) -> object:
+    """`torch.multiprocessing.spawn`'s workers started as forks of this process
+    (`start_processes(..., start_method="fork")`) when it has no thread besides its main one (a
+    fork could inherit a lock another thread holds: OpenMP's, the CUDA driver's); otherwise, or
+    for another start method, torch's own spawn. A fork is what a spawned worker is without its
+    imports: the same `fn(rank, *args)` run by torch's `_wrap` (its error file, its exit
+    status), in this process's group (what kills the group kills the workers)."""
+    import torch.multiprocessing
+
+    if start_method != "spawn" or other_threads():
+        spawn = importlib.import_module("torch.multiprocessing.spawn").spawn  # torch's own
+        return spawn(fn, args, nprocs, join, daemon, start_method)
+    return torch.multiprocessing.start_processes(fn, args, nprocs, join, daemon, "fork")
 
 
 def exit_status_of_allennlp(argv: list[str]) -> int:

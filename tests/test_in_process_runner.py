@@ -87,6 +87,29 @@ def test_a_client_killed_kills_its_forked_command_and_what_that_started(tmp_path
     assert command != client.pid and not running(command) and not running(sleeper)
 
 
+def test_a_forked_commands_workers_are_its_forks_and_die_with_its_client(tmp_path):
+    """`torch.multiprocessing.spawn` in a forked command (`allennlp train`'s distributed workers)
+    forks the command's own workers, in its process group: a client killed takes them too. With a
+    thread besides the main one (a fork could inherit a lock it holds) it is torch's spawn."""
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")  # no OpenMP threads
+    command = ["-m", "tests.spawned_workers"]
+    client = start_forked([*command, "600"], tmp_path, env, stdout=subprocess.PIPE, text=True)
+    workers = [client.stdout.readline().split() for _ in range(2)]
+    assert [how for _, how in workers] == ["forked", "forked"]
+    pids = [int(pid) for pid, _ in workers]
+    parents = {Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1] for pid in pids}
+    assert len(parents) == 1 and int(parents.pop()) != client.pid
+    client.kill()
+    assert client.wait() == -signal.SIGKILL
+    deadline = time.time() + 10
+    while any(running(pid) for pid in pids) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not any(running(pid) for pid in pids)
+    spawned = run_forked([*command, "0", "--with-a-thread"], tmp_path, env)
+    assert spawned.returncode == 0, spawned.stderr[-3000:]
+    assert [line.split()[1] for line in spawned.stdout.splitlines()] == ["spawned", "spawned"]
+
+
 def start_a_child_and_wait() -> None:
     """As `python -m tests.test_in_process_runner`: starts `sleep 600`, prints its pid, waits."""
     sleeper = subprocess.Popen(["sleep", "600"])

@@ -2,6 +2,7 @@
 
 import json
 import os
+import sys
 from collections import Counter
 
 import torch.distributed as dist
@@ -9,7 +10,7 @@ import torch.multiprocessing as mp
 from allennlp.data.data_loaders import MultiProcessDataLoader
 
 from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
-from tests.helpers import free_port, text_tokens
+from tests.helpers import REPO_ROOT, free_port, run_forked, text_tokens
 
 WORLD_SIZE, WORKERS = 2, 2
 
@@ -35,13 +36,20 @@ def test_each_line_read_once_across_ranks_and_workers(tmp_path):
         shard_lines = [line for line in lines if line.endswith(f"shard {shard}")]
         (tmp_path / f"shard_{shard}.txt").write_text("\n".join(shard_lines) + "\n\n")
     (tmp_path / "shard_9.txt").write_text("")  # an empty shard among them
-    mp.spawn(
-        read_as_rank,
-        args=(str(tmp_path / "shard_*.txt"), str(tmp_path), free_port()),
-        nprocs=WORLD_SIZE,
-    )
+    command = ["-m", "tests.data.test_elmo_corpus_sharding", str(tmp_path), str(free_port())]
+    result = run_forked(command, REPO_ROOT, dict(os.environ, OMP_NUM_THREADS="1"), timeout=300)
+    assert result.returncode == 0, result.stderr[-6000:]
     per_rank = [
         json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(WORLD_SIZE)
     ]
     assert all(per_rank), "every rank gets a share"
     assert Counter(text for texts in per_rank for text in texts) == Counter(lines)
+
+
+if __name__ == "__main__":  # the test's command (tests' warm server: the ranks are its forks)
+    folder = sys.argv[1]
+    mp.spawn(
+        read_as_rank,
+        args=(os.path.join(folder, "shard_*.txt"), folder, int(sys.argv[2])),
+        nprocs=WORLD_SIZE,
+    )

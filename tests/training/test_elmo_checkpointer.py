@@ -4,6 +4,7 @@ folder; two nodes sharing a folder are refused."""
 
 import json
 import os
+import sys
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -16,7 +17,7 @@ from allennlp.training.checkpointer import Checkpointer
 from allennlp.training.trainer import TrainerCheckpoint
 
 from elmo_plugin.training.elmo_checkpointer import ElmoCheckpointer, newest_common_checkpoint
-from tests.helpers import free_port
+from tests.helpers import REPO_ROOT, free_port, run_forked
 
 
 def save_pair(folder, epoch: int, batch: int, value: float) -> None:
@@ -125,7 +126,7 @@ def test_two_nodes_resume_from_the_newest_checkpoint_both_folders_hold_complete(
     cut_short(tmp_path / "resume1" / "training_state_e0_b6.th")
     (tmp_path / "shared").mkdir()
     (tmp_path / "one_node").mkdir()
-    mp.spawn(as_node, args=(str(tmp_path), free_port()), nprocs=2)
+    as_two_nodes(tmp_path)
     for rank in range(2):
         result = json.loads((tmp_path / f"rank{rank}.json").read_text())
         assert result["resumed_at"] == 3
@@ -139,3 +140,15 @@ def test_two_nodes_resume_from_the_newest_checkpoint_both_folders_hold_complete(
             f"{tmp_path / 'shared'}: give each node a folder of its own (docs/scaling.md)"
         )
     assert list((tmp_path / "shared").iterdir()) == []  # the markers are gone
+
+
+def as_two_nodes(root: Path) -> None:
+    """`as_node` in two processes: `python -m tests.training.test_elmo_checkpointer ROOT PORT`,
+    a command of the tests' warm server, whose `torch.multiprocessing.spawn` forks them."""
+    command = ["-m", "tests.training.test_elmo_checkpointer", str(root), str(free_port())]
+    result = run_forked(command, REPO_ROOT, dict(os.environ, OMP_NUM_THREADS="1"), timeout=300)
+    assert result.returncode == 0, result.stderr[-6000:]
+
+
+if __name__ == "__main__":
+    mp.spawn(as_node, args=(sys.argv[1], int(sys.argv[2])), nprocs=2)
