@@ -164,6 +164,20 @@ def forked_client(
 
 
 FORKED_ALLENNLP = REPO_ROOT / "tests" / "forked_allennlp.py"
+
+
+def forked_allennlp_script(folder: Path, timeout: int = 600) -> Path:
+    """FOLDER/allennlp, an `allennlp` whose commands are forks of this session's warm server: its
+    client (tests/forked_allennlp.py), which finds the server in its environment (SOCKET_ENV, set
+    in every `run_forked` command's) and runs a fresh `allennlp` without one."""
+    script = folder / "allennlp"
+    script.write_text(
+        f'#!/bin/sh\nexec "{sys.executable}" -S "{FORKED_ALLENNLP}" {timeout} allennlp "$@"\n'
+    )
+    script.chmod(0o755)
+    return script
+
+
 _server: dict[str, Optional[str]] = {}  # this session's server: its socket (None: refused)
 
 

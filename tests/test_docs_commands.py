@@ -46,11 +46,11 @@ from elmo_plugin.commands.elmo_export import export_archive
 from tests.cli.test_elmo_continue_cli import published_folder
 from tests.forked_allennlp import FAILURES_ENV, SOCKET_ENV, TINY_SIZES_ENV, with_tiny_sizes
 from tests.helpers import (
-    FORKED_ALLENNLP,
     REPO_ROOT,
     TINY_LSTM_OVERRIDES,
     TINY_TAGGER_OVERRIDES,
     allennlp_server,
+    forked_allennlp_script,
 )
 
 README = REPO_ROOT / "README.md"
@@ -254,12 +254,7 @@ TINY_SIZES = {
 def docs_allennlp(tmp_path_factory) -> Path:
     """A folder holding the `allennlp` the documented commands run: a client of the session's
     fork server, a command a process of its own."""
-    script = tmp_path_factory.mktemp("docs_allennlp") / "allennlp"
-    script.write_text(
-        f'#!/bin/sh\nexec "{sys.executable}" -S "{FORKED_ALLENNLP}" 600 allennlp "$@"\n'
-    )
-    script.chmod(0o755)
-    return script.parent
+    return forked_allennlp_script(tmp_path_factory.mktemp("docs_allennlp")).parent
 
 
 def command_env() -> dict[str, str]:

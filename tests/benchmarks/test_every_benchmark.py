@@ -1,8 +1,8 @@
 """Every benchmark runs as `python -m benchmarks.NAME` (a process forked from the tests' warm
-server: `run_forked`) and ends with exactly one JSON line (benchmarks/support/common.py), checked
-on a cheap path of each: real data missing (ELMO_PLUGIN_DATA an empty folder), no CUDA device, a
-dry run, its smallest sizes, or a bad option (where even the
-smallest run takes minutes on a loaded machine)."""
+server: `run_forked`, as are the `allennlp` commands it runs: ELMO_BENCHMARKS_ALLENNLP) and ends
+with exactly one JSON line (benchmarks/support/common.py), checked on a cheap path of each: real
+data missing (ELMO_PLUGIN_DATA an empty folder), no CUDA device, a dry run, its smallest sizes,
+or a bad option (where even the smallest run takes minutes on a loaded machine)."""
 
 import json
 import os
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks import plan_vs_epoch
-from benchmarks.support.common import benchmark_names, declaration
-from tests.helpers import REPO_ROOT, run_forked
+from benchmarks.support.common import ALLENNLP_ENV, benchmark_names, declaration
+from tests.helpers import REPO_ROOT, forked_allennlp_script, run_forked
 
 BENCHMARKS = benchmark_names()
 COMMAND = re.compile(r"-m benchmarks\.(\w+)")
@@ -35,6 +35,8 @@ def run_module(name: str, options: list[str], tmp_path: Path) -> subprocess.Comp
         OMP_NUM_THREADS="1",
         PYTHONWARNINGS="ignore",
     )
+    (tmp_path / "bin").mkdir()
+    env[ALLENNLP_ENV] = str(forked_allennlp_script(tmp_path / "bin"))  # warm `allennlp` children
     if name in ("scale_rehearsal", "plan_vs_epoch", "multi_node"):
         options = [*options, "--workdir", str(tmp_path / "work")]
     if name == "bf16_vs_float32":

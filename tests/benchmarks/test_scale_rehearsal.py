@@ -3,13 +3,15 @@ tokens.txt are real, the model shrunk): corpus -> elmo-vocab -> train, kill -9 a
 -r, evaluate (one process; two are killed and resumed in tests/cli/test_exact_resume_cli.py and
 in benchmarks/multi_node.py's one-host stage) -> the 793k vs 50k step-time ratio. `python -m
 benchmarks.scale_rehearsal` is a process forked from the tests' warm server (`run_forked`); the
-commands it runs are processes of their own."""
+`allennlp` commands it runs are processes of their own, forks of that server too (its
+ELMO_BENCHMARKS_ALLENNLP: the server's client)."""
 
 import json
 import math
 import os
 
-from tests.helpers import REPO_ROOT, TINY_CHAR_CNN_OVERRIDES, run_forked
+from benchmarks.support.common import ALLENNLP_ENV
+from tests.helpers import REPO_ROOT, TINY_CHAR_CNN_OVERRIDES, forked_allennlp_script, run_forked
 
 TINY = {
     **TINY_CHAR_CNN_OVERRIDES,
@@ -40,6 +42,8 @@ def test_rehearsal_kills_resumes_and_evaluates_then_times_both_vocabularies(tmp_
         json.dumps(TINY),
     ]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    (tmp_path / "bin").mkdir()
+    env[ALLENNLP_ENV] = str(forked_allennlp_script(tmp_path / "bin"))  # warm `allennlp` children
     result = run_forked(command, REPO_ROOT, env, timeout=1200)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
