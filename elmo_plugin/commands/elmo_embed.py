@@ -46,7 +46,6 @@ from elmo_plugin.data.output_file import (
     plain_own_file,
     reopened_hdf5,
     replace_whole,
-    user_output,
 )
 from elmo_plugin.elmo_files.source import local_path
 from elmo_plugin.modules.bilm_encoder import BiLmEncoder
@@ -316,9 +315,15 @@ class _Writer:
     its writes and records on a `WriterThread`, `note` and `close` in its own thread."""
 
     def __init__(
-        self, output: h5py.File, empty_shape: tuple[int, ...], form: OutputFormat, name: str
+        self,
+        output: h5py.File,
+        path: str,
+        empty_shape: tuple[int, ...],
+        form: OutputFormat,
+        name: str,
     ) -> None:
-        self.output, self.empty_shape, self.form, self.name = output, empty_shape, form, name
+        self.output, self.path, self.name = output, path, name
+        self.empty_shape, self.form = empty_shape, form
         self.sentence_to_index: dict[str, list[int]] = {}
         self.lines_sha256 = hashlib.sha256()  # of the lines noted so far, recorded with them
         self.expected: Optional[ResumePoint] = None  # with --resume: to compare, once read again
@@ -332,7 +337,7 @@ class _Writer:
         """Room for the datasets of `chunk`'s lines (uncompressed, HDF5's records included)."""
         rows = [1 if self.form.pool != "none" else len(tokens) for _, tokens in chunk]
         needed = sum(rows) * self.row_bytes + DATASET_BYTES * len(chunk)
-        check_room(self.output.filename, needed, self.name)
+        check_room(self.path, needed, self.name)
 
     def note(self, index: int, text: str) -> None:
         if self.expected is not None and index >= self.expected.lines_done:
@@ -346,7 +351,7 @@ class _Writer:
         if self.expected is not None and self.lines_sha256.hexdigest() != self.expected.sha256:
             raise ConfigurationError(
                 f"elmo-embed --resume: the first {self.expected.lines_done} lines of "
-                f"{self.expected.input_file} are not those {self.output.filename} holds (the input "
+                f"{self.expected.input_file} are not those {self.path} holds (the input "
                 "changed since); rerun without --resume to start over"
             )
         self.expected = None
@@ -378,7 +383,7 @@ class _Writer:
             self.write(index, numpy.ascontiguousarray(data.numpy()), len(tokens))
 
     def write_empty(self, index: int) -> None:
-        check_room(self.output.filename, DATASET_BYTES, self.name)
+        check_room(self.path, DATASET_BYTES, self.name)
         empty = pool_tokens(torch.zeros(self.empty_shape), self.form.pool)
         self.write(index, empty.numpy().astype(self.form.dtype), 0)
 
@@ -389,7 +394,7 @@ class _Writer:
         self.output.attrs[LINES_SHA256] = lines_sha256
         self.output.attrs[LINES_DONE] = lines_done
         self.output.flush()
-        logger.info("elmo-embed: %d lines done (in %s)", lines_done, self.output.filename)
+        logger.info("elmo-embed: %d lines done (in %s)", lines_done, self.path)
 
     def close(self) -> None:
         """sentence_to_index, and the file no longer says how to resume it."""
@@ -401,7 +406,7 @@ class _Writer:
                 self.overflows,
             )
         text = json.dumps(self.sentence_to_index)
-        check_room(self.output.filename, len(text.encode()) + DATASET_BYTES, self.name)
+        check_room(self.path, len(text.encode()) + DATASET_BYTES, self.name)
         dataset = self.output.create_dataset(
             "sentence_to_index", (1,), dtype=h5py.special_dtype(vlen=str)
         )
@@ -706,7 +711,7 @@ def embed_file(
     as `<S> w1 .. wn </S>` from zero state). It writes each line's vectors, boundaries removed,
     into OUTPUT.partial as dataset "line number", recording after each window how many lines are
     done. It renames it to OUTPUT when complete (`replace_whole`); OUTPUT.lock is held meanwhile
-    (`output_lock`); an OUTPUT that is a link is resolved once (`user_output`). The order of
+    (`output_lock`); a link at OUTPUT is replaced, its target never written. The order of
     computation changes nothing in the output. `resume` continues from the last record (windows
     start at the same lines as in an uninterrupted run, so the batches and the vectors are the
     same). `output_format` pools, casts and compresses each line's dataset; `shard` embeds only
@@ -737,18 +742,17 @@ def embed_file(
         if layers == "all"
         else (0, encoder.get_output_dim())
     )
-    target = user_output(output_file)
-    with output_lock(output_file, target + LOCK_SUFFIX):
+    with output_lock(output_file, output_file + LOCK_SUFFIX):
         settings = run_settings(input_file, layers, mix, batching, output_format, shard, encoder)
         settings["elmo_embed_precision"] = precision
-        partial = target + PARTIAL_SUFFIX
+        partial = output_file + PARTIAL_SUFFIX
         stats = CorpusStats(files=1)
         lines = numbered_lines(input_file, stats, shard)  # a stream: checked to be text now
         total = None if is_stream(input_file) else count_tokens(input_file, shard)
         output, resumed = open_partial(partial, settings, resume, input_file, output_file)
         done = resumed.lines_done if resumed is not None else 0
         with resumable_when_full(partial, input_file), output:
-            writer = _Writer(output, empty_shape, output_format, output_file)
+            writer = _Writer(output, partial, empty_shape, output_format, output_file)
             writer.expected = resumed
             progress = Tqdm.tqdm(total=total, desc="elmo-embed", unit=" tokens", unit_scale=True)
             with WriterThread() as background:
@@ -782,7 +786,7 @@ def embed_file(
             progress.close()
             writer.close()
             identity = hdf5_identity(output)
-        replace_whole(partial, identity, target, output_file)
+        replace_whole(partial, identity, output_file, output_file)
     stats.report(input_file, prefix="elmo-embed: ")
     if shard.parts > 1:
         logger.info(

@@ -17,7 +17,7 @@ from elmo_plugin.commands.output_paths import check_not_an_input, check_output_f
 from elmo_plugin.data.corpus_stats import CorpusStats
 from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader, resolve_corpus_paths
 from elmo_plugin.data.elmo_vocab_file import SPECIALS, write_elmo_vocab_file
-from elmo_plugin.data.output_file import LOCK_SUFFIX, output_lock, user_output
+from elmo_plugin.data.output_file import LOCK_SUFFIX, output_lock
 
 logger = logging.getLogger(__name__)
 
@@ -179,9 +179,8 @@ def write_elmo_vocab(
     check_output_file(out_file)
     corpus = {path: "corpus file" for pattern in patterns for path in resolve_corpus_paths(pattern)}
     check_not_an_input([out_file], corpus)
-    target = user_output(out_file)
-    with output_lock(out_file, target + LOCK_SUFFIX):
+    with output_lock(out_file, out_file + LOCK_SUFFIX):
         counts, counted = count_tokens(patterns, skip_headings, workers)
         tokens = vocab_tokens(counts, min_count, max_size)
-        write_elmo_vocab_file(target, tokens, out_file)
+        write_elmo_vocab_file(out_file, tokens, out_file)
     return tokens, counted

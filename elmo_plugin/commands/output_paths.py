@@ -11,7 +11,6 @@ from elmo_plugin.data.output_file import (
     LOCK_SUFFIX,
     TEMPORARY_SUFFIX,
     check_output_target,
-    user_output,
 )
 
 
@@ -30,8 +29,8 @@ def _require_writable_folder(folder: str, output: str) -> None:
 def check_output_file(path: str) -> None:
     """`path` can be written: its folder exists and is writable, and it (or the file its link
     names) is no folder, device or locked file (`check_output_target`)."""
-    check_output_target(user_output(path), path)
-    _require_writable_folder(os.path.dirname(os.path.abspath(user_output(path))), path)
+    check_output_target(path, path)
+    _require_writable_folder(os.path.dirname(os.path.abspath(path)), path)
 
 
 def check_output_dir(path: str) -> None:
@@ -63,8 +62,7 @@ def check_not_an_input(outputs: Iterable[str], inputs: dict[str, str]) -> None:
                     )
             elif any(
                 os.path.exists(path) and os.path.samefile(path, source)
-                for written in (output, user_output(output))
-                for path in (written, written + TEMPORARY_SUFFIX, written + LOCK_SUFFIX)
+                for path in (output, output + TEMPORARY_SUFFIX, output + LOCK_SUFFIX)
             ):
                 raise ConfigurationError(
                     f"cannot write {output}: it is the {role} {source}, which writing it would "

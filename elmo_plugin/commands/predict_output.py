@@ -25,7 +25,7 @@ from elmo_plugin.data.corpus_stats import (
     decode_line,
     warn_invalid_utf8,
 )
-from elmo_plugin.data.output_file import LOCK_SUFFIX, OutputFile, output_lock, user_output
+from elmo_plugin.data.output_file import LOCK_SUFFIX, OutputFile, output_lock
 
 # --output-file -> its lock, taken before the model loads and released by the manager's run
 HELD_LOCKS: dict[str, contextlib.ExitStack] = {}
@@ -48,7 +48,7 @@ def output_checked_first(get_predictor: Callable[[argparse.Namespace], Predictor
             check_output_file(args.output_file)
             inputs = {args.input_file: "input file", args.archive_file: "model"}
             check_not_an_input([args.output_file], inputs)
-            lock = user_output(args.output_file) + LOCK_SUFFIX
+            lock = args.output_file + LOCK_SUFFIX
             held.enter_context(output_lock(args.output_file, lock))
         except ConfigurationError as error:
             raise one_line(error) from None
@@ -79,7 +79,7 @@ class PartialOutputPredictManager(predict._PredictManager):
         self._output = None
         if output_file is not None:
             try:
-                self._output = OutputFile(user_output(output_file), output_file)
+                self._output = OutputFile(output_file)
             except ConfigurationError as error:
                 self._release()
                 raise one_line(error) from None

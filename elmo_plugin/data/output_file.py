@@ -3,13 +3,16 @@
 - `OutputFile(path)`: a temporary file made by `mkstemp` in the output's folder (a new name no
   one can predict, created exclusively, never through a link), renamed over the output only when
   complete (`commit`: flushed and fsynced first), removed otherwise (`discard`).
-- `output_lock(shown, lock_file)`: one writer per output. `OUT.lock` is created with
-  `O_CREAT | O_EXCL | O_NOFOLLOW`, holds the writer's process id and an `flock` while it writes.
-  A lock left by a killed run (no `flock` held, a process id in it) is taken over; anything else
-  at that name (a link, another run's output) is refused, never followed, written or removed.
+- `output_lock(shown, lock_file)`: one writer per output. `OUT.lock` is made whole (this
+  package's mark and the writer's process id, `flock`ed) and linked into place, which creates it
+  and never follows a link; the `flock` is held while the writer writes. A lock left by a run
+  that ended (its mark, no `flock` held) is removed under its `flock` and made anew; anything
+  else at that name (a link, another run's output) is refused, never followed, written or
+  removed.
 - `check_output_target(path, shown)`: the output is refused up front when it is a folder, a
-  device or pipe, or a file another process holds locked (another run's lock or partial file).
-- `user_output(path)`: a symbolic link the user named as the output, resolved once.
+  device or pipe, a standard stream, or a file another process holds locked (another run's lock
+  or partial file). A symbolic link at the output is replaced by the renamed file, its target
+  never written.
 - `exclusive_hdf5` / `reopened_hdf5`: a predictable file (`elmo-embed`'s resumable partial)
   created exclusively, or reopened only when it is a plain file of this user, checked to be the
   file HDF5 opened and locked by its writer.
@@ -21,7 +24,6 @@ import fcntl
 import os
 import stat
 import tempfile
-import time
 from collections.abc import Iterator
 from typing import IO, Any, Optional
 
@@ -32,27 +34,28 @@ from elmo_plugin.data.full_disk import FULL_DISK, DiskFull
 
 LOCK_SUFFIX = ".lock"
 TEMPORARY_SUFFIX = ".partial"
-HOLDER_WAIT_S = 0.5  # for the process id of a holder that has just taken the lock
+LOCK_MARK = "elmo_plugin lock, process "  # then the holder's process id: what a lock file holds
 NO_FOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
+NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP}  # os.link's on such file systems
 
 
 class OutputRefused(ConfigurationError):
     """An output that cannot be written safely."""
 
 
-def user_output(path: str) -> str:
-    """The file to write for the output the user named: a symbolic link's target, resolved once
-    (the link stays); otherwise `path` as given."""
-    return os.path.realpath(path) if os.path.islink(path) else path
-
-
 def check_output_target(path: str, shown: str) -> None:
-    """An OutputRefused naming `shown` when `path` is a folder, a device, a pipe or a socket, or a
-    file another process holds locked."""
+    """An OutputRefused naming `shown` when `path` (or what its link names) is a folder, a device,
+    a pipe or a socket, a file under /proc (`/dev/stdout`, `/dev/fd/N`), this process's standard
+    input, output or error, or a file another process holds locked."""
+    if os.path.realpath(path).startswith("/proc/"):
+        raise _stream_refused(shown)
     try:
-        mode = os.stat(path).st_mode
+        found = os.stat(path)
     except FileNotFoundError:
         return
+    except OSError as error:  # a folder on the way that is a file, a loop of links, ...
+        raise _refusal(error, shown) from None
+    mode = found.st_mode
     if stat.S_ISDIR(mode):
         raise OutputRefused(f"cannot write {shown}: it is a folder")
     if not stat.S_ISREG(mode):
@@ -60,12 +63,30 @@ def check_output_target(path: str, shown: str) -> None:
             f"cannot write {shown}: it is a device, pipe or socket, not a regular file; write a "
             "file and copy it"
         )
+    if any(os.path.samestat(found, stream) for stream in _standard_streams()):
+        raise _stream_refused(shown)
     holder = lock_holder(path)
     if holder is not None:
         raise OutputRefused(
             f"cannot write {shown}: it is another run's lock or partial file, held by {holder}; "
             "write to another path"
         )
+
+
+def _standard_streams() -> list[os.stat_result]:
+    streams = []
+    for descriptor in (0, 1, 2):
+        with contextlib.suppress(OSError):
+            streams.append(os.fstat(descriptor))
+    return streams
+
+
+def _stream_refused(shown: str) -> OutputRefused:
+    return OutputRefused(
+        f"cannot write {shown}: it is a process's open file (/proc, /dev/stdout, /dev/fd) or this "
+        "command's standard input, output or error, which the finished file would replace; "
+        "write a file and copy it"
+    )
 
 
 def lock_holder(path: str) -> Optional[str]:
@@ -191,78 +212,97 @@ def output_lock(shown: str, lock_file: str) -> Iterator[None]:
 
 def _take_lock(shown: str, lock_file: str) -> int:
     while True:
-        descriptor: Optional[int]
-        try:
-            descriptor = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_EXCL | NO_FOLLOW, 0o666)
-        except FileExistsError:
-            descriptor = _existing_lock(shown, lock_file)
-        except OSError as error:
-            raise _refusal(error, shown) from None
-        if descriptor is not None and _locked(descriptor, shown, lock_file):
-            os.ftruncate(descriptor, 0)
-            os.write(descriptor, f"{os.getpid()}\n".encode())
+        descriptor = _new_lock(shown, lock_file)
+        if descriptor is not None:
             return descriptor
+        _remove_stale_lock(shown, lock_file)
 
 
-def _existing_lock(shown: str, lock_file: str) -> Optional[int]:
-    """The lock file another run made, opened; an OutputRefused when it is not one (a link,
-    several names, another user's or another kind of file); None when it has just gone."""
+def _new_lock(shown: str, lock_file: str) -> Optional[int]:
+    """The lock made whole beside `lock_file` (`LOCK_MARK` and this process's id, `flock`ed),
+    then linked at `lock_file` (`os.link` creates, never follows) -> its descriptor; None when
+    something is at `lock_file`. So no lock is ever seen without its holder's id."""
+    folder, name = os.path.split(lock_file)
     try:
-        descriptor = os.open(lock_file, os.O_RDWR | NO_FOLLOW)
+        descriptor, temporary = tempfile.mkstemp(
+            prefix=f".{name}.", suffix=".new", dir=folder or "."
+        )
+    except OSError as error:
+        raise _refusal(error, shown) from None
+    try:
+        _write_mark(descriptor)
+        try:
+            os.link(temporary, lock_file)
+        except OSError as error:
+            if error.errno not in NO_HARD_LINKS:
+                raise
+            os.close(descriptor)  # a file system without hard links: created, then marked
+            descriptor = -1
+            descriptor = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_EXCL | NO_FOLLOW, 0o600)
+            _write_mark(descriptor)
+    except BaseException as error:
+        if descriptor >= 0:
+            os.close(descriptor)
+        if isinstance(error, FileExistsError):
+            return None
+        if isinstance(error, OSError):
+            raise _refusal(error, shown) from None
+        raise
+    finally:
+        os.remove(temporary)
+    return descriptor
+
+
+def _write_mark(descriptor: int) -> None:
+    fcntl.flock(descriptor, fcntl.LOCK_EX)
+    os.write(descriptor, f"{LOCK_MARK}{os.getpid()}\n".encode())
+
+
+def _remove_stale_lock(shown: str, lock_file: str) -> None:
+    """Removes the lock at `lock_file` when a run that ended left it (this package's mark, this
+    user's, no `flock` held), under its `flock`; a ConfigurationError naming the holder while one
+    holds it; an OutputRefused when it is no lock of this package (it is left as it is)."""
+    try:
+        descriptor = os.open(lock_file, os.O_RDONLY | os.O_NONBLOCK | NO_FOLLOW)
     except FileNotFoundError:
-        return None
+        return
     except OSError as error:
         if error.errno != errno.ELOOP:
             raise _refusal(error, shown) from None
         raise _not_a_lock(shown, lock_file, "a symbolic link") from None
-    found = os.fstat(descriptor)
-    if not stat.S_ISREG(found.st_mode) or found.st_nlink != 1 or found.st_uid != os.geteuid():
-        os.close(descriptor)
-        raise _not_a_lock(shown, lock_file, "a link, not a plain file of this user")
-    return descriptor
-
-
-def _locked(descriptor: int, shown: str, lock_file: str) -> bool:
-    """Takes the `flock` of the lock file open as `descriptor`: True once held on the file still
-    at `lock_file`; False (closed) when it has gone meanwhile; a ConfigurationError when another
-    process holds it or the file holds something else than a process id."""
     try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = _holder(descriptor)
+        found = os.fstat(descriptor)
+        if not stat.S_ISREG(found.st_mode):
+            raise _not_a_lock(shown, lock_file, "not a plain file")
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigurationError(
+                f"{shown} is being written by {_holder(descriptor)} (it holds {lock_file}); wait "
+                "for it to end or write to another path"
+            ) from None
+        if not _same(lock_file, found):
+            return  # removed by the run that just ended
+        mark = os.pread(descriptor, 64, 0).decode(errors="replace")
+        if found.st_nlink != 1 or found.st_uid != os.geteuid() or not mark.startswith(LOCK_MARK):
+            raise _not_a_lock(shown, lock_file, "not a lock of this package")
+        os.remove(lock_file)
+    finally:
         os.close(descriptor)
-        raise ConfigurationError(
-            f"{shown} is being written by {holder} (it holds {lock_file}); wait for it to end or "
-            "write to another path"
-        ) from None
-    if not _same(lock_file, os.fstat(descriptor)):
-        os.close(descriptor)  # removed by a command that just ended: lock the new file
-        return False
-    held = os.pread(descriptor, 64, 0).decode(errors="replace").strip()
-    if held and not held.isdigit():
-        os.close(descriptor)
-        raise _not_a_lock(shown, lock_file, "another file (not a process id)")
-    return True
 
 
 def _not_a_lock(shown: str, lock_file: str, what: str) -> OutputRefused:
     return OutputRefused(
-        f"cannot write {shown}: {lock_file} is {what}, not a lock of this package (another run's "
-        "output?); it was left as it is: remove it or write to another path"
+        f"cannot write {shown}: {lock_file} is {what} (another run's output?); it was left as it "
+        "is: remove it or write to another path"
     )
 
 
 def _holder(descriptor: int) -> str:
-    """'process PID' from the lock file; a holder that has just locked it is given HOLDER_WAIT_S
-    seconds to write it (else 'another process')."""
-    deadline = time.monotonic() + HOLDER_WAIT_S
-    while True:
-        holder = os.pread(descriptor, 32, 0).decode(errors="replace").strip()
-        if holder.isdigit():
-            return f"process {holder}"
-        if time.monotonic() > deadline:
-            return "another process"
-        time.sleep(0.01)
+    """'process PID' from the lock file open as `descriptor` (else 'another process')."""
+    held = os.pread(descriptor, 64, 0).decode(errors="replace").strip()
+    process = held.removeprefix(LOCK_MARK.strip()).strip()
+    return f"process {process}" if process.isdigit() else "another process"
 
 
 def exclusive_hdf5(path: str, shown: str) -> h5py.File:
@@ -272,20 +312,34 @@ def exclusive_hdf5(path: str, shown: str) -> h5py.File:
         output = h5py.File(path, "x")
     except FileExistsError:
         raise OutputRefused(f"cannot write {shown}: {path} appeared meanwhile") from None
-    _lock_hdf5(output, shown)
+    _lock_hdf5(output, path, shown)
     return output
 
 
 def reopened_hdf5(path: str, shown: str) -> h5py.File:
     """The existing HDF5 file `path` opened to append, refused when it is a link, has other
-    names, is another user's or is held by another process; `flock`ed until closed."""
-    found = plain_own_file(path, shown)
-    output = h5py.File(path, "a")
-    if not os.path.samestat(os.fstat(output.id.get_vfd_handle()), found):
-        output.close()
-        raise OutputRefused(f"cannot write {shown}: {path} was replaced while it was opened")
-    _lock_hdf5(output, shown)
+    names, is another user's or is held by another process; `flock`ed until closed. HDF5 opens
+    the file this process opened (never following a link), not the name."""
+    try:
+        descriptor = os.open(path, os.O_RDWR | NO_FOLLOW)
+    except OSError:
+        plain_own_file(path, shown)  # a link: refused naming it
+        raise
+    try:
+        found = os.fstat(descriptor)
+        if not os.path.samestat(found, plain_own_file(path, shown)):
+            raise OutputRefused(f"cannot write {shown}: {path} was replaced while it was opened")
+        output = h5py.File(opened(descriptor), "a")
+    finally:
+        os.close(descriptor)
+    _lock_hdf5(output, path, shown)
     return output
+
+
+def opened(descriptor: int) -> str:
+    """A name for the file open as `descriptor` itself (Linux's /proc/self/fd): opening it opens
+    that file, whatever is at its path now."""
+    return f"/proc/self/fd/{descriptor}"
 
 
 def plain_own_file(path: str, shown: str) -> os.stat_result:
@@ -300,14 +354,12 @@ def plain_own_file(path: str, shown: str) -> os.stat_result:
     return found
 
 
-def _lock_hdf5(output: h5py.File, shown: str) -> None:
+def _lock_hdf5(output: h5py.File, path: str, shown: str) -> None:
     try:
         fcntl.flock(output.id.get_vfd_handle(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         output.close()
-        raise OutputRefused(
-            f"cannot write {shown}: another process holds {output.filename} locked"
-        ) from None
+        raise OutputRefused(f"cannot write {shown}: another process holds {path} locked") from None
 
 
 def hdf5_identity(output: h5py.File) -> os.stat_result:
@@ -316,14 +368,22 @@ def hdf5_identity(output: h5py.File) -> os.stat_result:
 
 
 def hdf5_file(output: OutputFile) -> h5py.File:
-    """A new HDF5 file in `output`'s temporary file, checked to be that file."""
-    written = h5py.File(output.temporary, "w")
-    if not os.path.samestat(hdf5_identity(written), output.identity):
-        written.close()
-        raise OutputRefused(
-            f"cannot write {output.shown}: {output.temporary} was replaced by another process"
-        )
-    return written
+    """A new HDF5 file in `output`'s temporary file: the file it holds open, not its name (which
+    must still be that file: HDF5 also resolves it)."""
+    if not _same(output.temporary, output.identity):
+        raise _replaced(output)
+    try:
+        return h5py.File(opened(output.file.fileno()), "w")
+    except OSError as error:
+        if _same(output.temporary, output.identity):
+            raise
+        raise _replaced(output) from error
+
+
+def _replaced(output: OutputFile) -> OutputRefused:
+    return OutputRefused(
+        f"cannot write {output.shown}: {output.temporary} was replaced by another process"
+    )
 
 
 def _same(path: str, identity: os.stat_result) -> bool:

@@ -1,9 +1,10 @@
 """Evaluator `elmo_evaluator`: allennlp's `simple` evaluator that applies `ProcessSettings` once,
 when `allennlp evaluate` builds it (after loading the archive, before the first batch). It logs the
 metrics of each evaluation file (allennlp's shows them only in its progress bar) and writes
-`--output-file` whole (`OutputFile`), refusing one that is the evaluation data; and the total of
-labels unseen in training."""
+`--output-file` and `--predictions-output-file` whole (`OutputFile`), refusing one that is the
+evaluation data; and the total of labels unseen in training."""
 
+import contextlib
 import glob
 import json
 import logging
@@ -18,7 +19,7 @@ from allennlp.evaluation.evaluator import Evaluator, SimpleEvaluator
 from allennlp.evaluation.serializers.serializers import Serializer
 from allennlp.models import Model
 
-from elmo_plugin.data.output_file import OutputFile, check_output_target, user_output
+from elmo_plugin.data.output_file import OutputFile, check_output_target, opened
 from elmo_plugin.data.unseen_labels_vocabulary import UnseenLabelsAsErrors
 from elmo_plugin.training.process_settings import ProcessSettings
 
@@ -34,8 +35,8 @@ class ElmoEvaluator(SimpleEvaluator):
     without it gets them with `-o '{"evaluation": {"type": "elmo_evaluator"}}'`. With the
     `unseen_labels_as_errors` vocabulary, each evaluation file ends with one warning giving the
     total of its gold labels unseen in training. The metrics of each file are logged
-    (`Metrics: {...}`); `--output-file` is written whole, and refused before the evaluation when
-    it is a folder, a device or the evaluation data file.
+    (`Metrics: {...}`); `--output-file` and `--predictions-output-file` are written whole, and
+    refused before the evaluation when a folder, a device or the evaluation data file.
 
     # Parameters
 
@@ -61,11 +62,18 @@ class ElmoEvaluator(SimpleEvaluator):
 
     def __call__(self, model: Model, data_loader: DataLoader, *args, **kwargs) -> dict[str, Any]:
         output = kwargs.pop("metrics_output_file", None)
-        if output is not None:  # allennlp's data loaders keep the path they read
-            check_metrics_file(str(output), getattr(data_loader, "data_path", ""))
-        metrics = super().__call__(model, data_loader, *args, **kwargs)
+        predictions = kwargs.pop("predictions_output_file", None)
+        data_path = getattr(data_loader, "data_path", "")  # allennlp's loaders keep the path
+        for path, option in ((output, "--output-file"), (predictions, "--predictions-output-file")):
+            if path is not None:
+                check_evaluation_output(str(path), data_path, option)
+        with contextlib.ExitStack() as written:
+            if predictions is not None:  # allennlp writes it: into our file, by descriptor
+                whole = written.enter_context(OutputFile(str(predictions)))
+                kwargs["predictions_output_file"] = opened(whole.file.fileno())
+            metrics = super().__call__(model, data_loader, *args, **kwargs)
         if output is not None:
-            with OutputFile(user_output(str(output)), str(output)) as out:
+            with OutputFile(str(output)) as out:
                 out.file.write(json.dumps(metrics, indent=2))
         dump_metrics(None, metrics, log=True)
         if isinstance(model.vocab, UnseenLabelsAsErrors):
@@ -75,13 +83,13 @@ class ElmoEvaluator(SimpleEvaluator):
         return metrics
 
 
-def check_metrics_file(output: str, data_path: str) -> None:
-    """Before the evaluation: an error when `--output-file` is a folder or device
+def check_evaluation_output(output: str, data_path: str, option: str) -> None:
+    """Before the evaluation: an error when the output of `option` is a folder or device
     (`check_output_target`) or one of the files `data_path` (a path or glob) names."""
-    check_output_target(user_output(output), output)
+    check_output_target(output, output)
     for data in glob.glob(data_path) or [data_path]:
         if os.path.isfile(data) and os.path.exists(output) and os.path.samefile(data, output):
             raise ConfigurationError(
-                f"cannot write {output}: it is the evaluation data file {data}, which writing the "
-                "metrics would destroy; choose another --output-file"
+                f"cannot write {output}: it is the evaluation data file {data}, which writing it "
+                f"would destroy; choose another {option}"
             )

@@ -205,9 +205,9 @@ def downstream_trainer(config: str, values: dict, folder) -> ElmoGraphStepTraine
     params = Params.from_file(str(CONFIG_DIR / config), overrides)
     params.pop("evaluation", None)  # `allennlp evaluate`'s, not the training's
     folder.mkdir()
-    return TrainModel.from_params(
-        params=params, serialization_dir=str(folder), local_rank=0
-    ).trainer
+    trainer = TrainModel.from_params(params=params, serialization_dir=str(folder), local_rank=0)
+    assert isinstance(trainer.trainer, ElmoGraphStepTrainer)
+    return trainer.trainer
 
 
 def downstream_sizes(archive: str) -> dict[str, dict]:
