@@ -27,12 +27,14 @@ from elmo_plugin.data.corpus_stats import (
 )
 from elmo_plugin.data.output_file import LOCK_SUFFIX, OutputFile, output_lock
 
+COMMAND = "allennlp predict"
 # --output-file -> its lock, taken before the model loads and released by the manager's run
 HELD_LOCKS: dict[str, contextlib.ExitStack] = {}
 
 
 def one_line(error: ConfigurationError) -> SystemExit:
-    return SystemExit(f"allennlp predict: error: {error}")
+    """`allennlp predict: error: MESSAGE` (a reader's message names the command once)."""
+    return SystemExit(f"allennlp predict: error: {str(error).removeprefix(f'{COMMAND}: ')}")
 
 
 def output_checked_first(get_predictor: Callable[[argparse.Namespace], Predictor]):
@@ -95,7 +97,7 @@ class PartialOutputPredictManager(predict._PredictManager):
     def _json_lines(self, name: str, lines: Iterator[bytes]) -> Iterator[JsonDict]:
         stats = CorpusStats(files=1)
         try:
-            for number, raw in enumerate(checked_text(name, lines, "allennlp predict"), 1):
+            for number, raw in enumerate(checked_text(name, lines, COMMAND), 1):
                 line = decode_line(raw, name, number, stats)
                 if line.isspace():
                     continue
@@ -106,7 +108,7 @@ class PartialOutputPredictManager(predict._PredictManager):
                 yield json_dict
         except ConfigurationError as error:
             raise one_line(error) from None
-        warn_invalid_utf8(stats.invalid_utf8_at, "allennlp predict")
+        warn_invalid_utf8(stats.invalid_utf8_at, COMMAND)
 
     def run(self) -> None:
         try:

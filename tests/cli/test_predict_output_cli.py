@@ -81,7 +81,7 @@ def test_a_predict_input_that_is_not_text_is_one_line_naming_it(root):
     result = run_allennlp(args_to("out.jsonl"), cwd=root, check=False)
     output = result.stdout + result.stderr
     assert result.returncode == 1 and "Traceback" not in output, output[-3000:]
-    assert "allennlp predict: error: allennlp predict: in.jsonl is not text" in output
+    assert "allennlp predict: error: in.jsonl is not text" in output
     assert sorted(os.listdir(root)) == [".allennlp_plugins", "in.jsonl"]
 
 
