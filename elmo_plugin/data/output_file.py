@@ -21,6 +21,7 @@
 import contextlib
 import errno
 import fcntl
+import glob
 import os
 import stat
 import tempfile
@@ -109,10 +110,11 @@ def lock_holder(path: str) -> Optional[str]:
 
 
 class OutputFile:
-    """A temporary file beside `path` (`mkstemp`: `.NAME.XXXXXXXX.partial`), renamed over `path`
-    by `commit` and removed by `discard`; as a context manager, committed when the block ends
-    without error. `file` is open for writing ("w": text, UTF-8; "wb"). A full disk is a DiskFull
-    naming `shown`, the temporary file removed."""
+    """A temporary file beside `path` (`mkstemp`: `.NAME.XXXXXXXX.partial`, `flock`ed while it
+    is written), renamed over `path` by `commit` and removed by `discard`; as a context manager,
+    committed when the block ends without error. `file` is open for writing ("w": text, UTF-8;
+    "wb"). A full disk is a DiskFull naming `shown`, the temporary file removed. The temporary
+    files of `path` that killed runs left (held by no process) are removed first."""
 
     def __init__(self, path: str, shown: Optional[str] = None, mode: str = "w") -> None:
         self.path, self.shown = path, shown or path
@@ -124,6 +126,8 @@ class OutputFile:
             )
         except OSError as error:
             raise _refusal(error, self.shown) from None
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        _remove_left_temporaries(folder, name)
         os.fchmod(descriptor, 0o666 & ~_umask())  # as a plain `open` would make it
         encoding = None if "b" in mode else "utf-8"
         self.file: IO[Any] = os.fdopen(descriptor, mode, encoding=encoding)
@@ -156,6 +160,27 @@ class OutputFile:
         """The temporary file closed and removed (only while it is still this run's file)."""
         self.file.close()
         remove_own(self.temporary, self.identity)
+
+
+def _remove_left_temporaries(folder: str, name: str) -> None:
+    """Removes each temporary file of `name` in `folder` that a killed run left: this user's,
+    one name, held by no process (taken under its `flock`, then removed)."""
+    pattern = os.path.join(glob.escape(folder or "."), f".{glob.escape(name)}.*{TEMPORARY_SUFFIX}")
+    for path in glob.glob(pattern):
+        try:
+            descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | NO_FOLLOW)
+        except OSError:
+            continue
+        try:
+            found = os.fstat(descriptor)
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            plain = stat.S_ISREG(found.st_mode) and found.st_nlink == 1
+            if plain and found.st_uid == os.geteuid() and _same(path, found):
+                os.remove(path)
+        except OSError:  # held by a writer (BlockingIOError), or gone meanwhile
+            pass
+        finally:
+            os.close(descriptor)
 
 
 def replace_whole(temporary: str, identity: os.stat_result, path: str, shown: str) -> None:
@@ -373,7 +398,8 @@ def hdf5_file(output: OutputFile) -> h5py.File:
     if not _same(output.temporary, output.identity):
         raise _replaced(output)
     try:
-        return h5py.File(opened(output.file.fileno()), "w")
+        # HDF5's own file lock would conflict with the one OutputFile holds on this file
+        return h5py.File(opened(output.file.fileno()), "w", locking=False)
     except OSError as error:
         if _same(output.temporary, output.identity):
             raise

@@ -138,3 +138,16 @@ def test_a_resumed_partial_is_opened_as_the_file_checked_not_through_a_link(tmp_
         output_file.reopened_hdf5(str(tmp_path / "linked.partial"), "out.hdf5")
     with output_file.reopened_hdf5(str(partial), "out.hdf5") as reopened:
         assert reopened.attrs["lines_done"] == 3
+
+
+def test_a_temporary_file_a_killed_run_left_is_removed_and_a_writers_is_not(tmp_path):
+    left = tmp_path / ".out.txt.k1ll3d00.partial"  # no process holds it
+    left.write_text("half of an output")
+    other = tmp_path / ".other.txt.k1ll3d00.partial"  # another output's
+    other.write_text("half of another output")
+    writing = OutputFile(str(tmp_path / "out.txt"))  # a live writer of the same output
+    with OutputFile(str(tmp_path / "out.txt")) as out:
+        out.file.write("whole\n")
+    assert not left.exists() and other.exists() and os.path.exists(writing.temporary)
+    writing.discard()
+    assert sorted(os.listdir(tmp_path)) == [".other.txt.k1ll3d00.partial", "out.txt"]
