@@ -10,7 +10,8 @@ forks the command and reports how it ended. `python tests/forked_allennlp.py TIM
 ARGS...`, or `TIMEOUT -m MODULE ARGS...` for `python -m MODULE ARGS...`, hands the command its
 arguments, working directory, environment and standard streams, and ends as the command ended:
 its exit status, or the signal that killed it; a client killed takes its command and what that
-started with it, as a killed process would. A fork starts from a clean copy of the server:
+started with it, as a killed process would. A client in another network namespace (`ip netns
+exec HOST`) has its command run in that namespace. A fork starts from a clean copy of the server:
 nothing a command does reaches the next one. A command's `torch.multiprocessing.spawn`
 (`allennlp train`'s distributed workers) forks them from the command where it can
 (`spawn_or_fork`). Without a server (SOCKET_ENV unset) the client runs the command as a fresh
@@ -120,6 +121,8 @@ def wait_for_command(connection: socket.socket) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     _, streams, _, _ = socket.recv_fds(connection, 1, 3)
     request = json.loads(connection.makefile("r", encoding="utf-8").readline())
+    credentials = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+    request["client"] = int.from_bytes(credentials[:4], sys.byteorder)  # struct ucred's pid
     command = os.fork()
     if command == 0:
         os.setpgid(0, 0)
@@ -133,6 +136,24 @@ def wait_for_command(connection: socket.socket) -> None:
         pass
     finally:
         os._exit(0)
+
+
+def join_network_namespace(pid: int) -> None:
+    """In the command's fork: the network namespace of process `pid` (the client's: a command
+    started by `ip netns exec HOST` runs on that host, as the process it stands for would),
+    where it is not this one's (setns(2), which needs root, as making namespaces does). Only the
+    network: what `ip netns exec` also mounts (/sys, /etc/netns/HOST) is the server's."""
+    namespace = f"/proc/{pid}/ns/net"
+    if os.stat(namespace).st_ino == os.stat("/proc/self/ns/net").st_ino:
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    descriptor = os.open(namespace, os.O_RDONLY)
+    if libc.setns(descriptor, 0x40000000) != 0:  # CLONE_NEWNET
+        error = ctypes.get_errno()
+        raise OSError(error, f"setns({namespace}): {os.strerror(error)}")
+    os.close(descriptor)
 
 
 def wait_unless_client_gone(connection: socket.socket, command: int) -> int:
@@ -151,12 +172,17 @@ def wait_unless_client_gone(connection: socket.socket, command: int) -> int:
 
 
 def run_command(request: dict, streams: list[int]) -> None:
-    """In the command's fork: the client's streams, directory and environment, then allennlp's
-    own entry point (or the requested module as `__main__`); exits with its status, running the
-    exit handlers as a process does."""
+    """In the command's fork: the client's streams, network namespace, directory and environment,
+    then allennlp's own entry point (or the requested module as `__main__`); exits with its
+    status, running the exit handlers as a process does."""
     for target, stream in enumerate(streams):
         os.dup2(stream, target)
         os.close(stream)
+    try:
+        join_network_namespace(request["client"])
+    except OSError as error:
+        print(f"tests/forked_allennlp.py: {error}", file=sys.stderr, flush=True)
+        os._exit(1)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])

@@ -62,14 +62,16 @@ def run_allennlp(
     timeout: int = 600,
     check: bool = True,
     stdin: Optional[bytes] = None,
+    fresh: bool = False,
 ) -> subprocess.CompletedProcess:
     """Runs `allennlp ARGS --include-package elmo_plugin` in a process of its own, a fork of this
     session's warm `allennlp` (tests/forked_allennlp.py: no import time), `stdin` its standard
     input; fails the test with its output on error (with `check`; otherwise returns the failed
     result too). For what only a process shows: its exit status and stderr, a kill, distributed
-    workers, process-wide settings; otherwise `run_allennlp_in_process` costs less still."""
+    workers, process-wide settings; otherwise `run_allennlp_in_process` costs less still. With
+    `fresh`, a fresh `allennlp` process (`run_forked`)."""
     command, env = allennlp_process(args)
-    result = run_forked(command, cwd or REPO_ROOT, env, timeout, stdin)
+    result = run_forked(command, cwd or REPO_ROOT, env, timeout, stdin, fresh)
     if check and result.returncode != 0:
         pytest.fail(
             f"{' '.join(command)} exited {result.returncode}:\n"
@@ -366,12 +368,13 @@ def train_with_probes(
     record: Path,
     kill: Optional[str] = None,
     resume: bool = False,
+    fresh: bool = False,
 ) -> subprocess.CompletedProcess:
     """`allennlp train CONFIG -s OUT -o VALUES` (with `-r` when `resume`) and the probe callbacks
     of tests/cli/probes.py writing into `record` (`batch_recorder`, `target_counter`);
     `kill="epoch,batch"` makes `batch_recorder` kill the run there (the failed run is returned).
-    A run that is killed or distributed (`values` has `distributed`) is a process of its own;
-    any other runs in this process."""
+    A run that is killed or distributed (`values` has `distributed`) is a process of its own
+    (`fresh`: a fresh one, see `run_allennlp`); any other runs in this process."""
     record.mkdir(exist_ok=True)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PYTHONPATH", str(REPO_ROOT))
@@ -381,8 +384,8 @@ def train_with_probes(
             patch.setenv("BATCH_RECORDER_KILL", kill)
         args = [*train_args(config, out, values), "--include-package", "tests.cli.probes"]
         args += ["-r"] if resume else []
-        if kill or "distributed" in values:
-            return run_allennlp(args, check=not kill)
+        if kill or "distributed" in values or fresh:
+            return run_allennlp(args, check=not kill, fresh=fresh)
         return run_allennlp_in_process(args)
 
 

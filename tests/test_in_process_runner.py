@@ -15,12 +15,15 @@ import time
 from pathlib import Path
 
 import numpy
+import pytest
 import torch
 
+from benchmarks.support import network_hosts
 from tests.helpers import (
     CONFIG_DIR,
     REPO_ROOT,
     TINY_LSTM_OVERRIDES,
+    forked_client,
     overrides,
     run_allennlp,
     run_allennlp_in_process,
@@ -110,6 +113,26 @@ def test_a_forked_commands_workers_are_its_forks_and_die_with_its_client(tmp_pat
     assert [line.split()[1] for line in spawned.stdout.splitlines()] == ["spawned", "spawned"]
 
 
+@pytest.mark.skipif(network_hosts.unavailable_reason() is not None, reason="needs root and ip")
+def test_a_client_in_a_network_namespace_has_its_command_run_there(tmp_path):
+    """`ip netns exec HOST client`: the command forked from the server (outside the namespace)
+    runs inside it, as a process started there would (benchmarks/multi_node.py's hosts)."""
+    command, env = forked_client(
+        ["-m", "tests.test_in_process_runner", "network-namespace"], dict(os.environ), 60, False
+    )
+    with network_hosts.network_hosts("f") as hosts:
+        inside = [host.command(["stat", "-L", "-c", "%i", "/proc/self/ns/net"]) for host in hosts]
+        expected = [subprocess.run(line, capture_output=True, text=True).stdout for line in inside]
+        forked = [
+            subprocess.run(host.command(command), env=env, capture_output=True, text=True)
+            for host in hosts
+        ]
+    assert [run.stdout for run in forked] == expected, [run.stderr[-3000:] for run in forked]
+    assert (
+        len(set(expected)) == 2 and str(os.stat("/proc/self/ns/net").st_ino) + "\n" not in expected
+    )
+
+
 def start_a_child_and_wait() -> None:
     """As `python -m tests.test_in_process_runner`: starts `sleep 600`, prints its pid, waits."""
     sleeper = subprocess.Popen(["sleep", "600"])
@@ -158,4 +181,7 @@ def test_train_leaves_logging_paths_random_states_and_torch_settings_as_they_wer
 
 
 if __name__ == "__main__":
-    start_a_child_and_wait()
+    if sys.argv[1:] == ["network-namespace"]:
+        print(os.stat("/proc/self/ns/net").st_ino)
+    else:
+        start_a_child_and_wait()

@@ -4,7 +4,8 @@ export; a node killed or cut off stops the other within the watchdog's bound, an
 nodes resumes from the newest checkpoint complete on both. The namespaced hosts and the cut link
 need root and iproute2 (skipped elsewhere with the reason, where the nodes share the loopback);
 the logic is tested without them in tests/training/test_peer_watchdog.py and
-test_elmo_checkpointer.py."""
+test_elmo_checkpointer.py. The rehearsal is a fresh process; its `allennlp` runs are forks of the
+tests' warm server, each in its host's namespace (ELMO_BENCHMARKS_ALLENNLP)."""
 
 import json
 import os
@@ -16,8 +17,14 @@ from pathlib import Path
 import pytest
 
 from benchmarks.support import network_hosts
-from benchmarks.support.common import HEAVY_FILES
-from tests.helpers import REPO_ROOT, TINY_CHAR_CNN_OVERRIDES
+from benchmarks.support.common import ALLENNLP_ENV, HEAVY_FILES
+from tests.forked_allennlp import SOCKET_ENV
+from tests.helpers import (
+    REPO_ROOT,
+    TINY_CHAR_CNN_OVERRIDES,
+    allennlp_server,
+    forked_allennlp_script,
+)
 
 REASON = network_hosts.unavailable_reason()
 needs_namespaces = pytest.mark.skipif(REASON is not None, reason=f"multi-node: {REASON}")
@@ -45,6 +52,14 @@ def test_two_nodes_train_as_one_host_and_recover_from_a_lost_node(hosts, tmp_pat
         pytest.skip("root here: the namespaces run covers the loopback one")
     faults = ["kill", "cut"] if hosts == "namespaces" else ["kill"]
     tiny = {**TINY_CHAR_CNN_OVERRIDES, "model.num_samples": 64}
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    server = allennlp_server()
+    if server is not None:  # its `allennlp` runs are forks of the warm server, each in its host's
+        # namespace (tests/forked_allennlp.py); this process is a fresh one (its pid names them)
+        (tmp_path / "bin").mkdir()
+        env.update(
+            {SOCKET_ENV: server, ALLENNLP_ENV: str(forked_allennlp_script(tmp_path / "bin"))}
+        )
     process = subprocess.Popen(
         [
             sys.executable,
@@ -61,7 +76,7 @@ def test_two_nodes_train_as_one_host_and_recover_from_a_lost_node(hosts, tmp_pat
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore"),
+        env=env,
     )
     stdout, stderr = process.communicate(timeout=900 + STAGE_TIMEOUT)  # a hang: its stage ends it
     assert process.returncode == 0, stdout[-3000:] + stderr[-3000:] + run_logs(tmp_path)

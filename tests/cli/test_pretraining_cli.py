@@ -137,7 +137,8 @@ def test_wikitext_validation_perplexity_falls_epoch_over_epoch(config, sizes, tm
 def test_distributed_cpu_training_over_shards(tiny_corpus, tmp_path):
     """2 DDP workers x 2 loader workers over a folder of 3 shards: both workers train, and
     together they train on every target of the corpus exactly once (counted by a probe
-    callback)."""
+    callback). A fresh `allennlp`: its workers started by allennlp's own `mp.spawn`, the suite's
+    one run of it end to end (every other run forks them, tests/forked_allennlp.py)."""
     values = dict(
         TINY_LSTM_OVERRIDES,
         train_data_path=str(tiny_corpus / "train"),
@@ -149,7 +150,7 @@ def test_distributed_cpu_training_over_shards(tiny_corpus, tmp_path):
             "trainer.callbacks": demo_callbacks("target_counter"),
         },
     )
-    train_with_probes(DEMO, values, tmp_path / "out", tmp_path)
+    train_with_probes(DEMO, values, tmp_path / "out", tmp_path, fresh=True)
     per_worker = [json.loads((tmp_path / f"rank{rank}.json").read_text())["0"] for rank in range(2)]
     reader = DatasetReader.from_params(Params.from_file(DEMO).pop("dataset_reader"))
     corpus_targets = sum(
