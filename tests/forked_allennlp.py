@@ -207,13 +207,23 @@ def start_workers_as_forks() -> None:
     distributed workers, is `spawn_or_fork`, and a forked worker's `import_plugins()` (which
     would only walk every allennlp module again) is skipped as the command's is
     (`exit_status_of_allennlp`): the worker is a copy of the command, plugins imported (a
-    spawned worker imports the module afresh, and them with it). Fresh processes (no server,
-    `run_forked(..., fresh=True)`) keep torch's spawn."""
+    spawned worker imports the module afresh, and them with it). Likewise
+    `multiprocessing.get_context("spawn")` (`elmo-vocab --workers`' pool) is the fork context
+    while the command has no other thread. Fresh processes (no server, `run_forked(...,
+    fresh=True)`) and pytest's own keep spawn."""
+    import multiprocessing
+
     import allennlp.commands.train
     import torch.multiprocessing
 
     torch.multiprocessing.spawn = spawn_or_fork
     allennlp.commands.train.import_plugins = lambda: None
+    get_context = multiprocessing.get_context
+
+    def fork_when_alone(method: str | None = None) -> object:
+        return get_context("fork" if method == "spawn" and not other_threads() else method)
+
+    multiprocessing.get_context = fork_when_alone  # type: ignore[assignment]
 
 
 def spawn_or_fork(

@@ -130,8 +130,8 @@ def test_a_shard_refused_in_a_worker_process_is_the_same_error_naming_it(plugin_
 def test_cli_workers_2_writes_the_same_bytes_as_workers_1_and_prints_tokens_per_second(plugin_cwd):
     write_shards_with_ties(plugin_cwd / "shards")
     printed = {}
-    for workers in ("1", "2"):
-        result = run_allennlp_in_process(
+    for workers in ("1", "2"):  # a process of its own: its pool's workers are its forks
+        result = run_allennlp(
             [
                 "elmo-vocab",
                 "shards/*",
