@@ -365,9 +365,9 @@ def test_past_dynamos_recompile_limit_a_compiled_step_is_one_warning_not_an_unse
         *(torch.compile(step, backend="eager", **COMPILE_OPTIONS) for step in PLAIN_STEPS)
     )
     compiled_on_the_cpu(monkeypatch, steps)
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    # (not monkeypatch: its undo deletes a config module's attribute, which torch then hides)
     try:
-        with caplog.at_level(logging.WARNING):
+        with torch._dynamo.config.patch(recompile_limit=1), caplog.at_level(logging.WARNING):
             float32 = lstm_values_and_gradients(compile_on_gpu=True)
             assert our_warnings(caplog) == []
             float64 = lstm_values_and_gradients(compile_on_gpu=True, dtype=torch.float64)
