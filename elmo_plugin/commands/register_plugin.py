@@ -14,6 +14,8 @@ def register(plugins_file: str = GLOBAL_PLUGINS_FILENAME) -> bool:
     if PLUGIN_NAME in listed:
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
+    # Not through output_file: allennlp's own plugins file, shared with other plugins, gets one
+    # line appended (make install), never replaced; it is no output of a command.
     with path.open("a") as plugins:
         plugins.write(PLUGIN_NAME + "\n")
     return True
