@@ -4,7 +4,8 @@ allennlp's own `extracted_archive` calls `extractall` without a filter, so a mem
 `../../x`, `/etc/x` or a link would be written (or followed) outside the temporary folder. Here
 only regular files and folders with relative names inside the archive are accepted; the archive
 is then extracted into a fresh temporary folder (with tarfile's `data` filter as a second guard
-where Python has it) and allennlp's `load_archive` is given that folder.
+where Python has it) and allennlp's `load_archive` is given that folder. Importing elmo_plugin
+makes allennlp's own `load_archive` extract archives here too (`commands/archive_extraction.py`).
 
 tarfile stops listing members, silently, at a damaged header: the rest of the archive is read
 before anything is extracted, so that the checksums of gzip, bz2 and xz catch the damage.
@@ -14,6 +15,7 @@ import contextlib
 import gzip
 import lzma
 import os
+import shutil
 import tarfile
 import tempfile
 import zlib
@@ -138,16 +140,31 @@ def require_model_folder(folder: str) -> None:
 
 
 @contextlib.contextmanager
-def extracted_model_archive(archive_path: str) -> Iterator[str]:
-    """A temporary folder holding the checked archive's files, removed afterwards, and when
-    extraction fails (an error naming the archive) or is interrupted."""
+def extracted_model_archive(archive_path: str, cleanup: bool = True) -> Iterator[str]:
+    """A temporary folder holding the checked archive's files, removed afterwards. With `cleanup`
+    False the caller removes it (allennlp's `load_archive` does). Removed always when extraction
+    fails (an error naming the archive) or is interrupted. The signature is allennlp's
+    `extracted_archive`'s, which `commands/archive_extraction.py` replaces with this."""
+    folder = extracted_folder(archive_path)
+    try:
+        yield folder
+    finally:
+        if cleanup:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def extracted_folder(archive_path: str) -> str:
+    """A new temporary folder (`elmo_plugin_archive_*`) holding the checked archive's files;
+    removed when extraction fails."""
     with open_archive(archive_path) as archive:
         members = checked_members(archive, archive_path)
-        with tempfile.TemporaryDirectory(
-            prefix="elmo_plugin_archive_", ignore_cleanup_errors=True
-        ) as folder:
+        folder = tempfile.mkdtemp(prefix="elmo_plugin_archive_")
+        try:
             extract(archive, archive_path, members, folder)
-            yield folder
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+    return folder
 
 
 def extract(

@@ -1,10 +1,14 @@
-"""Python's process-wide tarfile extraction filter set to `data` (Python 3.14's default) when
-elmo_plugin is imported. So allennlp's own `load_archive` (`allennlp predict`, `evaluate`,
-`train -r`, `Predictor.from_path`), which calls `extractall` without a filter, refuses an absolute
-or `..` member, a link pointing outside its temporary folder, and device files instead of writing
-them outside it. Listed in docs/security.md. Python 3.11.0-3.11.3 have no filters."""
+"""allennlp's own archive loading extracts through `safe_archive` once elmo_plugin is imported:
+`allennlp.models.archival.extracted_archive` is replaced by `extracted_model_archive`. That is
+what `load_archive` (`allennlp predict`, `evaluate`, `Model.from_archive`, `Predictor.from_path`)
+and `PretrainedModelInitializer` extract with. Every member is checked before anything is
+extracted: an absolute, `..`, link or device member is refused, naming the archive and the
+member. The temporary folder is removed when extraction fails (allennlp's own leaves it behind).
+Listed in docs/security.md."""
 
-import tarfile
+from allennlp.models import archival
 
-if hasattr(tarfile, "data_filter"):
-    tarfile.TarFile.extraction_filter = staticmethod(tarfile.data_filter)
+from elmo_plugin.archives.safe_archive import extracted_model_archive
+
+# allennlp passes the archive positionally: its parameter's other name does not matter
+archival.extracted_archive = extracted_model_archive  # type: ignore[assignment]

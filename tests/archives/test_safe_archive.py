@@ -9,6 +9,7 @@ import zlib
 import pytest
 import torch
 from allennlp.common.checks import ConfigurationError
+from allennlp.models import Model
 
 from elmo_plugin.archives.bilm_archive import load_bilm_model
 from elmo_plugin.archives.bilm_source import load_encoder_and_architecture
@@ -190,3 +191,15 @@ def test_a_damaged_weights_file_is_one_error_naming_the_archive(tmp_path):
         ConfigurationError, match=f"{tmp_path / 'model.tar.gz'}: cannot load the model"
     ):
         load_bilm_model(str(tmp_path / "model.tar.gz"))
+
+
+def test_allennlps_own_load_archive_checks_every_member_and_leaves_no_folder(
+    tmp_path, temporary_folders
+):
+    """Importing elmo_plugin puts the checked extraction in place of allennlp's
+    `extracted_archive`: `Model.from_archive` (`load_archive`) refuses what our loaders refuse."""
+    member = tar_member(str(tmp_path / "absolute"), size=3)
+    archive = copy_archive_with(BILM, tmp_path / "model.tar.gz", extra=[member])
+    with pytest.raises(UnsafeArchiveError, match=f"{archive}: refusing .* an absolute path"):
+        Model.from_archive(str(archive))
+    assert list(temporary_folders.iterdir()) == []
