@@ -1,7 +1,8 @@
 """`allennlp predict --output-file` with the plugin imported, through the real CLI: the output
 checked before the model loads (a folder, the input itself, a device), locked (a second run on it
-refused, naming the process), and the input read as our commands read text; `allennlp evaluate`'s
-`--output-file` with `elmo_evaluator`."""
+refused, naming the process), and the input read as our commands read text, for our predictors
+and allennlp's own `sentence_tagger` alike; `allennlp evaluate`'s `--output-file` with
+`elmo_evaluator`."""
 
 import fcntl
 import json
@@ -9,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+import spacy
 
 from tests.helpers import REPO_ROOT, conllu_head, run_allennlp
 
@@ -103,3 +105,61 @@ def test_evaluate_refuses_an_output_file_that_is_its_data_and_writes_metrics_who
     assert (root / "data.conllu").read_bytes() == data
     run_allennlp([*evaluate, "metrics.json"], cwd=root)
     assert "accuracy" in json.loads((root / "metrics.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def blank_english(tmp_path_factory) -> Path:
+    """A saved spaCy pipeline of English's tokenizer alone: allennlp's `sentence_tagger` takes its
+    path as `language` (no spaCy model is installed, and allennlp would download one)."""
+    folder = tmp_path_factory.mktemp("spacy") / "blank_en"
+    spacy.blank("en").to_disk(folder)
+    return folder
+
+
+def sentence_tagger_to(output: str, language: Path) -> list[str]:
+    """`allennlp predict` of in.jsonl into `output` with allennlp's own `sentence_tagger`, a
+    predictor that is not ours, over the tagger fixture."""
+    return [
+        *("predict", str(TAGGER), "in.jsonl", "--predictor", "sentence_tagger", "--silent"),
+        *("--predictor-args", json.dumps({"language": str(language)}), "--output-file", output),
+    ]
+
+
+def test_allennlps_own_predictor_writes_whole_over_a_link_and_reads_bad_utf8_by_line(
+    root, blank_english
+):
+    (root / "in.jsonl").write_bytes(SENTENCE + b'{"sentence": "caf\xe9 ."}\n')
+    (root / "target.txt").write_text("kept\n")
+    os.symlink("target.txt", root / "out.jsonl")
+    result = run_allennlp(sentence_tagger_to("out.jsonl", blank_english), cwd=root, check=False)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert "allennlp predict: invalid UTF-8 at in.jsonl:2, replaced" in result.stderr
+    assert (root / "target.txt").read_text() == "kept\n"
+    assert not (root / "out.jsonl").is_symlink()
+    tagged = [json.loads(line) for line in (root / "out.jsonl").read_text().splitlines()]
+    assert [len(line["tags"]) for line in tagged] == [len(line["words"]) for line in tagged]
+    assert tagged[0]["words"] == ["the", "file", "is", "open", "."] and len(tagged) == 2
+    assert sorted(os.listdir(root)) == [".allennlp_plugins", "in.jsonl", "out.jsonl", "target.txt"]
+
+
+@pytest.mark.parametrize(
+    "output, named",
+    [
+        ("in.jsonl", "cannot write in.jsonl: it is the input file in.jsonl"),
+        ("out.jsonl", "out.jsonl is being written by process {pid} (it holds out.jsonl.lock)"),
+    ],
+    ids=["the-input", "locked"],
+)
+def test_allennlps_own_predictor_refuses_its_input_or_a_locked_output_before_the_model_loads(
+    root, blank_english, output, named
+):
+    """(out.jsonl's lock is held by this test throughout.)"""
+    with open(root / "out.jsonl.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        held.write(f"{os.getpid()}\n")
+        held.flush()
+        result = run_allennlp(sentence_tagger_to(output, blank_english), cwd=root, check=False)
+    line = one_error_line(result)
+    assert named.format(pid=os.getpid()) in line, line
+    assert (root / "in.jsonl").read_bytes() == SENTENCE
+    assert not (root / "out.jsonl").exists()
