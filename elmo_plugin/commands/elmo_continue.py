@@ -12,12 +12,12 @@ and the archive loads without SOURCE (allennlp drops `model.pretrained_file` whe
 - softmax: the folder's `*softmax.hdf5` mapped by token, else fresh (the model warns once);
 - freezing: `--freeze char_cnn,lstm.0` -> allennlp's `trainer.no_grad` regexes.
 
-A new run (no `-r`) stopped by a user error before training wrote anything (a corpus glob that
-matches nothing, weights that do not match the options) removes what it wrote, so the corrected
-command can run in the same folder.
+A new run (no `-r`) that stops, whatever the error, before it wrote a checkpoint or metrics
+removes what it wrote, so the corrected command can run in the same folder.
 """
 
 import argparse
+import fnmatch
 import json
 import logging
 import os
@@ -41,6 +41,7 @@ from elmo_plugin.elmo_files.source import (
     SourceSpec,
     resolve_bilm_source,
 )
+from elmo_plugin.training.elmo_validation_checks import CHECKS_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -54,8 +55,16 @@ OTHER_KINDS = {
     MANYLANGS: "continue it with training_config/elmo_manylangs_continue.jsonnet",
     MODEL_ARCHIVE: "export it (`allennlp elmo-export`) and continue the exported folder",
 }
-# what `allennlp train` writes in its folder before the trainer starts
-SETUP_FILES = {"config.json", "meta.json", "out.log", "vocabulary"}
+# what a run leaves once it trained: checkpoints (what `-r` resumes from), best weights, metrics,
+# validation checks, archives; a folder without any of these holds nothing worth keeping
+TRAINED = (
+    "model_state_e*",
+    "training_state_e*",
+    "best*.th",
+    "metrics*.json",
+    CHECKS_FILE,
+    "*.tar.gz",
+)
 
 
 @Subcommand.register("elmo-continue")
@@ -136,18 +145,20 @@ def continue_from_args(args: argparse.Namespace) -> None:
             recover=args.recover,
             include_package=list(getattr(args, "include_package", None) or []),
         )
-    except (ConfigurationError, OSError):
+    except BaseException:
         if new_run:
-            remove_setup_files(folder, new_folder)
+            remove_untrained_run(folder, new_folder)
         raise
 
 
-def remove_setup_files(folder: str, remove_folder: bool) -> None:
-    """Removes what `allennlp train` wrote in `folder` when it holds nothing else (training wrote
-    nothing), and the folder too when `remove_folder`: a new run stopped by a user error."""
-    if not os.path.isdir(folder) or not set(os.listdir(folder)) <= SETUP_FILES:
+def remove_untrained_run(folder: str, remove_folder: bool) -> None:
+    """Removes what a new run wrote in `folder` (empty or missing before it) when it stopped
+    before it wrote anything in `TRAINED`, and the folder too when `remove_folder`."""
+    if not os.path.isdir(folder):
         return
     names = os.listdir(folder)
+    if any(fnmatch.fnmatch(name, pattern) for name in names for pattern in TRAINED):
+        return
     logger.info("elmo-continue: removing the stopped run's %s from %s", sorted(names), folder)
     if remove_folder:
         shutil.rmtree(folder)

@@ -4,9 +4,11 @@ biLM, files renamed the way the published downloads are) is continued with nothi
 paths; the archive then works with the folder gone."""
 
 import json
+import os
 import shlex
 import shutil
 from pathlib import Path
+from typing import Optional
 
 import pytest
 import torch
@@ -33,15 +35,51 @@ def published_folder(exported: Path, target: Path, with_vocab: bool) -> Path:
     return target
 
 
-def elmo_continue(source, out: Path, corpus: Path, *extra: str, refused: bool = False):
-    """`allennlp elmo-continue` in this process; one expected to be `refused`: a process of its
-    own (its exit status and one-line error are the claim), not checked."""
+def elmo_continue(
+    source, out: Path, corpus: Path, *extra: str, refused: bool = False, check: bool = True
+):
+    """`allennlp elmo-continue` in this process (a failure fails the test with `check`); one
+    expected to be `refused`: a process of its own (its exit status and one-line error are the
+    claim), not checked."""
     args = ["elmo-continue", str(source), "-s", str(out)]
     args += ["--train-data-path", str(corpus / "train" / "shard_0.txt")]
     args += ["--validation-data-path", str(corpus / "valid.txt"), *extra]
     if refused:
         return run_allennlp(args, check=False)
-    return run_allennlp_in_process(args)
+    return run_allennlp_in_process(args, check=check)
+
+
+# Corpora that stop a run once its trainer is built (the folder's vocabulary: no text is read
+# before), or before: name -> (train shard, valid.txt), bytes; None: the tiny corpus's file,
+# MISSING: no file.
+MISSING = b""
+BINARY = bytes(range(256)) * 20
+
+
+def stopping_corpora(tiny_corpus: Path) -> dict[str, tuple[Optional[bytes], Optional[bytes]]]:
+    valid = (tiny_corpus / "valid.txt").read_text()
+    return {
+        "binary_validation": (None, BINARY),
+        "utf16_validation": (None, valid.encode("utf-16")),
+        "binary_train": (BINARY, None),
+        "missing_validation": (None, MISSING),
+        "blank_validation": (None, b"\n\n\n"),
+    }
+
+
+def corpus_folder(folder: Path, tiny_corpus: Path, train, valid) -> Path:
+    """FOLDER/train/shard_0.txt and FOLDER/valid.txt: the given bytes, else the tiny corpus's."""
+    (folder / "train").mkdir(parents=True)
+    for path, content in ((Path("train/shard_0.txt"), train), (Path("valid.txt"), valid)):
+        if content is None:
+            shutil.copy(tiny_corpus / path, folder / path)
+        elif content is not MISSING:
+            (folder / path).write_bytes(content)
+    return folder
+
+
+def listing(folder: Path) -> Optional[list[str]]:
+    return sorted(os.listdir(folder)) if folder.exists() else None
 
 
 def output(result) -> str:
@@ -119,10 +157,21 @@ def runs(tiny_bilm_archive, tiny_corpus, tmp_path_factory):
     )
     # the refusals first: "no_corpus" fails in the folder "counted" then trains in
     refused = {name: elmo_continue(*job, refused=True) for name, job in refusals.items()}
+    # runs stopped by their data, each in a folder of its own (the first in the one
+    # "folder_vocab" then trains in; "utf16_validation" in a folder the user made) -> what is left
+    stopped_in = {name: root / f"stopped_{name}" for name in stopping_corpora(tiny_corpus)}
+    stopped_in["binary_validation"] = root / "folder_vocab"
+    stopped_in["utf16_validation"].mkdir()
+    left = {}
+    for name, (train, valid) in stopping_corpora(tiny_corpus).items():
+        corpus = corpus_folder(root / "corpora" / name, tiny_corpus, train, valid)
+        refused[name] = elmo_continue(with_vocab, stopped_in[name], corpus, refused=True)
+        left[name] = listing(stopped_in[name])
     results = {
         **refused,
         "counted": elmo_continue(*jobs["counted"], "-o", one_epoch),
-        "folder_vocab": elmo_continue(*jobs["folder_vocab"]),
+        # checked by the tests: the corrected command of "binary_validation"
+        "folder_vocab": elmo_continue(*jobs["folder_vocab"], check=False),
         "pair": elmo_continue(*pair),
     }
     first_metrics = json.loads((root / "counted" / "metrics.json").read_text())
@@ -141,6 +190,7 @@ def runs(tiny_bilm_archive, tiny_corpus, tmp_path_factory):
         "first_metrics": first_metrics,
         "source_char_cnn": source_char_cnn,
         "with_vocab": with_vocab,
+        "left": left,
     }
 
 
@@ -244,6 +294,29 @@ def test_a_run_stopped_in_training_setup_leaves_no_folder_and_the_corrected_comm
     run = runs["root"] / folder
     # "counted" is the corrected command's folder: it trained there after the refusal
     assert not run.exists() or (run / "model.tar.gz").is_file()
+
+
+@pytest.mark.parametrize(
+    "name,message",
+    [
+        ("binary_validation", "corpora/binary_validation/valid.txt is not text"),
+        ("utf16_validation", "corpora/utf16_validation/valid.txt is not text"),
+        ("binary_train", "corpora/binary_train/train/shard_0.txt is not text"),
+        ("missing_validation", "no file matches '{root}/corpora/missing_validation/valid.txt'"),
+        ("blank_validation", "no tokens at all in '{root}/corpora/blank_validation/valid.txt'"),
+    ],
+)
+def test_a_run_stopped_by_its_data_leaves_its_folder_as_it_was(runs, name, message):
+    """Whatever stops a new run before its first checkpoint (here: data found unreadable once
+    the trainer and its TensorBoard folder exist, or before), what it wrote is removed: the
+    folder it made is gone, the folder the user made is empty again; the corrected command then
+    trains in it ("folder_vocab" is the folder "binary_validation" stopped in)."""
+    result = runs["results"][name]
+    assert "Traceback" not in result.stderr
+    assert message.format(root=runs["root"]) in one_line_error(runs, name)
+    assert runs["left"][name] == ([] if name == "utf16_validation" else None)
+    corrected = runs["results"]["folder_vocab"]
+    assert corrected.returncode == 0, output(corrected)[-3000:]
 
 
 def test_a_trainer_key_allennlp_would_ignore_is_a_one_line_error(runs):
