@@ -1,16 +1,24 @@
-"""TrainerCallback `elmo_process_settings`: applies `ProcessSettings` once, when training starts,
-and refuses a trainer key allennlp would ignore, a sparse softmax that this torch cannot clip or
-the optimizer would not update."""
+"""TrainerCallback `elmo_process_settings`: holds the run's serialization folder (one training at
+a time), applies `ProcessSettings` once, when training starts, and refuses a trainer key allennlp
+would ignore, a sparse softmax that this torch cannot clip or the optimizer would not update."""
 
+import contextlib
 import json
 import logging
 import os
+import weakref
+from collections.abc import Callable
 from typing import Optional
 
 import torch
+import torch.distributed as dist
+from allennlp.common.checks import ConfigurationError
+from allennlp.common.util import is_distributed
 from allennlp.training.callbacks.callback import TrainerCallback
 
 from elmo_plugin.data.corpus_data_loader import CorpusDataLoader
+from elmo_plugin.data.output_file import output_lock
+from elmo_plugin.training.nodes import writes_node_folder
 from elmo_plugin.training.process_settings import ProcessSettings
 from elmo_plugin.training.row_gradients import refuse_unapplied_row_gradients
 from elmo_plugin.training.sparse_gradient_sync import refuse_unclippable_sparse_gradients
@@ -18,10 +26,16 @@ from elmo_plugin.training.trainer_keys import refuse_unknown_trainer_keys
 
 logger = logging.getLogger(__name__)
 
+FOLDER_LOCK = ".elmo_train.lock"  # in the serialization folder while a training writes it
+
 
 @TrainerCallback.register("elmo_process_settings")
 class ElmoProcessSettingsCallback(TrainerCallback):
     """
+    Holds the serialization folder from its construction until training ends: a second
+    `allennlp train -r` on the folder is refused, naming the process that trains there (see
+    `hold_folder`).
+
     Sets the process-wide settings of `allennlp train` in `on_start`, before the first batch,
     in every training process (each worker of a distributed run). Our configs list it first in
     `trainer.callbacks`, so `-o '{"trainer.callbacks.0.tf32": true}'` overrides a key. Before the
@@ -43,6 +57,7 @@ class ElmoProcessSettingsCallback(TrainerCallback):
         self, serialization_dir: str, keep_freed_heap: bool = True, tf32: Optional[bool] = None
     ) -> None:
         super().__init__(serialization_dir)
+        self.release_folder = hold_folder(self, serialization_dir)
         self.settings = ProcessSettings(keep_freed_heap=keep_freed_heap, tf32=tf32)
 
     def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
@@ -55,6 +70,48 @@ class ElmoProcessSettingsCallback(TrainerCallback):
         refuse_unapplied_row_gradients(trainer.model, trainer.optimizer)
         warn_of_changing_shapes(trainer)
         self.settings.apply()
+
+    def on_end(self, trainer, metrics=None, epoch=None, is_primary: bool = True, **kwargs) -> None:
+        super().on_end(trainer, metrics=metrics, epoch=epoch, is_primary=is_primary, **kwargs)
+        self.release_folder()
+
+
+def hold_folder(owner: object, serialization_dir: str) -> Callable[[], object]:
+    """Takes `output_lock` on SERIALIZATION_DIR/.elmo_train.lock in the process that writes the
+    folder (`writes_node_folder`: each node's first process, for its node's folder) -> what
+    releases it, at the latest when `owner` is collected or the process exits. Where another run
+    holds it: a ConfigurationError naming that run's process, in every process of the run.
+
+    Why here: allennlp passes the folder to the checkpointer, then to the callbacks in config
+    order, and this callback comes first in every shipped ELMo config. Nothing is written between
+    the two. What comes after is held: TensorBoard's `log/`, `-r`'s restore (elmo_checkpointer
+    removes checkpoints it will not resume from), checkpoints, metrics. The model is built
+    earlier and sees the folder too, but also whenever an archive is loaded. What allennlp writes
+    before (`config.json`, `meta.json`, `vocabulary/`, lines of `out.log`) is not held."""
+    held = contextlib.ExitStack()
+    release = weakref.finalize(owner, held.close)
+    refused = None
+    if writes_node_folder():
+        lock = os.path.join(serialization_dir, FOLDER_LOCK)
+        try:
+            held.enter_context(output_lock(serialization_dir, lock))
+        except ConfigurationError as error:
+            refused = str(error)
+    refusal = first_refusal(refused)
+    if refusal is not None:
+        release()
+        raise ConfigurationError(refusal)
+    return release
+
+
+def first_refusal(refused: Optional[str]) -> Optional[str]:
+    """The first process's refusal of all the run's processes (this one's `refused`), so that
+    every node stops, not one alone while the others wait for it."""
+    every = [refused]
+    if is_distributed():
+        every = [None] * dist.get_world_size()
+        dist.all_gather_object(every, refused)
+    return next((message for message in every if message is not None), None)
 
 
 def warn_of_changing_shapes(trainer) -> None:

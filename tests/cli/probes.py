@@ -5,7 +5,8 @@ tests.cli.probes`, repo root on PYTHONPATH).
 training process kills itself (SIGKILL) after the first training batch that follows a complete
 checkpoint (allennlp saves a checkpoint synchronously after each epoch, before the next epoch's
 first batch). With $CHECKPOINT_PROBE_RECORD=PATH, `on_start`, which allennlp calls after restoring
-a checkpoint, saves the model's state_dict to PATH."""
+a checkpoint, saves the model's state_dict to PATH. `hold_probe`: the run waits before its first
+batch until the test lets it go."""
 
 import json
 import os
@@ -92,3 +93,16 @@ class BatchRecorder(TrainingBatchProbe):
             out.write(json.dumps(line) + "\n")
         if os.environ.get("BATCH_RECORDER_KILL") == f"{epoch},{batch_number}":
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+@TrainerCallback.register("hold_probe")
+class HoldProbe(TrainerCallback):
+    """With $HOLD_PROBE_FIFO naming a FIFO that exists, `on_start` (every callback built, before
+    the first batch) reads it to its end: the run waits there until the test that opened it for
+    writing closes it. A run that starts once the FIFO is removed is not held."""
+
+    def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
+        fifo = os.environ.get("HOLD_PROBE_FIFO")
+        if fifo and os.path.exists(fifo):
+            with open(fifo) as held:
+                held.read()
