@@ -43,13 +43,22 @@ Budget: `--workers` stages side by side, each on one thread; finished stages are
 numbers). Prints a line per finished stage, the table, the curve (PNG in --out), and ends with
 one JSON line (benchmarks/support/common.py).
 
+Rows one at a time: `--results DIR` writes each row's results (its pretraining, its table and
+curve runs, the settings they were made with) to DIR/ROW.json once its stages finish;
+`--from-results DIR` trains nothing and builds the table, curve and comparisons from those
+files, refusing a missing file or one made with other settings (budget, `PROTOCOL`, the data
+files, the configs). A biLM row run alone gets the curve's runs as the best biLM; the build
+uses those of the row with the best validation UPOS among the files (the BERT rows likewise,
+run together: they share one pretraining).
+
 Usage (from the repo root):
     python -m benchmarks.quality_table --out DIR [--quick] [--seeds 3] [--workers 2]
         [--pretrain-epochs 10] [--pretrain-patience 1] [--max-epochs 40] [--patience 5]
-        [--rows lstm_stateless,...]
+        [--rows lstm_stateless,...] [--results DIR | --from-results DIR]
 """
 
 import argparse
+import hashlib
 import json
 import math
 import shutil
@@ -74,7 +83,13 @@ from benchmarks.support.common import (
     run_benchmark,
     shared_data_dir,
 )
-from benchmarks.support.stages import Result, Stage, keep_settings, run_stages
+from benchmarks.support.stages import (
+    Result,
+    Stage,
+    keep_settings,
+    run_stages,
+    write_atomically,
+)
 from benchmarks.support.wikitext_data import EWT, WIKITEXT, wikitext_file
 
 NAME = "quality_table"
@@ -100,6 +115,8 @@ EWT_SPLITS = {
 }
 CURVE_ROWS = ["best_bilm", "best_bert", "static_vectors", "no_pretraining"]
 BEST_OF = {"best_bilm": tuple(BILM_CONFIGS), "best_bert": BERT_ROWS}  # by validation UPOS
+PROTOCOL = 2  # raise it when a change here alters what a row's runs measure
+PATHS = ("archive", "vectors", "model", "layers")  # stage results' files: not kept in results
 BERT_FINETUNE_LR = 1e-4  # Adam; the downstream model's own layers keep the config's rate
 PACKAGES = (  # what downstream `allennlp` runs import (elmo_plugin: the BERT's tokenizer too)
     "elmo_plugin",
@@ -624,6 +641,109 @@ def best_row(results: dict[str, Result], candidates: tuple[str, ...]) -> str:
     return max(scores, key=lambda row: statistics.mean(scores[row]))
 
 
+# --- per-row results files ----------------------------------------------------------------
+
+
+def run_settings(budget: Budget, their_embedder: str) -> dict[str, Any]:
+    """What a row's results depend on: the budget, the protocol, the data files and the
+    configs (as JSON reads them back)."""
+    data = (wikitext_file(), shared_data_dir() / EWT)
+    configs = sorted({*BILM_CONFIGS.values(), *(config for config, _ in TASKS.values())})
+    settings = {
+        **vars(budget),
+        "allennlp_models_embedder": their_embedder,
+        "ewt_splits": EWT_SPLITS,
+        "protocol": PROTOCOL,
+        "data": {path.name: file_fingerprint(path) for path in data},
+        "configs": {name: config_fingerprint(CONFIG_DIR / name) for name in configs},
+    }
+    return json.loads(json.dumps(settings))
+
+
+def file_fingerprint(path: Path) -> str:
+    data = path.read_bytes()
+    return f"{len(data)} bytes, sha256 {hashlib.sha256(data).hexdigest()[:16]}"
+
+
+def config_fingerprint(config: Path) -> str:
+    """The config as allennlp reads it: its comments and layout do not count."""
+    text = json.dumps(config_dict(config), sort_keys=True)
+    return "sha256 " + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def write_row_files(
+    folder: Path, rows: list[str], results: dict[str, Result], settings: dict[str, Any]
+) -> None:
+    """FOLDER/ROW.json per row: the settings, the row's pretraining and its downstream runs
+    (the table's and the curve's), without the run folder's paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for row in rows:
+        runs = {
+            name: {key: value for key, value in result.items() if key not in PATHS}
+            for name, result in results.items()
+            if name == pretraining_stage(row) or result.get("row") == row
+        }
+        path = folder / f"{row}.json"
+        document = {"row": row, "settings": settings, "runs": runs}
+        write_atomically(path, json.dumps(document, indent=1, sort_keys=True) + "\n")
+        print(f"results of {row}: {path}")
+
+
+def results_from_files(
+    folder: Path, rows: list[str], settings: dict[str, Any]
+) -> dict[str, Result]:
+    """The stage results in FOLDER's row files. The curve's best biLM / BERT is chosen among
+    the files' rows by validation UPOS; its curve runs come from that row's file."""
+    files = {row: read_row_file(folder / f"{row}.json", settings) for row in rows}
+    results = {
+        name: run
+        for runs in files.values()
+        for name, run in runs.items()
+        if not name.startswith("curve_")
+    }
+    chosen = {
+        curve: best_row(results, candidates)
+        for curve, candidates in BEST_OF.items()
+        if set(candidates) & set(rows)
+    }
+    for runs in files.values():
+        for name, run in runs.items():
+            curve = name.removeprefix("curve_").split("_train_")[0]
+            if name.startswith("curve_") and chosen.get(curve, run["row"]) == run["row"]:
+                results[name] = run
+    return results
+
+
+def read_row_file(path: Path, settings: dict[str, Any]) -> dict[str, Result]:
+    """The row file's runs; a missing file, or one made with other settings, stops the build
+    with one line."""
+    if not path.is_file():
+        rows = ",".join(BERT_ROWS) if path.stem in BERT_ROWS else path.stem
+        raise SystemExit(
+            f"{path}: missing; make it with `python -m benchmarks.quality_table --rows {rows} "
+            f"--results {path.parent}`"
+        )
+    found = json.loads(path.read_text(encoding="utf-8"))
+    if difference := first_difference(found["settings"], settings):
+        raise SystemExit(
+            f"{path}: made with other settings ({difference}); rerun its row with this build's "
+            "settings"
+        )
+    return found["runs"]
+
+
+def first_difference(found: dict, expected: dict, prefix: str = "") -> Optional[str]:
+    """The first setting that differs, as `name: the file's value, this build's value`."""
+    for key in sorted(set(found) | set(expected)):
+        theirs, ours = found.get(key), expected.get(key)
+        if isinstance(theirs, dict) and isinstance(ours, dict):
+            if inner := first_difference(theirs, ours, f"{prefix}{key}."):
+                return inner
+        elif theirs != ours:
+            return f"{prefix}{key}: the file's {theirs!r}, this build's {ours!r}"
+    return None
+
+
 # --- the report ---------------------------------------------------------------------------
 
 
@@ -632,21 +752,22 @@ def mean_sd(values: list[float]) -> tuple[float, float]:
 
 
 def summarize(rows: list[str], results: dict[str, Result], budget: Budget) -> dict[str, Any]:
-    """Per row: pretraining figures, and per task the test and validation means and sds and
-    the epochs; the curve: test UPOS per training-set size for its rows."""
+    """Per row: pretraining figures, and per task the test and validation means and sds, the
+    epochs and the runs stopped at `budget.max_epochs`; the curve: test UPOS per training-set
+    size for its rows; per task (and the curve) the runs at that cap."""
     table: dict[str, Any] = {}
+    by_task: dict[str, list[Result]] = {task: [] for task in [*TASKS, "upos_curve"]}
     for row in rows:
         summary: dict[str, Any] = {}
         pretraining = results.get(pretraining_stage(row))
         if pretraining:
             summary["pretraining"] = {
-                key: value
-                for key, value in pretraining.items()
-                if key not in ("archive", "vectors", "model")
+                key: value for key, value in pretraining.items() if key not in PATHS
             }
         for task in TASKS:
             runs = [results[f"{task}_{row}_seed{seed}"] for seed in range(budget.seeds)]
-            summary[task] = figures_of(runs)
+            summary[task] = dict(figures_of(runs), **at_cap(runs, budget.max_epochs))
+            by_task[task] += runs
         table[row] = summary
     curve: dict[str, dict[str, Any]] = {}
     for row in CURVE_ROWS:
@@ -662,7 +783,15 @@ def summarize(rows: list[str], results: dict[str, Result], budget: Budget) -> di
         points = {str(size): figures_of(runs) for size, runs in runs_by_size.items()}  # type: ignore[arg-type]
         points[str(budget.train_sentences)] = table[name]["upos"]
         curve[name] = points
-    return {"table": table, "curve": curve}
+        by_task["upos_curve"] += [run for runs in runs_by_size.values() for run in runs]  # type: ignore[misc]
+    caps = {task: at_cap(runs, budget.max_epochs) for task, runs in by_task.items() if runs}
+    return {"table": table, "curve": curve, "at_cap": caps}
+
+
+def at_cap(runs: list[Result], cap: int) -> dict[str, int]:
+    """How many of the downstream runs trained until the epoch cap (patience had not stopped
+    them earlier)."""
+    return {"at_cap": sum(run["epochs_run"] >= cap for run in runs), "runs": len(runs)}
 
 
 def figures_of(runs: list[Result]) -> dict[str, Any]:
@@ -680,28 +809,46 @@ def figures_of(runs: list[Result]) -> dict[str, Any]:
     }
 
 
-def print_table(summary: dict[str, Any]) -> None:
+def print_table(summary: dict[str, Any], cap: int) -> None:
     print(
         "\n| row | pretraining epochs (best / run) | held-out perplexity (own mode / stateless) "
-        "| pretraining CPU min | UPOS | LAS | downstream epochs run (tagger / parser) |"
+        "| pretraining CPU min | UPOS | LAS | downstream epochs best / run (tagger; parser) "
+        f"| runs at the {cap}-epoch cap (tagger; parser) |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for row, figures in summary["table"].items():
         print(f"| {row} | " + " | ".join(pretraining_cells(figures.get("pretraining"))), end=" ")
         upos, las = figures["upos"], figures["las"]
-        epochs = [statistics.mean(upos["epochs_run"]), statistics.mean(las["epochs_run"])]
-        print(f"| {plus_minus(upos)} | {plus_minus(las)} | {epochs[0]:.1f} / {epochs[1]:.1f} |")
+        print(
+            f"| {plus_minus(upos)} | {plus_minus(las)} | {epochs_cell(upos)}; {epochs_cell(las)} ",
+            end="",
+        )
+        print(f"| {upos['at_cap']} of {upos['runs']}; {las['at_cap']} of {las['runs']} |")
     for row, points in summary["curve"].items():
         cells = [f"{size} sentences {plus_minus(point)}" for size, point in points.items()]
         print(f"curve {row}: " + ", ".join(cells))
+    shares = [
+        f"{task} {n['at_cap']} of {n['runs']} ({n['at_cap'] / n['runs']:.0%})"
+        for task, n in summary["at_cap"].items()
+    ]
+    print(f"downstream runs that reached the {cap}-epoch cap: " + ", ".join(shares))
+
+
+def epochs_cell(figures: dict[str, Any]) -> str:
+    """Mean best epoch / mean epochs run."""
+    best, run = statistics.mean(figures["best_epochs"]), statistics.mean(figures["epochs_run"])
+    return f"{best:.1f} / {run:.1f}"
 
 
 def pretraining_cells(pretraining: Optional[dict[str, Any]]) -> list[str]:
-    """Epochs (best / run), held-out perplexities, CPU minutes; "-" where none applies."""
+    """Epochs (best / run, and whether the last epoch was the best), held-out perplexities,
+    CPU minutes; "-" where none applies."""
     if not pretraining:
         return ["-", "-", "-"]
-    epochs = f"{pretraining.get('best_epoch', pretraining['epochs_run'])} / "
-    epochs += str(pretraining["epochs_run"])
+    best, run = pretraining.get("best_epoch", pretraining["epochs_run"]), pretraining["epochs_run"]
+    epochs = f"{best} / {run}"
+    if "best_epoch" in pretraining and best == run:  # patience never stopped it
+        epochs += ", still improving at the cap"
     perplexity = "-"
     if "heldout_perplexity" in pretraining:
         perplexity = f"{pretraining['heldout_perplexity']:.1f} / "
@@ -872,21 +1019,35 @@ def main(argv: list[str]) -> dict[str, Any]:
         help="allennlp-models' LM downstream: elmo_bilm_embedder with do_layer_norm, or "
         "allennlp-models' bidirectional_lm_token_embedder (its layers unnormalized)",
     )
+    results_options = parser.add_mutually_exclusive_group()
+    results_options.add_argument(
+        "--results", help="once the rows' stages finish, write each row's results to DIR/ROW.json"
+    )
+    results_options.add_argument(
+        "--from-results",
+        help="train nothing: the table, curve and comparisons from DIR/ROW.json of every row, "
+        "each made with this command's settings",
+    )
     args = parser.parse_args(argv)
     rows = args.rows.split(",")
     if unknown := set(rows) - set(ROWS):
         parser.error(f"--rows: unknown {sorted(unknown)}; choose from {ROWS}")
     if args.seeds < 1 or args.workers < 1:
         parser.error("--seeds and --workers must be at least 1")
+    if args.results and len(set(BERT_ROWS) & set(rows)) == 1:
+        parser.error(f"--results: the BERT rows share one pretraining; run {BERT_ROWS} together")
     budget = budget_from(args)
 
     wikitext, ewt = wikitext_file(), shared_data_dir() / EWT
     require_data(wikitext, ewt)
+    settings = run_settings(budget, args.allennlp_models_embedder)
     out = Path(args.out or tempfile.mkdtemp(prefix="quality_table_")).resolve()
     out.mkdir(parents=True, exist_ok=True)
     print(f"outputs and logs: {out}")
-    settings = {"allennlp_models_embedder": args.allennlp_models_embedder, "ewt_splits": EWT_SPLITS}
-    keep_settings(out, {**vars(budget), **settings})
+    if args.from_results:
+        results = results_from_files(Path(args.from_results), rows, settings)
+        return report(rows, results, budget, out, settings, args.quick)
+    keep_settings(out, settings)
     data = {
         "wiki": write_wikitext(wikitext, budget.wiki_lines, out),
         "ewt": write_ewt(ewt, budget, out),
@@ -909,8 +1070,25 @@ def main(argv: list[str]) -> dict[str, Any]:
     )
     stages = Plan(rows, data, budget, out, args.allennlp_models_embedder).stages()
     results = run_stages(stages, out / "stages", args.workers)
+    if args.results:
+        write_row_files(Path(args.results), rows, results, settings)
+    figures = report(rows, results, budget, out, settings, args.quick)
+    figures["budget"].update(workers=args.workers, splits=counts, pretrain_words_per_epoch=words)
+    return figures
+
+
+def report(
+    rows: list[str],
+    results: dict[str, Result],
+    budget: Budget,
+    out: Path,
+    settings: dict[str, Any],
+    quick: bool,
+) -> dict[str, Any]:
+    """Prints the table, the curve's figures and the comparisons, draws the curve in OUT ->
+    the figures of the final line."""
     summary = summarize(rows, results, budget)
-    print_table(summary)
+    print_table(summary, budget.max_epochs)
     comparisons = paired_comparisons(summary)
     for name, found in comparisons.items():
         print(
@@ -929,16 +1107,13 @@ def main(argv: list[str]) -> dict[str, Any]:
         figures["curve_png"] = str(out / "label_efficiency.png")
     cpu = sum(result["cpu_s"] for result in results.values())
     figures["budget"] = {
+        **{key: settings[key] for key in ("protocol", "allennlp_models_embedder")},
         **vars(budget),
-        "allennlp_models_embedder": args.allennlp_models_embedder,
-        "workers": args.workers,
-        "splits": counts,
-        "pretrain_words_per_epoch": words,
         "cpu_minutes_all_stages": round(cpu / 60, 1),
     }
-    print(f"CPU time of all stages: {cpu / 60:.1f} min ({args.workers} side by side)")
+    print(f"CPU time of all stages: {cpu / 60:.1f} min")
     missed = [key for key, value in figures["targets"].items() if value is False]
-    if missed and not args.quick:
+    if missed and not quick:
         figures["missed"] = ", ".join(missed)
     return figures
 

@@ -3,6 +3,7 @@ without training anything (the benchmark's own run is tests/benchmarks/test_ever
 and `--quick`)."""
 
 import json
+import math
 import threading
 import time
 
@@ -20,11 +21,15 @@ from benchmarks.quality_table import (
     downstream_params,
     figures_of,
     holm,
+    main,
     paired_comparisons,
     plot_curve,
+    print_table,
+    results_from_files,
     summarize,
     targets,
     write_ewt,
+    write_row_files,
 )
 from benchmarks.support.stages import Stage, keep_settings, run_stages
 
@@ -309,3 +314,133 @@ def test_an_out_folder_made_with_other_settings_is_refused(tmp_path):
     keep_settings(tmp_path, {"seeds": 3})  # the same settings: the run continues
     with pytest.raises(SystemExit, match="holds stages made with other settings"):
         keep_settings(tmp_path, {"seeds": 1})
+
+
+SETTINGS = {"seeds": 3, "max_epochs": 40, "protocol": 2, "data": {"valid.txt": "10 bytes"}}
+SMALL = Budget(None, 1200, [200], 3, 10, 1, 40, 5)
+
+
+def row_results(row: str, test: list[float], validation: float, epochs: int = 8) -> dict:
+    """A row's stage results as a run leaves them: pretraining, both tasks and the curve."""
+    found: dict = {}
+    if row != "no_pretraining":
+        found[f"pretrain_{row}"] = {
+            "archive": f"/runs/{row}/model.tar.gz",
+            "epochs_run": 10 if row == "transformer" else 6,
+            "best_epoch": 10 if row == "transformer" else 5,
+            "heldout_perplexity": 200.0,
+            "heldout_perplexity_stateless": 210.0,
+            "pretrain_cpu_s": 600.0,
+            "cpu_s": 660.0,
+        }
+    curve = "best_bilm" if row in BILM_CONFIGS else row
+    for seed, value in enumerate(test):
+        run = {"test": value, "validation": validation, "cpu_s": 1.0, "row": row}
+        found[f"upos_{row}_seed{seed}"] = dict(run, best_epoch=3, epochs_run=epochs)
+        found[f"las_{row}_seed{seed}"] = dict(run, best_epoch=epochs - 5, epochs_run=epochs)
+        found[f"curve_{curve}_train_200_seed{seed}"] = dict(
+            run, test=value - 0.1, best_epoch=3, epochs_run=8
+        )
+    return found
+
+
+def write_rows(folder, settings=SETTINGS) -> list[str]:
+    """Each row written by its own command (`--rows ROW --results FOLDER`)."""
+    rows = {
+        "lstm_stateless": ([0.90, 0.92, 0.94], 0.80, 8),
+        "transformer": ([0.90, 0.92, 0.94], 0.70, 8),  # worse by validation: not the curve's
+        "static_vectors": ([0.89, 0.90, 0.91], 0.60, 8),
+        "no_pretraining": ([0.85, 0.86, 0.87], 0.50, 40),  # its parsers at the cap
+    }
+    for row, (test, validation, epochs) in rows.items():
+        write_row_files(folder, [row], row_results(row, test, validation, epochs), settings)
+    return list(rows)
+
+
+def test_the_table_is_built_from_row_files_with_the_best_biLMs_curve(tmp_path):
+    rows = write_rows(tmp_path)
+    kept = json.loads((tmp_path / "lstm_stateless.json").read_text())
+    assert "archive" not in kept["runs"]["pretrain_lstm_stateless"]  # no run-folder paths
+    results = results_from_files(tmp_path, rows, SETTINGS)
+    summary = summarize(rows, results, SMALL)
+    assert summary["table"]["lstm_stateless"]["upos"]["test_mean"] == 0.92
+    assert set(summary["curve"]) == {"lstm_stateless", "static_vectors", "no_pretraining"}
+    assert summary["curve"]["lstm_stateless"]["200"]["test_mean"] == 0.82
+
+
+def test_holm_adjusted_comparisons_from_row_files_match_a_hand_computation(tmp_path):
+    rows = write_rows(tmp_path)
+    summary = summarize(rows, results_from_files(tmp_path, rows, SETTINGS), SMALL)
+    found = paired_comparisons(summary)
+
+    def two_sided_p(differences: list[float]) -> float:
+        """The paired t-test's p with 2 degrees of freedom: 1 - t / sqrt(t^2 + 2)."""
+        mean = sum(differences) / 3
+        sd = math.sqrt(sum((d - mean) ** 2 for d in differences) / 2)
+        t = mean / (sd / math.sqrt(3))
+        return round(1 - t / math.sqrt(t * t + 2), 4)
+
+    p_static = two_sided_p([0.01, 0.02, 0.03])  # t = 2 sqrt(3): 0.0742
+    p_none = two_sided_p([0.05, 0.06, 0.07])  # t = 6 sqrt(3): 0.0091
+    # four tests per task, the two biLM rows alike: ranks 1-2 x 4, ranks 3-4 x 2 (and x 1,
+    # raised to the rank-3 figure)
+    for row in ("lstm_stateless", "transformer"):
+        for task in TASKS:
+            none, static = (
+                found[f"{row}_vs_no_pretraining_{task}"],
+                found[f"{row}_vs_static_vectors_{task}"],
+            )
+            assert none["paired_p"] == p_none and static["paired_p"] == p_static
+            assert none["holm_p"] == round(4 * p_none, 4) == 0.0364
+            assert static["holm_p"] == round(2 * p_static, 4) == 0.1484
+            assert (none["verdict"], static["verdict"]) == ("ahead", "tie")
+
+
+def test_a_row_file_made_with_other_settings_is_refused_naming_the_file_and_setting(tmp_path):
+    write_rows(tmp_path)
+    write_row_files(
+        tmp_path,
+        ["transformer"],
+        row_results("transformer", [0.9, 0.9, 0.9], 0.7),
+        {**SETTINGS, "data": {"valid.txt": "11 bytes"}},
+    )
+    with pytest.raises(SystemExit) as refused:
+        results_from_files(tmp_path, ["lstm_stateless", "transformer"], SETTINGS)
+    message = str(refused.value)
+    assert str(tmp_path / "transformer.json") in message and "\n" not in message
+    assert "data.valid.txt: the file's '11 bytes', this build's '10 bytes'" in message
+
+
+def test_a_missing_row_file_is_named_with_the_command_that_makes_it(tmp_path):
+    write_rows(tmp_path)
+    with pytest.raises(
+        SystemExit,
+        match="bert_mlm_frozen.json: missing; make it with .*"
+        "--rows bert_mlm_frozen,bert_mlm_finetuned --results",
+    ):
+        results_from_files(tmp_path, ["lstm_stateless", "bert_mlm_frozen"], SETTINGS)
+
+
+def test_the_bert_rows_are_written_by_one_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("ELMO_PLUGIN_DATA", str(tmp_path))  # no data: nothing would train
+    with pytest.raises(SystemExit):
+        main(["--rows", "bert_mlm_frozen", "--results", str(tmp_path)])
+
+
+def test_runs_at_the_epoch_cap_are_counted_per_task_and_a_biLM_improving_at_its_cap_is_flagged(
+    tmp_path, capsys
+):
+    rows = write_rows(tmp_path)
+    summary = summarize(rows, results_from_files(tmp_path, rows, SETTINGS), SMALL)
+    assert summary["at_cap"] == {
+        "upos": {"at_cap": 3, "runs": 12},
+        "las": {"at_cap": 3, "runs": 12},
+        "upos_curve": {"at_cap": 0, "runs": 9},
+    }
+    assert summary["table"]["no_pretraining"]["las"]["at_cap"] == 3
+    print_table(summary, SMALL.max_epochs)
+    printed = capsys.readouterr().out
+    assert "| transformer | 10 / 10, still improving at the cap |" in printed
+    assert "| lstm_stateless | 5 / 6 |" in printed
+    assert "| 3.0 / 40.0; 35.0 / 40.0 | 3 of 3; 3 of 3 |" in printed
+    assert "runs that reached the 40-epoch cap: upos 3 of 12 (25%), las 3 of 12 (25%)" in printed
