@@ -67,7 +67,7 @@
     optimizer: { type: "adam", lr: 0.002 },
     grad_norm: 10.0,
     validation_metric: "-perplexity",
-    // allennlp's checkpointer, except that -r skips a checkpoint cut short by a kill mid-save.
+    // allennlp's checkpointer, except that each file is written whole (renamed when complete).
     checkpointer: { type: "elmo_checkpointer" },
     // TensorBoard event files in <serialization dir>/log/{train,validation}: every metric, the loss
     // and the learning rate, each summary_interval batches and per epoch (docs/pretraining.md: Watching training),

@@ -85,9 +85,9 @@
     // A checkpoint every 2000 batches (minutes on a GPU; an epoch of 1B Word is hours):
     // `allennlp train -r` goes on from the last one. (allennlp refuses save_every_num_seconds
     // under distributed training.)
-    // elmo_checkpointer: allennlp's, except that -r skips (and removes) a checkpoint cut short
-    // by a kill while it was being saved, instead of failing on it, and that on several nodes
-    // (one folder each) -r resumes from the newest checkpoint complete on every node.
+    // elmo_checkpointer: allennlp's, except that each file is written whole (a kill or a full
+    // disk while saving leaves no file cut short), and that on several nodes (one folder each)
+    // -r resumes from the newest checkpoint complete on every node.
     checkpointer: { type: "elmo_checkpointer", save_every_num_batches: 2000 },
     callbacks: [
       { type: "elmo_process_settings" } + $.process_settings,  // first: -o trainer.callbacks.0.*

@@ -68,7 +68,7 @@ local max_characters_per_token = 50;  // the release's token_embedder.max_charac
     optimizer: { type: 'adam', lr: 0.0005 },
     grad_norm: 10.0,
     validation_metric: '-perplexity',
-    // allennlp's checkpointer, except that -r skips a checkpoint cut short by a kill mid-save.
+    // allennlp's checkpointer, except that each file is written whole (renamed when complete).
     checkpointer: { type: 'elmo_checkpointer' },
     callbacks: [{ type: 'elmo_process_settings' } + $.process_settings],
     cuda_device: -1,

@@ -6,6 +6,7 @@ is known); never a traceback or a crash. A write that fails inside HDF5 cannot b
 import errno
 import os
 import resource
+from typing import Optional
 
 from allennlp.common.checks import ConfigurationError
 
@@ -16,6 +17,24 @@ HEADROOM = 1 << 20  # bytes kept for HDF5's own records, which it may write at a
 
 class DiskFull(ConfigurationError):
     """No room left for an output."""
+
+
+def disk_full(error: OSError, shown: str) -> DiskFull:
+    """The full-disk `error` met while writing `shown`, as one line."""
+    return DiskFull(
+        f"cannot write {shown}: the disk is full ({error.strerror}); free some space or write "
+        "elsewhere"
+    )
+
+
+def full_disk_cause(error: Optional[BaseException]) -> Optional[OSError]:
+    """The full-disk OSError behind `error`: itself, or one it was raised from or while handling
+    (torch.save reports a failed write as a RuntimeError raised while handling it); else None."""
+    while error is not None:
+        if isinstance(error, OSError) and error.errno in FULL_DISK:
+            return error
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def room(path: str) -> int:

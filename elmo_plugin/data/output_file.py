@@ -31,7 +31,7 @@ from typing import IO, Any, Optional
 import h5py
 from allennlp.common.checks import ConfigurationError
 
-from elmo_plugin.data.full_disk import FULL_DISK, DiskFull
+from elmo_plugin.data.full_disk import FULL_DISK, disk_full, full_disk_cause
 
 LOCK_SUFFIX = ".lock"
 TEMPORARY_SUFFIX = ".partial"
@@ -113,8 +113,9 @@ class OutputFile:
     """A temporary file beside `path` (`mkstemp`: `.NAME.XXXXXXXX.partial`, `flock`ed while it
     is written), renamed over `path` by `commit` and removed by `discard`; as a context manager,
     committed when the block ends without error. `file` is open for writing ("w": text, UTF-8;
-    "wb"). A full disk is a DiskFull naming `shown`, the temporary file removed. The temporary
-    files of `path` that killed runs left (held by no process) are removed first."""
+    "wb"). A full disk (also one a writer reports wrapped, as torch.save does) is a DiskFull
+    naming `shown`, the temporary file removed. The temporary files of `path` that killed runs
+    left (held by no process) are removed first."""
 
     def __init__(self, path: str, shown: Optional[str] = None, mode: str = "w") -> None:
         self.path, self.shown = path, shown or path
@@ -141,8 +142,9 @@ class OutputFile:
             self.commit()
             return
         self.discard()
-        if isinstance(error, OSError) and error.errno in FULL_DISK:
-            raise _refusal(error, self.shown) from None
+        cause = full_disk_cause(error)
+        if cause is not None:
+            raise disk_full(cause, self.shown) from None
 
     def commit(self) -> None:
         """Closed, then renamed over the output (`replace_whole`)."""
@@ -437,8 +439,5 @@ def _umask() -> int:
 def _refusal(error: OSError, shown: str) -> ConfigurationError:
     """An OSError while writing `shown`, as one line: a DiskFull for a full disk."""
     if error.errno in FULL_DISK:
-        return DiskFull(
-            f"cannot write {shown}: the disk is full ({error.strerror}); free some space or "
-            "write elsewhere"
-        )
+        return disk_full(error, shown)
     return OutputRefused(f"cannot write {shown}: {error.strerror} ({error.filename})")

@@ -1,5 +1,6 @@
-"""Checkpointer `elmo_checkpointer`: allennlp's checkpointer, safe against a kill mid-save, and
-consistent across the nodes of a multi-node run (one serialization folder per node)."""
+"""Checkpointer `elmo_checkpointer`: allennlp's checkpointer, safe against a kill or a full disk
+mid-save, and consistent across the nodes of a multi-node run (one serialization folder per
+node)."""
 
 import logging
 import os
@@ -16,7 +17,7 @@ from allennlp.nn import util as nn_util
 from allennlp.training.checkpointer import Checkpointer
 from allennlp.training.trainer import TrainerCheckpoint
 
-from elmo_plugin.data.output_file import create_exclusively
+from elmo_plugin.data.output_file import OutputFile, create_exclusively
 from elmo_plugin.training.nodes import node_of, writes_node_folder
 
 logger = logging.getLogger(__name__)
@@ -29,11 +30,14 @@ class ElmoCheckpointer(Checkpointer):
     """
     allennlp's `default` checkpointer (same arguments and files), except:
 
-    - A checkpoint counts only when both its files (`model_state_e*_b*.th`,
-      `training_state_e*_b*.th`) are complete (each ends with its zip directory, which torch.save
-      writes last). allennlp writes them in place, and `-r` took the newest model state file
-      even when a kill had cut it short. Here `-r` resumes from the newest complete checkpoint
-      and removes the incomplete one's files with a warning.
+    - Each checkpoint file (`model_state_e*_b*.th`, `training_state_e*_b*.th`, and so `best.th`,
+      allennlp's hard link to the model state) is written whole (`OutputFile`: a temporary file
+      renamed when complete). A full disk is one error naming the file (DiskFull). allennlp
+      writes them in place, where a kill or a full disk left a file cut short.
+    - A checkpoint counts only when both its files are there and complete (each ends with its
+      zip directory, which torch.save writes last: a folder written in place may hold a cut
+      file). `-r` resumes from the newest complete checkpoint and removes the incomplete one's
+      files with a warning (allennlp's took the newest model state file, even a cut one).
     - Several nodes, one serialization folder each (allennlp's trainer saves checkpoints on
       every node's first process). `-r` on every node resumes from the newest checkpoint that is
       complete on every node and logs which; newer checkpoints (complete on some nodes only) are
@@ -152,20 +156,24 @@ class ElmoCheckpointer(Checkpointer):
         saved = super().maybe_save_checkpoint(
             trainer, num_epochs_completed, num_batches_in_epoch_completed
         )
-        if saved:  # allennlp moves the schedule on only where files were written
+        if saved:  # in every process (allennlp's save moved it on only where it wrote)
             self._last_save_num_epochs_completed = num_epochs_completed
             self._last_save_num_batches_in_epoch_completed = num_batches_in_epoch_completed
         return saved
 
     def save_checkpoint(self, trainer) -> None:
-        """allennlp's save, then (once every process has saved) the pruning, in every node's
+        """The trainer's state in allennlp's two files (each written whole, and only where it is
+        missing, as allennlp's), then, once every process has saved, the pruning of every node's
         folder."""
-        keep = self._keep_most_recent_by_count, self._keep_most_recent_by_age
-        self._keep_most_recent_by_count = self._keep_most_recent_by_age = None  # saves only
-        try:
-            super().save_checkpoint(trainer)
-        finally:
-            self._keep_most_recent_by_count, self._keep_most_recent_by_age = keep
+        state = trainer.get_checkpoint_state()
+        if state is not None:  # None: a process that does not write
+            point = (
+                state.trainer_state["epochs_completed"],
+                state.trainer_state["batches_in_epoch_completed"],
+            )
+            save_whole(state.model_state, self._model_state_path(*point))
+            save_whole(state.trainer_state, self._training_state_path(*point))
+        self._last_save_time = time.time()
         if is_distributed():
             dist.barrier()
         if self._is_primary:
@@ -186,6 +194,14 @@ class ElmoCheckpointer(Checkpointer):
     def _saved_at(self, point: Point) -> float:
         paths = (self._model_state_path(*point), self._training_state_path(*point))
         return max(os.path.getmtime(path) for path in paths)
+
+
+def save_whole(state: dict, path: str) -> None:
+    """`torch.save(state, path)` into a temporary file renamed to `path` when complete; nothing
+    when `path` exists."""
+    if not os.path.isfile(path):
+        with OutputFile(path, mode="wb") as output:
+            torch.save(state, output.file)
 
 
 def newest_common_checkpoint(every_rank: list[set[Point]]) -> Optional[Point]:

@@ -1,5 +1,7 @@
-"""Trainer callback `elmo_tensorboard`: allennlp's `tensorboard` callback, written once per run."""
+"""Trainer callback `elmo_tensorboard`: allennlp's `tensorboard` callback, written once per run,
+stopped by a full disk with one error."""
 
+import os
 from typing import Any, Optional
 
 from allennlp.common.util import is_global_primary
@@ -8,6 +10,8 @@ from allennlp.training.callbacks.callback import TrainerCallback
 from allennlp.training.callbacks.log_writer import LogWriterCallback
 from allennlp.training.callbacks.tensorboard import TensorBoardCallback
 
+from elmo_plugin.training.event_file import EventFile
+
 
 @TrainerCallback.register("elmo_tensorboard")
 class ElmoTensorBoardCallback(TensorBoardCallback):
@@ -15,7 +19,9 @@ class ElmoTensorBoardCallback(TensorBoardCallback):
     allennlp's `tensorboard` callback (the same keys, event files and curves in
     `SERIALIZATION_DIR/log/{train,validation}`), written by rank 0 only. allennlp's writes on the
     first process of every node, so a multi-node run had a copy of every curve in every node's
-    folder, and its writers open an event file in every process.
+    folder, and its writers open an event file in every process. A full disk stops the run with
+    one DiskFull naming the event file (`EventFile`), where allennlp's writer thread died with a
+    traceback and training then waited on it for good.
 
     # Parameters
 
@@ -42,10 +48,8 @@ class ElmoTensorBoardCallback(TensorBoardCallback):
         should_log_parameter_statistics: bool = False,
         should_log_learning_rate: bool = False,
     ) -> None:
-        writes = is_global_primary()
-        # Elsewhere allennlp's base class without the writers (close() skips missing ones).
-        parent = TensorBoardCallback if writes else LogWriterCallback
-        parent.__init__(
+        # allennlp's base class: the writers are ours, on rank 0 (close() skips missing ones)
+        LogWriterCallback.__init__(
             self,
             serialization_dir,
             summary_interval,
@@ -54,8 +58,12 @@ class ElmoTensorBoardCallback(TensorBoardCallback):
             should_log_parameter_statistics,
             should_log_learning_rate,
         )
-        if not writes:
-            self._train_log = self._validation_log = None
+        writes = is_global_primary()
+        self._train_log = self._events("train") if writes else None
+        self._validation_log = self._events("validation") if writes else None
+
+    def _events(self, run: str) -> EventFile:
+        return EventFile(os.path.join(self.serialization_dir, "log", run))
 
     def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
         super().on_start(trainer, is_primary=is_global_primary(), **kwargs)

@@ -1,11 +1,11 @@
 """`ScalarEvents`: the TensorBoard event file one of our callbacks writes its scalars to, made at
-the first scalar (no writer thread, no file, before it: a run that logs nothing leaves nothing)."""
+the first scalar (no writer thread, no file, before it: a run that logs nothing leaves nothing).
+A full disk is one DiskFull naming the file (`EventFile`)."""
 
 import os
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
-if TYPE_CHECKING:
-    from tensorboardX import SummaryWriter
+from elmo_plugin.training.event_file import EventFile
 
 
 class ScalarEvents:
@@ -15,13 +15,11 @@ class ScalarEvents:
     def __init__(self, serialization_dir: str, run: str, filename_suffix: str = "") -> None:
         self.folder = os.path.join(serialization_dir, "log", run)
         self.filename_suffix = filename_suffix
-        self._writer: Optional[SummaryWriter] = None
+        self._writer: Optional[EventFile] = None
 
     def add_scalar(self, tag: str, value: float, step: int) -> None:
         if self._writer is None:
-            from tensorboardX import SummaryWriter
-
-            self._writer = SummaryWriter(self.folder, filename_suffix=self.filename_suffix)
+            self._writer = EventFile(self.folder, self.filename_suffix)
         self._writer.add_scalar(tag, value, step)
 
     def close(self) -> None:

@@ -1,0 +1,96 @@
+"""A full disk under `allennlp train` (a shipped pretraining config) and `allennlp elmo-continue`
+(a tiny release), through the real CLI: the run stops with one last line naming the file and
+saying the disk is full, no writer thread's traceback, no checkpoint file cut short under its
+name; `-r` with room resumes. A full disk is a file-size limit (`tests/cli/file_size_limit.py`):
+at tiny sizes a model state file is about 160 kB and a training state 330 kB, so 200 kB stops
+the first checkpoint's training state; with every parameter's statistics logged at every batch
+the training event file passes 100 kB within the first epoch, before any checkpoint."""
+
+import json
+import os
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.helpers import (
+    CONFIG_DIR,
+    TINY_LSTM_OVERRIDES,
+    run_allennlp_in_process,
+    run_forked,
+    train_args,
+)
+
+CHECKPOINT_LIMIT, EVENTS_LIMIT = 200_000, 100_000
+EVERY_BATCHS_STATISTICS = {  # trainer.callbacks.1 is elmo_tensorboard
+    "trainer.callbacks.1.summary_interval": 1,
+    "trainer.callbacks.1.should_log_parameter_statistics": True,
+}
+CASES = {
+    "checkpoint": (CHECKPOINT_LIMIT, {}, "training_state_e1_b0.th"),
+    "event-file": (EVENTS_LIMIT, EVERY_BATCHS_STATISTICS, "log/train/events.out.tfevents."),
+}
+
+
+@pytest.fixture(scope="module")
+def release(tiny_bilm_archive, tmp_path_factory) -> Path:
+    """The session's tiny biLM as ELMo files (`elmo-export`)."""
+    folder = tmp_path_factory.mktemp("full_disk_release") / "elmo"
+    run_allennlp_in_process(["elmo-export", str(tiny_bilm_archive), str(folder)])
+    return folder
+
+
+def limited(args: list[str], cwd: Path, limit: int):
+    """`allennlp ARGS` in a process of its own whose files may not grow past `limit` bytes."""
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    return run_forked(["-m", "tests.cli.file_size_limit", str(limit), *args], cwd, env, 300)
+
+
+def assert_stopped_by_a_full_disk(result, out: Path, named: str, last_line_start: str) -> None:
+    """Exit status 1, no thread's traceback, the last line naming `named` (under `out`) and a
+    full disk; every checkpoint file under its name whole, no temporary file left."""
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Exception in thread" not in result.stderr, result.stderr[-6000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"{last_line_start}cannot write {out}/{named}"), last
+    assert ": the disk is full (File too large)" in last, last
+    for path in out.glob("*_state_e*_b*.th"):
+        assert zipfile.is_zipfile(path), path
+        torch.load(path)
+    assert not list(out.glob(".*.partial")), list(out.iterdir())
+
+
+@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+def test_a_full_disk_stops_allennlp_train_with_one_line_and_r_resumes(case, tiny_corpus, tmp_path):
+    limit, logged, named = CASES[case]
+    out = tmp_path / "model"
+    values = dict(
+        TINY_LSTM_OVERRIDES,
+        train_data_path=str(tiny_corpus / "train" / "*.txt"),
+        validation_data_path=str(tiny_corpus / "valid.txt"),
+        **{"trainer.num_epochs": 1},
+    )
+    args = train_args(CONFIG_DIR / "elmo_lstm.jsonnet", out, {**values, **logged})
+    stopped = limited(args, tmp_path, limit)
+    assert_stopped_by_a_full_disk(stopped, out, named, "elmo_plugin.data.full_disk.DiskFull: ")
+    resumed = run_allennlp_in_process([*args, "-r"])
+    assert "Recovering from prior training" in resumed.stderr
+    assert (out / "model.tar.gz").is_file()
+
+
+@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+def test_a_full_disk_stops_elmo_continue_with_one_error_line_and_r_resumes(
+    case, release, tiny_corpus, plugin_cwd
+):
+    limit, logged, named = CASES[case]
+    out = plugin_cwd / "continued"
+    args = ["elmo-continue", str(release), "-s", str(out)]
+    args += ["--train-data-path", str(tiny_corpus / "train" / "*.txt")]
+    args += ["--validation-data-path", str(tiny_corpus / "valid.txt")]
+    args += ["-o", json.dumps({"trainer.num_epochs": 1, **logged})]
+    stopped = limited(args, plugin_cwd, limit)
+    assert_stopped_by_a_full_disk(stopped, out, named, "allennlp elmo-continue: error: ")
+    resumed = run_allennlp_in_process([*args, "-r"], plugin_cwd)
+    assert "Recovering from prior training" in resumed.stderr
+    assert (out / "model.tar.gz").is_file()
