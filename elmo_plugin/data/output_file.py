@@ -16,12 +16,17 @@
 - `exclusive_hdf5` / `reopened_hdf5`: a predictable file (`elmo-embed`'s resumable partial)
   created exclusively, or reopened only when it is a plain file of this user, checked to be the
   file HDF5 opened and locked by its writer.
+
+On a file system without `flock` (Lustre mounted without its `flock` option, NFS without its lock
+daemon) outputs are still written whole and locked, with one warning per file system: a lock file
+found there is refused as held, since no `flock` tells a killed run's from a running one's.
 """
 
 import contextlib
 import errno
 import fcntl
 import glob
+import logging
 import os
 import stat
 import tempfile
@@ -33,11 +38,15 @@ from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.data.full_disk import FULL_DISK, disk_full, full_disk_cause
 
+logger = logging.getLogger(__name__)
+
 LOCK_SUFFIX = ".lock"
 TEMPORARY_SUFFIX = ".partial"
 LOCK_MARK = "elmo_plugin lock, process "  # then the holder's process id: what a lock file holds
 NO_FOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
 NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP}  # os.link's on such file systems
+NO_FLOCK = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP}  # flock without it
+WARNED_NO_FLOCK: set[int] = set()  # the file systems (st_dev) warned of, once each
 
 
 class OutputRefused(ConfigurationError):
@@ -101,7 +110,7 @@ def lock_holder(path: str) -> Optional[str]:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):
             return None
         try:
-            fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            _flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             return _holder(descriptor)
         return None
@@ -127,7 +136,7 @@ class OutputFile:
             )
         except OSError as error:
             raise _refusal(error, self.shown) from None
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        _flock(descriptor, fcntl.LOCK_EX)
         _remove_left_temporaries(folder, name)
         os.fchmod(descriptor, 0o666 & ~_umask())  # as a plain `open` would make it
         encoding = None if "b" in mode else "utf-8"
@@ -175,9 +184,9 @@ def _remove_left_temporaries(folder: str, name: str) -> None:
             continue
         try:
             found = os.fstat(descriptor)
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held = _flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
             plain = stat.S_ISREG(found.st_mode) and found.st_nlink == 1
-            if plain and found.st_uid == os.geteuid() and _same(path, found):
+            if held and plain and found.st_uid == os.geteuid() and _same(path, found):
                 os.remove(path)
         except OSError:  # held by a writer (BlockingIOError), or gone meanwhile
             pass
@@ -281,7 +290,7 @@ def _new_lock(shown: str, lock_file: str) -> Optional[int]:
 
 
 def _write_mark(descriptor: int) -> None:
-    fcntl.flock(descriptor, fcntl.LOCK_EX)
+    _flock(descriptor, fcntl.LOCK_EX)
     os.write(descriptor, f"{LOCK_MARK}{os.getpid()}\n".encode())
 
 
@@ -302,11 +311,14 @@ def _remove_stale_lock(shown: str, lock_file: str) -> None:
         if not stat.S_ISREG(found.st_mode):
             raise _not_a_lock(shown, lock_file, "not a plain file")
         try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held = _flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            held = None
+        if not held:
+            unknown = " (its file system has no flock: if it ended, remove the lock)"
             raise ConfigurationError(
-                f"{shown} is being written by {_holder(descriptor)} (it holds {lock_file}); wait "
-                "for it to end or write to another path"
+                f"{shown} is being written by {_holder(descriptor)} (it holds {lock_file})"
+                f"{unknown if held is False else ''}; wait for it to end or write to another path"
             ) from None
         if not _same(lock_file, found):
             return  # removed by the run that just ended
@@ -323,6 +335,28 @@ def _not_a_lock(shown: str, lock_file: str, what: str) -> OutputRefused:
         f"cannot write {shown}: {lock_file} is {what} (another run's output?); it was left as it "
         "is: remove it or write to another path"
     )
+
+
+def _flock(descriptor: int, operation: int) -> bool:
+    """`fcntl.flock` -> True; False where the file system has no `flock` (`NO_FLOCK`, one
+    warning per file system): the file is then written without it. A BlockingIOError where
+    another process holds it (`LOCK_NB`)."""
+    try:
+        fcntl.flock(descriptor, operation)
+    except OSError as error:
+        if error.errno not in NO_FLOCK:
+            raise
+        device = os.fstat(descriptor).st_dev
+        if device not in WARNED_NO_FLOCK:
+            WARNED_NO_FLOCK.add(device)
+            logger.warning(
+                "%s: its file system has no flock (%s): outputs there are still written whole "
+                "and locked, but a lock that a killed run left is not taken over (remove it)",
+                os.readlink(opened(descriptor)),
+                error.strerror,
+            )
+        return False
+    return True
 
 
 def _holder(descriptor: int) -> str:
@@ -383,7 +417,7 @@ def plain_own_file(path: str, shown: str) -> os.stat_result:
 
 def _lock_hdf5(output: h5py.File, path: str, shown: str) -> None:
     try:
-        fcntl.flock(output.id.get_vfd_handle(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _flock(output.id.get_vfd_handle(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         output.close()
         raise OutputRefused(f"cannot write {shown}: another process holds {path} locked") from None

@@ -8,6 +8,7 @@ refused. A full disk is a file-size limit (`tests/cli/file_size_limit.py`).
 and prints how many races ended clean."""
 
 import concurrent.futures
+import errno
 import fcntl
 import os
 import shutil
@@ -22,8 +23,9 @@ import numpy
 import pytest
 
 from elmo_plugin.commands.elmo_export import export_archive
+from elmo_plugin.data import output_file
 from elmo_plugin.data.output_file import LOCK_MARK
-from tests.helpers import REPO_ROOT, run_allennlp, run_forked
+from tests.helpers import REPO_ROOT, run_allennlp, run_allennlp_in_process, run_forked
 
 BILM = REPO_ROOT / "fixtures" / "archives_before_layering" / "bilm_lstm.tar.gz"
 TEXT = b"the file is open .\n\nreturn the value .\n"
@@ -320,3 +322,19 @@ if __name__ == "__main__":
         print(
             f"{count} races clean, the runs overlapped (one refused) in {race(Path(folder), count)}"
         )
+
+
+def test_on_a_file_system_without_flock_elmo_vocab_writes_its_output_whole_with_one_warning(
+    root, monkeypatch
+):
+    """Lustre without its `flock` option, NFS without its lock daemon: flock fails (ENOLCK)."""
+
+    def refused(descriptor, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(output_file.fcntl, "flock", refused)
+    monkeypatch.setattr(output_file, "WARNED_NO_FLOCK", set())
+    result = run_allennlp_in_process(["elmo-vocab", "in.txt", "tokens.txt"], cwd=root)
+    assert (root / "tokens.txt").read_text().split("\n")[:3] == ["<S>", "</S>", "@@UNKNOWN@@"]
+    assert sorted(os.listdir(root)) == [".allennlp_plugins", "in.txt", "tokens.txt"]
+    assert result.stderr.count("has no flock (No locks available)") == 1

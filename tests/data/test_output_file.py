@@ -2,6 +2,7 @@
 (made whole, taken over only from a run of this package that ended), HDF5 written into the file
 the primitive holds open, never through a name."""
 
+import errno
 import fcntl
 import os
 from pathlib import Path
@@ -151,3 +152,46 @@ def test_a_temporary_file_a_killed_run_left_is_removed_and_a_writers_is_not(tmp_
     assert not left.exists() and other.exists() and os.path.exists(writing.temporary)
     writing.discard()
     assert sorted(os.listdir(tmp_path)) == [".other.txt.k1ll3d00.partial", "out.txt"]
+
+
+@pytest.fixture
+def no_flock(monkeypatch):
+    """A file system without `flock` (Lustre without its `flock` option): every call ENOLCK."""
+
+    def refused(descriptor, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(output_file.fcntl, "flock", refused)
+    monkeypatch.setattr(output_file, "WARNED_NO_FLOCK", set())
+
+
+def test_without_flock_outputs_are_written_whole_and_locked_with_one_warning(
+    tmp_path, no_flock, caplog
+):
+    for _ in range(2):
+        with output_lock("out.txt", str(tmp_path / "out.txt.lock")):
+            with OutputFile(str(tmp_path / "out.txt")) as out:
+                out.file.write("written\n")
+    assert sorted(os.listdir(tmp_path)) == ["out.txt"]
+    assert (tmp_path / "out.txt").read_text() == "written\n"
+    (warning,) = [r.getMessage() for r in caplog.records if "flock" in r.getMessage()]
+    assert "has no flock (No locks available)" in warning and "remove it" in warning
+
+
+def test_without_flock_a_lock_found_is_refused_as_held_and_kept(tmp_path, no_flock):
+    """No `flock` tells a killed run's lock from a running one's: it is left to the user."""
+    lock = tmp_path / "out.txt.lock"
+    lock.write_text(f"{LOCK_MARK}999999\n")
+    with pytest.raises(ConfigurationError, match=r"process 999999 .*has no flock: if it ended"):
+        with output_lock("out.txt", str(lock)):
+            pass
+    assert lock.read_text() == f"{LOCK_MARK}999999\n"
+
+
+def test_without_flock_a_temporary_file_found_is_kept(tmp_path, no_flock):
+    """It may be another run's, being written."""
+    other = tmp_path / ".out.txt.abcd1234.partial"
+    other.write_text("another run's\n")
+    with OutputFile(str(tmp_path / "out.txt")) as out:
+        out.file.write("written\n")
+    assert other.read_text() == "another run's\n"
