@@ -54,9 +54,11 @@ local word_dim = 32;
     optimizer: { type: "adam", lr: 0.003 },
     grad_norm: 5.0,
     validation_metric: "+accuracy",
+    // allennlp's checkpointer, except that each file is written whole (renamed when complete).
+    checkpointer: { type: "elmo_checkpointer" },
     callbacks: [
       { type: "elmo_process_settings" } + $.process_settings,  // first: -o trainer.callbacks.0.*
-      { type: "tensorboard", summary_interval: 10 },
+      { type: "elmo_tensorboard", summary_interval: 10 },
       { type: "elmo_mix_weights", summary_interval: 10 },  // elmo_mix/*: softmax(s)_j and gamma
     ],
     cuda_device: -1,

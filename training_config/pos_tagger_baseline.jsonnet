@@ -29,10 +29,12 @@ local word_dim = 32;
     optimizer: { type: "adam", lr: 0.003 },
     grad_norm: 5.0,
     validation_metric: "+accuracy",
+    // allennlp's checkpointer, except that each file is written whole (renamed when complete).
+    checkpointer: { type: "elmo_checkpointer" },
     // TensorBoard event files in <serialization dir>/log/{train,validation}: every metric, the loss
     // and the learning rate, each summary_interval batches and per epoch (docs/pretraining.md: Watching training).
     callbacks: [
-      { type: "tensorboard", summary_interval: 10, should_log_learning_rate: true },
+      { type: "elmo_tensorboard", summary_interval: 10, should_log_learning_rate: true },
     ],
     cuda_device: -1,
   },

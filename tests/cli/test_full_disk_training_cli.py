@@ -1,10 +1,11 @@
-"""A full disk under `allennlp train` (a shipped pretraining config) and `allennlp elmo-continue`
-(a tiny release), through the real CLI: the run stops with one last line naming the file and
-saying the disk is full, no writer thread's traceback, no checkpoint file cut short under its
-name; `-r` with room resumes. A full disk is a file-size limit (`tests/cli/file_size_limit.py`):
-at tiny sizes a model state file is about 160 kB and a training state 330 kB, so 200 kB stops
-the first checkpoint's training state; with every parameter's statistics logged at every batch
-the training event file passes 100 kB within the first epoch, before any checkpoint."""
+"""A full disk under `allennlp train` (a shipped pretraining config, a downstream one) and
+`allennlp elmo-continue` (a tiny release), through the real CLI: the run stops with one last line
+naming the file and saying the disk is full, no writer thread's traceback, no checkpoint file cut
+short under its name; `-r` with room resumes. A full disk is a file-size limit
+(`tests/cli/file_size_limit.py`): at tiny sizes a model state file is about 160 kB and a training
+state 330 kB, so 200 kB stops the first checkpoint's training state; with every parameter's
+statistics logged at every batch the training event file passes 100 kB within the first epoch,
+before any checkpoint."""
 
 import json
 import os
@@ -30,6 +31,19 @@ EVERY_BATCHS_STATISTICS = {  # trainer.callbacks.1 is elmo_tensorboard
 CASES = {
     "checkpoint": (CHECKPOINT_LIMIT, {}, "training_state_e1_b0.th"),
     "event-file": (EVENTS_LIMIT, EVERY_BATCHS_STATISTICS, "log/train/events.out.tfevents."),
+}
+# pos_tagger_baseline.jsonnet on the tiny tagged data: a model state of about 230 kB, a training
+# state of 460 kB, 80 kB of events an epoch with every batch's statistics, an out.log of 23 kB
+DOWNSTREAM_CASES = {
+    "checkpoint": (300_000, {}, "training_state_e1_b0.th"),
+    "event-file": (
+        40_000,
+        {  # trainer.callbacks.0 is elmo_tensorboard
+            "trainer.callbacks.0.summary_interval": 1,
+            "trainer.callbacks.0.should_log_parameter_statistics": True,
+        },
+        "log/train/events.out.tfevents.",
+    ),
 }
 
 
@@ -94,3 +108,21 @@ def test_a_full_disk_stops_elmo_continue_with_one_error_line_and_r_resumes(
     resumed = run_allennlp_in_process([*args, "-r"], plugin_cwd)
     assert "Recovering from prior training" in resumed.stderr
     assert (out / "model.tar.gz").is_file()
+
+
+@pytest.mark.parametrize("case", DOWNSTREAM_CASES, ids=list(DOWNSTREAM_CASES))
+def test_a_full_disk_stops_a_downstream_allennlp_train_with_one_line(
+    case, tiny_tagged_data, tmp_path
+):
+    limit, logged, named = DOWNSTREAM_CASES[case]
+    out = tmp_path / "tagger"
+    values = {
+        "train_data_path": str(tiny_tagged_data / "train.conllu"),
+        "validation_data_path": str(tiny_tagged_data / "valid.conllu"),
+        "trainer.num_epochs": 1,
+        "data_loader.batch_sampler.batch_size": 8,
+        **logged,
+    }
+    args = train_args(CONFIG_DIR / "pos_tagger_baseline.jsonnet", out, values)
+    stopped = limited(args, tmp_path, limit)
+    assert_stopped_by_a_full_disk(stopped, out, named, "elmo_plugin.data.full_disk.DiskFull: ")
