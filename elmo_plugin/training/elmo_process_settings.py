@@ -1,6 +1,7 @@
 """TrainerCallback `elmo_process_settings`: holds the run's serialization folder (one training at
 a time), applies `ProcessSettings` once, when training starts, and refuses a trainer key allennlp
-would ignore, a sparse softmax that this torch cannot clip or the optimizer would not update."""
+would ignore, a sparse softmax that this torch cannot clip or the optimizer would not update. It
+also stops the run's log file at a full disk, with one line."""
 
 import contextlib
 import json
@@ -18,6 +19,7 @@ from allennlp.training.callbacks.callback import TrainerCallback
 
 from elmo_plugin.data.corpus_data_loader import CorpusDataLoader
 from elmo_plugin.data.output_file import output_lock
+from elmo_plugin.training.log_file import stop_log_files_at_full_disk
 from elmo_plugin.training.nodes import writes_node_folder
 from elmo_plugin.training.process_settings import ProcessSettings
 from elmo_plugin.training.row_gradients import refuse_unapplied_row_gradients
@@ -35,6 +37,9 @@ class ElmoProcessSettingsCallback(TrainerCallback):
     Holds the serialization folder from its construction until training ends: a second
     `allennlp train -r` on the folder is refused, naming the process that trains there (see
     `hold_folder`).
+
+    From its construction too, a full disk stops the run's log file (`out.log`) with one error
+    line naming it (`FullDiskLog`), where Python's logging printed a traceback for every line.
 
     Sets the process-wide settings of `allennlp train` in `on_start`, before the first batch,
     in every training process (each worker of a distributed run). Our configs list it first in
@@ -58,6 +63,7 @@ class ElmoProcessSettingsCallback(TrainerCallback):
     ) -> None:
         super().__init__(serialization_dir)
         self.release_folder = hold_folder(self, serialization_dir)
+        stop_log_files_at_full_disk(serialization_dir)
         self.settings = ProcessSettings(keep_freed_heap=keep_freed_heap, tf32=tf32)
 
     def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:

@@ -18,6 +18,7 @@ import torch
 from tests.helpers import (
     CONFIG_DIR,
     TINY_LSTM_OVERRIDES,
+    TINY_TAGGER_OVERRIDES,
     run_allennlp_in_process,
     run_forked,
     train_args,
@@ -126,3 +127,31 @@ def test_a_full_disk_stops_a_downstream_allennlp_train_with_one_line(
     args = train_args(CONFIG_DIR / "pos_tagger_baseline.jsonnet", out, values)
     stopped = limited(args, tmp_path, limit)
     assert_stopped_by_a_full_disk(stopped, out, named, "elmo_plugin.data.full_disk.DiskFull: ")
+
+
+def test_a_full_out_log_is_one_line_naming_it_and_the_run_goes_on(
+    release, tiny_tagged_data, tmp_path
+):
+    """pos_tagger_elmo.jsonnet (its elmo_process_settings stops out.log) over the ELMo files of
+    the tiny biLM (an archive would be extracted to files past the limit): out.log holds about
+    32 kB when training starts and 40 kB after the first epoch, so at 35 kB it stops within the
+    epoch; the first checkpoint (250 kB) then stops the run."""
+    out = tmp_path / "tagger"
+    values = {
+        **TINY_TAGGER_OVERRIDES,
+        "model.text_field_embedder.token_embedders.elmo.pretrained_file": str(release),
+        "train_data_path": str(tiny_tagged_data / "train.conllu"),
+        "validation_data_path": str(tiny_tagged_data / "valid.conllu"),
+        "trainer.num_epochs": 1,
+        "data_loader.batch_sampler.batch_size": 8,
+    }
+    args = train_args(CONFIG_DIR / "pos_tagger_elmo.jsonnet", out, values)
+    stopped = limited(args, tmp_path, 35_000)
+    log = stopped.stdout + stopped.stderr
+    assert "Logging error" not in log, log[-6000:]
+    about_out_log = [line for line in log.splitlines() if "out.log" in line]
+    assert len(about_out_log) == 1, about_out_log
+    assert f"cannot write {out}/out.log: the disk is full (File too large)" in about_out_log[0]
+    assert_stopped_by_a_full_disk(
+        stopped, out, "model_state_e1_b0.th", "elmo_plugin.data.full_disk.DiskFull: "
+    )
