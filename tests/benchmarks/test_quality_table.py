@@ -13,6 +13,7 @@ from benchmarks.quality_table import (
     BERT_FINETUNE_LR,
     BERT_ROWS,
     BILM_CONFIGS,
+    PROTOCOL,
     ROWS,
     TASKS,
     Budget,
@@ -26,12 +27,14 @@ from benchmarks.quality_table import (
     plot_curve,
     print_table,
     results_from_files,
+    run_settings,
     summarize,
     targets,
     write_ewt,
     write_row_files,
 )
 from benchmarks.support.stages import Stage, keep_settings, run_stages
+from benchmarks.support.wikitext_data import EWT, wikitext_file
 
 FULL = Budget(None, 1200, [200, 400, 800], 3, 10, 1, 40, 5)
 
@@ -444,3 +447,19 @@ def test_runs_at_the_epoch_cap_are_counted_per_task_and_a_biLM_improving_at_its_
     assert "| lstm_stateless | 5 / 6 |" in printed
     assert "| 3.0 / 40.0; 35.0 / 40.0 | 3 of 3; 3 of 3 |" in printed
     assert "runs that reached the 40-epoch cap: upos 3 of 12 (25%), las 3 of 12 (25%)" in printed
+
+
+def test_the_settings_hold_the_data_files_sizes_and_hashes_the_configs_and_the_protocol(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("ELMO_PLUGIN_DATA", str(tmp_path))
+    for path in (wikitext_file(), tmp_path / EWT):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("one line\n")
+    settings = run_settings(FULL, "normalized")
+    assert settings["protocol"] == PROTOCOL and settings["max_epochs"] == 40
+    assert set(settings["configs"]) == {*BILM_CONFIGS.values(), *(c for c, _ in TASKS.values())}
+    assert settings["data"]["valid.txt"].startswith("9 bytes, sha256 ")
+    (tmp_path / EWT).write_text("one line.\n")
+    changed = run_settings(FULL, "normalized")["data"][(tmp_path / EWT).name]
+    assert changed != settings["data"][(tmp_path / EWT).name]
