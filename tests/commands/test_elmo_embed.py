@@ -221,8 +221,13 @@ def test_an_archive_url_is_downloaded_once_into_allennlps_cache_and_gives_the_fi
         threading.Thread(target=server.serve_forever, daemon=True).start()
         url = f"http://127.0.0.1:{server.server_address[1]}/"
         for output in ("u1.hdf5", "u2.hdf5"):
-            from_url, index = embed(
-                url + tiny_bilm_archive.name, input_file, tmp_path / output, cwd
+            from_url, index = embed(  # the file's batches: the same sums, the same vectors
+                url + tiny_bilm_archive.name,
+                input_file,
+                tmp_path / output,
+                cwd,
+                "--batch-size",
+                "2",
             )
             assert index[TEXTS[0]] == [0, 3] and sorted(from_url) == sorted(from_file)
             for name, value in from_file.items():
