@@ -37,14 +37,17 @@ lint: install
 	done; exit $$status
 
 # The suite runs in a random order (pytest-randomly); `make test TEST_SEED=N` repeats order N.
-# It ends with its 15 slowest tests, so the suite's cost shows in every log.
+# It runs in TEST_WORKERS processes side by side (pytest-xdist; each test on one thread): one per
+# core, at most 4 (each holds its own warm `allennlp` server). It ends with its 15 slowest tests,
+# so the suite's cost shows in every log.
 ifndef TEST_SEED
 TEST_SEED := $(shell od -An -N2 -tu2 /dev/urandom | tr -d ' ')
 endif
+TEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( n < 4 ? n : 4 )))
 
 test: install
-	@echo "make test: random test order --randomly-seed=$(TEST_SEED) (repeat it: make test TEST_SEED=$(TEST_SEED))"
-	$(BIN)/python -m pytest tests -q -rs --randomly-seed=$(TEST_SEED) --durations=15
+	@echo "make test: random test order --randomly-seed=$(TEST_SEED) (repeat it: make test TEST_SEED=$(TEST_SEED)), $(TEST_WORKERS) workers"
+	$(BIN)/python -m pytest tests -q -rs --randomly-seed=$(TEST_SEED) -n $(TEST_WORKERS) --durations=15
 
 # The suite as `make test` runs it, with line coverage of elmo_plugin (settings in pyproject.toml,
 # the `allennlp` processes tests start included), then the report per file.

@@ -1,0 +1,36 @@
+"""`make test`: the suite in one worker process per core (at most 4), in a random order that the
+seed repeats, ending with its 15 slowest tests; `.ci/run`'s two suites, side by side, one worker
+each. Read from `make -n` (the commands, not run)."""
+
+import os
+import subprocess
+
+from tests.helpers import REPO_ROOT
+
+
+def pytest_command(*variables: str) -> list[str]:
+    made = subprocess.run(
+        ["make", "-n", "test", "TEST_SEED=7", *variables],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert made.returncode == 0, made.stderr
+    (line,) = [line for line in made.stdout.splitlines() if " -m pytest tests " in line]
+    return line.split()
+
+
+def test_make_test_runs_one_worker_per_core_at_most_four_in_the_seeds_order():
+    command = pytest_command()
+    workers = command[command.index("-n") + 1]
+    assert workers == str(min(len(os.sched_getaffinity(0)), 4))
+    assert "--randomly-seed=7" in command and "--durations=15" in command
+    one = pytest_command("TEST_WORKERS=1")
+    assert one[one.index("-n") + 1] == "1"
+
+
+def test_ci_runs_both_suites_with_one_worker_each():
+    script = (REPO_ROOT / ".ci" / "run").read_text()
+    suites = [line for line in script.splitlines() if "make test " in line]
+    assert len(suites) == 2 and all("TEST_WORKERS=1" in line for line in suites)
