@@ -44,7 +44,7 @@ numbers). Prints a line per finished stage, the table, the curve (PNG in --out),
 one JSON line (benchmarks/support/common.py).
 
 Rows one at a time: `--results DIR` writes each row's results (its pretraining, its table and
-curve runs, the settings they were made with) to DIR/ROW.json once its stages finish;
+curve runs, the settings they were made with) to DIR/ROW.json once its stages finish.
 `--from-results DIR` trains nothing and builds the table, curve and comparisons from those
 files, refusing a missing file or one made with other settings (budget, `PROTOCOL`, the data
 files, the configs). A biLM row run alone gets the curve's runs as the best biLM; the build
