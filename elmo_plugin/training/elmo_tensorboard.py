@@ -4,6 +4,7 @@ stopped by a full disk with one error."""
 import os
 from typing import Any, Optional
 
+import torch
 from allennlp.common.util import is_global_primary
 from allennlp.data.data_loaders.data_loader import TensorDict
 from allennlp.training.callbacks.callback import TrainerCallback
@@ -21,7 +22,9 @@ class ElmoTensorBoardCallback(TensorBoardCallback):
     first process of every node, so a multi-node run had a copy of every curve in every node's
     folder, and its writers open an event file in every process. A full disk stops the run with
     one DiskFull naming the event file (`EventFile`), where allennlp's writer thread died with a
-    traceback and training then waited on it for good.
+    traceback and training then waited on it for good. With `distribution_interval`, the
+    parameters are also kept before the first batch (of a run, or after `-r`), so that its
+    updates can be logged: allennlp's callback keeps them only after a batch (an AssertionError).
 
     # Parameters
 
@@ -67,6 +70,8 @@ class ElmoTensorBoardCallback(TensorBoardCallback):
 
     def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
         super().on_start(trainer, is_primary=is_global_primary(), **kwargs)
+        if is_global_primary() and self._should_log_distributions_next_batch():
+            self._param_updates = parameters_now(trainer.model)
 
     def on_batch(
         self,
@@ -101,3 +106,9 @@ class ElmoTensorBoardCallback(TensorBoardCallback):
 
     def on_end(self, trainer, metrics=None, epoch=None, is_primary: bool = True, **kwargs) -> None:
         super().on_end(trainer, metrics, epoch, is_primary=is_global_primary(), **kwargs)
+
+
+def parameters_now(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A copy of every parameter of `model` on the CPU, by name (what allennlp's callback keeps
+    after a batch to log the next batch's updates)."""
+    return {name: param.detach().cpu().clone() for name, param in model.named_parameters()}

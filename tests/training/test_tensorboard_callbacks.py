@@ -19,6 +19,7 @@ from elmo_plugin.training.elmo_tensorboard import ElmoTensorBoardCallback
 from elmo_plugin.training.tokens_per_second import TokensPerSecondCallback
 from tests.helpers import (
     CONFIG_DIR,
+    TINY_LSTM_OVERRIDES,
     TINY_TRANSFORMER_OVERRIDES,
     overrides,
     run_allennlp_in_process,
@@ -133,6 +134,35 @@ def test_transformer_run_logs_batch_curves_learning_rate_and_tokens_per_second(
         throughput,
         average,
     )
+
+
+def test_distribution_interval_1_logs_the_updates_of_every_batch_the_first_included(
+    tiny_corpus, tmp_path
+):
+    """elmo_lstm.jsonnet with `distribution_interval: 1`: each batch's parameter updates, from
+    the first batch on (allennlp's callback has no parameters from before it)."""
+    values = dict(
+        TINY_LSTM_OVERRIDES,
+        train_data_path=str(tiny_corpus / "train" / "shard_0.txt"),
+        validation_data_path=str(tiny_corpus / "valid.txt"),
+        **{
+            "trainer.num_epochs": 1,
+            "trainer.callbacks.1.summary_interval": 1,  # 0: elmo_process_settings
+            "trainer.callbacks.1.distribution_interval": 1,
+        },
+    )
+    out = tmp_path / "out"
+    run_allennlp_in_process(
+        ["train", str(CONFIG_DIR / "elmo_lstm.jsonnet"), "-s", str(out), "-o", overrides(values)]
+    )
+    train = read_scalars(out / "log" / "train")
+    batches = set(train["train/batch_loss"])
+    assert len(batches) > 1
+    updates = {tag: steps for tag, steps in train.items() if tag.startswith("gradient_update/")}
+    assert any("_contextualizer." in tag for tag in updates)
+    for steps in updates.values():
+        assert set(steps) == batches
+    assert all(value > 0 for steps in updates.values() for value in steps.values())
 
 
 def test_elmo_tagger_logs_mix_weights_equal_to_softmax_of_its_scalar_parameters(
