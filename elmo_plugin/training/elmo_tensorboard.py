@@ -23,7 +23,7 @@ class ElmoTensorBoardCallback(TensorBoardCallback):
     folder, and its writers open an event file in every process. A full disk stops the run with
     one DiskFull naming the event file (`EventFile`), where allennlp's writer thread died with a
     traceback and training then waited on it for good. With `distribution_interval`, the
-    parameters are also kept before the first batch (of a run, or after `-r`), so that its
+    parameters are also kept before the first batch trained (of a run, or after `-r`), so that its
     updates can be logged: allennlp's callback keeps them only after a batch (an AssertionError).
 
     # Parameters
@@ -70,8 +70,15 @@ class ElmoTensorBoardCallback(TensorBoardCallback):
 
     def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
         super().on_start(trainer, is_primary=is_global_primary(), **kwargs)
-        if is_global_primary() and self._should_log_distributions_next_batch():
+
+    def on_backward(self, trainer, batch_outputs, backward_called: bool, **kwargs) -> bool:
+        """Before the step of a batch whose updates are logged, the parameters, where allennlp's
+        callback kept none after the batch before (none was trained: the run just started or
+        resumed)."""
+        logged = self._should_log_distributions_next_batch()  # the count is this batch's - 1
+        if logged and self._param_updates is None and is_global_primary():
             self._param_updates = parameters_now(trainer.model)
+        return False
 
     def on_batch(
         self,

@@ -136,33 +136,55 @@ def test_transformer_run_logs_batch_curves_learning_rate_and_tokens_per_second(
     )
 
 
-def test_distribution_interval_1_logs_the_updates_of_every_batch_the_first_included(
+def test_distribution_interval_logs_the_updates_of_the_first_batch_trained_and_after_r(
     tiny_corpus, tmp_path
 ):
-    """elmo_lstm.jsonnet with `distribution_interval: 1`: each batch's parameter updates, from
-    the first batch on (allennlp's callback has no parameters from before it)."""
+    """elmo_lstm.jsonnet with `distribution_interval`: the parameter updates of the first batch
+    trained, whose parameters from before allennlp's callback does not keep: in a run (interval
+    1: every batch's), and after `-r` from the checkpoint after batch 3 (interval 4)."""
+    every = tmp_path / "every"
+    run_allennlp_in_process(distribution_args(tiny_corpus, every, 1))
+    train = read_scalars(every / "log" / "train")
+    assert logged_updates(train) == set(train["train/batch_loss"])
+    fourth = tmp_path / "fourth"
+    run_allennlp_in_process(distribution_args(tiny_corpus, fourth, 4))
+    first = logged_updates(read_scalars(fourth / "log" / "train"))
+    (fourth / "log").rename(tmp_path / "first_log")
+    for path in fourth.glob("*_state_e*.th"):
+        if not path.name.endswith("_e0_b3.th"):
+            path.unlink()
+    run_allennlp_in_process([*distribution_args(tiny_corpus, fourth, 4), "-r"])
+    assert logged_updates(read_scalars(fourth / "log" / "train")) == first
+
+
+def distribution_args(corpus: Path, out: Path, interval: int) -> list[str]:
+    """`allennlp train` of elmo_lstm.jsonnet into OUT for an epoch on one shard (7 batches),
+    every batch's loss and every INTERVAL batches' distributions logged, a checkpoint every 3
+    batches."""
     values = dict(
         TINY_LSTM_OVERRIDES,
-        train_data_path=str(tiny_corpus / "train" / "shard_0.txt"),
-        validation_data_path=str(tiny_corpus / "valid.txt"),
+        train_data_path=str(corpus / "train" / "shard_0.txt"),
+        validation_data_path=str(corpus / "valid.txt"),
         **{
             "trainer.num_epochs": 1,
             "trainer.callbacks.1.summary_interval": 1,  # 0: elmo_process_settings
-            "trainer.callbacks.1.distribution_interval": 1,
+            "trainer.callbacks.1.distribution_interval": interval,
+            "trainer.checkpointer.save_every_num_batches": 3,
+            "trainer.checkpointer.keep_most_recent_by_count": None,
         },
     )
-    out = tmp_path / "out"
-    run_allennlp_in_process(
-        ["train", str(CONFIG_DIR / "elmo_lstm.jsonnet"), "-s", str(out), "-o", overrides(values)]
-    )
-    train = read_scalars(out / "log" / "train")
-    batches = set(train["train/batch_loss"])
-    assert len(batches) > 1
+    return ["train", str(CONFIG_DIR / "elmo_lstm.jsonnet"), "-s", str(out), "-o", overrides(values)]
+
+
+def logged_updates(train: dict[str, dict[int, float]]) -> set[int]:
+    """The steps at which every parameter's update is logged (each above 0)."""
     updates = {tag: steps for tag, steps in train.items() if tag.startswith("gradient_update/")}
     assert any("_contextualizer." in tag for tag in updates)
-    for steps in updates.values():
-        assert set(steps) == batches
-    assert all(value > 0 for steps in updates.values() for value in steps.values())
+    steps = set(next(iter(updates.values())))
+    for logged in updates.values():
+        assert set(logged) == steps and all(value > 0 for value in logged.values())
+    assert steps
+    return steps
 
 
 def test_elmo_tagger_logs_mix_weights_equal_to_softmax_of_its_scalar_parameters(
