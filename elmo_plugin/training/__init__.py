@@ -10,6 +10,7 @@ from elmo_plugin.training.elmo_tensorboard import ElmoTensorBoardCallback
 from elmo_plugin.training.elmo_validation_checks import ValidationChecksCallback
 from elmo_plugin.training.fused_adam import FusedAdamOptimizer
 from elmo_plugin.training.process_settings import ProcessSettings
+from elmo_plugin.training.reduce_on_plateau import ReduceOnPlateau
 from elmo_plugin.training.tokens_per_second import TokensPerSecondCallback
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "FusedAdamOptimizer",
     "PeerWatchdogCallback",
     "ProcessSettings",
+    "ReduceOnPlateau",
     "TokensPerSecondCallback",
     "ValidationChecksCallback",
 ]
