@@ -5,6 +5,7 @@ from elmo_plugin.commands import (
     elmo_export,
     elmo_plan,
     elmo_vocab,
+    metrics_output,
     predict_output,
 )
 
@@ -15,5 +16,6 @@ __all__ = [
     "elmo_export",
     "elmo_plan",
     "elmo_vocab",
+    "metrics_output",
     "predict_output",
 ]

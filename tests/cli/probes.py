@@ -6,10 +6,14 @@ training process kills itself (SIGKILL) after the first training batch that foll
 checkpoint (allennlp saves a checkpoint synchronously after each epoch, before the next epoch's
 first batch). With $CHECKPOINT_PROBE_RECORD=PATH, `on_start`, which allennlp calls after restoring
 a checkpoint, saves the model's state_dict to PATH. `hold_probe`: the run waits before its first
-batch until the test lets it go."""
+batch until the test lets it go. `file_size_probe`: with $FILE_SIZE_PROBE_LIMIT set, `on_start`
+limits every file written from then on to that many bytes (tests/cli/file_size_limit.py's limit,
+set once the config and vocabulary are written)."""
 
+import atexit
 import json
 import os
+import resource
 import signal
 
 import torch
@@ -106,3 +110,15 @@ class HoldProbe(TrainerCallback):
         if fifo and os.path.exists(fifo):
             with open(fifo) as held:
                 held.read()
+
+
+@TrainerCallback.register("file_size_probe")
+class FileSizeProbe(TrainerCallback):
+    def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
+        limit = os.environ.get("FILE_SIZE_PROBE_LIMIT")
+        if limit:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (int(limit), hard))
+            # lifted at exit, before `make coverage`'s data file of this process is written
+            atexit.register(resource.setrlimit, resource.RLIMIT_FSIZE, (soft, hard))

@@ -5,7 +5,8 @@ short under its name; after a checkpoint stopped midway, `-r` with room resumes.
 file-size limit (`tests/cli/file_size_limit.py`). At tiny sizes on one shard of the tiny corpus a
 model state file is 140-160 kB and a training state 290-330 kB, so 200 kB stops the first
 checkpoint's training state; with every parameter's statistics logged at every batch the training
-event file passes 50 kB within the first epoch, before any checkpoint."""
+event file passes 50 kB within the first epoch, before any checkpoint. allennlp's own metrics
+files (under 1 kB) are stopped by a limit set once training starts (`file_size_probe`)."""
 
 import json
 import os
@@ -20,6 +21,7 @@ from tests.helpers import (
     CONFIG_DIR,
     TINY_LSTM_OVERRIDES,
     TINY_TAGGER_OVERRIDES,
+    run_allennlp,
     run_allennlp_in_process,
     run_forked,
     train_args,
@@ -164,3 +166,27 @@ def test_a_full_out_log_is_one_line_naming_it_and_the_run_goes_on(
     assert_stopped_by_a_full_disk(
         stopped, out, "model_state_e1_b0.th", "elmo_plugin.data.full_disk.DiskFull: "
     )
+
+
+def test_a_full_disk_stops_allennlp_metrics_file_with_one_line(tiny_corpus, tmp_path, monkeypatch):
+    """500 bytes from the first batch on (config and vocabulary written whole before): out.log,
+    already past it, stops with its one line and the run goes on; `metrics_epoch_0.json` (about
+    770 bytes, written before any checkpoint) stops it, leaving no metrics file cut short."""
+    out = tmp_path / "model"
+    values = dict(
+        TINY_LSTM_OVERRIDES,
+        train_data_path=str(tiny_corpus / "train" / "shard_0.txt"),
+        validation_data_path=str(tiny_corpus / "valid.txt"),
+        **{
+            "trainer.num_epochs": 1,
+            "trainer.callbacks": [{"type": "elmo_process_settings"}, {"type": "file_size_probe"}],
+        },
+    )
+    args = train_args(CONFIG_DIR / "elmo_lstm.jsonnet", out, values)
+    monkeypatch.setenv("FILE_SIZE_PROBE_LIMIT", "500")
+    stopped = run_allennlp([*args, "--include-package", "tests.cli.probes"], tmp_path, check=False)
+    assert_stopped_by_a_full_disk(
+        stopped, out, "metrics_epoch_0.json", "elmo_plugin.data.full_disk.DiskFull: "
+    )
+    assert f"cannot write {out}/out.log: the disk is full" in stopped.stderr, stopped.stderr[-3000:]
+    assert not list(out.glob("metrics*.json"))
