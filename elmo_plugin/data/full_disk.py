@@ -6,7 +6,8 @@ is known); never a traceback or a crash. A write that fails inside HDF5 cannot b
 import errno
 import os
 import resource
-from typing import Optional
+from collections.abc import Callable
+from typing import Any, Optional
 
 from allennlp.common.checks import ConfigurationError
 
@@ -58,3 +59,36 @@ def check_room(path: str, needed: int, output: str) -> None:
             f"{(needed + HEADROOM) / 1e6:.1f} MB more, {max(left, 0) / 1e6:.1f} MB left); "
             "free some space or write elsewhere"
         )
+
+
+class StopsAtFullDisk:
+    """A file's writer (`write`, `flush`, `close`: an event file's records, a log file's stream)
+    that the first full-disk error stops: kept as `error` (a DiskFull naming `name`), passed to
+    `on_full`, and the file written no more (only closed)."""
+
+    def __init__(
+        self, file: Any, name: str, on_full: Callable[[DiskFull], object] = lambda error: None
+    ) -> None:
+        self._file, self.name, self._on_full = file, name, on_full
+        self.error: Optional[DiskFull] = None
+
+    def write(self, data: Any) -> None:
+        if self.error is None:
+            self._stop_at_full_disk(self._file.write, data)
+
+    def flush(self) -> None:
+        if self.error is None:
+            self._stop_at_full_disk(self._file.flush)
+
+    def close(self) -> None:
+        self._stop_at_full_disk(self._file.close)
+
+    def _stop_at_full_disk(self, method: Callable[..., object], *args: Any) -> None:
+        try:
+            method(*args)
+        except OSError as error:
+            if error.errno not in FULL_DISK:
+                raise
+            if self.error is None:
+                self.error = disk_full(error, self.name)
+                self._on_full(self.error)

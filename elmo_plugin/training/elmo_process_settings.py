@@ -39,7 +39,7 @@ class ElmoProcessSettingsCallback(TrainerCallback):
     `hold_folder`).
 
     From its construction too, a full disk stops the run's log file (`out.log`) with one error
-    line naming it (`FullDiskLog`), where Python's logging printed a traceback for every line.
+    line naming it (`log_file`), where Python's logging printed a traceback for every line.
 
     Sets the process-wide settings of `allennlp train` in `on_start`, before the first batch,
     in every training process (each worker of a distributed run). Our configs list it first in

@@ -3,49 +3,18 @@ with one error.
 
 tensorboardX writes the events in a thread of its own. A write that fails there ends that thread
 with a traceback, and the training thread then waits forever on its full queue (or, at exit,
-prints more tracebacks). Here the thread writes through `FullDiskStop`, which keeps the first
+prints more tracebacks). Here the thread writes through `StopsAtFullDisk`, which keeps the first
 full-disk error and writes nothing more; the next event added in the training thread raises it,
 a DiskFull naming the event file."""
 
 import logging
-from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any
 
 from tensorboardX import SummaryWriter
-from tensorboardX.record_writer import RecordWriter
 
-from elmo_plugin.data.full_disk import FULL_DISK, DiskFull, disk_full
+from elmo_plugin.data.full_disk import StopsAtFullDisk
 
 logger = logging.getLogger(__name__)
-
-
-class FullDiskStop:
-    """An event file's records as its writer thread writes them (tensorboardX's `RecordWriter`:
-    `write`, `flush`, `close`): the first full-disk error is kept as `error`, and the file is
-    written no more (only closed)."""
-
-    def __init__(self, records: RecordWriter) -> None:
-        self._records = records
-        self.error: Optional[DiskFull] = None
-
-    def write(self, data: bytes) -> None:
-        if self.error is None:
-            self._stop_at_full_disk(self._records.write, data)
-
-    def flush(self) -> None:
-        if self.error is None:
-            self._stop_at_full_disk(self._records.flush)
-
-    def close(self) -> None:
-        self._stop_at_full_disk(self._records.close)
-
-    def _stop_at_full_disk(self, method: Callable[..., None], *args: Any) -> None:
-        try:
-            method(*args)
-        except OSError as error:
-            if error.errno not in FULL_DISK:
-                raise
-            self.error = self.error or disk_full(error, self._records.path)
 
 
 class EventFile(SummaryWriter):
@@ -57,7 +26,8 @@ class EventFile(SummaryWriter):
     def __init__(self, folder: str, filename_suffix: str = "") -> None:
         super().__init__(folder, filename_suffix=filename_suffix)
         events = self.file_writer.event_writer._ev_writer  # what the writer thread writes with
-        self._stop = events._py_recordio_writer = FullDiskStop(events._py_recordio_writer)
+        records = events._py_recordio_writer
+        self._stop = events._py_recordio_writer = StopsAtFullDisk(records, records.path)
         self._raised = False
 
     def add_scalar(self, *args: Any, **kwargs: Any) -> None:
