@@ -30,6 +30,8 @@ This module imports only the standard library at its top: the client must start 
 import atexit
 import importlib
 import json
+import multiprocessing
+import multiprocessing.context
 import os
 import select
 import signal
@@ -211,8 +213,6 @@ def start_workers_as_forks() -> None:
     `multiprocessing.get_context("spawn")` (`elmo-vocab --workers`' pool) is the fork context
     while the command has no other thread. Fresh processes (no server, `run_forked(...,
     fresh=True)`) and pytest's own keep spawn."""
-    import multiprocessing
-
     import allennlp.commands.train
     import torch.multiprocessing
 
@@ -221,9 +221,27 @@ def start_workers_as_forks() -> None:
     get_context = multiprocessing.get_context
 
     def fork_when_alone(method: str | None = None) -> object:
-        return get_context("fork" if method == "spawn" and not other_threads() else method)
+        if method == "spawn" and not other_threads():
+            return ForkedAsSpawned()
+        return get_context(method)
 
     multiprocessing.get_context = fork_when_alone  # type: ignore[assignment]
+
+
+class SpawnedLikeFork(multiprocessing.context.ForkProcess):
+    """A fork in place of a spawned process, with a spawned process's SIGTERM: Python's default.
+    The command's own is allennlp's, which raises an exception: a pool's worker killed by its
+    pool's `terminate` could then hang on a lock instead of ending."""
+
+    def run(self) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        super().run()
+
+
+class ForkedAsSpawned(multiprocessing.context.ForkContext):
+    """The fork context whose processes are `SpawnedLikeFork`."""
+
+    Process = SpawnedLikeFork
 
 
 def spawn_or_fork(

@@ -180,8 +180,35 @@ def test_train_leaves_logging_paths_random_states_and_torch_settings_as_they_wer
     assert (random.random(), numpy.random.rand(), torch.rand(1).item()) == expected
 
 
+def sigterm_default() -> bool:
+    return signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+def print_a_spawn_pool_workers_sigterm() -> None:
+    """As `python -m tests.test_in_process_runner pool-sigterm`: allennlp's SIGTERM handler (as
+    `allennlp`'s own start installs it), then a spawn-context pool, as `elmo-vocab --workers`'."""
+    import multiprocessing
+
+    from allennlp.common.util import install_sigterm_handler
+
+    install_sigterm_handler()
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        print(pool.apply(sigterm_default), sigterm_default(), flush=True)
+
+
+def test_a_forked_commands_spawn_pool_workers_have_pythons_default_sigterm(tmp_path):
+    """Forks in place of spawned workers end on SIGTERM as spawned ones do (the pool's
+    `terminate`): allennlp's handler, which raises an exception, stays the command's own."""
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    result = run_forked(["-m", "tests.test_in_process_runner", "pool-sigterm"], tmp_path, env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["True", "False"]
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["network-namespace"]:
         print(os.stat("/proc/self/ns/net").st_ino)
+    elif sys.argv[1:] == ["pool-sigterm"]:
+        print_a_spawn_pool_workers_sigterm()
     else:
         start_a_child_and_wait()
