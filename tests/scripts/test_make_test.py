@@ -9,8 +9,12 @@ from tests.helpers import REPO_ROOT
 
 
 def pytest_command(*variables: str) -> list[str]:
+    """The pytest line of `make -n test VARIABLES`, outside any make this suite runs under (whose
+    command-line variables, `.ci/run`'s TEST_WORKERS=1, would reach it through MAKEFLAGS)."""
+    outside = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "TEST_WORKERS", "TEST_SEED")
     made = subprocess.run(
         ["make", "-n", "test", "TEST_SEED=7", *variables],
+        env={name: value for name, value in os.environ.items() if name not in outside},
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
