@@ -10,17 +10,40 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.helpers import REPO_ROOT
+from tests.helpers import FORKED_ALLENNLP, REPO_ROOT, forked_client
 
 SCRIPT = REPO_ROOT / "scripts" / "gpu_run.sh"
 STAGE_LINE = re.compile(r"^(\w+) +(\d+)  (.*)$")
 
 
-def dry_run(out: Path, *stages: str, **env: str) -> subprocess.CompletedProcess:
-    """`bash scripts/gpu_run.sh --dry-run STAGES` with this Python first on PATH, no GPU."""
+def forked_python(folder: Path) -> dict[str, str]:
+    """FOLDER/python: `python -m MODULE ARGS...` (the stages' benchmark) as a fork of this
+    session's warm server (tests/forked_allennlp.py: no seconds importing torch and allennlp;
+    nothing here is about import time), any other command this Python -> the environment with
+    FOLDER and this Python's folder first on PATH and the server's socket."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "python"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = -m ]; then exec "{sys.executable}" -S "{FORKED_ALLENNLP}" 600 "$@"; fi\n'
+        f'exec "{sys.executable}" "$@"\n'
+    )
+    script.chmod(0o755)
+    _, env = forked_client(["-m"], dict(os.environ), 600, fresh=False)
+    path = os.pathsep.join([str(folder), str(Path(sys.executable).parent), os.environ["PATH"]])
+    return {**env, "PATH": path}
+
+
+def dry_run(
+    out: Path, *stages: str, forked: bool = False, **env: str
+) -> subprocess.CompletedProcess:
+    """`bash scripts/gpu_run.sh --dry-run STAGES` with this Python first on PATH, no GPU; with
+    `forked`, its `python -m` a fork of the warm server (`forked_python`: where the smoke runs)."""
+    python = forked_python(out.parent / "python_bin") if forked else {}
     environment = {
         **os.environ,
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        **python,
         "OUT": str(out),
         "CUDA_VISIBLE_DEVICES": "",
         "OMP_NUM_THREADS": "1",
@@ -44,7 +67,7 @@ def listed(stdout: str) -> dict[str, tuple[int, str]]:
 def test_the_default_call_lists_its_stages_in_order_within_600_s_and_runs_the_smoke_shrunk(
     tmp_path,
 ):
-    result = dry_run(tmp_path / "out")
+    result = dry_run(tmp_path / "out", forked=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     table = listed(result.stdout)
     assert list(table) == ["setup", "smoke", "tests", "lstm", "total"]
@@ -144,12 +167,14 @@ def test_a_machine_without_cuda_ends_the_call_failed_with_the_benchmarks_reason(
     (tools / "nvidia-smi").write_text("#!/bin/sh\necho 'name'\necho 'no GPU'\n")
     (tools / "nvidia-smi").chmod(0o755)
     (venv / ".ready").touch()  # a warm machine's venv: no install
-    (venv / "bin" / "activate").write_text(f'PATH="{Path(sys.executable).parent}:$PATH"\n')
+    environment = forked_python(tmp_path / "python_bin")  # the venv's `python -m`: a warm fork
+    python_path = environment["PATH"].removesuffix(os.pathsep + os.environ["PATH"])
+    (venv / "bin" / "activate").write_text(f'PATH="{python_path}:$PATH"\n')
     out = tmp_path / "out"
     result = subprocess.run(
         ["bash", str(SCRIPT), "smoke"],
         env={
-            **os.environ,
+            **environment,
             "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}",
             "GPU_VENV": str(venv),
             "OUT": str(out),
