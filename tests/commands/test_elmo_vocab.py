@@ -3,8 +3,12 @@ from a working directory outside the repo."""
 
 import bz2
 import gzip
+import json
 import lzma
+import os
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO
 
 import pytest
@@ -13,7 +17,7 @@ from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
 
 from elmo_plugin.commands.elmo_vocab import count_tokens, vocab_tokens, write_elmo_vocab
-from tests.helpers import run_allennlp, run_allennlp_in_process
+from tests.helpers import run_allennlp, run_allennlp_in_process, run_forked
 
 SPECIALS = ["<S>", "</S>", "@@UNKNOWN@@"]
 
@@ -96,7 +100,22 @@ def write_shards_with_ties(folder) -> None:
             shard.write(text)
 
 
+def counted_in_a_command(folder: Path, workers: int, skip_headings: bool = False) -> dict:
+    """`count_tokens([FOLDER/*], skip_headings, workers)` in a process of its own, a fork of the
+    tests' warm server (`python -m tests.commands.test_elmo_vocab`, below): its pool's workers are
+    forks of it, not freshly spawned interpreters (seconds each) -> {"counts": its counts'
+    items, "counted": its token count}, or {"error": the message} of a ConfigurationError."""
+    command = ["-m", "tests.commands.test_elmo_vocab", str(folder / "*"), str(workers)]
+    command += ["--skip-headings"] if skip_headings else []
+    result = run_forked(command, folder, dict(os.environ, OMP_NUM_THREADS="1"), timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 def test_workers_count_compressed_shards_with_ties_exactly_as_one_process(plugin_cwd):
+    """workers=2 in this process: the pool's workers are spawned interpreters (the suite's one
+    run of `elmo-vocab --workers`' real spawn; everywhere else they are forks of a forked
+    command); workers=3 in a forked command (`counted_in_a_command`)."""
     write_shards_with_ties(plugin_cwd / "shards")
     pattern = str(plugin_cwd / "shards" / "*")
     one, counted = count_tokens([pattern], skip_headings=True)
@@ -113,18 +132,23 @@ def test_workers_count_compressed_shards_with_ties_exactly_as_one_process(plugin
         ("中", 4),
     ]
     assert counted == 31
-    for workers in (2, 3):  # 3 does not divide the 7 shards: workers take several each
-        assert list(
-            count_tokens([pattern], skip_headings=True, workers=workers)[0].items()
-        ) == list(one.items())
+    spawned, spawned_counted = count_tokens([pattern], skip_headings=True, workers=2)
+    assert list(spawned.items()) == list(one.items()) and spawned_counted == counted
+    # 3 does not divide the 7 shards: workers take several each
+    forked = counted_in_a_command(plugin_cwd / "shards", workers=3, skip_headings=True)
+    assert forked == {"counts": [list(item) for item in one.items()], "counted": counted}
     assert vocab_tokens(one)[3:] == ["f", "é", "g", "中", "a", "b", "c", "d", "e"]
 
 
 def test_a_shard_refused_in_a_worker_process_is_the_same_error_naming_it(plugin_cwd):
+    """In a forked command (`counted_in_a_command`): its pool's workers are forks, the error
+    crosses back from one as it does from a spawned one (pickled)."""
     write_shards_with_ties(plugin_cwd / "shards")
     (plugin_cwd / "shards" / "shard-9.txt").write_bytes(b"\0\xff\xfe\n" * 30)
-    with pytest.raises(ConfigurationError, match="shard-9.txt is not text"):
-        count_tokens([str(plugin_cwd / "shards" / "*")], workers=2)
+    with pytest.raises(ConfigurationError, match="shard-9.txt is not text") as one_process:
+        count_tokens([str(plugin_cwd / "shards" / "*")])
+    refused = counted_in_a_command(plugin_cwd / "shards", workers=2)
+    assert refused == {"error": str(one_process.value)}
 
 
 def test_cli_workers_2_writes_the_same_bytes_as_workers_1_and_prints_tokens_per_second(plugin_cwd):
@@ -169,3 +193,13 @@ def test_cli_workers_below_one_is_a_one_line_error(corpus):
         == "allennlp elmo-vocab: error: --workers must be at least 1, not 0"
     )
     assert not (corpus / "out.txt").exists()
+
+
+if __name__ == "__main__":  # `counted_in_a_command`'s command: PATTERN WORKERS [--skip-headings]
+    try:
+        counts, total = count_tokens(
+            [sys.argv[1]], skip_headings="--skip-headings" in sys.argv, workers=int(sys.argv[2])
+        )
+        print(json.dumps({"counts": list(counts.items()), "counted": total}))
+    except ConfigurationError as error:  # any other error: the command fails
+        print(json.dumps({"error": str(error)}))
