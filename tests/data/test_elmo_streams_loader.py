@@ -271,12 +271,12 @@ def epoch_peak_bytes(pattern: str) -> int:
 
 def test_memory_grows_with_the_batch_not_with_the_corpus(tmp_path, monkeypatch):
     monkeypatch.setattr(
-        elmo_streams_loader, "PIECE_BYTES", 4096
+        elmo_streams_loader, "PIECE_BYTES", 1024
     )  # both corpora: streams of many pieces
-    small = epoch_peak_bytes(corpus_of(tmp_path / "small", 3_000))
-    large = epoch_peak_bytes(corpus_of(tmp_path / "large", 24_000))  # 8x the tokens: 1.3 MB of text
-    # Holding the epoch's tokens would take about 8x; a piece per stream and direction keeps it
-    # flat.
+    small = epoch_peak_bytes(corpus_of(tmp_path / "small", 750))
+    large = epoch_peak_bytes(corpus_of(tmp_path / "large", 6_000))  # 8x the tokens: 290 kB of text
+    # Holding the epoch's tokens would take about 8x (pieces of a whole chunk, PIECE_BYTES 1 MiB:
+    # 6.8x); a piece per stream and direction keeps it flat (1.05x).
     assert large < 1.5 * small, (small, large)
 
 
