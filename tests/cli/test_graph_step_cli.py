@@ -13,6 +13,7 @@ from tests.cli.test_exact_resume_cli import (
     KILLED_AT,
     SAVED_AT,
     recorded,
+    shared_run,
     shrunk_original,
     train,
 )
@@ -38,18 +39,18 @@ def assert_same_metrics(plain: Path, graph: Path, names: tuple[str, ...] = METRI
 
 
 def test_graph_step_trains_as_gradient_descent_on_the_cpu_and_resumes_exactly(
-    tiny_corpus, tmp_path
+    tiny_corpus, tmp_path, tmp_path_factory
 ):
     plain = shrunk_original(tiny_corpus, num_workers=0, processes=1)
     graph = {**plain, **GRAPH_STEP}
-    train(plain, tmp_path / "plain", tmp_path / "plain-record")
+    plain_run = shared_run(tmp_path_factory, plain)  # test_exact_resume_cli's, shared
     train(graph, tmp_path / "whole", tmp_path / "whole-record")
     log = (tmp_path / "whole" / "out.log").read_text()
     assert log.count("elmo_graph_step: eager steps: the device is cpu, not CUDA") == 1
-    assert_same_metrics(tmp_path / "plain", tmp_path / "whole")
+    assert_same_metrics(plain_run / "out", tmp_path / "whole")
     for epoch in range(2):
         assert recorded(tmp_path / "whole-record", 0, epoch) == recorded(
-            tmp_path / "plain-record", 0, epoch
+            plain_run / "record", 0, epoch
         )
     killed = train(graph, tmp_path / "cut", tmp_path / "killed-record", kill=KILL)
     assert killed.returncode != 0

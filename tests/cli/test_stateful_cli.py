@@ -8,6 +8,7 @@ import functools
 import itertools
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from allennlp.common import Params
 from allennlp.data import DatasetReader
 
 from elmo_plugin.data.elmo_streams_loader import stream_bounds, window_count
-from tests.cli.test_exact_resume_cli import recorded
+from tests.cli.test_exact_resume_cli import recorded, shared_run
 from tests.helpers import (
     CONFIG_DIR,
     TINY_CHAR_CNN_OVERRIDES,
@@ -32,20 +33,23 @@ from tests.helpers import (
 CONFIG = str(CONFIG_DIR / "elmo_lstm_stateful.jsonnet")
 train = functools.partial(train_with_probes, CONFIG)
 STREAMS = 8
+WINDOW = 20  # 33 batches an epoch (17 a process of 2)
+SAVED_AT, KILLED_AT = 6, 8  # a checkpoint (every 6 batches) and a kill 2 batches later
 
 
-def shrunk(corpus: Path, processes: int = 1, **extra) -> dict:
+def shrunk(corpus: Path, processes: int = 1, window: int = WINDOW, **extra) -> dict:
     values = {k: v for k, v in TINY_LSTM_OVERRIDES.items() if not k.startswith("data_loader")}
     values.update(
         {
             "train_data_path": str(corpus / "train" / "*.txt"),
             "validation_data_path": str(corpus / "valid.txt"),
             "data_loader.batch_size": STREAMS,
-            "data_loader.window_size": 10,
+            "data_loader.window_size": window,
             "data_loader.chunk_bytes": 4000,
             "validation_data_loader.batch_size": STREAMS,
-            "validation_data_loader.window_size": 10,
+            "validation_data_loader.window_size": window,
             "trainer.num_epochs": 2,
+            "trainer.checkpointer.save_every_num_batches": SAVED_AT,
             "trainer.callbacks": [
                 {"type": "elmo_corpus_resume"},
                 {"type": "target_counter"},
@@ -67,12 +71,21 @@ def corpus_tokens(corpus: Path) -> int:
     )
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tiny_corpus, tmp_path_factory) -> Callable[[int], Path]:
+    """processes -> the folder (`out`, `record`) of one uninterrupted run of `shrunk` on that
+    many processes, shared by this module's tests (they only read it)."""
+    return lambda processes: shared_run(
+        tmp_path_factory, shrunk(tiny_corpus, processes), config=CONFIG
+    )
+
+
 @pytest.mark.parametrize("processes", [1, 2], ids=["1-process", "2-processes"])
 def test_stateful_training_predicts_every_token_once_per_epoch_and_evaluates_as_validation(
-    tiny_corpus, tmp_path, processes
+    tiny_corpus, tmp_path, uninterrupted, processes
 ):
-    out, record = tmp_path / "out", tmp_path / "record"
-    train(shrunk(tiny_corpus, processes), out, record)
+    run = uninterrupted(processes)
+    out, record = run / "out", run / "record"
     counts = [json.loads((record / f"rank{rank}.json").read_text()) for rank in range(processes)]
     # Each stream's first token is read, never predicted forward (its last, never backward).
     for epoch in ("0", "1"):
@@ -95,18 +108,20 @@ def test_stateful_training_predicts_every_token_once_per_epoch_and_evaluates_as_
 
 @pytest.mark.parametrize("processes", [1, 2], ids=["1-process", "2-processes"])
 def test_killed_stateful_run_resumes_at_the_batch_after_its_checkpoint(
-    tiny_corpus, tmp_path, processes
+    tiny_corpus, tmp_path, uninterrupted, processes
 ):
-    values = shrunk(tiny_corpus, processes, **{"trainer.checkpointer.save_every_num_batches": 3})
-    train(values, tmp_path / "whole", tmp_path / "whole-record")
-    killed = train(values, tmp_path / "cut", tmp_path / "killed-record", kill="1,8")
-    assert killed.returncode != 0 and (tmp_path / "cut" / "model_state_e1_b6.th").is_file()
+    values = shrunk(tiny_corpus, processes)
+    whole_record = uninterrupted(processes) / "record"
+    killed = train(values, tmp_path / "cut", tmp_path / "killed-record", kill=f"1,{KILLED_AT}")
+    assert (
+        killed.returncode != 0 and (tmp_path / "cut" / f"model_state_e1_b{SAVED_AT}.th").is_file()
+    )
     train(values, tmp_path / "cut", tmp_path / "resumed-record", resume=True)
     for rank in range(processes):
-        whole = recorded(tmp_path / "whole-record", rank, 1)
-        before = recorded(tmp_path / "killed-record", rank, 1, up_to=6)
+        whole = recorded(whole_record, rank, 1)
+        before = recorded(tmp_path / "killed-record", rank, 1, up_to=SAVED_AT)
         after = recorded(tmp_path / "resumed-record", rank, 1)
-        assert min(after) == 7 and {**before, **after} == whole
+        assert min(after) == SAVED_AT + 1 and {**before, **after} == whole
         assert recorded(tmp_path / "resumed-record", rank, 0) == {}
 
 
@@ -170,7 +185,7 @@ def test_two_processes_train_to_the_end_when_one_gets_a_batch_of_lone_last_token
     lengths = [end - start for start, end in itertools.pairwise(stream_bounds(16 * 11 + 1, 16))]
     assert [window_count(length, 10) for length in lengths] == [1] * 15 + [2]
     out, record = tmp_path / "out", tmp_path / "record"
-    train_with_probes(str(CONFIG_DIR / config), shrunk(corpus, 2, **extra), out, record)
+    train_with_probes(str(CONFIG_DIR / config), shrunk(corpus, 2, 10, **extra), out, record)
     for epoch in (0, 1):
         rank_0, rank_1 = (recorded(record, rank, epoch) for rank in (0, 1))
         assert len(rank_0) == len(rank_1) == 2

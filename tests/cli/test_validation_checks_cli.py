@@ -15,7 +15,7 @@ import pytest
 from allennlp.common import Params
 from allennlp.models.archival import archive_model, load_archive
 
-from tests.cli.test_exact_resume_cli import KILL
+from tests.cli.test_exact_resume_cli import KILL, SAVED_AT
 from tests.helpers import (
     CONFIG_DIR,
     TINY_LSTM_OVERRIDES,
@@ -38,18 +38,19 @@ def demo_callbacks(checks: Optional[dict]) -> list[dict]:
 
 def deterministic(tiny_corpus: Path, checks: Optional[dict]) -> dict:
     """The demo config at tiny sizes without randomness after the start (no dropout), with a
-    checkpoint every 3 batches, so a resumed run computes what the uninterrupted one did."""
+    checkpoint every SAVED_AT batches (the last before the kill at KILL's batch), so a resumed
+    run computes what the uninterrupted one did."""
     return {
         **TINY_LSTM_OVERRIDES,
         "train_data_path": str(tiny_corpus / "train" / "*.txt"),
         "validation_data_path": str(tiny_corpus / "valid.txt"),
         "vocabulary.min_count.tokens": 1,
-        "data_loader.batch_size": 8,
+        "data_loader.batch_size": 16,  # 24 batches an epoch, 4 a chunk
         "data_loader.chunk_bytes": 4000,  # several chunks per shard: the kill is mid-chunk
         "model.dropout": 0.0,
         "model.contextualizer.dropout": 0.0,
         "trainer.num_epochs": 2,
-        "trainer.checkpointer.save_every_num_batches": 3,
+        "trainer.checkpointer.save_every_num_batches": SAVED_AT,
         "trainer.callbacks": [*demo_callbacks(checks), {"type": "batch_recorder"}],
     }
 
