@@ -3,6 +3,9 @@
     python -m benchmarks.gpu_original_elmo [--steps 200] [--out DIR] [--batch-sizes 128,384]
     python -m benchmarks.gpu_original_elmo --dry-run      # shrunk sizes, any machine, CPU too
 
+(`--dry-run`: 3 steps after 1, the shrunk model, 300 tokens embedded; its profile
+`--profile-steps` steps where given, else 2.)
+
 The configs: `elmo_lstm_original.jsonnet` (2 x 4096/512, clips 3) and
 `elmo_transformer_original.jsonnet` (6 x 512/2048) at full size (2048-filter character CNN,
 8192 sampled negatives, windows of 20 tokens, the 793,471-word `tokens.txt`). For each config,
@@ -692,7 +695,9 @@ def main(argv: list[str]) -> dict[str, Any]:
     parser.add_argument(
         "--baseline", help="results.json of another run: print tokens/s against its runs"
     )
-    parser.add_argument("--profile-steps", type=int, default=3, help="profiled steps per run")
+    parser.add_argument(
+        "--profile-steps", type=int, help="profiled steps per run (default 3; a dry run's 2)"
+    )
     parser.add_argument("--num-workers", type=int, default=2, help="data loader worker processes")
     parser.add_argument(
         "--embed-tokens", type=int, default=100_000, help="tokens embedded by each side"
@@ -712,8 +717,10 @@ def main(argv: list[str]) -> dict[str, Any]:
     parser.add_argument("--no-embed", action="store_true", help="skip the embedding comparison")
     parser.add_argument("--out", help="folder for results.json")
     args = parser.parse_args(argv)
+    if args.profile_steps is None:
+        args.profile_steps = 2 if args.dry_run else 3
     if args.dry_run:
-        args.steps, args.warmup, args.profile_steps, args.embed_tokens = 3, 1, 2, 300
+        args.steps, args.warmup, args.embed_tokens = 3, 1, 300
         args.embed_check_tokens = 100
         args.num_workers = 0
     torch._logging.set_logs(recompiles=True)

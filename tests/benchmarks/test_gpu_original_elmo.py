@@ -42,8 +42,9 @@ def test_help_names_every_measurement():
 
 def test_dry_run_trains_both_configs_and_embeds_on_cpu_and_leaves_no_temporary_files(tmp_path):
     """Both configs at two batch sizes with both steppers, the dense softmax at the larger, every
-    run profiled, each compared with a baseline run of the same config, precision, batch size
-    and stepper; the graph stepper's losses (eager here, on a CPU) against the eager ones."""
+    run profiled (1 step each: torch's profiler takes seconds to read a step's events), each
+    compared with a baseline run of the same config, precision, batch size and stepper; the
+    graph stepper's losses (eager here, on a CPU) against the eager ones."""
     temporary = tmp_path / "tmp"
     temporary.mkdir()
     baseline = tmp_path / "baseline.json"
@@ -56,6 +57,8 @@ def test_dry_run_trains_both_configs_and_embeds_on_cpu_and_leaves_no_temporary_f
         "--batch-sizes",
         "128,384",
         "--dense-softmax",
+        "--profile-steps",
+        "1",
         "--baseline",
         str(baseline),
         "--out",
@@ -95,6 +98,7 @@ def test_dry_run_trains_both_configs_and_embeds_on_cpu_and_leaves_no_temporary_f
     assert line.split()[-3] == "-"  # compiled: the plain LSTM steps ran
     profiles = [r["profile"] for r in training]
     assert len(profiles) == 9 and all(0 <= p["gpu_busy_share"] <= 1 for p in profiles)
+    assert all(p["profiled_steps"] == 1 for p in profiles)  # as asked, on a dry run too
     for profile in profiles:  # where a step's time goes, host operators first on a CPU
         assert profile["top_host_operators"][0][0].startswith("aten::")
         assert {"kernels_per_step", "host_syncs_per_step", "host_sync_wait_s_per_step"} <= set(
