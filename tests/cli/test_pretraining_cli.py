@@ -46,12 +46,20 @@ def evaluate(archive, data_file, output_file):
     }
 
 
+@pytest.fixture(scope="module")
+def evaluated_tiny_bilm(tiny_bilm_archive, tiny_corpus, tmp_path_factory) -> dict:
+    """`evaluate` of the session's tiny biLM on the tiny corpus's valid.txt, run once for the two
+    tests that read it (the CPU loop's test evaluates again: its probe watches that run)."""
+    output = tmp_path_factory.mktemp("evaluated_tiny_bilm") / "metrics.json"
+    return evaluate(tiny_bilm_archive, tiny_corpus / "valid.txt", output)
+
+
 def test_train_archive_load_evaluate_gives_identical_perplexities(
-    tiny_bilm_archive, tiny_corpus, tmp_path
+    tiny_bilm_archive, evaluated_tiny_bilm
 ):
     """Validation perplexity recorded during training == `allennlp evaluate` of the archive."""
     metrics = json.loads((tiny_bilm_archive.parent / "metrics.json").read_text())
-    evaluated = evaluate(tiny_bilm_archive, tiny_corpus / "valid.txt", tmp_path / "metrics.json")
+    evaluated = evaluated_tiny_bilm
     assert set(evaluated) == {"forward_perplexity", "backward_perplexity", "perplexity"}
     for name, value in evaluated.items():
         assert value == pytest.approx(metrics[f"best_validation_{name}"], rel=1e-4)
@@ -90,13 +98,14 @@ def test_cpu_loop_reference_or_the_gpu_path_evaluates_to_the_fast_paths_perplexi
 
 
 def test_evaluate_without_an_output_file_logs_the_metrics_it_would_write(
-    tiny_bilm_archive, tiny_corpus, tmp_path
+    tiny_bilm_archive, evaluated_tiny_bilm, tiny_corpus
 ):
     """allennlp's evaluate logs its metrics only when it writes them to --output-file;
     `elmo_evaluator` (the configs' `evaluation`) logs them without it too."""
-    valid = tiny_corpus / "valid.txt"
-    written = evaluate(tiny_bilm_archive, valid, tmp_path / "metrics.json")
-    result = run_allennlp_in_process(["evaluate", str(tiny_bilm_archive), str(valid)])
+    written = evaluated_tiny_bilm  # --output-file's
+    result = run_allennlp_in_process(
+        ["evaluate", str(tiny_bilm_archive), str(tiny_corpus / "valid.txt")]
+    )
     log = result.stdout + result.stderr
     assert log.count("Metrics: {") == 1
     logged = json.loads(log[log.index("Metrics: {") + len("Metrics: ") :].split("\n}")[0] + "}")
@@ -111,6 +120,8 @@ def test_evaluate_without_an_output_file_logs_the_metrics_it_would_write(
     ],
 )
 def test_wikitext_validation_perplexity_falls_epoch_over_epoch(config, sizes, tmp_path):
+    """Two epochs: the second's validation perplexity is lower than the first's, and `allennlp
+    evaluate` of the archive gives the last one."""
     lines = require_shared_file("wikitext-2/valid.txt").read_text(encoding="utf-8").splitlines()
     (tmp_path / "train.txt").write_text("\n".join(lines[:400]) + "\n", encoding="utf-8")
     (tmp_path / "valid.txt").write_text("\n".join(lines[-80:]) + "\n", encoding="utf-8")
@@ -118,20 +129,20 @@ def test_wikitext_validation_perplexity_falls_epoch_over_epoch(config, sizes, tm
         sizes,
         train_data_path=str(tmp_path / "train.txt"),
         validation_data_path=str(tmp_path / "valid.txt"),
-        **{"trainer.num_epochs": 3, "data_loader.batch_size": 32},
+        **{"trainer.num_epochs": 2, "data_loader.batch_size": 32},
     )
     run_allennlp_in_process(train_args(CONFIG_DIR / config, tmp_path / "out", values))
     perplexities = [
         json.loads((tmp_path / "out" / f"metrics_epoch_{epoch}.json").read_text())[
             "validation_perplexity"
         ]
-        for epoch in range(3)
+        for epoch in range(2)
     ]
-    assert perplexities[0] > perplexities[1] > perplexities[2]
+    assert perplexities[0] > perplexities[1]
     evaluated = evaluate(
         tmp_path / "out" / "model.tar.gz", tmp_path / "valid.txt", tmp_path / "metrics.json"
     )
-    assert evaluated["perplexity"] == pytest.approx(perplexities[2], rel=1e-4)
+    assert evaluated["perplexity"] == pytest.approx(perplexities[1], rel=1e-4)
 
 
 def test_distributed_cpu_training_over_shards(tiny_corpus, tmp_path):
@@ -223,7 +234,7 @@ def test_original_config_shrunk_trains_with_sampled_softmax_and_validates_with_t
         "model.num_samples": 20,
         "vocabulary.min_count.tokens": 1,
         "data_loader.batch_size": 16,
-        "trainer.num_epochs": 4,
+        "trainer.num_epochs": 2,  # perplexity 1150 of 1346 rows; untrained (lr 0): 1346.3
         "trainer.cuda_device": -1,
         "train_data_path": str(tiny_corpus / "train" / "*.txt"),
         "validation_data_path": str(tiny_corpus / "valid.txt"),
@@ -240,14 +251,15 @@ def test_original_config_shrunk_trains_with_sampled_softmax_and_validates_with_t
 
 def test_killed_run_resumes_from_its_last_checkpoint_with_recover(tiny_corpus, tmp_path):
     """A run killed right after epoch 0's checkpoint (by a probe callback, no timing involved)
-    resumes with `-r` from exactly that checkpoint's weights and does not train epoch 0 again."""
+    resumes with `-r` from exactly that checkpoint's weights, does not train epoch 0 again and
+    trains epoch 1 (of 2; one shard of the tiny corpus)."""
     out = tmp_path / "out"
     values = dict(
         TINY_LSTM_OVERRIDES,
-        train_data_path=str(tiny_corpus / "train" / "*.txt"),
+        train_data_path=str(tiny_corpus / "train" / "shard_0.txt"),
         validation_data_path=str(tiny_corpus / "valid.txt"),
         **{
-            "trainer.num_epochs": 3,
+            "trainer.num_epochs": 2,
             "trainer.callbacks": demo_callbacks("checkpoint_probe"),
         },
     )
@@ -273,7 +285,7 @@ def test_killed_run_resumes_from_its_last_checkpoint_with_recover(tiny_corpus, t
         first_epoch.stat().st_mtime_ns,
         first_epoch.read_text(),
     ) == before  # epoch 0 not trained again
-    assert json.loads((out / "metrics.json").read_text())["epoch"] == 2
+    assert json.loads((out / "metrics.json").read_text())["epoch"] == 1
 
 
 def test_bf16_training_through_the_cli_tracks_float32_losses(tiny_corpus, tmp_path):
