@@ -1,6 +1,6 @@
 """Shared fixtures: tiny corpora and tiny trained archives (made once per session, through the
-`allennlp` CLI in this process), one torch thread for every test. Helpers live in
-tests/helpers.py."""
+`allennlp` CLI in this process), one torch thread for every test; the slow tests first. Helpers
+live in tests/helpers.py."""
 
 import tempfile
 from pathlib import Path
@@ -18,10 +18,16 @@ from tests.helpers import (
     TINY_TRANSFORMER_OVERRIDES,
     conllu_head,
     run_allennlp_in_process,
+    slow_tests_first,
     train_args,
 )
 
 import_plugins()  # allennlp-models too, as every `allennlp` command does (crf_tagger, ...)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """After pytest-randomly's shuffle: the tests marked `slow` first."""
+    items[:] = slow_tests_first(items)
 
 
 @pytest.fixture(scope="session", autouse=True)

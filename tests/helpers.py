@@ -589,3 +589,10 @@ def save_tiny_bert(text: str, folder: Path, hidden: int) -> str:
     )
     BertForMaskedLM(config).save_pretrained(str(folder / "model"))
     return str(folder / "model")
+
+
+def slow_tests_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The suite's items with the tests marked `slow` first, each group in the order it had
+    (pytest-randomly's): pytest-xdist's workers then start the long tests while most of the
+    suite is still to share, and none idles at the end while another runs one."""
+    return sorted(items, key=lambda item: item.get_closest_marker("slow") is None)

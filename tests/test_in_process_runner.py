@@ -63,6 +63,7 @@ def test_an_escaping_exception_is_its_traceback_and_exit_status_1(tmp_path):
     assert result.returncode == 1 and "Traceback" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_fresh_process_gives_what_a_fork_gives(tmp_path):
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     embed = ["allennlp", "elmo-embed", str(OLD_BILM_ARCHIVE), "nope.txt", "out.hdf5"]

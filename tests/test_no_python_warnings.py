@@ -6,6 +6,8 @@ embeds with `elmo_bilm_embedder` and applies the process settings."""
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers import REPO_ROOT
 
 SCRIPT = """
@@ -46,6 +48,7 @@ print("shape", tuple(vectors.shape))
 """
 
 
+@pytest.mark.slow
 def test_import_train_step_embed_and_process_settings_raise_no_warning():
     result = subprocess.run(
         [sys.executable, "-c", SCRIPT],

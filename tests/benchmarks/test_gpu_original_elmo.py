@@ -6,6 +6,7 @@ import os
 import subprocess
 import threading
 
+import pytest
 import torch
 
 from benchmarks.gpu_original_elmo import compilation, fresh_compilation
@@ -40,6 +41,7 @@ def test_help_names_every_measurement():
         assert words in result.stdout
 
 
+@pytest.mark.slow
 def test_dry_run_trains_both_configs_and_embeds_on_cpu_and_leaves_no_temporary_files(tmp_path):
     """Both configs at two batch sizes with both steppers, the dense softmax at the larger, every
     run profiled (1 step each: torch's profiler takes seconds to read a step's events), each

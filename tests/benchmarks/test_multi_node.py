@@ -42,6 +42,7 @@ def run_logs(folder: Path) -> str:
 
 
 @pytest.mark.parametrize("hosts", ["namespaces", "loopback"])
+@pytest.mark.slow
 def test_two_nodes_train_as_one_host_and_recover_from_a_lost_node(hosts, tmp_path):
     """As root: two namespaced hosts, node 1 killed and later cut off. Elsewhere the same two
     `allennlp train --node-rank` on this machine's loopback, node 1 killed (no link to cut);

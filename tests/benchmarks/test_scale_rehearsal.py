@@ -10,6 +10,8 @@ import json
 import math
 import os
 
+import pytest
+
 from benchmarks.support.common import ALLENNLP_ENV
 from tests.helpers import REPO_ROOT, TINY_CHAR_CNN_OVERRIDES, forked_allennlp_script, run_forked
 
@@ -23,6 +25,7 @@ TINY = {
 }
 
 
+@pytest.mark.slow
 def test_rehearsal_kills_resumes_and_evaluates_then_times_both_vocabularies(tmp_path):
     command = [
         "-m",

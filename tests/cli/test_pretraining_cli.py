@@ -119,6 +119,7 @@ def test_evaluate_without_an_output_file_logs_the_metrics_it_would_write(
         ("elmo_transformer.jsonnet", TINY_TRANSFORMER_OVERRIDES),
     ],
 )
+@pytest.mark.slow
 def test_wikitext_validation_perplexity_falls_epoch_over_epoch(config, sizes, tmp_path):
     """Two epochs: the second's validation perplexity is lower than the first's, and `allennlp
     evaluate` of the archive gives the last one."""
@@ -145,6 +146,7 @@ def test_wikitext_validation_perplexity_falls_epoch_over_epoch(config, sizes, tm
     assert evaluated["perplexity"] == pytest.approx(perplexities[1], rel=1e-4)
 
 
+@pytest.mark.slow
 def test_distributed_cpu_training_over_shards(tiny_corpus, tmp_path):
     """2 DDP workers x 2 loader workers over a folder of 3 shards: both workers train, and
     together they train on every target of the corpus exactly once (counted by a probe
@@ -220,6 +222,7 @@ def full_softmax_perplexity(archive, data_file) -> float:
     return math.exp(nll / targets)
 
 
+@pytest.mark.slow
 def test_original_config_shrunk_trains_with_sampled_softmax_and_validates_with_the_full_one(
     tiny_corpus, tmp_path
 ):
@@ -249,6 +252,7 @@ def test_original_config_shrunk_trains_with_sampled_softmax_and_validates_with_t
     assert validation < vocab_size
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_from_its_last_checkpoint_with_recover(tiny_corpus, tmp_path):
     """A run killed right after epoch 0's checkpoint (by a probe callback, no timing involved)
     resumes with `-r` from exactly that checkpoint's weights, does not train epoch 0 again and

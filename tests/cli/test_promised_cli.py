@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import h5py
+import pytest
 import torch
 from allennlp.data import Token
 from allennlp.models.archival import load_archive
@@ -108,6 +109,7 @@ def test_whitespace_tagger_returns_the_models_logits_and_mask(
     assert torch.tensor(output["logits"]).shape == (len(words), num_tags)
 
 
+@pytest.mark.slow
 def test_make_install_is_idempotent_and_subcommands_come_from_the_global_plugins_file(tmp_path):
     """A second `make install` changes nothing and lists elmo_plugin once in ~/.allennlp/plugins;
     from a folder with no .allennlp_plugins and no --include-package, `allennlp` finds our

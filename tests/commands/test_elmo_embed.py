@@ -275,6 +275,7 @@ def test_missing_input_is_an_error_naming_it(tiny_bilm_archive, tmp_path):
         )
 
 
+@pytest.mark.slow
 def test_resume_after_a_real_kill_gives_the_uninterrupted_file(tiny_bilm_archive, plugin_cwd):
     """`allennlp elmo-embed` is killed (SIGKILL) after it has recorded two chunks as done; the
     output does not exist, only OUTPUT.partial; `--resume` skips the recorded lines and ends with

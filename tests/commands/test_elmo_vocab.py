@@ -112,6 +112,7 @@ def counted_in_a_command(folder: Path, workers: int, skip_headings: bool = False
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_workers_count_compressed_shards_with_ties_exactly_as_one_process(plugin_cwd):
     """workers=2 in this process: the pool's workers are spawned interpreters (the suite's one
     run of `elmo-vocab --workers`' real spawn; everywhere else they are forks of a forked

@@ -6,6 +6,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers import REPO_ROOT
 
 DEMO = REPO_ROOT / "scripts" / "demo.sh"
@@ -47,6 +49,7 @@ def run_python(code: str, pythonwarnings: str) -> str:
     ).stderr
 
 
+@pytest.mark.slow
 def test_demo_hides_the_three_fairscale_notices_and_nothing_else():
     setting = demo_pythonwarnings()
     assert len(setting.split(",")) == 3

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import FORKED_ALLENNLP, REPO_ROOT, forked_client
 
 SCRIPT = REPO_ROOT / "scripts" / "gpu_run.sh"
@@ -64,6 +66,7 @@ def listed(stdout: str) -> dict[str, tuple[int, str]]:
     return {m[1]: (int(m[2]), m[3]) for m in matches if m}
 
 
+@pytest.mark.slow
 def test_the_default_call_lists_its_stages_in_order_within_600_s_and_runs_the_smoke_shrunk(
     tmp_path,
 ):

@@ -1,5 +1,6 @@
 """`make test`: the suite in one worker process per core (at most 4), in a random order that the
-seed repeats, ending with its 15 slowest tests; `.ci/run`'s two suites, side by side, one worker
+seed repeats (the slow tests first: tests/test_suite_order.py), handed out in chunks of at most
+16 tests, ending with its 15 slowest tests; `.ci/run`'s two suites, side by side, one worker
 each. Read from `make -n` (the commands, not run)."""
 
 import os
@@ -30,6 +31,7 @@ def test_make_test_runs_one_worker_per_core_at_most_four_in_the_seeds_order():
     workers = command[command.index("-n") + 1]
     assert workers == str(min(len(os.sched_getaffinity(0)), 4))
     assert "--randomly-seed=7" in command and "--durations=15" in command
+    assert "--maxschedchunk=16" in command
     one = pytest_command("TEST_WORKERS=1")
     assert one[one.index("-n") + 1] == "1"
 
