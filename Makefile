@@ -12,8 +12,10 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: install demo lint test coverage benchmark clean
 
+# elmo_plugin listed in allennlp's global plugins file (registering imports the whole plugin, some
+# seconds: only where the file does not list it yet)
 install: $(STAMP)
-	$(BIN)/python -m elmo_plugin.commands.register_plugin
+	@grep -qsx elmo_plugin $(HOME)/.allennlp/plugins || $(BIN)/python -m elmo_plugin.commands.register_plugin
 
 $(STAMP): constraints.txt setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV_ARGS) $(VENV)
