@@ -97,6 +97,7 @@ def recorded(
     [(0, 1), (1, 1), (2, 1), (1, 2)],
     ids=["0-workers", "1-worker", "2-workers", "2-processes"],
 )
+@pytest.mark.slow
 def test_killed_then_resumed_epoch_trains_the_uninterrupted_epochs_lines(
     tiny_corpus, tmp_path, tmp_path_factory, num_workers, processes
 ):
@@ -134,6 +135,7 @@ def test_killed_then_resumed_epoch_trains_the_uninterrupted_epochs_lines(
         assert evaluated["perplexity"] == pytest.approx(metrics["validation_perplexity"], rel=1e-5)
 
 
+@pytest.mark.slow
 def test_a_checkpoint_cut_short_by_a_kill_mid_save_is_skipped_by_resume(
     tiny_corpus, tmp_path, tmp_path_factory
 ):
@@ -158,6 +160,7 @@ def test_a_checkpoint_cut_short_by_a_kill_mid_save_is_skipped_by_resume(
     assert not cut_short.exists()
 
 
+@pytest.mark.slow
 def test_fixed_shape_trains_the_same_batches_to_the_same_losses_and_resumes_exactly(
     tiny_corpus, tmp_path
 ):

@@ -38,6 +38,7 @@ def assert_same_metrics(plain: Path, graph: Path, names: tuple[str, ...] = METRI
         assert metrics[1][name] == pytest.approx(metrics[0][name], rel=1e-6), name
 
 
+@pytest.mark.slow
 def test_graph_step_trains_as_gradient_descent_on_the_cpu_and_resumes_exactly(
     tiny_corpus, tmp_path, tmp_path_factory
 ):

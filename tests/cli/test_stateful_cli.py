@@ -107,6 +107,7 @@ def test_stateful_training_predicts_every_token_once_per_epoch_and_evaluates_as_
 
 
 @pytest.mark.parametrize("processes", [1, 2], ids=["1-process", "2-processes"])
+@pytest.mark.slow
 def test_killed_stateful_run_resumes_at_the_batch_after_its_checkpoint(
     tiny_corpus, tmp_path, uninterrupted, processes
 ):

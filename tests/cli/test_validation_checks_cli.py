@@ -59,6 +59,7 @@ def history(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "validation_checks.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_checks_are_logged_archived_and_resumed_exactly(tiny_corpus, tmp_path):
     values = deterministic(tiny_corpus, CHECKS)
     train = lambda out, record, **kw: train_with_probes(CONFIG, values, out, record, **kw)  # noqa: E731
