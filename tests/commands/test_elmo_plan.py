@@ -13,7 +13,7 @@ from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.commands import elmo_plan
 from elmo_plugin.training import sparse_gradient_sync
-from tests.cli.test_exact_resume_cli import CONFIG, shrunk_original
+from tests.cli.test_exact_resume_cli import CONFIG, SAVED_AT, shrunk_original
 from tests.helpers import overrides, run_allennlp, run_allennlp_in_process
 
 
@@ -36,7 +36,7 @@ def test_the_plan_measures_the_configs_steps_and_its_checkpoint_size(
     assert parts["training"] == pytest.approx(plan["seconds_per_batch"] * batches)
     assert parts["validation_checks"] == pytest.approx(batches // 4 * 2 * validation)
     assert parts["validation"] == pytest.approx(plan["validation_batches"] * validation)
-    saves = batches // 3 + 1  # save_every_num_batches 3, and the epoch's end
+    saves = batches // SAVED_AT + 1  # save_every_num_batches, and the epoch's end
     assert parts["checkpoints"] == pytest.approx(saves * plan["checkpoint_seconds"])
     assert plan["epoch_seconds"] == pytest.approx(sum(parts.values()))
     assert plan["run_seconds"] == pytest.approx(plan["epoch_seconds"])  # one epoch
