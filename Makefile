@@ -53,10 +53,11 @@ test: install
 	$(BIN)/python -m pytest tests -q -rs --randomly-seed=$(TEST_SEED) -n $(TEST_WORKERS) --maxschedchunk=16 --durations=15
 
 # The suite as `make test` runs it, with line coverage of elmo_plugin (settings in pyproject.toml,
-# the `allennlp` processes tests start included), then the report per file.
+# the `allennlp` processes tests start included), then the report per file. Every process's data
+# file goes here, whatever its working directory (a test's folder must show only its outputs).
 coverage: install
 	@echo "make coverage: random test order --randomly-seed=$(TEST_SEED), $(TEST_WORKERS) workers"
-	$(BIN)/python -m pytest tests -q -rs --randomly-seed=$(TEST_SEED) -n $(TEST_WORKERS) --maxschedchunk=16 --cov --cov-report=term
+	COVERAGE_FILE=$(CURDIR)/.coverage $(BIN)/python -m pytest tests -q -rs --randomly-seed=$(TEST_SEED) -n $(TEST_WORKERS) --maxschedchunk=16 --cov --cov-report=term
 
 benchmark: install
 	$(BIN)/python -m benchmarks.run_all

@@ -10,12 +10,12 @@ import subprocess
 from tests.helpers import REPO_ROOT
 
 
-def pytest_command(*variables: str) -> list[str]:
-    """The pytest line of `make -n test VARIABLES`, outside any make this suite runs under (whose
+def pytest_command(*variables: str, target: str = "test") -> list[str]:
+    """The pytest line of `make -n TARGET VARIABLES`, outside any make this suite runs under (whose
     command-line variables, `.ci/run`'s TEST_WORKERS=1, would reach it through MAKEFLAGS)."""
     outside = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "TEST_WORKERS", "TEST_SEED")
     made = subprocess.run(
-        ["make", "-n", "test", "TEST_SEED=7", *variables],
+        ["make", "-n", target, "TEST_SEED=7", *variables],
         env={name: value for name, value in os.environ.items() if name not in outside},
         cwd=REPO_ROOT,
         capture_output=True,
@@ -35,6 +35,15 @@ def test_make_test_runs_one_worker_per_core_at_most_four_in_the_seeds_order():
     assert "--maxschedchunk=16" in command
     one = pytest_command("TEST_WORKERS=1")
     assert one[one.index("-n") + 1] == "1"
+
+
+def test_make_coverage_runs_the_same_suite_with_one_data_file_location():
+    """Each process's coverage data file in the checkout, not in its working directory (a
+    command run in a test's folder would leave `.coverage.*` files among the outputs the test
+    reads)."""
+    command = pytest_command(target="coverage")
+    assert f"COVERAGE_FILE={REPO_ROOT}/.coverage" in command and "--cov" in command
+    assert "--maxschedchunk=16" in command and "--randomly-seed=7" in command
 
 
 def test_ci_runs_both_suites_with_one_worker_each():
