@@ -36,7 +36,10 @@ from allennlp.data import Batch, DatasetReader, Instance, Token, Vocabulary
 from allennlp.data.fields import TextField
 from allennlp.models import Model
 
-from benchmarks.support.common import shared_data_dir  # the one definition, shared with benchmarks/
+from benchmarks.support.common import (  # the one definition, shared with benchmarks/
+    ALLENNLP_ENV,
+    shared_data_dir,
+)
 from elmo_plugin.training import glibc_heap
 from tests import forked_allennlp
 
@@ -178,6 +181,18 @@ def forked_allennlp_script(folder: Path, timeout: int = 600) -> Path:
     )
     script.chmod(0o755)
     return script
+
+
+def warm_allennlp_env(folder: Path) -> dict[str, str]:
+    """The variables that make a process's `allennlp` children (a benchmark's: ALLENNLP_ENV)
+    forks of this session's warm server: FOLDER/allennlp (`forked_allennlp_script`) and the
+    server's socket, where it runs (else the script runs a fresh `allennlp`)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    env = {ALLENNLP_ENV: str(forked_allennlp_script(folder))}
+    server = allennlp_server()
+    if server is not None:
+        env[forked_allennlp.SOCKET_ENV] = server
+    return env
 
 
 _server: dict[str, Optional[str]] = {}  # this session's server: its socket (None: refused)

@@ -13,10 +13,9 @@ from transformers import BertForMaskedLM, BertModel
 
 from benchmarks.quality_table import BERT_ROWS, Budget, downstream_params, train_downstream
 from benchmarks.support import bert_mlm
-from benchmarks.support.common import ALLENNLP_ENV, REPO_ROOT
+from benchmarks.support.common import REPO_ROOT
 from benchmarks.support.frozen_transformer_layers import FrozenTransformerMismatchedEmbedder
-from tests import forked_allennlp
-from tests.helpers import allennlp_server, forked_allennlp_script, save_tiny_bert
+from tests.helpers import save_tiny_bert, warm_allennlp_env
 
 TEXT = "the cat sat on the mat .\nthe dog sat on the log .\na cat and a dog met on a mat .\n"
 
@@ -114,11 +113,8 @@ def bert_weights(state: dict) -> dict:
 @pytest.mark.parametrize("row", BERT_ROWS)
 def test_the_bert_rows_train_a_tagger_through_allennlp_train(row, tiny_bert, tmp_path, monkeypatch):
     # `allennlp train` a fork of the tests' warm server (its client: no seconds of imports)
-    (tmp_path / "bin").mkdir()
-    monkeypatch.setenv(ALLENNLP_ENV, str(forked_allennlp_script(tmp_path / "bin")))
-    server = allennlp_server()
-    if server is not None:  # else the client runs a fresh `allennlp`
-        monkeypatch.setenv(forked_allennlp.SOCKET_ENV, server)
+    for name, value in warm_allennlp_env(tmp_path / "bin").items():
+        monkeypatch.setenv(name, value)
     tagged = REPO_ROOT / "fixtures" / "tagged"
     data = {"train": tagged / "train.conllu"}
     data["validation"] = data["test"] = tagged / "valid.conllu"

@@ -17,14 +17,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.support import network_hosts
-from benchmarks.support.common import ALLENNLP_ENV, HEAVY_FILES
-from tests.forked_allennlp import SOCKET_ENV
-from tests.helpers import (
-    REPO_ROOT,
-    TINY_CHAR_CNN_OVERRIDES,
-    allennlp_server,
-    forked_allennlp_script,
-)
+from benchmarks.support.common import HEAVY_FILES
+from tests.helpers import REPO_ROOT, TINY_CHAR_CNN_OVERRIDES, warm_allennlp_env
 
 REASON = network_hosts.unavailable_reason()
 needs_namespaces = pytest.mark.skipif(REASON is not None, reason=f"multi-node: {REASON}")
@@ -54,13 +48,9 @@ def test_two_nodes_train_as_one_host_and_recover_from_a_lost_node(hosts, tmp_pat
     faults = ["kill", "cut"] if hosts == "namespaces" else ["kill"]
     tiny = {**TINY_CHAR_CNN_OVERRIDES, "model.num_samples": 64}
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    server = allennlp_server()
-    if server is not None:  # its `allennlp` runs are forks of the warm server, each in its host's
-        # namespace (tests/forked_allennlp.py); this process is a fresh one (its pid names them)
-        (tmp_path / "bin").mkdir()
-        env.update(
-            {SOCKET_ENV: server, ALLENNLP_ENV: str(forked_allennlp_script(tmp_path / "bin"))}
-        )
+    # its `allennlp` runs are forks of the warm server, each in its host's namespace
+    # (tests/forked_allennlp.py); this process is a fresh one (its pid names them)
+    env.update(warm_allennlp_env(tmp_path / "bin"))
     process = subprocess.Popen(
         [
             sys.executable,
