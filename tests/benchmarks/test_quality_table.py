@@ -124,6 +124,14 @@ def test_every_row_trains_the_same_model_on_training_data_only(row, tmp_path):
         assert params["datasets_for_vocab_creation"] == ["train"]
         assert params["test_data_path"] == str(data["test"]) and params["evaluate_on_test"]
         assert (params["trainer"]["num_epochs"], params["trainer"]["patience"]) == (40, 5)
+        # the protocol's training: parsers in batches of 8, every rate halved on a plateau
+        assert params["data_loader"]["batch_sampler"]["batch_size"] == {"upos": 32, "las": 8}[task]
+        scheduler = params["trainer"]["learning_rate_scheduler"]
+        assert (scheduler["type"], scheduler["mode"], scheduler["factor"]) == (
+            "reduce_on_plateau",
+            "max",
+            0.5,
+        )
         assert [c["type"] for c in params["trainer"]["callbacks"]] == ["elmo_process_settings"]
         if row == "static_vectors":
             assert embedders["static"]["trainable"] is False
@@ -458,6 +466,7 @@ def test_the_settings_hold_the_data_files_sizes_and_hashes_the_configs_and_the_p
         path.write_text("one line\n")
     settings = run_settings(FULL, "normalized")
     assert settings["protocol"] == PROTOCOL and settings["max_epochs"] == 40
+    assert settings["downstream_training"]["batch_size"] == {"upos": 32, "las": 8}
     assert set(settings["configs"]) == {*BILM_CONFIGS.values(), *(c for c, _ in TASKS.values())}
     assert settings["data"]["valid.txt"].startswith("9 bytes, sha256 ")
     (tmp_path / EWT).write_text("one line.\n")
