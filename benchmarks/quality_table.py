@@ -30,8 +30,10 @@ Convergence: each biLM (the BERT: its validation masked-LM loss) trains until it
 perplexity has not improved for
 `--pretrain-patience` epochs, at most `--pretrain-epochs`. Each tagger (UPOS, the `crf_tagger` of
 pos_tagger_elmo.jsonnet) and parser (LAS, dependency_parser_elmo.jsonnet) until its validation
-accuracy / LAS has not improved for `--patience` epochs, at most `--max-epochs`. The test
-figures are the best validation epoch's. One pretraining seed per row; `--seeds` downstream
+accuracy / LAS has not improved for `--patience` epochs, at most `--max-epochs`, with
+`DOWNSTREAM_TRAINING` over the shipped configs (the parser's batch size, a rate halved on a
+plateau) so that they converge before the cap. The test figures are the best validation
+epoch's. One pretraining seed per row; `--seeds` downstream
 seeds per row (mean +- sd). Every biLM is frozen downstream; our biLMs' layers for the EWT
 sentences are computed once per biLM (`allennlp elmo-embed`) and read through
 `elmo_bilm_embedder`'s `precomputed_layers`. Each pretrained LM row is compared with the BERT
