@@ -30,9 +30,9 @@ Convergence: each biLM (the BERT: its validation masked-LM loss) trains until it
 perplexity has not improved for
 `--pretrain-patience` epochs, at most `--pretrain-epochs`. Each tagger (UPOS, the `crf_tagger` of
 pos_tagger_elmo.jsonnet) and parser (LAS, dependency_parser_elmo.jsonnet) until its validation
-accuracy / LAS has not improved for `--patience` epochs, at most `--max-epochs`, with
-`DOWNSTREAM_TRAINING` over the shipped configs (the parser's batch size, a rate halved on a
-plateau) so that they converge before the cap. The test figures are the best validation
+accuracy / LAS has not improved for `--patience` epochs, at most `--max-epochs`.
+`DOWNSTREAM_TRAINING` (the parser's batch size, a rate halved on a plateau) is set over the
+shipped configs so that they converge before the cap. The test figures are the best validation
 epoch's. One pretraining seed per row; `--seeds` downstream
 seeds per row (mean +- sd). Every biLM is frozen downstream; our biLMs' layers for the EWT
 sentences are computed once per biLM (`allennlp elmo-embed`) and read through
@@ -49,9 +49,9 @@ Rows one at a time: `--results DIR` writes each row's results (its pretraining, 
 curve runs, the settings they were made with) to DIR/ROW.json once its stages finish.
 `--from-results DIR` trains nothing and builds the table, curve and comparisons from those
 files, refusing a missing file or one made with other settings (budget, `PROTOCOL`, the data
-files, the configs). A biLM row run alone gets the curve's runs as the best biLM; the build
-uses those of the row with the best validation UPOS among the files (the BERT rows likewise,
-run together: they share one pretraining).
+files, the configs). A biLM or BERT row run alone trains the curve's runs as the best of its
+kind, named by itself; the build uses those of the row with the best validation UPOS among the
+files. The two BERT rows share one pretraining when run with the same `--out`.
 
 Usage (from the repo root):
     python -m benchmarks.quality_table --out DIR [--quick] [--seeds 3] [--workers 2]
@@ -606,10 +606,12 @@ class Plan:
 
     def downstream(self, task: str, row: str, train: str, seed: int) -> Stage:
         """One tagger / parser run; `row` best_bilm / best_bert: that of the biLM / BERT rows
-        with the best validation UPOS (curve only)."""
+        with the best validation UPOS (curve only), or the run's one row of that kind."""
+        candidates = [r for r in self.rows if r in BEST_OF.get(row, ())]
+        if len(candidates) == 1:  # its own curve runs, under its own name
+            row = candidates[0]
         name = f"{task}_{row}_seed{seed}" if train == "train" else f"curve_{row}_{train}_seed{seed}"
         if row in BEST_OF:
-            candidates = [r for r in self.rows if r in BEST_OF[row]]
             needs = tuple(
                 dict.fromkeys(self.source(r) or "" for r in candidates)  # once each
             ) + tuple(f"upos_{r}_seed{s}" for r in candidates for s in range(self.budget.seeds))
@@ -713,32 +715,49 @@ def results_from_files(
     """The stage results in FOLDER's row files. The curve's best biLM / BERT is chosen among
     the files' rows by validation UPOS; its curve runs come from that row's file."""
     files = {row: read_row_file(folder / f"{row}.json", settings) for row in rows}
-    results = {
+    table = {
         name: run
-        for runs in files.values()
-        for name, run in runs.items()
+        for found in files.values()
+        for name, run in found.items()
         if not name.startswith("curve_")
     }
     chosen = {
-        curve: best_row(results, candidates)
-        for curve, candidates in BEST_OF.items()
+        group: best_row(table, candidates)
+        for group, candidates in BEST_OF.items()
         if set(candidates) & set(rows)
     }
-    for runs in files.values():
-        for name, run in runs.items():
-            curve = name.removeprefix("curve_").split("_train_")[0]
-            if name.startswith("curve_") and chosen.get(curve, run["row"]) == run["row"]:
-                results[name] = run
-    return results
+    curves = {  # the chosen row's file only: every biLM / BERT row's file has curve runs
+        name: run
+        for found in files.values()
+        for name, run in found.items()
+        if name.startswith("curve_")
+        and chosen.get(curve_group(run["row"]), run["row"]) == run["row"]
+    }
+    return {**table, **curves}
+
+
+def curve_group(row: str) -> str:
+    """The curve's name for `row`'s runs: best_bilm / best_bert for a biLM / BERT row."""
+    return next((group for group, rows in BEST_OF.items() if row in rows), row)
+
+
+def by_curve_group(results: dict[str, Result]) -> dict[str, Result]:
+    """`results` with each curve run named by its row's curve group (a row run alone names
+    them by itself: curve_lstm_stateful_train_200_seed0 -> curve_best_bilm_train_200_seed0)."""
+    return {
+        f"curve_{curve_group(run['row'])}_train_{name.split('_train_')[-1]}"
+        if name.startswith("curve_")
+        else name: run
+        for name, run in results.items()
+    }
 
 
 def read_row_file(path: Path, settings: dict[str, Any]) -> dict[str, Result]:
     """The row file's runs; a missing file, or one made with other settings, stops the build
     with one line."""
     if not path.is_file():
-        rows = ",".join(BERT_ROWS) if path.stem in BERT_ROWS else path.stem
         raise SystemExit(
-            f"{path}: missing; make it with `python -m benchmarks.quality_table --rows {rows} "
+            f"{path}: missing; make it with `python -m benchmarks.quality_table --rows {path.stem} "
             f"--results {path.parent}`"
         )
     found = json.loads(path.read_text(encoding="utf-8"))
@@ -773,6 +792,7 @@ def summarize(rows: list[str], results: dict[str, Result], budget: Budget) -> di
     """Per row: pretraining figures, and per task the test and validation means and sds, the
     epochs and the runs stopped at `budget.max_epochs`; the curve: test UPOS per training-set
     size for its rows; per task (and the curve) the runs at that cap."""
+    results = by_curve_group(results)
     table: dict[str, Any] = {}
     by_task: dict[str, list[Result]] = {task: [] for task in [*TASKS, "upos_curve"]}
     for row in rows:
@@ -1052,8 +1072,6 @@ def main(argv: list[str]) -> dict[str, Any]:
         parser.error(f"--rows: unknown {sorted(unknown)}; choose from {ROWS}")
     if args.seeds < 1 or args.workers < 1:
         parser.error("--seeds and --workers must be at least 1")
-    if args.results and len(set(BERT_ROWS) & set(rows)) == 1:
-        parser.error(f"--results: the BERT rows share one pretraining; run {BERT_ROWS} together")
     budget = budget_from(args)
 
     wikitext, ewt = wikitext_file(), shared_data_dir() / EWT

@@ -22,7 +22,6 @@ from benchmarks.quality_table import (
     downstream_params,
     figures_of,
     holm,
-    main,
     paired_comparisons,
     plot_curve,
     print_table,
@@ -426,16 +425,37 @@ def test_a_missing_row_file_is_named_with_the_command_that_makes_it(tmp_path):
     write_rows(tmp_path)
     with pytest.raises(
         SystemExit,
-        match="bert_mlm_frozen.json: missing; make it with .*"
-        "--rows bert_mlm_frozen,bert_mlm_finetuned --results",
+        match="bert_mlm_frozen.json: missing; make it with .*--rows bert_mlm_frozen --results",
     ):
         results_from_files(tmp_path, ["lstm_stateless", "bert_mlm_frozen"], SETTINGS)
 
 
-def test_the_bert_rows_are_written_by_one_command(tmp_path, monkeypatch):
-    monkeypatch.setenv("ELMO_PLUGIN_DATA", str(tmp_path))  # no data: nothing would train
-    with pytest.raises(SystemExit):
-        main(["--rows", "bert_mlm_frozen", "--results", str(tmp_path)])
+def test_a_row_run_alone_trains_its_own_curve_under_its_own_name(tmp_path):
+    """So the two BERT rows can run one after the other in one --out (the second reuses the
+    BERT): neither finds the other's curve runs among the finished stages."""
+    data = {"wiki": {}, "ewt": {"sentences": tmp_path / "sentences.txt"}}
+    for row in BERT_ROWS:
+        stages = {stage.name: stage for stage in Plan([row], data, FULL, tmp_path).stages()}
+        curve = {name for name in stages if name.startswith("curve_")}
+        assert curve == {
+            f"curve_{row}_train_{n}_seed{s}" for n in (200, 400, 800) for s in range(3)
+        }
+        assert stages[f"curve_{row}_train_200_seed0"].needs == ("pretrain_bert_mlm",)
+    results = row_results("lstm_stateful", [0.9, 0.9, 0.9], 0.7)
+    results = {name.replace("best_bilm", "lstm_stateful"): run for name, run in results.items()}
+    summary = summarize(["lstm_stateful"], results, SMALL)  # the row's own command's table
+    assert summary["curve"]["lstm_stateful"]["200"]["test_mean"] == 0.8
+
+
+def test_the_build_takes_the_curve_of_the_better_bert_row_run_alone(tmp_path):
+    for row, validation in (("bert_mlm_frozen", 0.6), ("bert_mlm_finetuned", 0.7)):
+        found = row_results(row, [0.88, 0.89, 0.90], validation)  # curve_ROW_train_200_seed0
+        write_row_files(tmp_path, [row], found, SETTINGS)
+    summary = summarize(
+        list(BERT_ROWS), results_from_files(tmp_path, list(BERT_ROWS), SETTINGS), SMALL
+    )
+    assert list(summary["curve"]) == ["bert_mlm_finetuned"]  # better by validation UPOS
+    assert summary["at_cap"]["upos_curve"]["runs"] == 3  # the other row's curve runs left out
 
 
 def test_runs_at_the_epoch_cap_are_counted_per_task_and_a_biLM_improving_at_its_cap_is_flagged(
