@@ -34,6 +34,7 @@ from benchmarks.quality_table import (
 )
 from benchmarks.support.stages import Stage, keep_settings, run_stages
 from benchmarks.support.wikitext_data import EWT, wikitext_file
+from tests.helpers import REPO_ROOT, require_shared_file
 
 FULL = Budget(None, 1200, [200, 400, 800], 3, 10, 1, 40, 5)
 
@@ -492,3 +493,17 @@ def test_the_settings_hold_the_data_files_sizes_and_hashes_the_configs_and_the_p
     (tmp_path / EWT).write_text("one line.\n")
     changed = run_settings(FULL, "normalized")["data"][(tmp_path / EWT).name]
     assert changed != settings["data"][(tmp_path / EWT).name]
+
+
+def test_the_committed_row_files_build_with_this_checkouts_settings():
+    """benchmarks/quality_results/ holds the docs' figures: a change to a config, the data or the
+    protocol that would make the build refuse them fails here, not in the next full run."""
+    require_shared_file(EWT)
+    folder = REPO_ROOT / "benchmarks" / "quality_results"
+    rows = sorted(path.stem for path in folder.glob("*.json"))
+    assert "no_pretraining" in rows
+    settings = run_settings(FULL, "normalized")  # FULL: the command's default budget
+    summary = summarize(rows, results_from_files(folder, rows, settings), FULL)
+    for row in rows:
+        for task in TASKS:
+            assert len(summary["table"][row][task]["test"]) == FULL.seeds
