@@ -10,14 +10,15 @@ PLUGIN_NAME = "elmo_plugin"
 def register(plugins_file: str = GLOBAL_PLUGINS_FILENAME) -> bool:
     """Appends the plugin name once; returns True when the file changed."""
     path = Path(plugins_file)
-    listed = path.read_text().split() if path.exists() else []
-    if PLUGIN_NAME in listed:
+    text = path.read_text() if path.exists() else ""
+    if PLUGIN_NAME in text.split():
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
     # Not through output_file: allennlp's own plugins file, shared with other plugins, gets one
-    # line appended (make install), never replaced; it is no output of a command.
+    # line appended (make install), never replaced; it is no output of a command. A last line
+    # without its newline is ended first, so the other plugin's name stays whole.
     with path.open("a") as plugins:
-        plugins.write(PLUGIN_NAME + "\n")
+        plugins.write(("\n" if text and not text.endswith("\n") else "") + PLUGIN_NAME + "\n")
     return True
 
 

@@ -17,6 +17,13 @@ def test_register_appends_the_plugin_once_and_keeps_the_other_lines(tmp_path):
     assert plugins_file.read_text() == "other_plugin\nelmo_plugin\n"
 
 
+def test_a_last_line_without_its_newline_keeps_its_plugin(tmp_path):
+    plugins_file = tmp_path / "plugins"
+    plugins_file.write_text("other_plugin")
+    assert register(str(plugins_file)) is True
+    assert plugins_file.read_text() == "other_plugin\nelmo_plugin\n"
+
+
 @pytest.mark.filterwarnings("ignore:'elmo_plugin.commands.register_plugin' found in sys.modules")
 def test_the_module_creates_the_global_file_and_says_what_it_did(tmp_path, monkeypatch, capsys):
     plugins_file = tmp_path / "home" / ".allennlp" / "plugins"
