@@ -83,6 +83,15 @@ def run_allennlp(
     return result
 
 
+def one_error_line(result: subprocess.CompletedProcess) -> str:
+    """The single `: error: ` line of a refused run (exit status 1, no traceback)."""
+    output = result.stdout + result.stderr
+    assert result.returncode == 1 and "Traceback" not in output, output[-3000:]
+    errors = [line for line in output.splitlines() if ": error: " in line]
+    assert len(errors) == 1, output[-3000:]
+    return errors[0]
+
+
 def allennlp_process(args: list[str]) -> tuple[list[str], dict[str, str]]:
     """The command `allennlp ARGS --include-package elmo_plugin` and the environment of every
     `allennlp` process the suite starts."""

@@ -25,7 +25,13 @@ import pytest
 from elmo_plugin.commands.elmo_export import export_archive
 from elmo_plugin.data import output_file
 from elmo_plugin.data.output_file import LOCK_MARK
-from tests.helpers import REPO_ROOT, run_allennlp, run_allennlp_in_process, run_forked
+from tests.helpers import (
+    REPO_ROOT,
+    one_error_line,
+    run_allennlp,
+    run_allennlp_in_process,
+    run_forked,
+)
 
 BILM = REPO_ROOT / "fixtures" / "archives_before_layering" / "bilm_lstm.tar.gz"
 TEXT = b"the file is open .\n\nreturn the value .\n"
@@ -35,15 +41,6 @@ TEXT = b"the file is open .\n\nreturn the value .\n"
 def root(plugin_cwd) -> Path:
     (plugin_cwd / "in.txt").write_bytes(TEXT)
     return plugin_cwd
-
-
-def one_error_line(result) -> str:
-    """The single `: error: ` line of a refused run (exit status 1, no traceback)."""
-    output = result.stdout + result.stderr
-    assert result.returncode == 1 and "Traceback" not in output, output[-3000:]
-    errors = [line for line in output.splitlines() if ": error: " in line]
-    assert len(errors) == 1, output[-3000:]
-    return errors[0]
 
 
 def datasets(path: Path) -> dict:

@@ -14,6 +14,7 @@ from tests.helpers import (
     REPO_ROOT,
     allennlp_process,
     conllu_head,
+    one_error_line,
     run_allennlp,
     start_forked,
 )
@@ -27,14 +28,6 @@ ELMO_EVALUATOR = '{"evaluation": {"type": "elmo_evaluator"}}'
 def root(plugin_cwd) -> Path:
     (plugin_cwd / "in.txt").write_text(LINE * 3)
     return plugin_cwd
-
-
-def one_error_line(result) -> str:
-    output = result.stdout + result.stderr
-    assert result.returncode == 1 and "Traceback" not in output, output[-3000:]
-    errors = [line for line in output.splitlines() if ": error: " in line]
-    assert len(errors) == 1, output[-3000:]
-    return errors[0]
 
 
 def test_dev_stdout_redirected_to_a_log_is_refused_and_the_log_kept(root):
