@@ -4,6 +4,7 @@ config sizes."""
 
 import atexit
 import contextlib
+import datetime
 import gzip
 import io
 import json
@@ -505,6 +506,29 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def join_as_node(rank: int, port: int) -> None:
+    """This process as node RANK of two with one process each (allennlp's workers with one
+    device on each of two nodes): a gloo group over 127.0.0.1:PORT; a process out of step fails
+    within a minute."""
+    os.environ["ALLENNLP_PROCS_PER_NODE"] = "1"
+    torch.distributed.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=2,
+        timeout=datetime.timedelta(seconds=60),
+    )
+
+
+def run_as_two_nodes(module: str, root: Path) -> None:
+    """`python -m MODULE ROOT PORT` as a command of the tests' warm server (whose
+    `torch.multiprocessing.spawn` forks the two nodes, each calling `join_as_node`), failing the
+    test with its stderr."""
+    command = ["-m", module, str(root), str(free_port())]
+    ran = run_forked(command, REPO_ROOT, dict(os.environ, OMP_NUM_THREADS="1"), timeout=300)
+    assert ran.returncode == 0, ran.stderr[-6000:]
 
 
 @contextlib.contextmanager

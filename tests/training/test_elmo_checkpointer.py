@@ -5,7 +5,6 @@ folder; two nodes sharing a folder are refused."""
 import json
 import os
 import sys
-from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,7 +16,7 @@ from allennlp.training.checkpointer import Checkpointer
 from allennlp.training.trainer import TrainerCheckpoint
 
 from elmo_plugin.training.elmo_checkpointer import ElmoCheckpointer, newest_common_checkpoint
-from tests.helpers import REPO_ROOT, free_port, run_forked
+from tests.helpers import join_as_node, run_as_two_nodes
 
 
 def save_pair(folder, epoch: int, batch: int, value: float) -> None:
@@ -74,14 +73,7 @@ def saving_trainer(batch: int, writes: bool = True) -> SimpleNamespace:
 def as_node(rank: int, root: str, port: int) -> None:
     """One process per node (as allennlp's workers with `cuda_devices: [-1]` on two nodes), each
     with its own folders under `root`; what it saw goes to root/rank{R}.json."""
-    os.environ["ALLENNLP_PROCS_PER_NODE"] = "1"
-    dist.init_process_group(  # a checkpointer out of step fails within a minute
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=2,
-        timeout=timedelta(seconds=60),
-    )
+    join_as_node(rank, port)
     folder = Path(root) / f"resume{rank}"
     checkpoint = ElmoCheckpointer(str(folder)).load_checkpoint()
     assert checkpoint is not None
@@ -126,7 +118,7 @@ def test_two_nodes_resume_from_the_newest_checkpoint_both_folders_hold_complete(
     cut_short(tmp_path / "resume1" / "training_state_e0_b6.th")
     (tmp_path / "shared").mkdir()
     (tmp_path / "one_node").mkdir()
-    as_two_nodes(tmp_path)
+    run_as_two_nodes("tests.training.test_elmo_checkpointer", tmp_path)
     for rank in range(2):
         result = json.loads((tmp_path / f"rank{rank}.json").read_text())
         assert result["resumed_at"] == 3
@@ -140,14 +132,6 @@ def test_two_nodes_resume_from_the_newest_checkpoint_both_folders_hold_complete(
             f"{tmp_path / 'shared'}: give each node a folder of its own (docs/scaling.md)"
         )
     assert list((tmp_path / "shared").iterdir()) == []  # the markers are gone
-
-
-def as_two_nodes(root: Path) -> None:
-    """`as_node` in two processes: `python -m tests.training.test_elmo_checkpointer ROOT PORT`,
-    a command of the tests' warm server, whose `torch.multiprocessing.spawn` forks them."""
-    command = ["-m", "tests.training.test_elmo_checkpointer", str(root), str(free_port())]
-    result = run_forked(command, REPO_ROOT, dict(os.environ, OMP_NUM_THREADS="1"), timeout=300)
-    assert result.returncode == 0, result.stderr[-6000:]
 
 
 if __name__ == "__main__":

@@ -3,9 +3,7 @@ two nodes with folders of their own hold one each; two nodes pointed at one fold
 the start with the lock's line, not one alone while the other waits for it."""
 
 import json
-import os
 import sys
-from datetime import timedelta
 from pathlib import Path
 
 import torch.distributed as dist
@@ -13,21 +11,14 @@ import torch.multiprocessing as mp
 from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.training.elmo_process_settings import FOLDER_LOCK, ElmoProcessSettingsCallback
-from tests.helpers import REPO_ROOT, free_port, run_forked
+from tests.helpers import join_as_node, run_as_two_nodes
 
 
 def as_node(rank: int, root: str, port: int) -> None:
     """One process per node (allennlp's workers with one device on each of two nodes) builds the
     callback for its own folder root/node{R}, then for root/shared; what it saw goes to
     root/rank{R}.json."""
-    os.environ["ALLENNLP_PROCS_PER_NODE"] = "1"
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=2,
-        timeout=timedelta(seconds=60),
-    )
+    join_as_node(rank, port)
     own = Path(root) / f"node{rank}"
     callback = ElmoProcessSettingsCallback(str(own))
     held = (own / FOLDER_LOCK).read_text()
@@ -45,9 +36,7 @@ def as_node(rank: int, root: str, port: int) -> None:
 def test_each_node_holds_its_folder_and_a_shared_folder_stops_every_node(tmp_path):
     for folder in ("node0", "node1", "shared"):
         (tmp_path / folder).mkdir()
-    command = ["-m", "tests.training.test_training_folder_lock", str(tmp_path), str(free_port())]
-    ran = run_forked(command, REPO_ROOT, dict(os.environ, OMP_NUM_THREADS="1"), timeout=300)
-    assert ran.returncode == 0, ran.stderr[-6000:]
+    run_as_two_nodes("tests.training.test_training_folder_lock", tmp_path)
     results = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
     holders = {result["held"].split()[-1] for result in results}
     assert len(holders) == 2  # each node's process holds its own folder
