@@ -15,8 +15,9 @@ def register(plugins_file: str = GLOBAL_PLUGINS_FILENAME) -> bool:
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
     # Not through output_file: allennlp's own plugins file, shared with other plugins, gets one
-    # line appended (make install), never replaced; it is no output of a command. A last line
-    # without its newline is ended first, so the other plugin's name stays whole.
+    # line appended (make install), never replaced; it is no output of a command, and a link at
+    # it (a dotfiles manager's) is the user's own, so it is followed. A last line without its
+    # newline is ended first, so the other plugin's name stays whole.
     with path.open("a") as plugins:
         plugins.write(("\n" if text and not text.endswith("\n") else "") + PLUGIN_NAME + "\n")
     return True
