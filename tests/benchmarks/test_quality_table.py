@@ -24,6 +24,7 @@ from benchmarks.quality_table import (
     holm,
     paired_comparisons,
     plot_curve,
+    plus_minus,
     print_table,
     results_from_files,
     run_settings,
@@ -495,15 +496,71 @@ def test_the_settings_hold_the_data_files_sizes_and_hashes_the_configs_and_the_p
     assert changed != settings["data"][(tmp_path / EWT).name]
 
 
+def committed_summary() -> dict:
+    """The build of benchmarks/quality_results/ with this checkout's settings (the command's
+    default budget), its rows in the command's order."""
+    require_shared_file(str(EWT))
+    folder = REPO_ROOT / "benchmarks" / "quality_results"
+    rows = [row for row in ROWS if (folder / f"{row}.json").exists()]
+    assert "no_pretraining" in rows
+    settings = run_settings(FULL, "normalized")
+    return summarize(rows, results_from_files(folder, rows, settings), FULL)
+
+
 def test_the_committed_row_files_build_with_this_checkouts_settings():
     """benchmarks/quality_results/ holds the docs' figures: a change to a config, the data or the
     protocol that would make the build refuse them fails here, not in the next full run."""
-    require_shared_file(EWT)
-    folder = REPO_ROOT / "benchmarks" / "quality_results"
-    rows = sorted(path.stem for path in folder.glob("*.json"))
-    assert "no_pretraining" in rows
-    settings = run_settings(FULL, "normalized")  # FULL: the command's default budget
-    summary = summarize(rows, results_from_files(folder, rows, settings), FULL)
-    for row in rows:
+    summary = committed_summary()
+    for figures in summary["table"].values():
         for task in TASKS:
-            assert len(summary["table"][row][task]["test"]) == FULL.seeds
+            assert len(figures[task]["test"]) == FULL.seeds
+
+
+COMPARED_WITH = {
+    "bert_mlm_frozen": "frozen BERT",
+    "bert_mlm_finetuned": "fine-tuned BERT",
+    "static_vectors": "static vectors",
+    "no_pretraining": "no pretraining",
+}
+
+
+def comparison_table(comparisons: dict, rows: list[str], task: str) -> str:
+    """The docs' table of a task's paired comparisons: per row against each column the difference
+    of the test means, the Holm-adjusted p and the seeds it was ahead in; bold where not a tie."""
+    lines = [
+        f"| {task.upper()}: row against | " + " | ".join(COMPARED_WITH.values()) + " |",
+        "| --- |" + " --- |" * len(COMPARED_WITH),
+    ]
+    for row in rows:
+        cells = []
+        for other in COMPARED_WITH:
+            found = comparisons.get(f"{row}_vs_{other}_{task}")
+            if found is None:  # itself, or compared in the other row's line
+                cells.append("-")
+                continue
+            ahead = sum(difference > 0 for difference in found["per_seed"])
+            cell = f"{found['difference']:+.3f} ({found['holm_p']:.2f}, {ahead}/{FULL.seeds})"
+            cells.append(cell if found["verdict"] == "tie" else f"**{cell}**")
+        lines.append(f"| {row} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def test_the_docs_quality_results_are_what_the_committed_row_files_build(capsys):
+    """docs/benchmarks.md's table, runs at the cap, curve and paired comparisons are the build of
+    benchmarks/quality_results/: a row file run again, or a figure edited by hand, fails here."""
+    summary = committed_summary()
+    docs = (REPO_ROOT / "docs" / "benchmarks.md").read_text()
+    print_table(summary, FULL.max_epochs)
+    table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert len(table) == 2 + len(summary["table"])
+    assert [line for line in table if line not in docs.splitlines()] == []
+    caps, prose = summary["at_cap"], " ".join(docs.split())
+    for task, runs in (("las", "parsers"), ("upos", "taggers"), ("upos_curve", "curve runs")):
+        assert f"{caps[task]['at_cap']} of {caps[task]['runs']} {runs}" in prose
+    for row, points in summary["curve"].items():
+        cells = " | ".join(plus_minus(point) for point in points.values())
+        assert f"| {row} | {cells} |" in docs.splitlines()
+    comparisons = paired_comparisons(summary)
+    rows = [row for row in summary["table"] if row in BILM_CONFIGS or row in BERT_ROWS]
+    for task in TASKS:
+        assert comparison_table(comparisons, rows, task) in docs
