@@ -726,6 +726,13 @@ def results_from_files(
         for group, candidates in BEST_OF.items()
         if set(candidates) & set(rows)
     }
+    for row in sorted({*chosen.values(), *(set(CURVE_ROWS) & set(rows))}):
+        found = sum(name.startswith("curve_") for name in files[row])
+        if found < len(settings["curve_sizes"]) * settings["seeds"]:
+            raise SystemExit(
+                f"{folder / row}.json: {found} curve runs, not one per size and seed; the curve "
+                f"takes {row}'s: rerun `--rows {row}` alone"
+            )
     curves = {  # the chosen row's file only: every biLM / BERT row's file has curve runs
         name: run
         for found in files.values()
@@ -753,20 +760,31 @@ def by_curve_group(results: dict[str, Result]) -> dict[str, Result]:
 
 
 def read_row_file(path: Path, settings: dict[str, Any]) -> dict[str, Result]:
-    """The row file's runs; a missing file, or one made with other settings, stops the build
-    with one line."""
+    """The row file's runs; a file that is missing, unreadable, another row's, made with other
+    settings or without one of the table's runs stops the build with one line."""
     if not path.is_file():
         raise SystemExit(
             f"{path}: missing; make it with `python -m benchmarks.quality_table --rows {path.stem} "
             f"--results {path.parent}`"
         )
-    found = json.loads(path.read_text(encoding="utf-8"))
-    if difference := first_difference(found["settings"], settings):
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+        row, made_with, runs = found["row"], found["settings"], found["runs"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise SystemExit(f"{path}: not a row file ({type(error).__name__}: {error})") from None
+    if row != path.stem:
+        raise SystemExit(f"{path}: holds the results of {row}, not of {path.stem}")
+    if difference := first_difference(made_with, settings):
         raise SystemExit(
             f"{path}: made with other settings ({difference}); rerun its row with this build's "
             "settings"
         )
-    return found["runs"]
+    table_runs = [f"{task}_{row}_seed{seed}" for task in TASKS for seed in range(settings["seeds"])]
+    if row != "no_pretraining":
+        table_runs.insert(0, pretraining_stage(row))
+    if missing := [name for name in table_runs if name not in runs]:
+        raise SystemExit(f"{path}: incomplete, without the run {missing[0]}; rerun its row")
+    return runs
 
 
 def first_difference(found: dict, expected: dict, prefix: str = "") -> Optional[str]:

@@ -25,6 +25,7 @@ from benchmarks.quality_table import (
     paired_comparisons,
     plot_curve,
     plus_minus,
+    pretraining_stage,
     print_table,
     results_from_files,
     run_settings,
@@ -328,7 +329,13 @@ def test_an_out_folder_made_with_other_settings_is_refused(tmp_path):
         keep_settings(tmp_path, {"seeds": 1})
 
 
-SETTINGS = {"seeds": 3, "max_epochs": 40, "protocol": 2, "data": {"valid.txt": "10 bytes"}}
+SETTINGS = {
+    "seeds": 3,
+    "curve_sizes": [200],
+    "max_epochs": 40,
+    "protocol": 2,
+    "data": {"valid.txt": "10 bytes"},
+}
 SMALL = Budget(None, 1200, [200], 3, 10, 1, 40, 5)
 
 
@@ -336,7 +343,7 @@ def row_results(row: str, test: list[float], validation: float, epochs: int = 8)
     """A row's stage results as a run leaves them: pretraining, both tasks and the curve."""
     found: dict = {}
     if row != "no_pretraining":
-        found[f"pretrain_{row}"] = {
+        found[pretraining_stage(row)] = {
             "archive": f"/runs/{row}/model.tar.gz",
             "epochs_run": 10 if row == "transformer" else 6,
             "best_epoch": 10 if row == "transformer" else 5,
@@ -430,6 +437,47 @@ def test_a_missing_row_file_is_named_with_the_command_that_makes_it(tmp_path):
         match="bert_mlm_frozen.json: missing; make it with .*--rows bert_mlm_frozen --results",
     ):
         results_from_files(tmp_path, ["lstm_stateless", "bert_mlm_frozen"], SETTINGS)
+
+
+def cut_short(path):
+    path.write_text(path.read_text()[:300])
+
+
+def without(run):
+    def edit(path):
+        found = json.loads(path.read_text())
+        del found["runs"][run]
+        path.write_text(json.dumps(found))
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    "edit, refusal",
+    [
+        (cut_short, r"transformer.json: not a row file \(JSONDecodeError: .* line "),
+        (
+            lambda path: path.write_text((path.parent / "static_vectors.json").read_text()),
+            "transformer.json: holds the results of static_vectors, not of transformer$",
+        ),
+        (without("las_transformer_seed2"), "transformer.json: incomplete, without the run las_"),
+        (without("pretrain_transformer"), "incomplete, without the run pretrain_transformer;"),
+        (
+            without("curve_static_vectors_train_200_seed0"),
+            "static_vectors.json: 2 curve runs, not one per size and seed; .* `--rows static_",
+        ),
+    ],
+)
+def test_a_row_file_cut_short_another_rows_or_without_a_run_is_refused_in_one_line(
+    tmp_path, edit, refusal
+):
+    """Not a traceback from deep in the build, and not a table or curve without the run."""
+    rows = write_rows(tmp_path)
+    name = "static_vectors" if "curve" in refusal else "transformer"
+    edit(tmp_path / f"{name}.json")
+    with pytest.raises(SystemExit, match=refusal) as refused:
+        results_from_files(tmp_path, rows, SETTINGS)
+    assert "\n" not in str(refused.value)
 
 
 def test_a_row_run_alone_trains_its_own_curve_under_its_own_name(tmp_path):
