@@ -610,11 +610,11 @@ class Plan:
         candidates = [r for r in self.rows if r in BEST_OF.get(row, ())]
         if len(candidates) == 1:  # its own curve runs, under its own name
             row = candidates[0]
-        name = f"{task}_{row}_seed{seed}" if train == "train" else f"curve_{row}_{train}_seed{seed}"
+        name = table_run(task, row, seed) if train == "train" else f"curve_{row}_{train}_seed{seed}"
         if row in BEST_OF:
             needs = tuple(
                 dict.fromkeys(self.source(r) or "" for r in candidates)  # once each
-            ) + tuple(f"upos_{r}_seed{s}" for r in candidates for s in range(self.budget.seeds))
+            ) + tuple(table_run("upos", r, s) for r in candidates for s in range(self.budget.seeds))
         else:
             needs = tuple(filter(None, [self.source(row)]))
 
@@ -648,6 +648,11 @@ class Plan:
 
 def pretraining_stage(row: str) -> str:
     return "pretrain_bert_mlm" if row in BERT_ROWS else f"pretrain_{row}"
+
+
+def table_run(task: str, row: str, seed: int) -> str:
+    """The stage (and row-file run) name of one of the table's taggers / parsers."""
+    return f"{task}_{row}_seed{seed}"
 
 
 def best_row(results: dict[str, Result], candidates: tuple[str, ...]) -> str:
@@ -779,7 +784,7 @@ def read_row_file(path: Path, settings: dict[str, Any]) -> dict[str, Result]:
             f"{path}: made with other settings ({difference}); rerun its row with this build's "
             "settings"
         )
-    table_runs = [f"{task}_{row}_seed{seed}" for task in TASKS for seed in range(settings["seeds"])]
+    table_runs = [table_run(task, row, seed) for task in TASKS for seed in range(settings["seeds"])]
     if row != "no_pretraining":
         table_runs.insert(0, pretraining_stage(row))
     if missing := [name for name in table_runs if name not in runs]:
@@ -821,7 +826,7 @@ def summarize(rows: list[str], results: dict[str, Result], budget: Budget) -> di
                 key: value for key, value in pretraining.items() if key not in PATHS
             }
         for task in TASKS:
-            runs = [results[f"{task}_{row}_seed{seed}"] for seed in range(budget.seeds)]
+            runs = [results[table_run(task, row, seed)] for seed in range(budget.seeds)]
             summary[task] = dict(figures_of(runs), **at_cap(runs, budget.max_epochs))
             by_task[task] += runs
         table[row] = summary

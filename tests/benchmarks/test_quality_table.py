@@ -453,28 +453,37 @@ def without(run):
 
 
 @pytest.mark.parametrize(
-    "edit, refusal",
+    "row, edit, refusal",
     [
-        (cut_short, r"transformer.json: not a row file \(JSONDecodeError: .* line "),
+        ("transformer", cut_short, r"transformer.json: not a row file \(JSONDecodeError: .* line "),
         (
+            "transformer",
             lambda path: path.write_text((path.parent / "static_vectors.json").read_text()),
             "transformer.json: holds the results of static_vectors, not of transformer$",
         ),
-        (without("las_transformer_seed2"), "transformer.json: incomplete, without the run las_"),
-        (without("pretrain_transformer"), "incomplete, without the run pretrain_transformer;"),
         (
+            "transformer",
+            without("las_transformer_seed2"),
+            "transformer.json: incomplete, without the run las_",
+        ),
+        (
+            "transformer",
+            without("pretrain_transformer"),
+            "transformer.json: incomplete, without the run pretrain_transformer;",
+        ),
+        (
+            "static_vectors",
             without("curve_static_vectors_train_200_seed0"),
             "static_vectors.json: 2 curve runs, not one per size and seed; .* `--rows static_",
         ),
     ],
 )
 def test_a_row_file_cut_short_another_rows_or_without_a_run_is_refused_in_one_line(
-    tmp_path, edit, refusal
+    tmp_path, row, edit, refusal
 ):
     """Not a traceback from deep in the build, and not a table or curve without the run."""
     rows = write_rows(tmp_path)
-    name = "static_vectors" if "curve" in refusal else "transformer"
-    edit(tmp_path / f"{name}.json")
+    edit(tmp_path / f"{row}.json")
     with pytest.raises(SystemExit, match=refusal) as refused:
         results_from_files(tmp_path, rows, SETTINGS)
     assert "\n" not in str(refused.value)
@@ -598,16 +607,17 @@ def test_the_docs_quality_results_are_what_the_committed_row_files_build(capsys)
     benchmarks/quality_results/: a row file run again, or a figure edited by hand, fails here."""
     summary = committed_summary()
     docs = (REPO_ROOT / "docs" / "benchmarks.md").read_text()
+    lines = docs.splitlines()
     print_table(summary, FULL.max_epochs)
     table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
     assert len(table) == 2 + len(summary["table"])
-    assert [line for line in table if line not in docs.splitlines()] == []
+    assert [line for line in table if line not in lines] == []
     caps, prose = summary["at_cap"], " ".join(docs.split())
     for task, runs in (("las", "parsers"), ("upos", "taggers"), ("upos_curve", "curve runs")):
         assert f"{caps[task]['at_cap']} of {caps[task]['runs']} {runs}" in prose
     for row, points in summary["curve"].items():
         cells = " | ".join(plus_minus(point) for point in points.values())
-        assert f"| {row} | {cells} |" in docs.splitlines()
+        assert f"| {row} | {cells} |" in lines
     comparisons = paired_comparisons(summary)
     rows = [row for row in summary["table"] if row in BILM_CONFIGS or row in BERT_ROWS]
     for task in TASKS:
