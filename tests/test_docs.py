@@ -104,6 +104,15 @@ def test_every_complete_override_is_valid_json(page):
 
 
 @pytest.mark.parametrize("page", [README, *DOCS], ids=page_id)
+def test_every_callback_list_shown_starts_with_elmo_process_settings(page):
+    """A `"trainer.callbacks": [...]` replaces a config's whole list: the one shown keeps
+    `elmo_process_settings` first (the folder lock, the trainer key check, out.log's full disk)."""
+    text = page.read_text(encoding="utf-8")
+    for callbacks in re.findall(r'"trainer\.callbacks": (\[\{.*?\}\])', text, re.DOTALL):
+        assert json.loads(callbacks)[0] == {"type": "elmo_process_settings"}, page_id(page)
+
+
+@pytest.mark.parametrize("page", [README, *DOCS], ids=page_id)
 def test_the_docs_hold_no_commit_hashes_or_issue_numbers(page):
     text = page.read_text(encoding="utf-8")
     hashes = [

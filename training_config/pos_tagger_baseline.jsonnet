@@ -3,6 +3,9 @@
 //   -o '{"train_data_path": "train.conllu", "validation_data_path": "dev.conllu"}'
 local word_dim = 32;
 {
+  // Process-wide settings, as in pos_tagger_elmo.jsonnet (README: Process settings).
+  process_settings:: { keep_freed_heap: true, tf32: null },
+  evaluation: { type: "elmo_evaluator" } + $.process_settings,
   dataset_reader: {
     type: "conllu_tagging",
     token_indexers: { tokens: { type: "single_id", lowercase_tokens: true } },
@@ -10,7 +13,6 @@ local word_dim = 32;
   // A label that only the evaluation data holds is scored as an error, with a counted
   // warning (allennlp's default vocabulary stops with a KeyError); the evaluator logs the total.
   vocabulary: { type: "unseen_labels_as_errors" },
-  evaluation: { type: "elmo_evaluator" },
   train_data_path: "fixtures/tagged/train.conllu",
   validation_data_path: "fixtures/tagged/valid.conllu",
   model: {
@@ -34,6 +36,7 @@ local word_dim = 32;
     // TensorBoard event files in <serialization dir>/log/{train,validation}: every metric, the loss
     // and the learning rate, each summary_interval batches and per epoch (docs/pretraining.md: Watching training).
     callbacks: [
+      { type: "elmo_process_settings" } + $.process_settings,  // first: -o trainer.callbacks.0.*
       { type: "elmo_tensorboard", summary_interval: 10, should_log_learning_rate: true },
     ],
     cuda_device: -1,

@@ -42,10 +42,7 @@ DOWNSTREAM_CASES = {
     "checkpoint": (300_000, {}, "training_state_e1_b0.th"),
     "event-file": (
         40_000,
-        {  # trainer.callbacks.0 is elmo_tensorboard
-            "trainer.callbacks.0.summary_interval": 1,
-            "trainer.callbacks.0.should_log_parameter_statistics": True,
-        },
+        EVERY_BATCHS_STATISTICS,
         "log/train/events.out.tfevents.",
     ),
 }

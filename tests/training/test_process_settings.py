@@ -174,9 +174,9 @@ def test_predictor_applies_its_arguments_when_built(process):
 
 @pytest.mark.parametrize(
     "config",
-    sorted(path.name for path in CONFIG_DIR.glob("*.jsonnet") if "baseline" not in path.name),
+    sorted(path.name for path in CONFIG_DIR.glob("*.jsonnet")),
 )
-def test_every_shipped_elmo_config_sets_the_same_settings_for_train_and_evaluate(config):
+def test_every_shipped_config_sets_the_same_settings_for_train_and_evaluate(config):
     """Callback 0 is `elmo_process_settings` and `evaluation` is `elmo_evaluator`, both with
     the heap kept (off for the transformer, which has no CPU LSTM) and torch's TF32 defaults."""
     params = Params.from_file(str(CONFIG_DIR / config)).as_dict()
