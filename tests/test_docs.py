@@ -6,7 +6,10 @@ from pathlib import Path
 
 import pytest
 from allennlp.common import Params
+from allennlp.common.checks import ConfigurationError
 from allennlp.common.registrable import Registrable
+from allennlp.data import Vocabulary
+from allennlp.models import Model
 
 import elmo_plugin  # noqa: F401  (registers every component)
 from tests.helpers import CONFIG_DIR, REPO_ROOT
@@ -43,6 +46,12 @@ def readme_registered_names() -> dict[str, set[str]]:
 
 def test_the_readmes_registered_names_are_exactly_the_registry():
     assert readme_registered_names() == registered_names()
+
+
+def test_every_registered_name_is_in_the_docs():
+    text = " ".join(page.read_text(encoding="utf-8") for page in DOCS)
+    names = set().union(*registered_names().values())
+    assert {name for name in names if not re.search(rf"\b{name}\b", text)} == set()
 
 
 def test_the_readme_is_at_most_250_lines():
@@ -110,6 +119,19 @@ def test_every_callback_list_shown_starts_with_elmo_process_settings(page):
     text = page.read_text(encoding="utf-8")
     for callbacks in re.findall(r'"trainer\.callbacks": (\[\{.*?\}\])', text, re.DOTALL):
         assert json.loads(callbacks)[0] == {"type": "elmo_process_settings"}, page_id(page)
+
+
+def test_a_wrong_encoder_input_size_stops_with_the_error_the_docs_quote():
+    """pos_tagger_baseline.jsonnet's crf_tagger with an encoder 1 wider than its embedding."""
+    text = " ".join((REPO_ROOT / "docs" / "elmo-in-your-model.md").read_text().split())
+    quoted = re.search(r'allennlp.s error "(text field embedding dim [^"]*)"', text)[1]
+    params = Params.from_file(str(CONFIG_DIR / "pos_tagger_baseline.jsonnet"))
+    params["model"]["encoder"]["input_size"] += 1
+    vocabulary = Vocabulary()
+    vocabulary.add_tokens_to_namespace(["NOUN", "VERB"], "labels")
+    with pytest.raises(ConfigurationError) as error:
+        Model.from_params(params.pop("model"), vocab=vocabulary)
+    assert re.fullmatch(re.sub(r"\d+", r"\\d+", quoted), str(error.value))
 
 
 @pytest.mark.parametrize("page", [README, *DOCS], ids=page_id)

@@ -5,6 +5,7 @@ from allennlp.data.token_indexers import ELMoTokenCharactersIndexer
 from allennlp.data.token_indexers.elmo_indexer import ELMoCharacterMapper
 
 from elmo_plugin.data.elmo_char_ids_indexer import ElmoCharIdsIndexer, words_to_char_ids
+from tests.helpers import REPO_ROOT
 
 MIXED_CORPUS = [
     "plain ASCII words , and punctuation !",
@@ -60,6 +61,15 @@ def test_bulk_ids_equal_the_mappers_word_by_word_for_specials_empty_long_and_bro
     assert same_ids(words_to_char_ids([]), [])
     ids = words_to_char_ids(["x" * 200])[0]
     assert ids[0] == 259 and ids[49] == 260  # begin-of-word, end-of-word after 48 bytes (+1 shift)
+
+
+def test_the_docs_name_the_bytes_a_token_keeps():
+    """48 bytes kept (ELMo's 50 characters less the begin- and end-of-word marks), as the users'
+    pages say where they say that long tokens are cut."""
+    assert ELMoCharacterMapper.max_word_length - 2 == 48
+    for page in ("embedding.md", "security.md"):
+        text = " ".join((REPO_ROOT / "docs" / page).read_text(encoding="utf-8").split())
+        assert "tokens longer than 48 bytes keep their first 48 (50 characters" in text.lower()
 
 
 def test_padded_tensor_matches_reference_padded_cut_and_empty():
