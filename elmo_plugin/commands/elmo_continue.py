@@ -134,9 +134,10 @@ def continue_from_args(args: argparse.Namespace) -> None:
     if args.dry_run:
         print(train_command(args.config, args.serialization_dir, overrides, args.recover))
         return
-    folder = args.serialization_dir
-    new_folder = not os.path.exists(folder)
-    new_run = not args.recover and (new_folder or not os.listdir(folder))
+    # resolved as the system will (`new/../old` is `old`, existing or not)
+    folder = os.path.realpath(args.serialization_dir)
+    made = first_missing(folder)
+    new_run = not args.recover and (made is not None or not os.listdir(folder))
     try:
         train_model_from_file(
             args.config,
@@ -147,22 +148,33 @@ def continue_from_args(args: argparse.Namespace) -> None:
         )
     except BaseException:
         if new_run:
-            remove_untrained_run(folder, new_folder)
+            remove_untrained_run(folder, made)
         raise
 
 
-def remove_untrained_run(folder: str, remove_folder: bool) -> None:
+def first_missing(folder: str) -> Optional[str]:
+    """The highest of `folder` (an absolute path without `..`) and its parents that does not
+    exist: what `allennlp train` will make; None where `folder` exists."""
+    if os.path.lexists(folder):
+        return None
+    while not os.path.lexists(os.path.dirname(folder)):
+        folder = os.path.dirname(folder)
+    return folder
+
+
+def remove_untrained_run(folder: str, made: Optional[str]) -> None:
     """Removes what a new run wrote in `folder` (empty or missing before it) when it stopped
-    before it wrote anything in `TRAINED`, and the folder too when `remove_folder`."""
-    if not os.path.isdir(folder):
-        return
-    names = os.listdir(folder)
+    before it wrote anything in `TRAINED`: `made`, the highest folder it made, else what
+    `folder` holds."""
+    names = os.listdir(folder) if os.path.isdir(folder) else []
     if any(fnmatch.fnmatch(name, pattern) for name in names for pattern in TRAINED):
         return
-    logger.info("elmo-continue: removing the stopped run's %s from %s", sorted(names), folder)
-    if remove_folder:
-        shutil.rmtree(folder)
+    if made is not None:
+        if os.path.isdir(made):
+            logger.info("elmo-continue: removing the stopped run's folder %s", made)
+            shutil.rmtree(made)
         return
+    logger.info("elmo-continue: removing the stopped run's %s from %s", sorted(names), folder)
     for name in names:
         path = os.path.join(folder, name)
         if os.path.isdir(path):

@@ -319,6 +319,18 @@ def test_a_run_stopped_by_its_data_leaves_its_folder_as_it_was(runs, name, messa
     assert corrected.returncode == 0, output(corrected)[-3000:]
 
 
+def test_a_stopped_run_removes_only_the_folders_it_made(runs):
+    """`-s` through folders that did not exist: `new/../kept` is the user's `kept` (not empty:
+    allennlp refuses it), kept as it was; of `made/a/b` the stopped run removes `made`."""
+    root = runs["root"] / "spelled"
+    (root / "kept").mkdir(parents=True)
+    (root / "kept" / "notes.txt").write_text("keep")
+    corpus = runs["root"] / "corpora" / "missing_validation"
+    for out in (root / "new" / ".." / "kept", root / "made" / "a" / "b"):
+        assert elmo_continue(runs["with_vocab"], out, corpus, refused=True).returncode == 1
+    assert sorted(os.listdir(root)) == ["kept"] and os.listdir(root / "kept") == ["notes.txt"]
+
+
 def test_a_trainer_key_allennlp_would_ignore_is_a_one_line_error(runs):
     assert one_line_error(runs, "misspelt") == (
         "allennlp elmo-continue: error: trainer.num_epoch is not a key of allennlp's trainer, "
