@@ -5,6 +5,7 @@ from elmo_plugin.commands import (
     elmo_export,
     elmo_plan,
     elmo_vocab,
+    evaluate_output,
     metrics_output,
     predict_output,
 )
@@ -16,6 +17,7 @@ __all__ = [
     "elmo_export",
     "elmo_plan",
     "elmo_vocab",
+    "evaluate_output",
     "metrics_output",
     "predict_output",
 ]

@@ -39,7 +39,8 @@ def one_line(error: ConfigurationError) -> SystemExit:
 
 def output_checked_first(get_predictor: Callable[[argparse.Namespace], Predictor]):
     """allennlp's `_get_predictor`, after `--output-file` is checked (its folder, not a folder or
-    device, not the input or the model) and locked: a second run on it is refused."""
+    device, not the input, the model or its weights file) and locked: a second run on it is
+    refused."""
 
     @functools.wraps(get_predictor)
     def checked(args: argparse.Namespace) -> Predictor:
@@ -49,6 +50,8 @@ def output_checked_first(get_predictor: Callable[[argparse.Namespace], Predictor
         try:
             check_output_file(args.output_file)
             inputs = {args.input_file: "input file", args.archive_file: "model"}
+            if args.weights_file:
+                inputs[args.weights_file] = "weights file"
             check_not_an_input([args.output_file], inputs)
             lock = args.output_file + LOCK_SUFFIX
             held.enter_context(output_lock(args.output_file, lock))

@@ -7,6 +7,7 @@ and allennlp's own `sentence_tagger` alike; `allennlp evaluate`'s `--output-file
 import fcntl
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,42 @@ def test_evaluate_refuses_an_output_file_that_is_its_data_and_writes_metrics_who
     assert (root / "data.conllu").read_bytes() == data
     run_allennlp([*evaluate, "metrics.json"], cwd=root)
     assert "accuracy" in json.loads((root / "metrics.json").read_text())
+
+
+def test_predict_refuses_its_weights_file_as_its_output_before_the_model_loads(root):
+    (root / "w.th").write_bytes(b"weights")
+    args = [*args_to("w.th"), "--weights-file", "w.th"]
+    line = refused_before_loading(run_allennlp(args, cwd=root, check=False))
+    assert "cannot write w.th: it is the weights file w.th" in line, line
+    assert (root / "w.th").read_bytes() == b"weights"
+
+
+@pytest.mark.parametrize(
+    "options, named",
+    [
+        (["--output-file", "model.tar.gz"], "cannot write model.tar.gz: it is the model"),
+        (["--weights-file", "w.th", "--output-file", "w.th"], "it is the weights file w.th"),
+        (
+            ["--output-file", "same.json", "--predictions-output-file", "./same.json"],
+            "cannot write same.json: it is both --output-file and --predictions-output-file",
+        ),
+    ],
+    ids=["the-model", "the-weights-file", "both-outputs"],
+)
+def test_evaluate_refuses_an_output_that_is_its_model_or_the_other_output_for_any_archive(
+    root, options, named
+):
+    """The tagger archive as it is: allennlp's own evaluator, not `elmo_evaluator`."""
+    shutil.copy(TAGGER, root / "model.tar.gz")
+    (root / "w.th").write_bytes(b"weights")
+    (root / "data.conllu").write_text(conllu_head(REPO_ROOT / "fixtures/tagged/valid.conllu", 5))
+    result = run_allennlp(
+        ["evaluate", "model.tar.gz", "data.conllu", *options], cwd=root, check=False
+    )
+    line = refused_before_loading(result)
+    assert line.startswith("allennlp evaluate: error: ") and named in line, line
+    assert (root / "model.tar.gz").read_bytes() == TAGGER.read_bytes()
+    assert (root / "w.th").read_bytes() == b"weights" and not (root / "same.json").exists()
 
 
 @pytest.fixture(scope="module")

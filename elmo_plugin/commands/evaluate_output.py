@@ -1,0 +1,69 @@
+"""`allennlp evaluate`'s `--output-file` and `--predictions-output-file` checked before the model
+loads, whatever the archive's evaluator: neither may be the model, its `--weights-file` or the
+other option's file (writing it would destroy the model, or lose the metrics or the
+predictions). Importing elmo_plugin puts `outputs_checked_first` around allennlp's
+`evaluate_from_args`; the data files are checked by `elmo_evaluator`. Listed in
+docs/security.md."""
+
+import argparse
+import functools
+import os
+from collections.abc import Callable
+from typing import Any
+
+from allennlp.commands import evaluate
+from allennlp.common.checks import ConfigurationError
+
+from elmo_plugin.commands.output_paths import check_not_an_input
+
+
+def named_outputs(args: argparse.Namespace) -> dict[str, list[str]]:
+    """{option: its comma-separated paths}, for the options given and not replaced by
+    `--auto-names`."""
+    auto = {"METRICS": ["--output-file"], "PREDS": ["--predictions-output-file"]}
+    auto["ALL"] = auto["METRICS"] + auto["PREDS"]
+    given = {
+        "--output-file": args.output_file,
+        "--predictions-output-file": args.predictions_output_file,
+    }
+    return {
+        option: paths.split(",")
+        for option, paths in given.items()
+        if paths and option not in auto.get(args.auto_names, [])
+    }
+
+
+def check_evaluation_outputs(args: argparse.Namespace) -> None:
+    """A `ConfigurationError` naming the output and what it is: the model, the weights file, or
+    the file of the other output option."""
+    outputs = named_outputs(args)
+    metrics = outputs.get("--output-file", [])
+    predictions = outputs.get("--predictions-output-file", [])
+    for path in metrics:
+        if any(os.path.realpath(path) == os.path.realpath(other) for other in predictions):
+            raise ConfigurationError(
+                f"cannot write {path}: it is both --output-file and --predictions-output-file, "
+                "and one would replace the other; choose two paths"
+            )
+    inputs = {args.archive_file: "model"}
+    if args.weights_file:
+        inputs[args.weights_file] = "weights file"
+    check_not_an_input(metrics + predictions, inputs)
+
+
+def outputs_checked_first(evaluate_from_args: Callable[[argparse.Namespace], Any]):
+    """allennlp's `evaluate_from_args`, after `check_evaluation_outputs`: a refusal is one line,
+    `allennlp evaluate: error: ...`, exit status 1."""
+
+    @functools.wraps(evaluate_from_args)
+    def checked(args: argparse.Namespace) -> Any:
+        try:
+            check_evaluation_outputs(args)
+        except ConfigurationError as error:
+            raise SystemExit(f"allennlp evaluate: error: {error}") from None
+        return evaluate_from_args(args)
+
+    return checked
+
+
+evaluate.evaluate_from_args = outputs_checked_first(evaluate.evaluate_from_args)
