@@ -12,7 +12,7 @@ from allennlp.common.checks import ConfigurationError
 from elmo_plugin.archives.bilm_archive import load_bilm_model
 from elmo_plugin.commands.cli_errors import reports_errors
 from elmo_plugin.commands.output_paths import check_not_an_input, check_output_dir
-from elmo_plugin.data.output_file import output_lock
+from elmo_plugin.data.output_file import check_output_target, output_lock
 from elmo_plugin.elmo_files.layout import OPTIONS_FILE, SOFTMAX_FILE, VOCAB_FILE, WEIGHTS_FILE
 from elmo_plugin.elmo_files.options import encoder_options
 from elmo_plugin.elmo_files.softmax import export_softmax
@@ -60,12 +60,14 @@ def _export_from_args(args: argparse.Namespace) -> None:
 def export_archive(archive_file: str, output_dir: str) -> dict[str, str]:
     """Writes the four files, each under a temporary name renamed when complete; returns
     {file name: path}. OUT_DIR is created if missing, its parent never; a bad output folder and a
-    transformer archive are errors raised before anything is written, and so is a folder that
-    holds another ELMo (`check_no_other_elmo`). An earlier export's options.json is removed first,
+    transformer archive are errors raised before anything is written, and so are a folder or
+    device at one of the four names and a folder that holds another ELMo (`check_no_other_elmo`). An earlier export's options.json is removed first,
     so a folder left by an export stopped midway never reads as complete; a second export into
     the same folder meanwhile is refused (`output_lock`)."""
     check_output_dir(output_dir)  # before the model loads
     written = [output_dir, *(os.path.join(output_dir, name) for name in EXPORTED_FILES)]
+    for path in written[1:]:  # a folder, device or link to one where a file goes
+        check_output_target(path, path)
     check_not_an_input(written, {archive_file: "model"})
     check_no_other_elmo(output_dir)
     model = load_bilm_model(archive_file)

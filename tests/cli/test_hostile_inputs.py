@@ -455,6 +455,28 @@ def test_elmo_export_over_an_earlier_export_replaces_its_four_files(root):
     assert {path.name: path.read_bytes() for path in (root / "elmo").iterdir()} == first
 
 
+@pytest.mark.parametrize(
+    "planted, named",
+    [("softmax.hdf5", "it is a device, pipe or socket"), ("vocab.txt", "it is a folder")],
+)
+def test_elmo_export_over_an_earlier_export_refuses_a_bad_name_before_touching_it(
+    root, planted, named
+):
+    """A link to a device or a folder at one of the four names: refused before the model loads,
+    the earlier export whole."""
+    run_allennlp_in_process(["elmo-export", str(BILM), "elmo"], cwd=root)
+    (root / "elmo" / planted).unlink()
+    if planted == "vocab.txt":
+        (root / "elmo" / planted).mkdir()
+    else:
+        os.symlink("/dev/null", root / "elmo" / planted)
+    before = sorted(os.listdir(root / "elmo"))
+    output = refused(
+        ["elmo-export", str(BILM), "elmo"], root, f"cannot write elmo/{planted}: {named}"
+    )
+    assert "loading archive" not in output and sorted(os.listdir(root / "elmo")) == before
+
+
 def test_invalid_utf8_in_a_conllu_file_is_replaced_and_counted_by_allennlp_evaluate(root):
     text = conllu_head(REPO_ROOT / "fixtures" / "tagged" / "valid.conllu", 8).encode("utf-8")
     (root / "dev.conllu").write_bytes(text.replace(b"\tmatch\t", b"\tm\xe4tch\t", 1))
