@@ -61,9 +61,10 @@ def export_archive(archive_file: str, output_dir: str) -> dict[str, str]:
     """Writes the four files, each under a temporary name renamed when complete; returns
     {file name: path}. OUT_DIR is created if missing, its parent never; a bad output folder and a
     transformer archive are errors raised before anything is written, and so are a folder or
-    device at one of the four names and a folder that holds another ELMo (`check_no_other_elmo`). An earlier export's options.json is removed first,
-    so a folder left by an export stopped midway never reads as complete; a second export into
-    the same folder meanwhile is refused (`output_lock`)."""
+    device at one of the four names and a folder that holds another ELMo (`check_no_other_elmo`).
+    An earlier export's options.json is removed first, so a folder left by an export stopped
+    midway never reads as complete; a second export into the same folder meanwhile is refused
+    (`output_lock`)."""
     check_output_dir(output_dir)  # before the model loads
     written = [output_dir, *(os.path.join(output_dir, name) for name in EXPORTED_FILES)]
     for path in written[1:]:  # a folder, device or link to one where a file goes
