@@ -20,19 +20,28 @@ SPECIALS = (BOS, EOS, DEFAULT_OOV_TOKEN)
 
 
 def read_elmo_vocab_file(path: str) -> list[str]:
-    """The file's tokens, line i -> item i, `<UNK>` renamed to allennlp's OOV token. Blank lines at
-    the end are ignored; a blank or whitespace-only line before the last token, or a line that is
-    not UTF-8, is an error naming file:line (dropping the line would shift every later row)."""
+    """The file's tokens, line i -> item i, `<UNK>` renamed to allennlp's OOV token. Lines end
+    with `\n` or `\r\n`; blank lines at the end are ignored. A blank or whitespace-only line
+    before the last token, a line that is not UTF-8 (dropping it would shift every later row), or
+    a token on two lines (one of its rows never scored) is an error naming file:line."""
     if not os.path.isfile(path):
         raise ConfigurationError(f"ELMo vocabulary file not found: {path}")
     with open(path, "rb") as lines:
-        tokens = [utf8_line(raw, path, number).rstrip("\n") for number, raw in enumerate(lines, 1)]
+        tokens = [
+            utf8_line(raw, path, number).rstrip("\r\n") for number, raw in enumerate(lines, 1)
+        ]
     while tokens and not tokens[-1].strip():
         tokens.pop()
+    first_line: dict[str, int] = {}
     for number, token in enumerate(tokens, start=1):
         if not token.strip():
             raise ConfigurationError(
                 f"{path}:{number}: blank line in an ELMo vocabulary (one token per line)"
+            )
+        if first_line.setdefault(token, number) != number:
+            raise ConfigurationError(
+                f"{path}:{number}: {token!r} again (first on line {first_line[token]}); an ELMo "
+                "vocabulary holds each token once (line i is softmax row i)"
             )
     if DEFAULT_OOV_TOKEN not in tokens and PUBLISHED_UNKNOWN in tokens:
         tokens[tokens.index(PUBLISHED_UNKNOWN)] = DEFAULT_OOV_TOKEN

@@ -43,6 +43,19 @@ def test_a_line_that_is_not_utf8_is_an_error_naming_file_and_line(tmp_path):
         read_elmo_vocab_file(str(path))
 
 
+def test_a_token_on_two_lines_is_an_error_naming_both(tmp_path):
+    path = tmp_path / "vocab.txt"
+    path.write_text("<S>\n</S>\nthe\ncat\nthe\n")
+    with pytest.raises(ConfigurationError, match=r"vocab.txt:5: 'the' again \(first on line 3\)"):
+        vocab_from(path)
+
+
+def test_windows_line_ends_read_as_the_same_tokens(tmp_path):
+    path = tmp_path / "vocab.txt"
+    path.write_bytes(b"<S>\r\n</S>\r\n<UNK>\r\nthe\r\n")
+    assert read_elmo_vocab_file(str(path)) == ["<S>", "</S>", "@@UNKNOWN@@", "the"]
+
+
 def test_blank_lines_at_the_end_are_ignored(tmp_path):
     path = tmp_path / "vocab.txt"
     path.write_text("<S>\n</S>\n<UNK>\nthe\n\n  \n")
