@@ -2,6 +2,7 @@
 errors naming what does not parse (the config or `-o`), an `-o` key the config lacks, and a
 trainer key allennlp's trainer would ignore (a misspelt `trainer.num_epochs`)."""
 
+import json
 from typing import Any
 
 from allennlp.common.checks import ConfigurationError
@@ -14,9 +15,12 @@ from elmo_plugin.training.trainer_keys import refuse_unknown_trainer_keys
 def user_overrides_dict(user_overrides: str) -> dict[str, Any]:
     """The user's -o (JSON or jsonnet) as a dict; a ConfigurationError when it does not parse."""
     try:
-        return parse_overrides(user_overrides)
+        overrides = parse_overrides(user_overrides)
     except (RuntimeError, ValueError) as error:  # jsonnet's and JSON's syntax errors
         raise ConfigurationError(f"-o does not parse: {one_line(error)}") from None
+    if not isinstance(overrides, dict):
+        raise ConfigurationError(f"-o is {user_overrides}: it must be a JSON object of keys")
+    return overrides
 
 
 def config_params(config: str, user_overrides: str) -> dict[str, Any]:
@@ -29,5 +33,19 @@ def config_params(config: str, user_overrides: str) -> dict[str, Any]:
         raise ConfigurationError(f"{config}: {one_line(error)}") from None
     except ValueError as error:  # allennlp's "overrides dict contains unused keys: [...]"
         raise ConfigurationError(f"-o does not fit {config}: {error}") from None
+    refuse_replaced_sections(Params.from_file(config).as_dict(quiet=True), params)
     refuse_unknown_trainer_keys(params.get("trainer", {}))
     return params
+
+
+def refuse_replaced_sections(config: dict[str, Any], params: dict[str, Any], at: str = "") -> None:
+    """A ConfigurationError naming the first key where the config has an object and `params`
+    (the config with -o) has something else (`-o '{"trainer": 5}'`)."""
+    for key, section in config.items():
+        if isinstance(section, dict) and key in params:
+            if not isinstance(params[key], dict):
+                raise ConfigurationError(
+                    f"-o makes {at}{key} {json.dumps(params[key])}, where the config has an "
+                    "object of keys"
+                )
+            refuse_replaced_sections(section, params[key], f"{at}{key}.")

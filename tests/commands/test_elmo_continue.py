@@ -110,6 +110,20 @@ def test_an_override_that_does_not_parse_is_a_one_line_configuration_error(tmp_p
         config_params(str(broken), "")
 
 
+@pytest.mark.parametrize(
+    "overrides, named",
+    [
+        ("[1]", "-o is [1]: it must be a JSON object"),
+        ('{"trainer": 5}', "-o makes trainer 5, where the config has an object"),
+        ('{"model.contextualizer": "x"}', '-o makes model.contextualizer "x", where'),
+    ],
+)
+def test_an_override_of_another_shape_is_a_configuration_error_naming_its_key(overrides, named):
+    with pytest.raises(ConfigurationError) as error:
+        config_params(DEFAULT_CONFIG, overrides)
+    assert str(error.value).startswith(named), error.value
+
+
 def test_an_override_key_the_config_lacks_is_a_configuration_error_naming_it():
     with pytest.raises(ConfigurationError, match=r"-o does not fit .*unused keys.*batch_sampler"):
         config_params(DEFAULT_CONFIG, json.dumps({"data_loader.batch_sampler.batch_size": 16}))
