@@ -164,9 +164,10 @@ class ValidationChecksCallback(TrainerCallback):
     def on_end(self, trainer, metrics=None, epoch=None, is_primary: bool = True, **kwargs) -> None:
         self._events.close()
         if is_global_primary() and self.keep_best and os.path.exists(self.path(BEST_WEIGHTS)):
-            archive_model(
-                self.serialization_dir, weights=BEST_WEIGHTS, archive_path=self.path(BEST_ARCHIVE)
-            )
+            with OutputFile(self.path(BEST_ARCHIVE), mode="wb") as whole:  # never via a link
+                archive_model(
+                    self.serialization_dir, weights=BEST_WEIGHTS, archive_path=whole.temporary
+                )
             logger.info("the best validation check's model: %s", self.path(BEST_ARCHIVE))
 
     # --- one check ---

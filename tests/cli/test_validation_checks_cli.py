@@ -89,7 +89,13 @@ def test_checks_are_logged_archived_and_resumed_exactly(tiny_corpus, tmp_path):
     # stopped early: the best check so far archived from the killed run's folder (docs)
     archive_model(str(tmp_path / "cut"), "best_check.th", str(tmp_path / "early.tar.gz"))
     assert load_archive(str(tmp_path / "early.tar.gz")).model is not None
+    # a link planted at the best check's archive: replaced by the archive, its target kept
+    (tmp_path / "victim.txt").write_text("kept")
+    (tmp_path / "cut" / "model_best_check.tar.gz").symlink_to(tmp_path / "victim.txt")
     train(tmp_path / "cut", tmp_path / "resumed", resume=True)
+    assert (tmp_path / "victim.txt").read_text() == "kept"
+    assert not (tmp_path / "cut" / "model_best_check.tar.gz").is_symlink()
+    assert load_archive(str(tmp_path / "cut" / "model_best_check.tar.gz")).model is not None
     resumed = history(tmp_path / "cut")
     assert [c["batch"] for c in resumed] == batches
     assert [c["best"] for c in resumed] == [c["best"] for c in whole]
