@@ -4,6 +4,7 @@ may be split into byte ranges read apart (chunks, worker processes): each range 
 own `CorpusStats`, the reader of the whole adds them up (`add`) and warns once for the whole.
 A file most of whose first lines are not text at all is refused (`checked_text`)."""
 
+import codecs
 import itertools
 import logging
 from collections.abc import Iterable, Iterator
@@ -105,9 +106,12 @@ def warn_invalid_utf8(places: Iterable[LinePlace], reader: str = "elmo_corpus") 
 
 
 def decode_line(raw: bytes, path: str, line_number: int, stats: CorpusStats, start: int = 0) -> str:
-    """UTF-8 text of line `line_number` of the byte range of `path` from `start`; invalid bytes
-    become U+FFFD, and the line is counted (and placed) in `stats`; so do NUL bytes (counted
-    only): no token, vocabulary file or output holds one."""
+    """UTF-8 text of line `line_number` of the byte range of `path` from `start`, without the
+    byte order mark that may open a file; invalid bytes become U+FFFD, and the line is counted
+    (and placed) in `stats`; so do NUL bytes (counted only): no token, vocabulary file or output
+    holds one."""
+    if line_number == 1 and start == 0:
+        raw = raw.removeprefix(codecs.BOM_UTF8)
     if b"\0" in raw:
         stats.nul_lines += 1
         raw = raw.replace(b"\0", "\ufffd".encode())

@@ -10,7 +10,12 @@ import pytest
 from allennlp.common.checks import ConfigurationError
 from allennlp.data import Vocabulary
 
-from elmo_plugin.data.corpus_stats import MAX_UTF8_WARNINGS, SNIFF_LINES, LinePlace
+from elmo_plugin.data.corpus_stats import (
+    MAX_UTF8_WARNINGS,
+    SNIFF_LINES,
+    CorpusStats,
+    LinePlace,
+)
 from elmo_plugin.data.elmo_corpus_loader import ElmoCorpusLoader
 from elmo_plugin.data.elmo_corpus_reader import ElmoCorpusReader
 from elmo_plugin.data.elmo_streams_loader import ElmoStreamsLoader
@@ -48,6 +53,20 @@ def named_places(caplog) -> list[str]:
 
 def summaries(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records if "text lines from" in r.getMessage()]
+
+
+def test_a_byte_order_mark_opening_a_file_is_no_part_of_its_first_token(tmp_path):
+    """As Windows editors save UTF-8: the same tokens as without the mark, whole file or ranges;
+    a mark inside a line is text."""
+    (tmp_path / "bom.txt").write_bytes(b"\xef\xbb\xbfthe cat\nsat \xef\xbb\xbfon\n")
+    (tmp_path / "plain.txt").write_bytes(b"the cat\nsat \xef\xbb\xbfon\n")
+    reader = ElmoCorpusReader()
+    for name in ("bom.txt", "plain.txt"):
+        path = str(tmp_path / name)
+        lines = [text for _, _, text in reader.corpus_lines(path, CorpusStats())]
+        assert lines == ["the cat", "sat \ufeffon"]
+        ranged = [reader.line_text(b"\xef\xbb\xbfx", path, 1, CorpusStats(), start=9)]
+        assert ranged == ["\ufeffx"]  # not the file's first line
 
 
 @pytest.mark.parametrize("start", [0, 1, 5, 6, 40])
