@@ -17,6 +17,9 @@ BOS, EOS = "<S>", "</S>"
 # Published ELMo vocabularies name the unknown word <UNK>; allennlp calls it @@UNKNOWN@@.
 PUBLISHED_UNKNOWN = "<UNK>"
 SPECIALS = (BOS, EOS, DEFAULT_OOV_TOKEN)
+# allennlp's vocabulary files hold a token's newline as @@NEWLINE@@ and read it back as one, so
+# a corpus token @@NEWLINE@@ is "\n" in the vocabulary of a loaded archive: written back as it was.
+ALLENNLP_NEWLINE = "@@NEWLINE@@"
 
 
 def read_elmo_vocab_file(path: str) -> list[str]:
@@ -78,7 +81,7 @@ def published_tokens(tokens: Sequence[str]) -> list[str]:
 
 
 def write_elmo_vocab_file(path: str, tokens: Sequence[str], shown: str = "") -> None:
-    """One token per line, written whole (`OutputFile`); a full disk is a DiskFull naming
-    `shown` (default `path`)."""
+    """One token per line (a newline in one as allennlp writes it), written whole (`OutputFile`);
+    a full disk is a DiskFull naming `shown` (default `path`)."""
     with OutputFile(path, shown) as out:
-        out.file.write("".join(token + "\n" for token in tokens))
+        out.file.write("".join(token.replace("\n", ALLENNLP_NEWLINE) + "\n" for token in tokens))

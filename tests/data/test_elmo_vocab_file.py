@@ -107,6 +107,19 @@ def test_the_writer_is_atomic_and_round_trips(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tokens.txt"]  # no partial file left
 
 
+def test_a_token_allennlp_loaded_as_a_newline_is_written_back_as_its_corpus_token(tmp_path):
+    """A corpus token @@NEWLINE@@ is "\n" in a loaded archive's vocabulary (allennlp's files):
+    one line, the corpus token, not two blank lines shifting every later row."""
+    vocabulary = Vocabulary()
+    vocabulary.add_tokens_to_namespace(["cat", "@@NEWLINE@@", "sat"])
+    vocabulary.save_to_files(str(tmp_path / "vocabulary"))
+    loaded = Vocabulary.from_files(str(tmp_path / "vocabulary"))
+    tokens = list(loaded.get_token_to_index_vocabulary().keys())[2:]  # after padding and OOV
+    assert tokens == ["cat", "\n", "sat"]
+    write_elmo_vocab_file(str(tmp_path / "vocab.txt"), tokens)
+    assert read_elmo_vocab_file(str(tmp_path / "vocab.txt")) == ["cat", "@@NEWLINE@@", "sat"]
+
+
 def test_files_for_others_name_the_unknown_word_as_published_vocabularies_do():
     """bilm-tf's training (load_vocab, validate_file=True) refuses a vocabulary without `<UNK>`;
     a corpus token `<UNK>` of its own keeps allennlp's name for the unknown word."""
