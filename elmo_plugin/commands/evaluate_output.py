@@ -1,11 +1,12 @@
 """`allennlp evaluate`'s `--output-file` and `--predictions-output-file` checked before the model
-loads, whatever the archive's evaluator: neither may be the model, its `--weights-file` or the
-other option's file (writing it would destroy the model, or lose the metrics or the
-predictions). Importing elmo_plugin puts `outputs_checked_first` around allennlp's
-`evaluate_from_args`; the data files are checked by `elmo_evaluator`. Listed in
+loads and locked while it runs, whatever the archive's evaluator: neither may be the model, its
+`--weights-file` or the other option's file (writing it would destroy the model, or lose the
+metrics or the predictions). Importing elmo_plugin puts `outputs_checked_first` around
+allennlp's `evaluate_from_args`; the data files are checked by `elmo_evaluator`. Listed in
 docs/security.md."""
 
 import argparse
+import contextlib
 import functools
 import os
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from allennlp.commands import evaluate
 from allennlp.common.checks import ConfigurationError
 
 from elmo_plugin.commands.output_paths import check_not_an_input
+from elmo_plugin.data.output_file import LOCK_SUFFIX, output_lock
 
 
 def named_outputs(args: argparse.Namespace) -> dict[str, list[str]]:
@@ -52,16 +54,20 @@ def check_evaluation_outputs(args: argparse.Namespace) -> None:
 
 
 def outputs_checked_first(evaluate_from_args: Callable[[argparse.Namespace], Any]):
-    """allennlp's `evaluate_from_args`, after `check_evaluation_outputs`: a refusal is one line,
-    `allennlp evaluate: error: ...`, exit status 1."""
+    """allennlp's `evaluate_from_args`, after `check_evaluation_outputs`, with each output's lock
+    held (a second run on one refused); a refusal is one line, `allennlp evaluate: error: ...`,
+    exit status 1."""
 
     @functools.wraps(evaluate_from_args)
     def checked(args: argparse.Namespace) -> Any:
-        try:
-            check_evaluation_outputs(args)
-        except ConfigurationError as error:
-            raise SystemExit(f"allennlp evaluate: error: {error}") from None
-        return evaluate_from_args(args)
+        with contextlib.ExitStack() as held:
+            try:
+                check_evaluation_outputs(args)
+                for path in sum(named_outputs(args).values(), []):
+                    held.enter_context(output_lock(path, path + LOCK_SUFFIX))
+            except ConfigurationError as error:
+                raise SystemExit(f"allennlp evaluate: error: {error}") from None
+            return evaluate_from_args(args)
 
     return checked
 

@@ -141,6 +141,18 @@ def test_evaluate_refuses_an_output_that_is_its_model_or_the_other_output_for_an
     assert (root / "w.th").read_bytes() == b"weights" and not (root / "same.json").exists()
 
 
+def test_a_second_evaluate_on_one_output_file_is_refused_naming_the_first(root):
+    (root / "data.conllu").write_text(conllu_head(REPO_ROOT / "fixtures/tagged/valid.conllu", 5))
+    with open(root / "metrics.json.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        held.write(f"{os.getpid()}\n")
+        held.flush()
+        args = ["evaluate", str(TAGGER), "data.conllu", "--output-file", "metrics.json"]
+        line = refused_before_loading(run_allennlp(args, cwd=root, check=False))
+    assert f"metrics.json is being written by process {os.getpid()}" in line, line
+    assert not (root / "metrics.json").exists()
+
+
 @pytest.fixture(scope="module")
 def blank_english(tmp_path_factory) -> Path:
     """A saved spaCy pipeline of English's tokenizer alone: allennlp's `sentence_tagger` takes its
