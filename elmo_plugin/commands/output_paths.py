@@ -29,13 +29,19 @@ def _require_writable_folder(folder: str, output: str) -> None:
 def check_output_file(path: str) -> None:
     """`path` can be written: its folder exists and is writable, and it (or the file its link
     names) is no folder, device or locked file (`check_output_target`)."""
+    if path.endswith(os.sep):
+        raise ConfigurationError(f"cannot write {path}: it names a folder; name a file")
     check_output_target(path, path)
     _require_writable_folder(os.path.dirname(os.path.abspath(path)), path)
 
 
 def check_output_dir(path: str) -> None:
     """`path` is a writable folder, or can be created as one in an existing writable folder
-    (missing parents are not created)."""
+    (missing parents are not created); not a link to nothing."""
+    if os.path.islink(path) and not os.path.exists(path):
+        raise ConfigurationError(
+            f"cannot write to {path}: it is a link to {os.readlink(path)}, which does not exist"
+        )
     if os.path.exists(path):
         if not os.path.isdir(path):
             raise ConfigurationError(f"cannot write to {path}: it exists and is not a folder")

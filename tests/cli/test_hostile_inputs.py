@@ -240,11 +240,17 @@ def test_weights_that_would_run_code_are_refused_without_torchs_advice_to_load_t
         # before the corpus
         (["elmo-vocab", "nothing/*.txt", "missing/tokens.txt"], "missing/tokens.txt"),
         (["elmo-vocab", "in.txt", "."], "it is a folder"),
+        # a file name ending with / (a folder that does not exist)
+        (["elmo-embed", str(BILM), "in.txt", "new/"], "cannot write new/: it names a folder"),
+        (["elmo-vocab", "in.txt", "new/"], "cannot write new/: it names a folder"),
+        # a link to nothing
+        (["elmo-export", str(BILM), "dangling"], "cannot write to dangling: it is a link to"),
     ],
 )
 def test_a_missing_or_unwritable_output_folder_is_an_error_before_any_work(root, args, named):
     if named.startswith("/sys") and not os.path.isdir("/sys"):
         pytest.skip("no /sys: no folder nobody can write")
+    os.symlink("nowhere", root / "dangling")
     assert "loading archive" not in refused(args, root, named)
 
 
