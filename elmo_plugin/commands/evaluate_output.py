@@ -1,13 +1,15 @@
 """`allennlp evaluate`'s `--output-file` and `--predictions-output-file` checked before the model
-loads and locked while it runs, whatever the archive's evaluator: neither may be the model, its
-`--weights-file` or the other option's file (writing it would destroy the model, or lose the
-metrics or the predictions). Importing elmo_plugin puts `outputs_checked_first` around
-allennlp's `evaluate_from_args`; the data files are checked by `elmo_evaluator`. Listed in
-docs/security.md."""
+loads and locked while it runs, whatever the archive's evaluator: neither may be a folder or
+device, an evaluation data file, the model, its `--weights-file` or the other option's file
+(writing it would destroy the data or the model, or lose the metrics or the predictions).
+Importing elmo_plugin puts `outputs_checked_first` around allennlp's `evaluate_from_args`.
+Listed in docs/security.md."""
 
 import argparse
 import contextlib
 import functools
+import glob
+import json
 import os
 from collections.abc import Callable
 from typing import Any
@@ -15,7 +17,7 @@ from typing import Any
 from allennlp.commands import evaluate
 from allennlp.common.checks import ConfigurationError
 
-from elmo_plugin.commands.output_paths import check_not_an_input
+from elmo_plugin.commands.output_paths import check_not_an_input, check_output_file
 from elmo_plugin.data.output_file import LOCK_SUFFIX, output_lock
 
 
@@ -35,10 +37,31 @@ def named_outputs(args: argparse.Namespace) -> dict[str, list[str]]:
     }
 
 
+def data_files(input_file: str) -> list[str]:
+    """The files evaluate reads: its comma-separated paths or globs (not JSON objects)."""
+    try:
+        json.loads(f"[{input_file}]")
+        return []
+    except json.JSONDecodeError:
+        parts = input_file.split(",")
+    return [path for part in parts for path in glob.glob(part) or [part] if os.path.isfile(path)]
+
+
 def check_evaluation_outputs(args: argparse.Namespace) -> None:
-    """A `ConfigurationError` naming the output and what it is: the model, the weights file, or
-    the file of the other output option."""
+    """A `ConfigurationError` naming the output and what it is: a folder or device, in a folder
+    that is missing or not writable (`check_output_file`), an evaluation data file, the model,
+    the weights file, or the file of the other output option."""
     outputs = named_outputs(args)
+    data = data_files(args.input_file)
+    for option, paths in outputs.items():
+        for path in paths:
+            check_output_file(path)
+            for file in data:
+                if os.path.exists(path) and os.path.samefile(file, path):
+                    raise ConfigurationError(
+                        f"cannot write {path}: it is the evaluation data file {file}, which "
+                        f"writing it would destroy; choose another {option}"
+                    )
     metrics = outputs.get("--output-file", [])
     predictions = outputs.get("--predictions-output-file", [])
     for path in metrics:

@@ -1,25 +1,22 @@
 """Evaluator `elmo_evaluator`: allennlp's `simple` evaluator that applies `ProcessSettings` once,
 when `allennlp evaluate` builds it (after loading the archive, before the first batch). It logs the
 metrics of each evaluation file (allennlp's shows them only in its progress bar) and writes
-`--output-file` and `--predictions-output-file` whole (`OutputFile`), refusing one that is the
-evaluation data; and the total of labels unseen in training."""
+`--output-file` and `--predictions-output-file` whole (`OutputFile`; `allennlp evaluate` checks
+them first: commands/evaluate_output.py); and the total of labels unseen in training."""
 
 import contextlib
-import glob
 import json
 import logging
-import os
 from typing import Any, Optional, Union
 
 import torch
-from allennlp.common.checks import ConfigurationError
 from allennlp.common.util import dump_metrics
 from allennlp.data import DataLoader
 from allennlp.evaluation.evaluator import Evaluator, SimpleEvaluator
 from allennlp.evaluation.serializers.serializers import Serializer
 from allennlp.models import Model
 
-from elmo_plugin.data.output_file import OutputFile, check_output_target, opened
+from elmo_plugin.data.output_file import OutputFile, opened
 from elmo_plugin.data.unseen_labels_vocabulary import UnseenLabelsAsErrors
 from elmo_plugin.training.process_settings import ProcessSettings
 
@@ -35,8 +32,7 @@ class ElmoEvaluator(SimpleEvaluator):
     without it gets them with `-o '{"evaluation": {"type": "elmo_evaluator"}}'`. With the
     `unseen_labels_as_errors` vocabulary, each evaluation file ends with one warning giving the
     total of its gold labels unseen in training. The metrics of each file are logged
-    (`Metrics: {...}`); `--output-file` and `--predictions-output-file` are written whole, and
-    refused before the evaluation when a folder, a device or the evaluation data file.
+    (`Metrics: {...}`); `--output-file` and `--predictions-output-file` are written whole.
 
     # Parameters
 
@@ -63,10 +59,6 @@ class ElmoEvaluator(SimpleEvaluator):
     def __call__(self, model: Model, data_loader: DataLoader, *args, **kwargs) -> dict[str, Any]:
         output = kwargs.pop("metrics_output_file", None)
         predictions = kwargs.pop("predictions_output_file", None)
-        data_path = getattr(data_loader, "data_path", "")  # allennlp's loaders keep the path
-        for path, option in ((output, "--output-file"), (predictions, "--predictions-output-file")):
-            if path is not None:
-                check_evaluation_output(str(path), data_path, option)
         with contextlib.ExitStack() as written:
             if predictions is not None:  # allennlp writes it: into our file, by descriptor
                 whole = written.enter_context(OutputFile(str(predictions)))
@@ -81,15 +73,3 @@ class ElmoEvaluator(SimpleEvaluator):
             if summary:
                 logger.warning("elmo_evaluator: %s", summary)
         return metrics
-
-
-def check_evaluation_output(output: str, data_path: str, option: str) -> None:
-    """Before the evaluation: an error when the output of `option` is a folder or device
-    (`check_output_target`) or one of the files `data_path` (a path or glob) names."""
-    check_output_target(output, output)
-    for data in glob.glob(data_path) or [data_path]:
-        if os.path.isfile(data) and os.path.exists(output) and os.path.samefile(data, output):
-            raise ConfigurationError(
-                f"cannot write {output}: it is the evaluation data file {data}, which writing it "
-                f"would destroy; choose another {option}"
-            )

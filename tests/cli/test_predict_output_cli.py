@@ -117,21 +117,27 @@ def test_predict_refuses_its_weights_file_as_its_output_before_the_model_loads(r
     "options, named",
     [
         (["--output-file", "model.tar.gz"], "cannot write model.tar.gz: it is the model"),
+        (
+            ["--predictions-output-file", "data.conllu"],
+            "it is the evaluation data file data.conllu, which writing it would destroy; choose "
+            "another --predictions-output-file",
+        ),
         (["--weights-file", "w.th", "--output-file", "w.th"], "it is the weights file w.th"),
         (
             ["--output-file", "same.json", "--predictions-output-file", "./same.json"],
             "cannot write same.json: it is both --output-file and --predictions-output-file",
         ),
     ],
-    ids=["the-model", "the-weights-file", "both-outputs"],
+    ids=["the-model", "the-data", "the-weights-file", "both-outputs"],
 )
-def test_evaluate_refuses_an_output_that_is_its_model_or_the_other_output_for_any_archive(
+def test_evaluate_refuses_an_output_that_is_an_input_or_the_other_output_for_any_archive(
     root, options, named
 ):
     """The tagger archive as it is: allennlp's own evaluator, not `elmo_evaluator`."""
     shutil.copy(TAGGER, root / "model.tar.gz")
     (root / "w.th").write_bytes(b"weights")
     (root / "data.conllu").write_text(conllu_head(REPO_ROOT / "fixtures/tagged/valid.conllu", 5))
+    data = (root / "data.conllu").read_bytes()
     result = run_allennlp(
         ["evaluate", "model.tar.gz", "data.conllu", *options], cwd=root, check=False
     )
@@ -139,6 +145,7 @@ def test_evaluate_refuses_an_output_that_is_its_model_or_the_other_output_for_an
     assert line.startswith("allennlp evaluate: error: ") and named in line, line
     assert (root / "model.tar.gz").read_bytes() == TAGGER.read_bytes()
     assert (root / "w.th").read_bytes() == b"weights" and not (root / "same.json").exists()
+    assert (root / "data.conllu").read_bytes() == data
 
 
 def test_a_second_evaluate_on_one_output_file_is_refused_naming_the_first(root):
