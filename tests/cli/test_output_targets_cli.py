@@ -86,9 +86,8 @@ def test_evaluate_refuses_predictions_into_its_data_and_writes_them_whole(root):
     )
     data = (root / "data.conllu").read_bytes()
     os.link(root / "data.conllu", root / "linked.jsonl")
-    refused = run_allennlp(
-        evaluate_args("--predictions-output-file", "linked.jsonl"), cwd=root, check=False
-    )
+    args = evaluate_args("--predictions-output-file", "linked.jsonl")
+    refused = run_allennlp(args, cwd=root, check=False, fresh=True)
     last = refused.stderr.strip().splitlines()[-1]
     assert refused.returncode == 1, refused.stderr[-3000:]
     assert "cannot write linked.jsonl: it is the evaluation data file data.conllu" in last, last

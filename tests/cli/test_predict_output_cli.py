@@ -125,10 +125,14 @@ def test_predict_refuses_its_weights_file_as_its_output_before_the_model_loads(r
         (["--weights-file", "w.th", "--output-file", "w.th"], "it is the weights file w.th"),
         (
             ["--output-file", "same.json", "--predictions-output-file", "./same.json"],
-            "cannot write same.json: it is both --output-file and --predictions-output-file",
+            "cannot write ./same.json: it is also given to --output-file",
+        ),
+        (
+            ["--predictions-output-file", "x", "--auto-names", "PREDS"],
+            "cannot write data.preds: it is the evaluation data file data.preds",
         ),
     ],
-    ids=["the-model", "the-data", "the-weights-file", "both-outputs"],
+    ids=["the-model", "the-data", "the-weights-file", "both-outputs", "auto-named-data"],
 )
 def test_evaluate_refuses_an_output_that_is_an_input_or_the_other_output_for_any_archive(
     root, options, named
@@ -138,14 +142,16 @@ def test_evaluate_refuses_an_output_that_is_an_input_or_the_other_output_for_any
     (root / "w.th").write_bytes(b"weights")
     (root / "data.conllu").write_text(conllu_head(REPO_ROOT / "fixtures/tagged/valid.conllu", 5))
     data = (root / "data.conllu").read_bytes()
-    result = run_allennlp(
-        ["evaluate", "model.tar.gz", "data.conllu", *options], cwd=root, check=False
-    )
+    if "--auto-names" in options:  # the name it gives data.preds's predictions: data.preds
+        os.rename(root / "data.conllu", root / "data.preds")
+    data_file = "data.preds" if "--auto-names" in options else "data.conllu"
+    args = ["evaluate", "model.tar.gz", data_file, *options]
+    result = run_allennlp(args, cwd=root, check=False)
     line = refused_before_loading(result)
     assert line.startswith("allennlp evaluate: error: ") and named in line, line
     assert (root / "model.tar.gz").read_bytes() == TAGGER.read_bytes()
     assert (root / "w.th").read_bytes() == b"weights" and not (root / "same.json").exists()
-    assert (root / "data.conllu").read_bytes() == data
+    assert (root / data_file).read_bytes() == data
 
 
 def test_a_second_evaluate_on_one_output_file_is_refused_naming_the_first(root):
@@ -155,7 +161,8 @@ def test_a_second_evaluate_on_one_output_file_is_refused_naming_the_first(root):
         held.write(f"{os.getpid()}\n")
         held.flush()
         args = ["evaluate", str(TAGGER), "data.conllu", "--output-file", "metrics.json"]
-        line = refused_before_loading(run_allennlp(args, cwd=root, check=False))
+        # a fresh process, as a user's: allennlp imports the plugin after it parsed the command
+        line = refused_before_loading(run_allennlp(args, cwd=root, check=False, fresh=True))
     assert f"metrics.json is being written by process {os.getpid()}" in line, line
     assert not (root / "metrics.json").exists()
 
