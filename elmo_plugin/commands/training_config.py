@@ -19,7 +19,7 @@ def user_overrides_dict(user_overrides: str) -> dict[str, Any]:
     except (RuntimeError, ValueError) as error:  # jsonnet's and JSON's syntax errors
         raise ConfigurationError(f"-o does not parse: {one_line(error)}") from None
     if not isinstance(overrides, dict):
-        raise ConfigurationError(f"-o is {user_overrides}: it must be a JSON object of keys")
+        raise ConfigurationError(f"-o is {json.dumps(overrides)}: it must be a JSON object of keys")
     return overrides
 
 
@@ -40,9 +40,9 @@ def config_params(config: str, user_overrides: str) -> dict[str, Any]:
 
 def refuse_replaced_sections(config: dict[str, Any], params: dict[str, Any], at: str = "") -> None:
     """A ConfigurationError naming the first key where the config has an object and `params`
-    (the config with -o) has something else (`-o '{"trainer": 5}'`)."""
+    (the config with -o) has something else than an object or null (`-o '{"trainer": 5}'`)."""
     for key, section in config.items():
-        if isinstance(section, dict) and key in params:
+        if isinstance(section, dict) and params.get(key) is not None:
             if not isinstance(params[key], dict):
                 raise ConfigurationError(
                     f"-o makes {at}{key} {json.dumps(params[key])}, where the config has an "

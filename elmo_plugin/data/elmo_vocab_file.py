@@ -24,15 +24,18 @@ ALLENNLP_NEWLINE = "@@NEWLINE@@"
 
 def read_elmo_vocab_file(path: str) -> list[str]:
     """The file's tokens, line i -> item i, `<UNK>` renamed to allennlp's OOV token. Lines end
-    with `\n` or `\r\n`; blank lines at the end are ignored. A blank or whitespace-only line
-    before the last token, a line that is not UTF-8 (dropping it would shift every later row), or
-    a token on two lines (one of its rows never scored) is an error naming file:line."""
+    with `\n` or `\r\n`, and a byte order mark may open the file; blank lines at the end are
+    ignored. A blank or whitespace-only line before the last token, a line that is not UTF-8
+    (dropping it would shift every later row), or a token on two lines (one of its rows never
+    scored) is an error naming file:line."""
     if not os.path.isfile(path):
         raise ConfigurationError(f"ELMo vocabulary file not found: {path}")
     with open(path, "rb") as lines:
         tokens = [
             utf8_line(raw, path, number).rstrip("\r\n") for number, raw in enumerate(lines, 1)
         ]
+    if tokens:
+        tokens[0] = tokens[0].removeprefix("\ufeff")  # a byte order mark opens the file
     while tokens and not tokens[-1].strip():
         tokens.pop()
     first_line: dict[str, int] = {}

@@ -113,7 +113,7 @@ def test_an_override_that_does_not_parse_is_a_one_line_configuration_error(tmp_p
 @pytest.mark.parametrize(
     "overrides, named",
     [
-        ("[1]", "-o is [1]: it must be a JSON object"),
+        ("[\n  1\n]", "-o is [1]: it must be a JSON object"),
         ('{"trainer": 5}', "-o makes trainer 5, where the config has an object"),
         ('{"model.contextualizer": "x"}', '-o makes model.contextualizer "x", where'),
     ],
@@ -122,6 +122,12 @@ def test_an_override_of_another_shape_is_a_configuration_error_naming_its_key(ov
     with pytest.raises(ConfigurationError) as error:
         config_params(DEFAULT_CONFIG, overrides)
     assert str(error.value).startswith(named), error.value
+
+
+def test_an_override_may_set_a_config_object_to_null():
+    """allennlp builds no object from null (an optional part left out)."""
+    params = config_params(DEFAULT_CONFIG, '{"validation_data_loader": null}')
+    assert params["validation_data_loader"] is None
 
 
 def test_an_override_key_the_config_lacks_is_a_configuration_error_naming_it():

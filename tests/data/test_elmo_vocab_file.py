@@ -50,9 +50,9 @@ def test_a_token_on_two_lines_is_an_error_naming_both(tmp_path):
         vocab_from(path)
 
 
-def test_windows_line_ends_read_as_the_same_tokens(tmp_path):
+def test_windows_line_ends_and_byte_order_mark_read_as_the_same_tokens(tmp_path):
     path = tmp_path / "vocab.txt"
-    path.write_bytes(b"<S>\r\n</S>\r\n<UNK>\r\nthe\r\n")
+    path.write_bytes(b"\xef\xbb\xbf<S>\r\n</S>\r\n<UNK>\r\nthe\r\n")
     assert read_elmo_vocab_file(str(path)) == ["<S>", "</S>", "@@UNKNOWN@@", "the"]
 
 
