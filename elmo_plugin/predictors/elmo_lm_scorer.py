@@ -57,6 +57,12 @@ class ElmoLmScorerPredictor(BiLmPredictor):
         if self._bilm._softmax_loss is None:
             raise ConfigurationError("elmo_lm_scorer: this biLM archive has no softmax")
 
+    def load_line(self, line: str) -> JsonDict:
+        """The line's JSON, its `top_k` checked here so that a bad one is named by file:line."""
+        inputs = super().load_line(line)
+        top_k_of(inputs.get("top_k", DEFAULT_TOP_K))
+        return inputs
+
     def predict_json(self, inputs: JsonDict) -> JsonDict:
         return self.predict_batch_json([inputs])[0]
 

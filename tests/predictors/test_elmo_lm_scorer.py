@@ -111,5 +111,7 @@ def test_bad_inputs(tiny_bilm_archive):
     assert len(predictor.predict_json({"sentence": "the file"})["forward_log_probs"]) == 3
     with pytest.raises(ConfigurationError, match="top_k"):
         predictor.predict_json({"sentence": "the file", "top_k": -1})
+    with pytest.raises(ConfigurationError, match="top_k"):  # `allennlp predict` names its line
+        predictor.load_line('{"sentence": "the file", "top_k": -1}')
     with pytest.raises(ConfigurationError, match="sentence"):
         predictor.predict_json({"text": "the file"})
