@@ -1,9 +1,9 @@
 """`allennlp evaluate`'s `--output-file` and `--predictions-output-file` (or the names
 `--auto-names` gives) checked before the model loads and locked while it runs, whatever the
-archive's evaluator: none may be a folder or device, an evaluation data file, the model, its
-`--weights-file` or another output (writing it would destroy the data or the model, or lose
-metrics or predictions). Importing elmo_plugin puts `outputs_checked_first` around allennlp's
-`evaluate_from_archive` (`evaluate_from_args` looks it up when it runs; allennlp binds
+archive's evaluator. None may be a folder or device, an evaluation data file, the model, its
+`--weights-file` or another output: writing it would destroy the data or the model, or lose
+metrics or predictions. Importing elmo_plugin puts `outputs_checked_first` around allennlp's
+`evaluate_from_archive`, which `evaluate_from_args` looks up when it runs (allennlp binds
 `evaluate_from_args` itself before it imports plugins). Listed in docs/security.md."""
 
 import contextlib
