@@ -679,6 +679,7 @@ def run_settings(
         "elmo_embed_batch_size": batching.batch_size,
         "elmo_embed_batch_tokens": batching.batch_tokens,
         "elmo_embed_sort_window": batching.sort_window,
+        "elmo_embed_token_cache": batching.token_cache,
         "elmo_embed_input_bytes": -1 if stream else os.path.getsize(input_file),
         "elmo_embed_input_mtime_ns": -1 if stream else os.stat(input_file).st_mtime_ns,
     }

@@ -3,6 +3,7 @@ errors naming what does not parse (the config or `-o`), an `-o` key the config l
 trainer key allennlp's trainer would ignore (a misspelt `trainer.num_epochs`)."""
 
 import json
+import os
 from typing import Any
 
 from allennlp.common.checks import ConfigurationError
@@ -27,6 +28,8 @@ def config_params(config: str, user_overrides: str) -> dict[str, Any]:
     """The config with the user's -o applied; an error when -o or the config does not parse, an
     -o key does not fit the config, or names a trainer key that allennlp's trainer would ignore."""
     user_overrides_dict(user_overrides)  # its syntax errors name -o, not the config
+    if not os.path.isfile(config):
+        raise ConfigurationError(f"config {config}: no such file")
     try:
         params = Params.from_file(config, user_overrides).as_dict(quiet=True)
     except RuntimeError as error:  # jsonnet's syntax and runtime errors
@@ -34,7 +37,7 @@ def config_params(config: str, user_overrides: str) -> dict[str, Any]:
     except ValueError as error:  # allennlp's "overrides dict contains unused keys: [...]"
         raise ConfigurationError(f"-o does not fit {config}: {error}") from None
     refuse_replaced_sections(Params.from_file(config).as_dict(quiet=True), params)
-    refuse_unknown_trainer_keys(params.get("trainer", {}))
+    refuse_unknown_trainer_keys(params.get("trainer") or {})
     return params
 
 

@@ -126,8 +126,14 @@ def test_an_override_of_another_shape_is_a_configuration_error_naming_its_key(ov
 
 def test_an_override_may_set_a_config_object_to_null():
     """allennlp builds no object from null (an optional part left out)."""
-    params = config_params(DEFAULT_CONFIG, '{"validation_data_loader": null}')
-    assert params["validation_data_loader"] is None
+    params = config_params(DEFAULT_CONFIG, '{"validation_data_loader": null, "trainer": null}')
+    assert params["validation_data_loader"] is None and params["trainer"] is None
+
+
+def test_a_config_that_is_a_folder_is_a_configuration_error_naming_it(tmp_path):
+    """(jsonnet aborts the process on a folder.)"""
+    with pytest.raises(ConfigurationError, match=f"^config {tmp_path}: no such file$"):
+        config_params(str(tmp_path), "")
 
 
 def test_an_override_key_the_config_lacks_is_a_configuration_error_naming_it():
