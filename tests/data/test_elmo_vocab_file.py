@@ -43,6 +43,15 @@ def test_a_line_that_is_not_utf8_is_an_error_naming_file_and_line(tmp_path):
         read_elmo_vocab_file(str(path))
 
 
+@pytest.mark.parametrize("text", ["", "<S>\n</S>\n<UNK>\n"])
+def test_a_tokens_file_without_a_word_is_an_error_naming_it(tmp_path, text):
+    """Every word would be unknown: a model whose perplexity looks excellent."""
+    path = tmp_path / "vocab.txt"
+    path.write_text(text)
+    with pytest.raises(ConfigurationError, match=r"vocab.txt holds no token but <S>, </S> and"):
+        vocab_from(path)
+
+
 def test_a_token_on_two_lines_is_an_error_naming_both(tmp_path):
     path = tmp_path / "vocab.txt"
     path.write_text("<S>\n</S>\nthe\ncat\nthe\n")
