@@ -8,6 +8,7 @@ replace it). Listed in docs/security.md."""
 import argparse
 import contextlib
 import functools
+import logging
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any, Optional
@@ -26,6 +27,8 @@ from elmo_plugin.data.corpus_stats import (
     warn_invalid_utf8,
 )
 from elmo_plugin.data.output_file import LOCK_SUFFIX, OutputFile, output_lock
+
+logger = logging.getLogger(__name__)
 
 COMMAND = "allennlp predict"
 # --output-file -> its lock, taken before the model loads and released by the manager's run
@@ -102,7 +105,8 @@ class PartialOutputPredictManager(predict._PredictManager):
         try:
             for number, raw in enumerate(checked_text(name, lines, COMMAND), 1):
                 line = decode_line(raw, name, number, stats)
-                if line.isspace():
+                if not line.strip():
+                    stats.blank_lines += 1
                     continue
                 try:
                     json_dict = self._predictor.load_line(line)
@@ -112,6 +116,14 @@ class PartialOutputPredictManager(predict._PredictManager):
         except ConfigurationError as error:
             raise one_line(error) from None
         warn_invalid_utf8(stats.invalid_utf8_at, COMMAND)
+        if stats.blank_lines:
+            logger.warning(
+                "%s: %d blank lines of %s skipped, as allennlp skips them: the output has a line "
+                "for each other line",
+                COMMAND,
+                stats.blank_lines,
+                name,
+            )
 
     def run(self) -> None:
         try:

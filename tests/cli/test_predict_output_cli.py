@@ -76,6 +76,13 @@ def test_invalid_utf8_in_a_predict_input_is_replaced_with_a_warning_naming_its_l
     assert len((root / "out.jsonl").read_text().splitlines()) == 2
 
 
+def test_blank_predict_input_lines_are_skipped_and_counted(root):
+    (root / "in.jsonl").write_bytes(SENTENCE + b"\n   \n" + SENTENCE)
+    result = run_allennlp(args_to("out.jsonl"), cwd=root)
+    assert "allennlp predict: 2 blank lines of in.jsonl skipped" in result.stderr
+    assert len((root / "out.jsonl").read_text().splitlines()) == 2
+
+
 def test_a_predict_input_that_is_not_text_is_one_line_naming_it(root):
     (root / "in.jsonl").write_bytes(bytes(range(256)) * 40)
     result = run_allennlp(args_to("out.jsonl"), cwd=root, check=False)
