@@ -36,6 +36,7 @@ class Hdf5Reader:
         require_file(path, what)
         self.path = path
         self._against = f"{options_file} implies" if options_file else "expected"
+        self._read: set[str] = set()
         try:
             self._file = h5py.File(path, "r")
         except OSError as error:
@@ -66,6 +67,7 @@ class Hdf5Reader:
                 f"{self.path}: dataset {name} has shape {shape} but {self._against} "
                 f"{tuple(expected_shape)}"
             )
+        self._read.add(name)
         try:
             array = numpy.asarray(self._file[name][...], dtype=numpy.float32)
         except (OSError, RuntimeError, ValueError, TypeError) as error:
@@ -76,6 +78,20 @@ class Hdf5Reader:
         if bad:
             raise ElmoFilesError(f"{self.path}: dataset {name} holds {bad} NaN or inf values")
         return array
+
+    def refuse_unread(self) -> None:
+        """An error naming the datasets no `read` took (weights of more layers or highway layers
+        than the options say: left out, they would change every vector silently)."""
+        names: list[str] = []
+        self._file.visititems(
+            lambda name, item: names.append(name) if isinstance(item, h5py.Dataset) else None
+        )
+        unread = sorted(set(names) - self._read)
+        if unread:
+            raise ElmoFilesError(
+                f"{self.path}: {len(unread)} datasets are not part of the biLM {self._against} "
+                f"(more layers or highway layers than it?), e.g. {unread[0]}"
+            )
 
 
 def finite(name: str, array: numpy.ndarray, path: str) -> numpy.ndarray:

@@ -67,7 +67,8 @@ def _directions(lstm: ElmoLstmContextualizer) -> Iterator[tuple[int, int, torch.
 def load_weights(
     encoder: BiLmEncoder, weights_file: str, options_file: Optional[str] = None
 ) -> None:
-    """Copies weights.hdf5 into an encoder whose architecture matches its options."""
+    """Copies weights.hdf5 into an encoder whose architecture matches its options; a dataset
+    the encoder has no place for is an error."""
     cnn, lstm = lstm_encoder_parts(encoder)  # or a clear error
     embedding_dim = cnn.char_embedding.embedding_dim
     num_filters = sum(count for _, count in cnn.filters)
@@ -115,6 +116,7 @@ def load_weights(
                 cell.get_parameter("weight_hr_l0"),
                 weights.read(_lstm_dataset(direction, layer, "W_P_0"), (cells, projection_dim)).T,
             )
+        weights.refuse_unread()
 
 
 def read_bilm_files(options_file: str, weights_file: str) -> tuple[BiLmEncoder, Architecture]:

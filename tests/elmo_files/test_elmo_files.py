@@ -304,6 +304,27 @@ def test_options_that_do_not_match_weights_name_file_dataset_and_shapes(tmp_path
 
 
 @pytest.mark.parametrize(
+    "key, value, unread",
+    [
+        ("n_highway", 1, "CNN_high_1/W_carry"),
+        ("n_layers", 1, "RNN_0/RNN/MultiRNNCell/Cell1/LSTMCell/B"),
+    ],
+)
+def test_options_with_fewer_layers_than_the_weights_name_what_is_left_out(
+    tmp_path, good_pair, key, value, unread
+):
+    """The weights' last layer unread would change every vector without a word."""
+    options_file, weights_file = good_pair
+    options = json.loads(Path(options_file).read_text())
+    options["char_cnn" if key == "n_highway" else "lstm"][key] = value
+    changed = tmp_path / "changed.json"
+    changed.write_text(json.dumps(options))
+    with pytest.raises(ConfigurationError) as error:
+        read_bilm_encoder(str(changed), weights_file)
+    assert f"{weights_file}: " in str(error.value) and f"e.g. {unread}" in str(error.value)
+
+
+@pytest.mark.parametrize(
     "dataset", ["CNN_high_1/W_carry", "RNN_1/RNN/MultiRNNCell/Cell1/LSTMCell/B"]
 )
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
