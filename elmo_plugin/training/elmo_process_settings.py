@@ -1,20 +1,23 @@
 """TrainerCallback `elmo_process_settings`: holds the run's serialization folder (one training at
-a time), applies `ProcessSettings` once, when training starts, and refuses a trainer key allennlp
-would ignore, a sparse softmax that this torch cannot clip or the optimizer would not update. It
+a time) and applies `ProcessSettings` once, when training starts. It refuses a trainer key
+allennlp would ignore, a sparse softmax that this torch cannot clip or the optimizer would not
+update, and a `-r` whose vocabulary is not its checkpoint's. It
 also stops the run's log file at a full disk, with one line."""
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
 import weakref
 from collections.abc import Callable
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
 from allennlp.common.checks import ConfigurationError
 from allennlp.common.util import is_distributed
+from allennlp.data import Vocabulary
 from allennlp.training.callbacks.callback import TrainerCallback
 
 from elmo_plugin.data.corpus_data_loader import CorpusDataLoader
@@ -48,7 +51,9 @@ class ElmoProcessSettingsCallback(TrainerCallback):
     a key allennlp's trainer would ignore (a misspelt `num_epochs`). Or one whose gradient clipping
     (`trainer.grad_norm`) would fail inside a torch before 2.14 on the sparse softmax's
     gradients, or whose optimizer would not apply the softmax's `row_gradients`; and it warns once
-    where a GPU would train on batches of changing shapes.
+    where a GPU would train on batches of changing shapes. Every checkpoint records the digest of
+    the run's vocabulary, and `-r` with another vocabulary (a corpus or tokens file changed since)
+    is refused before the first batch.
 
     # Parameters
 
@@ -65,6 +70,15 @@ class ElmoProcessSettingsCallback(TrainerCallback):
         self.release_folder = hold_folder(self, serialization_dir)
         stop_log_files_at_full_disk(serialization_dir)
         self.settings = ProcessSettings(keep_freed_heap=keep_freed_heap, tf32=tf32)
+        self.vocabulary_sha256: Optional[str] = None  # the run's, from on_start
+        self.restored_vocabulary_sha256: Optional[str] = None  # its checkpoint's, on -r
+
+    def state_dict(self) -> dict[str, Any]:
+        """Saved in every checkpoint: the digest of the vocabulary the run trains with."""
+        return {"vocabulary_sha256": self.vocabulary_sha256} if self.vocabulary_sha256 else {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.restored_vocabulary_sha256 = state_dict.get("vocabulary_sha256")
 
     def on_start(self, trainer, is_primary: bool = True, **kwargs) -> None:
         super().on_start(trainer, is_primary=is_primary, **kwargs)
@@ -74,12 +88,30 @@ class ElmoProcessSettingsCallback(TrainerCallback):
                 refuse_unknown_trainer_keys(json.load(file).get("trainer", {}))
         refuse_unclippable_sparse_gradients(trainer.model, trainer._grad_norm)
         refuse_unapplied_row_gradients(trainer.model, trainer.optimizer)
+        self.vocabulary_sha256 = vocabulary_sha256(trainer.model.vocab)
+        restored = self.restored_vocabulary_sha256
+        if restored is not None and restored != self.vocabulary_sha256:
+            raise ConfigurationError(
+                f"allennlp train -r: the vocabulary of {self.serialization_dir} is not the one "
+                "its checkpoint was trained with (a corpus or vocabulary file changed since?), "
+                "so every row would mean another token; resume with the run's own inputs, or "
+                "train into a new folder"
+            )
         warn_of_changing_shapes(trainer)
         self.settings.apply()
 
     def on_end(self, trainer, metrics=None, epoch=None, is_primary: bool = True, **kwargs) -> None:
         super().on_end(trainer, metrics=metrics, epoch=epoch, is_primary=is_primary, **kwargs)
         self.release_folder()
+
+
+def vocabulary_sha256(vocabulary: Vocabulary) -> str:
+    """SHA-256 of every namespace's tokens in index order (what each row of the model means)."""
+    digest = hashlib.sha256()
+    for namespace in sorted(vocabulary.get_namespaces()):
+        tokens = sorted(vocabulary.get_index_to_token_vocabulary(namespace).items())
+        digest.update(json.dumps([namespace, [token for _, token in tokens]]).encode())
+    return digest.hexdigest()
 
 
 def hold_folder(owner: object, serialization_dir: str) -> Callable[[], object]:

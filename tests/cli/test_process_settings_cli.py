@@ -118,3 +118,27 @@ def test_train_stops_before_the_first_batch_on_a_trainer_key_allennlp_would_igno
         "trainer, which would ignore it; did you mean trainer.num_epochs?"
     )
     assert "- Training" not in result.stderr
+
+
+def test_a_resume_with_another_vocabulary_is_refused(tiny_corpus, tmp_path):
+    """The tokens file edited after the checkpoint, two rows swapped (the same size: the
+    checkpoint loads, and every step after would train the swapped rows for the wrong tokens)."""
+    valid = str(tiny_corpus / "valid.txt")
+    tokens = tmp_path / "tokens.txt"
+    run_allennlp(["elmo-vocab", valid, str(tokens)])
+    values = dict(
+        TINY_LSTM_OVERRIDES,
+        train_data_path=valid,
+        validation_data_path=valid,
+        vocabulary={"type": "elmo_tokens_file", "tokens_file": str(tokens)},
+        **{"trainer.num_epochs": 1},
+    )
+    args = train_args(CONFIG_DIR / "elmo_lstm.jsonnet", tmp_path / "model", values)
+    run_allennlp(args)
+    assert run_allennlp([*args, "-r"]).returncode == 0  # the same vocabulary: resumed
+    lines = tokens.read_text(encoding="utf-8").splitlines()
+    lines[3], lines[4] = lines[4], lines[3]
+    tokens.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    refused = run_allennlp([*args, "-r"], check=False)
+    last = refused.stderr.strip().splitlines()[-1]
+    assert refused.returncode != 0 and "is not the one its checkpoint was trained with" in last
