@@ -146,15 +146,20 @@ def count_tokens(
     return counts, counted
 
 
-def vocab_tokens(counts: Counter, min_count: int = 1, max_size: Optional[int] = None) -> list[str]:
-    """Specials, then tokens with count >= min_count by descending count (stable: ties keep
-    first-appearance order), cut to `max_size` lines in all."""
+def check_limits(min_count: int, max_size: Optional[int]) -> None:
+    """An error for a --min-count or --max-size that cannot make a vocabulary."""
     if min_count < 1:
         raise ConfigurationError("elmo-vocab: --min-count must be at least 1")
     if max_size is not None and max_size < len(SPECIALS):
         raise ConfigurationError(
             f"elmo-vocab: --max-size must be at least {len(SPECIALS)} (the special tokens)"
         )
+
+
+def vocab_tokens(counts: Counter, min_count: int = 1, max_size: Optional[int] = None) -> list[str]:
+    """Specials, then tokens with count >= min_count by descending count (stable: ties keep
+    first-appearance order), cut to `max_size` lines in all."""
+    check_limits(min_count, max_size)
     ranked = [
         token
         for token, count in sorted(counts.items(), key=lambda item: -item[1])
@@ -175,7 +180,8 @@ def write_elmo_vocab(
     """Counts the corpora (`count_tokens`), writes `out_file` (one token per line, atomically)
     and returns its tokens and the number of tokens counted. The output path is checked before
     the corpora are read (and refused when it is one of them); `out_file.lock` is held
-    meanwhile (`output_lock`)."""
+    meanwhile (`output_lock`). Bad limits are refused first too (`check_limits`)."""
+    check_limits(min_count, max_size)
     check_output_file(out_file)
     corpus = {path: "corpus file" for pattern in patterns for path in resolve_corpus_paths(pattern)}
     check_not_an_input([out_file], corpus)

@@ -68,6 +68,13 @@ def test_a_file_matched_by_two_patterns_counts_once(corpus):
         vocab_tokens(counts, max_size=2)
 
 
+@pytest.mark.parametrize("limits", [{"min_count": 0}, {"max_size": 2}])
+def test_bad_limits_are_refused_before_the_corpus_is_read(tmp_path, limits):
+    """(A corpus of billions of tokens takes hours to count.)"""
+    with pytest.raises(ConfigurationError, match="--min-count|--max-size"):
+        write_elmo_vocab([str(tmp_path / "missing" / "*.txt")], str(tmp_path / "v.txt"), **limits)
+
+
 def test_bad_input_errors_name_the_pattern(corpus):
     assert "no file matches 'missing/*.txt'" in failing_allennlp(
         ["elmo-vocab", "first.txt", "missing/*.txt", "out.txt"], corpus
