@@ -56,10 +56,10 @@ def named_outputs(call: dict[str, Any]) -> list[tuple[str, str]]:
     return outputs
 
 
-def check_evaluation_outputs(call: dict[str, Any]) -> None:
-    """A `ConfigurationError` naming the output and what it is: a folder or device, in a folder
-    that is missing or not writable (`check_output_file`), an evaluation data file, another
-    output, the model or the weights file."""
+def check_evaluation_outputs(call: dict[str, Any]) -> list[tuple[str, str]]:
+    """`named_outputs(call)`, checked: a `ConfigurationError` naming the output and what it is: a
+    folder or device, in a folder that is missing or not writable (`check_output_file`), an
+    evaluation data file, another output, the model or the weights file."""
     outputs = named_outputs(call)
     data = [file for part in data_paths(call["input_file"]) for file in glob.glob(part)]
     for number, (option, path) in enumerate(outputs):
@@ -80,6 +80,7 @@ def check_evaluation_outputs(call: dict[str, Any]) -> None:
     if call["weights_file"]:
         inputs[call["weights_file"]] = "weights file"
     check_not_an_input([path for _, path in outputs], inputs)
+    return outputs
 
 
 def outputs_checked_first(evaluate_from_archive: Callable[..., Any]):
@@ -94,8 +95,7 @@ def outputs_checked_first(evaluate_from_archive: Callable[..., Any]):
         call.apply_defaults()
         with contextlib.ExitStack() as held:
             try:
-                check_evaluation_outputs(call.arguments)
-                for _, path in named_outputs(call.arguments):
+                for _, path in check_evaluation_outputs(call.arguments):
                     held.enter_context(output_lock(path, path + LOCK_SUFFIX))
             except ConfigurationError as error:
                 raise SystemExit(f"allennlp evaluate: error: {error}") from None
