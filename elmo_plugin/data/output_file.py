@@ -227,6 +227,8 @@ def create_exclusively(path: str) -> None:
 
 def open_to_append(path: str) -> IO[str]:
     """`path` opened to append text (created if missing), never through a link."""
+    # Not an OutputFile: a log that grows line by line while the run writes it
+    # (validation_checks.jsonl, rewritten whole through OutputFile on -r), so no rename applies.
     descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | NO_FOLLOW, 0o666)
     return os.fdopen(descriptor, "a", encoding="utf-8")
 
